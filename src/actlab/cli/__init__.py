@@ -1,0 +1,70 @@
+"""The ``actlab`` console script.
+
+Each module in this package that defines ``register(subparsers)`` contributes subcommands. Those modules
+hold argument parsing only; their handlers import the heavy code (torch, mujoco, av) when they run, so
+``actlab --help`` stays fast and never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from actlab import __version__
+from actlab.errors import ActlabError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="actlab",
+        description="Train, profile and evaluate action-chunking robot policies (ACT, ACT-relative/RTC).",
+    )
+    parser.add_argument("--version", action="version", version=f"actlab {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    modules = []
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(mod, "register"):
+            modules.append(mod)
+    for mod in sorted(modules, key=lambda m: getattr(m, "ORDER", 100)):
+        mod.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run = getattr(args, "_run", None)
+    if run is None:
+        # A group such as `actlab data` without its subcommand: show that group's help.
+        helper = getattr(args, "_help", parser.print_help)
+        helper()
+        return 0 if args.command is None else 2
+    try:
+        code = run(args)
+    except ActlabError as e:
+        print(f"error: {e.render()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return int(code or 0)
+
+
+def group(sub, name: str, help: str) -> argparse._SubParsersAction:
+    """Add a command group (``actlab data ...``) whose bare form prints its help."""
+    p = sub.add_parser(name, help=help, description=help)
+    p.set_defaults(_help=p.print_help)
+    return p.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND")
+
+
+def add_json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

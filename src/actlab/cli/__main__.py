@@ -1,0 +1,5 @@
+import sys
+
+from actlab.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Evaluation: rollouts with failure taxonomy, checkpoint sweeps, rollout videos, whiskers."""

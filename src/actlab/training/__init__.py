@@ -1,0 +1,1 @@
+"""Training: config and presets, train step, loop, checkpoints and resume, DDP, overfit mode."""

@@ -1,0 +1,1 @@
+"""Small helpers shared by every subpackage (no torch at import time)."""

@@ -1,0 +1,251 @@
+"""Frozen-dataclass configs: JSON round trip, ``key=value`` overrides and did-you-mean for unknown names.
+
+Configs are plain frozen dataclasses (STYLE.md §2) that validate themselves in ``__post_init__``. This
+module turns them into JSON-ready dicts and back, applies command-line overrides such as
+``policy.chunk_size=50`` with type coercion from the field annotations, and names the closest valid key
+when a user mistypes one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import types
+import typing
+from typing import Any, TypeVar
+
+from actlab.errors import ActlabError
+
+T = TypeVar("T")
+
+
+def did_you_mean(name: str, choices: typing.Iterable[str]) -> str:
+    """Return `` (did you mean 'x'?)`` for the closest choice, or an empty string."""
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def unknown_name_error(
+    kind: str, name: str, choices: typing.Iterable[str], fix: str | None = None
+) -> ActlabError:
+    choices = sorted(choices)
+    return ActlabError(
+        f"unknown {kind} {name!r}{did_you_mean(name, choices)}",
+        field=kind,
+        expected="one of " + ", ".join(choices),
+        found=name,
+        fix=fix,
+    )
+
+
+def to_dict(cfg: Any) -> Any:
+    """Dataclass (nested) -> JSON-ready dict; tuples become lists."""
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    if isinstance(cfg, (list, tuple)):
+        return [to_dict(v) for v in cfg]
+    if isinstance(cfg, dict):
+        return {k: to_dict(v) for k, v in cfg.items()}
+    return cfg
+
+
+def _resolved_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Convert a JSON value (or a command-line string) to the annotated type ``tp``."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        if isinstance(value, str) and value.lower() in ("none", "null") and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except (ValueError, TypeError, ActlabError) as e:
+                errors.append(str(e))
+        raise ValueError(f"{where}: cannot read {value!r} as {tp}")
+    if origin is typing.Literal:
+        for a in args:
+            if value == a or (isinstance(value, str) and str(a) == value):
+                return a
+        raise ValueError(f"{where}: {value!r} is not one of {list(args)}")
+    if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ValueError(f"{where}: expected a mapping for {tp.__name__}, found {value!r}")
+        return from_dict(tp, value, where=where)
+    if origin in (tuple, list):
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                value = json.loads(text)
+            elif text == "":
+                value = []
+            else:
+                value = [v.strip() for v in text.split(",")]
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{where}: expected a list, found {value!r}")
+        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(v, args[0], where) for v in value)
+        if origin is tuple and args:
+            if len(args) != len(value):
+                raise ValueError(f"{where}: expected {len(args)} items, found {len(value)}")
+            return tuple(_coerce(v, a, where) for v, a in zip(args, value, strict=True))
+        inner = args[0] if args else Any
+        seq = [_coerce(v, inner, where) for v in value]
+        return tuple(seq) if origin is tuple else seq
+    if origin is dict:
+        if isinstance(value, str):
+            value = json.loads(value)
+        if not isinstance(value, dict):
+            raise ValueError(f"{where}: expected a mapping, found {value!r}")
+        vt = args[1] if len(args) == 2 else Any
+        return {k: _coerce(v, vt, where) for k, v in value.items()}
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
+            return False
+        raise ValueError(f"{where}: expected true/false, found {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ValueError(f"{where}: expected an integer, found {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            return int(value.replace("_", ""))
+        raise ValueError(f"{where}: expected an integer, found {value!r}")
+    if tp is float:
+        if isinstance(value, bool):
+            raise ValueError(f"{where}: expected a number, found {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{where}: expected a string, found {value!r}")
+        return value
+    return value
+
+
+def from_dict(cls: type[T], data: dict, where: str = "") -> T:
+    """Build dataclass ``cls`` from a dict, rejecting unknown keys with a did-you-mean."""
+    hints = _resolved_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in names:
+            raise unknown_name_error(
+                "config key",
+                f"{where}.{key}" if where else key,
+                [f"{where}.{n}" if where else n for n in names],
+            )
+        kwargs[key] = _coerce(value, hints[key], f"{where}.{key}" if where else key)
+    return cls(**kwargs)
+
+
+def apply_overrides(cfg: T, overrides: typing.Iterable[str]) -> T:
+    """Return a copy of ``cfg`` with ``a.b=value`` overrides applied (values typed by the annotations)."""
+    for item in overrides:
+        if "=" not in item:
+            raise ActlabError(
+                "an override must look like key=value",
+                field="--set",
+                expected="key=value, e.g. policy.chunk_size=50",
+                found=item,
+            )
+        key, raw = item.split("=", 1)
+        cfg = _set_path(cfg, key.strip().split("."), raw.strip(), key.strip())
+    return cfg
+
+
+def _set_path(cfg: Any, path: list[str], raw: str, full: str) -> Any:
+    names = [f.name for f in dataclasses.fields(cfg)]
+    head = path[0]
+    if head not in names:
+        prefix = full[: len(full) - len(".".join(path))]
+        raise unknown_name_error(
+            "config key", full, [prefix + n for n in names], fix="run with --help-config to list every key"
+        )
+    current = getattr(cfg, head)
+    if len(path) > 1:
+        if not dataclasses.is_dataclass(current):
+            raise ActlabError(
+                f"{'.'.join(path[:1])} is not a section",
+                field=full,
+                expected="a key inside a section",
+                found=full,
+            )
+        new_value = _set_path(current, path[1:], raw, full)
+    else:
+        tp = _resolved_hints(type(cfg))[head]
+        try:
+            new_value = _coerce(_parse_scalar(raw, tp), tp, full)
+        except (ValueError, json.JSONDecodeError) as e:
+            raise ActlabError(
+                "cannot read override value", field=full, expected=str(tp), found=raw, fix=str(e)
+            ) from e
+    try:
+        return dataclasses.replace(cfg, **{head: new_value})
+    except (ValueError, TypeError) as e:
+        raise ActlabError(f"invalid value for {full}: {e}", field=full, found=raw) from e
+
+
+def _parse_scalar(raw: str, tp: Any) -> Any:
+    # Strings stay strings for str fields; everything else may be written as JSON (numbers, lists, null).
+    if tp is str:
+        return raw
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"policy.chunk_size": 100, ...}`` for printing and for listing valid override keys."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            out.update(flatten(value, key + "."))
+        else:
+            out[key] = value
+    return out
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Field comments (``# ...`` on the line above or at the end of a field) read from the source."""
+    import inspect
+
+    try:
+        src = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return {}
+    docs: dict[str, str] = {}
+    pending: list[str] = []
+    for line in src.splitlines():
+        s = line.strip()
+        if s.startswith("#"):
+            pending.append(s.lstrip("# ").rstrip())
+            continue
+        if ":" in s and not s.startswith(("def ", "class ", "@", '"', "return")):
+            name = s.split(":", 1)[0].strip()
+            if name.isidentifier():
+                tail = s.split("#", 1)[1].strip() if "#" in s else ""
+                docs[name] = " ".join([*pending, tail]).strip()
+        pending = []
+    return docs

@@ -1,0 +1,1 @@
+"""Plots and report pages (matplotlib, Agg backend; nothing here computes metrics)."""

@@ -1,0 +1,33 @@
+import subprocess
+import sys
+
+
+def test_help_does_not_import_torch():
+    code = (
+        "import sys\n"
+        "from actlab.cli import main\n"
+        "try:\n"
+        "    main(['--help'])\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 0\n"
+        "heavy = [m for m in ('torch', 'mujoco', 'av', 'pyarrow', 'matplotlib') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "actlab" in out.stdout
+
+
+def test_every_subcommand_help_is_light():
+    from actlab.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name in sub.choices:
+        code = (
+            "import sys\nfrom actlab.cli import main\n"
+            f"try:\n    main([{name!r}, '--help'])\nexcept SystemExit:\n    pass\n"
+            "assert 'torch' not in sys.modules\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert out.returncode == 0, (name, out.stderr)

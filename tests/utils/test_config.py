@@ -1,0 +1,53 @@
+import dataclasses
+
+import pytest
+
+from actlab.errors import ActlabError
+from actlab.utils.config import apply_overrides, field_docs, flatten, from_dict, to_dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Inner:
+    # number of layers
+    layers: int = 2
+    sizes: tuple[int, ...] = (1, 2)
+    name: str | None = None
+
+    def __post_init__(self):
+        if self.layers < 1:
+            raise ValueError("layers must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class Outer:
+    lr: float = 1e-3  # learning rate
+    inner: Inner = dataclasses.field(default_factory=Inner)
+    flag: bool = False
+
+
+def test_round_trip_and_overrides():
+    cfg = Outer()
+    assert from_dict(Outer, to_dict(cfg)) == cfg
+    overrides = ["lr=0.5", "inner.layers=4", "inner.sizes=[3,4]", "flag=true", "inner.name=x"]
+    cfg2 = apply_overrides(cfg, overrides)
+    assert cfg2 == Outer(lr=0.5, inner=Inner(layers=4, sizes=(3, 4), name="x"), flag=True)
+    assert flatten(cfg2)["inner.layers"] == 4
+
+
+def test_unknown_key_has_did_you_mean():
+    with pytest.raises(ActlabError, match="did you mean 'inner.layers'"):
+        apply_overrides(Outer(), ["inner.layer=3"])
+    with pytest.raises(ActlabError, match="did you mean"):
+        from_dict(Outer, {"lrr": 1.0})
+
+
+def test_invalid_value_is_reported():
+    with pytest.raises(ActlabError, match="inner.layers"):
+        apply_overrides(Outer(), ["inner.layers=0"])
+    with pytest.raises(ActlabError, match="cannot read"):
+        apply_overrides(Outer(), ["inner.layers=abc"])
+
+
+def test_field_docs():
+    assert field_docs(Outer)["lr"] == "learning rate"
+    assert field_docs(Inner)["layers"] == "number of layers"

@@ -1,0 +1,30 @@
+import pytest
+
+from actlab.errors import ActlabError
+from actlab.utils.io import atomic_dir, atomic_write_json, read_json
+
+
+def test_atomic_dir_leaves_nothing_on_error(tmp_path):
+    target = tmp_path / "out"
+    with pytest.raises(RuntimeError), atomic_dir(target) as tmp:
+        (tmp / "partial.txt").write_text("x")
+        raise RuntimeError("boom")
+    assert not target.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_dir_refuses_existing_without_overwrite(tmp_path):
+    (tmp_path / "out").mkdir()
+    with pytest.raises(ActlabError, match="already exists"), atomic_dir(tmp_path / "out"):
+        pass
+    with atomic_dir(tmp_path / "out", overwrite=True) as tmp:
+        (tmp / "a").write_text("1")
+    assert (tmp_path / "out" / "a").read_text() == "1"
+
+
+def test_json_round_trip_and_errors(tmp_path):
+    atomic_write_json(tmp_path / "a.json", {"x": [1, 2]})
+    assert read_json(tmp_path / "a.json") == {"x": [1, 2]}
+    (tmp_path / "bad.json").write_text("{oops")
+    with pytest.raises(ActlabError, match="line 1"):
+        read_json(tmp_path / "bad.json")
