@@ -1,0 +1,196 @@
+"""Episode results, their aggregation (success rate with a Wilson 95% interval, taxonomy counts, pick and
+drop rates, lift heights) and the JSON / markdown forms of one evaluation or a checkpoint sweep."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from actlab.evaluation.taxonomy import FAILURES, OUTCOMES
+from actlab.utils.table import table
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion (95% for the default z).
+
+    Unlike the normal approximation it stays inside [0, 1] and is sensible at 0/n and n/n, which is
+    where small robot evaluations live (0/20 gives [0, 0.161], 20/20 gives [0.839, 1]).
+    """
+    if n <= 0:
+        return (0.0, 1.0)
+    if not 0 <= successes <= n:
+        raise ValueError(f"successes must be in [0, {n}], found {successes}")
+    p = successes / n
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
+    # Clamp the rounding noise at the ends (0/n must give exactly 0 as the lower bound).
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return (low, high)
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    """What one rollout produced."""
+
+    index: int  # episode index i within the evaluation (seed = base_seed + i)
+    seed: int  # seed passed to env.reset
+    outcome: str  # one of taxonomy.OUTCOMES
+    success: bool  # outcome == "success"
+    steps: int  # env steps executed
+    picked: bool | None  # grasped and lifted at some step; None where the env has no phase signals
+    drop_events: int | None  # grasp lost in the air away from the goal (count); None without phases
+    release_step: int | None  # step of the final release, if the taxonomy found one
+    max_lift_m: float | None  # highest cube height above its starting height (metres), if known
+    reward_sum: float  # sum of env rewards
+    video: str | None = None  # path of the rollout video, when one was written
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Aggregate over the episodes of one policy/checkpoint."""
+
+    episodes: int  # number of episodes
+    successes: int  # number of successful episodes
+    success_rate: float  # successes / episodes
+    ci_low: float  # Wilson 95% interval, lower bound
+    ci_high: float  # Wilson 95% interval, upper bound
+    outcomes: dict[str, int]  # count per outcome (every key of OUTCOMES present)
+    pick_rate: float | None  # episodes with a pick / episodes (None: env has no phase signals)
+    drop_rate: float | None  # episodes with >= 1 drop event / episodes with a pick (None: no picks)
+    mean_success_steps: float | None  # mean steps of successful episodes (None: no success)
+    mean_max_lift_m: float | None  # mean over episodes of the per-episode max lift (metres)
+    max_lift_m: float | None  # highest lift over all episodes (metres)
+    mean_reward: float  # mean per-episode reward sum
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return float(sum(values) / len(values)) if values else None
+
+
+def summarize(results: Sequence[EpisodeResult]) -> Summary:
+    """Aggregate episode results; rates whose denominator is empty are None (never NaN in JSON)."""
+    n = len(results)
+    k = sum(r.success for r in results)
+    low, high = wilson_interval(k, n)
+    counts = dict.fromkeys(OUTCOMES, 0)
+    for r in results:
+        counts[r.outcome] += 1
+    with_phases = [r for r in results if r.picked is not None]
+    picked = [r for r in with_phases if r.picked]
+    lifts = [r.max_lift_m for r in results if r.max_lift_m is not None]
+    return Summary(
+        episodes=n,
+        successes=k,
+        success_rate=k / n if n else 0.0,
+        ci_low=low,
+        ci_high=high,
+        outcomes=counts,
+        pick_rate=len(picked) / len(with_phases) if with_phases else None,
+        drop_rate=sum(1 for r in picked if r.drop_events) / len(picked) if picked else None,
+        mean_success_steps=_mean([r.steps for r in results if r.success]),
+        mean_max_lift_m=_mean(lifts),
+        max_lift_m=max(lifts) if lifts else None,
+        mean_reward=_mean([r.reward_sum for r in results]) or 0.0,
+    )
+
+
+@dataclass
+class CheckpointEval:
+    """The evaluation of one policy: where it came from, its episodes and their summary."""
+
+    name: str  # display name (checkpoint directory name, bundle name or "policy")
+    path: str | None  # bundle path, None for an in-process policy object
+    step: int | None  # training step of the checkpoint, when known
+    summary: Summary  # aggregate
+    episodes: list[EpisodeResult] = field(default_factory=list)  # per-episode results, by index
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "path": self.path,
+            "step": self.step,
+            "summary": self.summary.to_dict(),
+            "episodes": [e.to_dict() for e in self.episodes],
+        }
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _num(x: float | None, digits: int = 1, scale: float = 1.0, unit: str = "") -> str:
+    return "-" if x is None else f"{x * scale:.{digits}f}{unit}"
+
+
+SUMMARY_HEADERS: tuple[str, ...] = (
+    "checkpoint",
+    "step",
+    "success",
+    "95% CI",
+    *FAILURES,
+    "pick rate",
+    "drop rate",
+    "mean success steps",
+    "max lift",
+)
+
+
+def summary_row(ev: CheckpointEval) -> list[str]:
+    """One table row: success with CI, each failure class as a count, rates, steps and lift (cm)."""
+    s = ev.summary
+    return [
+        ev.name,
+        "-" if ev.step is None else str(ev.step),
+        f"{s.successes}/{s.episodes} ({_pct(s.success_rate)})",
+        f"[{_pct(s.ci_low)}, {_pct(s.ci_high)}]",
+        *[str(s.outcomes[f]) for f in FAILURES],
+        _pct(s.pick_rate),
+        _pct(s.drop_rate),
+        _num(s.mean_success_steps),
+        _num(s.max_lift_m, 1, 100.0, " cm"),
+    ]
+
+
+def results_table(evals: Sequence[CheckpointEval], markdown: bool = True) -> str:
+    """The summary table, one row per checkpoint (a sweep) or a single row."""
+    return table([summary_row(e) for e in evals], list(SUMMARY_HEADERS), markdown=markdown)
+
+
+def episodes_table(ev: CheckpointEval, markdown: bool = True) -> str:
+    """Per-episode table of one checkpoint: seed, outcome, steps, pick, drops, lift."""
+    rows = [
+        [
+            e.index,
+            e.seed,
+            e.outcome,
+            e.steps,
+            "-" if e.picked is None else ("yes" if e.picked else "no"),
+            "-" if e.drop_events is None else e.drop_events,
+            _num(e.max_lift_m, 1, 100.0, " cm"),
+        ]
+        for e in ev.episodes
+    ]
+    return table(rows, ["episode", "seed", "outcome", "steps", "picked", "drops", "max lift"], markdown)
+
+
+def markdown_report(evals: Sequence[CheckpointEval], title: str, meta: dict | None = None) -> str:
+    """A markdown page: the summary table, then one per-episode table per checkpoint."""
+    lines = [f"# {title}", ""]
+    for k, v in (meta or {}).items():
+        lines.append(f"- {k}: {v}")
+    if meta:
+        lines.append("")
+    lines += ["## Summary", "", results_table(evals, markdown=True), ""]
+    for ev in evals:
+        lines += [f"## {ev.name}", "", episodes_table(ev, markdown=True), ""]
+    return "\n".join(lines)

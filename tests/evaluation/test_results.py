@@ -1,0 +1,76 @@
+"""Aggregation: Wilson interval, rates with empty denominators, tables."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from actlab.evaluation.results import (
+    CheckpointEval,
+    EpisodeResult,
+    markdown_report,
+    results_table,
+    summarize,
+    wilson_interval,
+)
+
+
+def test_wilson_interval_known_values():
+    # Reference values (Wilson 1927; e.g. statsmodels proportion_confint(method="wilson")).
+    assert wilson_interval(0, 20) == pytest.approx((0.0, 0.16113), abs=1e-4)
+    assert wilson_interval(20, 20) == pytest.approx((0.83887, 1.0), abs=1e-4)
+    assert wilson_interval(5, 10) == pytest.approx((0.23659, 0.76341), abs=1e-4)
+    assert wilson_interval(45, 50) == pytest.approx((0.78641, 0.95652), abs=1e-4)
+    lo, hi = wilson_interval(0, 0)
+    assert (lo, hi) == (0.0, 1.0)
+    with pytest.raises(ValueError):
+        wilson_interval(3, 2)
+
+
+def ep(i, outcome, steps=100, picked=True, drops=0, lift=0.05):
+    return EpisodeResult(i, 1000 + i, outcome, outcome == "success", steps, picked, drops, None, lift, 0.0)
+
+
+def test_summarize_rates():
+    eps = [
+        ep(0, "success", 120),
+        ep(1, "success", 140, drops=1),
+        ep(2, "never_picked_up", 300, picked=False, lift=0.0),
+        ep(3, "dropped_during_transport", 200, drops=1, lift=0.08),
+    ]
+    s = summarize(eps)
+    assert s.successes == 2 and s.success_rate == 0.5
+    assert s.outcomes == {
+        "success": 2,
+        "never_picked_up": 1,
+        "dropped_during_transport": 1,
+        "missed_goal": 0,
+        "timeout": 0,
+    }
+    assert s.pick_rate == 0.75
+    assert s.drop_rate == pytest.approx(2 / 3)
+    assert s.mean_success_steps == 130
+    assert s.max_lift_m == 0.08
+    json.dumps(s.to_dict())  # JSON-ready, no NaN
+
+
+def test_empty_denominators_are_none():
+    s = summarize([ep(0, "timeout", picked=None, drops=None, lift=None)])
+    assert s.pick_rate is None and s.drop_rate is None and s.mean_success_steps is None
+    assert s.max_lift_m is None
+    assert "nan" not in json.dumps(s.to_dict()).lower()
+
+
+def test_tables_have_one_row_per_checkpoint():
+    evals = [
+        CheckpointEval(f"step_{k:07d}", None, k, summarize([ep(0, "success"), ep(1, "timeout")]), [])
+        for k in (10, 20, 30)
+    ]
+    md = results_table(evals)
+    lines = md.splitlines()
+    assert len(lines) == 2 + 3
+    assert "| step_0000020 | 20 | 1/2 (50.0%) |" in lines[3]
+    assert "dropped_during_transport" in lines[0]
+    page = markdown_report(evals, "sweep", {"task": "x"})
+    assert page.startswith("# sweep") and "- task: x" in page
