@@ -1,0 +1,335 @@
+"""The evaluation harness: policies (objects, bundle paths or factories) x seeded episodes -> results.
+
+Guarantees, for every policy evaluated:
+- ``policy.reset()`` before every episode (see rollout.py);
+- episode ``i`` starts from ``env.reset(seed=cfg.seed + i)``, so all checkpoints of a sweep meet exactly
+  the same initial states;
+- a bundle is loaded with its own normalization (the stats inside the bundle, via ``load_policy``), and
+  its cameras are rendered at the size it was trained on (or resized to it).
+
+Where the episodes run:
+- a policy *object* runs in this process (it cannot be sent to another one);
+- a bundle *path* or a picklable *factory* (``factory(env) -> policy``, e.g. a scripted expert bound to
+  its env) runs in ``cfg.workers`` spawned processes, each building its own envs and loading the policy
+  once (CPU by default, one torch thread per worker so that workers do not fight over cores);
+- with ``cfg.batch_envs = B > 1`` a worker steps B envs in lockstep and calls the policy once per step
+  with a batch of B observations (batched inference); factories, bound to one env, always use B = 1.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from actlab.errors import ActlabError
+from actlab.evaluation.envs import EnvSpec, env_fps, make_eval_env
+from actlab.evaluation.policy_io import ObsAdapter, PolicyInputs, bundle_inputs, policy_inputs
+from actlab.evaluation.results import CheckpointEval, EpisodeResult, summarize
+from actlab.evaluation.rollout import EpisodeTrace, rollout, to_result
+from actlab.evaluation.video import annotate_episode, camera_frame, write_video
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """How many episodes, where they run and what is written besides the numbers."""
+
+    episodes: int = 50  # episodes per policy
+    seed: int = 0  # episode i is reset with seed + i (identical for every checkpoint)
+    workers: int = 2  # worker processes for bundle/factory sources (1: run in this process)
+    batch_envs: int = 1  # envs stepped in lockstep per policy call in one process (batched inference)
+    videos: int = 0  # write an mp4 of each of the first `videos` episodes
+    device: str = "cpu"  # device the policy runs on (in workers and in process)
+    video_min_height: int = 256  # video frames are upscaled (nearest) to at least this many rows
+    threads_per_worker: int | None = None  # torch threads per worker (None: cores // workers, at least 1)
+
+    def __post_init__(self) -> None:
+        for name, low in (("episodes", 1), ("workers", 1), ("batch_envs", 1), ("videos", 0)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < low:
+                raise ActlabError(f"{name} must be an integer >= {low}", field=name, found=value)
+        if self.videos > self.episodes:
+            raise ActlabError(
+                "more videos than episodes requested",
+                field="videos",
+                expected=f"<= episodes ({self.episodes})",
+                found=self.videos,
+            )
+
+
+@dataclass(frozen=True)
+class PolicySource:
+    """One policy to evaluate: exactly one of ``path``, ``factory`` or ``obj`` is set."""
+
+    name: str  # display name in tables and video file names
+    path: str | None = None  # checkpoint bundle directory (loaded with actlab.policies.load_policy)
+    factory: Callable[[Any], Any] | None = None  # picklable factory(env) -> policy
+    obj: Any = None  # a policy object (runs in this process only)
+    step: int | None = None  # training step, for sweeps
+
+    def __post_init__(self) -> None:
+        if sum(x is not None for x in (self.path, self.factory, self.obj)) != 1:
+            raise ValueError("PolicySource needs exactly one of path, factory, obj")
+
+    @property
+    def in_process_only(self) -> bool:
+        return self.obj is not None
+
+
+def as_source(policy: Any, name: str | None = None, step: int | None = None) -> PolicySource:
+    """A policy object, a bundle path or a factory -> PolicySource."""
+    if isinstance(policy, PolicySource):
+        return policy
+    if isinstance(policy, (str, Path)):
+        p = Path(policy)
+        return PolicySource(name=name or p.name, path=str(p), step=step)
+    if hasattr(policy, "select_action"):
+        return PolicySource(name=name or type(policy).__name__, obj=policy, step=step)
+    if callable(policy):
+        return PolicySource(name=name or getattr(policy, "__name__", "policy"), factory=policy, step=step)
+    raise ActlabError(
+        "cannot evaluate this object",
+        expected="a policy (with select_action/reset), a bundle directory or a factory(env) -> policy",
+        found=type(policy).__name__,
+    )
+
+
+def source_inputs(src: PolicySource) -> PolicyInputs | None:
+    """The observation inputs a source's policy expects, where they can be known without building envs."""
+    if src.path is not None:
+        return bundle_inputs(src.path)
+    if src.obj is not None:
+        return policy_inputs(src.obj)
+    return None
+
+
+def spec_for_inputs(spec: EnvSpec, inputs: PolicyInputs | None) -> EnvSpec:
+    """Make the sim render what the policy was trained on: its cameras at its (square) image size."""
+    if inputs is None or spec.is_peer or not inputs.image_hw:
+        return spec
+    sizes = set(inputs.image_hw.values())
+    if spec.image_size is None and len(sizes) == 1:
+        (h, w) = sizes.pop()
+        if h == w:
+            spec = replace(spec, image_size=h)
+    if spec.cameras is None:
+        cams = tuple(k.rsplit(".", 1)[-1] for k in inputs.image_hw if k.startswith("observation.images."))
+        if cams:
+            spec = replace(spec, cameras=cams)
+    return spec
+
+
+# --------------------------------------------------------------------------------- one group of episodes
+@dataclass(frozen=True)
+class WorkItem:
+    """A group of episodes of one policy, run by one process (plain data: sent to workers)."""
+
+    source: PolicySource  # path or factory (never an object when sent to a worker)
+    spec: EnvSpec  # env to build
+    indices: tuple[int, ...]  # episode indices i (seed = base_seed + i)
+    base_seed: int  # seed of episode 0
+    video_dir: str | None  # where videos go
+    videos: int  # episodes with index < videos get a video
+    device: str  # policy device
+    video_min_height: int  # frame upscaling for videos
+
+
+@dataclass
+class _Cache:
+    """Envs and the last loaded policy of one process, reused across work items."""
+
+    envs: dict[str, list[Any]] = field(default_factory=dict)
+    policy_key: str | None = None
+    policy: Any = None
+
+    def get_envs(self, spec: EnvSpec, n: int) -> list[Any]:
+        envs = self.envs.setdefault(spec.cache_key(), [])
+        while len(envs) < n:
+            envs.append(make_eval_env(spec))
+        return envs[:n]
+
+    def get_policy(self, src: PolicySource, device: str) -> Any:
+        key = f"{src.path}|{device}"
+        if self.policy_key != key:
+            from actlab.policies import load_policy
+
+            self.policy, self.policy_key = None, None  # free the previous checkpoint first
+            self.policy = load_policy(src.path, device=device)
+            self.policy_key = key
+        return self.policy
+
+
+def _video_path(item: WorkItem, index: int) -> Path | None:
+    if item.video_dir is None or index >= item.videos:
+        return None
+    return Path(item.video_dir) / f"episode_{index:03d}.mp4"
+
+
+def _finish(item: WorkItem, index: int, trace: EpisodeTrace, fps: int) -> EpisodeResult:
+    result = to_result(index, trace)
+    path = _video_path(item, index)
+    if path is not None and trace.frames:
+        header = f"{item.source.name}  ep {index}  seed {trace.seed}"
+        write_video(path, annotate_episode(trace.frames, result.outcome, header, trace.steps), fps)
+        result = replace(result, video=str(path))
+    return result
+
+
+def run_item(item: WorkItem, cache: _Cache, policy_obj: Any = None) -> list[EpisodeResult]:
+    """Run a work item in this process (the worker body, also used directly for in-process policies)."""
+    seeds = [item.base_seed + i for i in item.indices]
+    record = [_video_path(item, i) is not None for i in item.indices]
+
+    def frames(o):
+        return camera_frame(o, item.video_min_height)
+
+    results = []
+    if item.source.factory is not None:
+        # A factory's policy is bound to one env (e.g. a scripted expert reading the sim state): B = 1.
+        env = cache.get_envs(item.spec, 1)[0]
+        policy = item.source.factory(env)
+        adapter = ObsAdapter(policy_inputs(policy), "cpu")
+        for i, seed, rec in zip(item.indices, seeds, record):
+            (trace,) = rollout(
+                policy, [env], [seed], adapter, [rec], item.spec.reset_options, frame_fn=frames
+            )
+            results.append(_finish(item, i, trace, env_fps(env)))
+        return results
+    policy = policy_obj if policy_obj is not None else cache.get_policy(item.source, item.device)
+    inputs = policy_inputs(policy) or (bundle_inputs(item.source.path) if item.source.path else None)
+    adapter = ObsAdapter(inputs, _policy_device(policy, item.device))
+    envs = cache.get_envs(item.spec, len(item.indices))
+    traces = rollout(policy, envs, seeds, adapter, record, item.spec.reset_options, frame_fn=frames)
+    return [_finish(item, i, t, env_fps(envs[0])) for i, t in zip(item.indices, traces)]
+
+
+def _policy_device(policy: Any, fallback: str) -> Any:
+    params = getattr(policy, "parameters", None)
+    if callable(params):
+        try:
+            return next(iter(params())).device
+        except (StopIteration, TypeError):
+            pass
+    return fallback
+
+
+# ------------------------------------------------------------------------------------------- the pool
+_WORKER_CACHE: _Cache | None = None
+
+
+def _init_worker(threads: int) -> None:
+    """Worker start-up: headless GL, a bounded number of torch threads, an empty cache."""
+    global _WORKER_CACHE
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    import torch
+
+    torch.set_num_threads(threads)
+    _WORKER_CACHE = _Cache()
+
+
+def _worker_run(item: WorkItem) -> list[EpisodeResult]:
+    assert _WORKER_CACHE is not None, "worker not initialised"
+    return run_item(item, _WORKER_CACHE)
+
+
+def _groups(episodes: int, size: int) -> Iterator[tuple[int, ...]]:
+    for start in range(0, episodes, size):
+        yield tuple(range(start, min(episodes, start + size)))
+
+
+def _items(src: PolicySource, spec: EnvSpec, cfg: EvalConfig, video_dir: Path | None) -> list[WorkItem]:
+    batch = 1 if src.factory is not None else cfg.batch_envs
+    return [
+        WorkItem(
+            source=src,
+            spec=spec,
+            indices=g,
+            base_seed=cfg.seed,
+            video_dir=str(video_dir) if video_dir is not None else None,
+            videos=cfg.videos if video_dir is not None else 0,
+            device=cfg.device,
+            video_min_height=cfg.video_min_height,
+        )
+        for g in _groups(cfg.episodes, batch)
+    ]
+
+
+def evaluate_many(
+    policies: Sequence[Any],
+    spec: EnvSpec,
+    cfg: EvalConfig,
+    out_dir: str | Path | None = None,
+    on_episode: Callable[[PolicySource, EpisodeResult], None] | None = None,
+) -> list[CheckpointEval]:
+    """Evaluate several policies on the same seeded episodes (one worker pool shared by all).
+
+    ``policies``: PolicySource objects, bundle paths, policy objects or factories. Videos go to
+    ``out_dir/videos/<name>/episode_NNN.mp4`` (only when ``out_dir`` is given and ``cfg.videos > 0``).
+    """
+    sources = [as_source(p) for p in policies]
+    names = [s.name for s in sources]
+    if len(set(names)) != len(names):
+        raise ActlabError("two policies have the same name", found=", ".join(names), fix="rename one")
+    first_inputs = next((i for i in map(source_inputs, sources) if i is not None), None)
+    spec = spec_for_inputs(spec, first_inputs)
+    video_root = Path(out_dir) / "videos" if out_dir is not None and cfg.videos > 0 else None
+    results: dict[str, list[EpisodeResult]] = {s.name: [] for s in sources}
+
+    def collect(src: PolicySource, rs: list[EpisodeResult]) -> None:
+        for r in rs:
+            results[src.name].append(r)
+            if on_episode is not None:
+                on_episode(src, r)
+
+    pooled = [s for s in sources if not s.in_process_only and cfg.workers > 1]
+    local = [s for s in sources if s not in pooled]
+    cache = _Cache()
+    for src in local:
+        vdir = video_root / src.name if video_root is not None else None
+        for item in _items(src, spec, cfg, vdir):
+            collect(src, run_item(replace(item, source=src), cache, policy_obj=src.obj))
+    if pooled:
+        _run_pool(pooled, spec, cfg, video_root, collect)
+    out = []
+    for src in sources:
+        eps = sorted(results[src.name], key=lambda r: r.index)
+        out.append(CheckpointEval(src.name, src.path, src.step, summarize(eps), eps))
+    return out
+
+
+def _run_pool(sources, spec, cfg, video_root, collect) -> None:
+    threads = cfg.threads_per_worker or max(1, (os.cpu_count() or 1) // cfg.workers)
+    # spawn, not fork: the parent may hold an EGL context, torch threads or CUDA state that fork would
+    # copy in a broken state.
+    ctx = mp.get_context("spawn")
+    with cf.ProcessPoolExecutor(
+        cfg.workers, mp_context=ctx, initializer=_init_worker, initargs=(threads,)
+    ) as pool:
+        futures = {}
+        for src in sources:  # submitted checkpoint by checkpoint: each worker loads each checkpoint once
+            vdir = video_root / src.name if video_root is not None else None
+            for item in _items(src, spec, cfg, vdir):
+                futures[pool.submit(_worker_run, item)] = src
+        try:
+            for fut in cf.as_completed(futures):
+                collect(futures[fut], fut.result())
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+
+
+def evaluate(
+    policy: Any,
+    spec: EnvSpec | str = "so101_pick_place",
+    cfg: EvalConfig | None = None,
+    out_dir: str | Path | None = None,
+    name: str | None = None,
+) -> CheckpointEval:
+    """Evaluate one policy (object, bundle path or factory) on ``cfg.episodes`` seeded episodes."""
+    spec = EnvSpec(task=spec) if isinstance(spec, str) else spec
+    return evaluate_many([as_source(policy, name=name)], spec, cfg or EvalConfig(), out_dir)[0]

@@ -1,0 +1,165 @@
+"""Between env and policy: observations (HWC uint8 numpy) -> policy batches (B, C, H, W) tensors, and the
+policy's actions back to numpy.
+
+The expected inputs of a policy (which keys, which image size) come from the bundle's ``features.json``
+(the dataset features the policy was trained on, images ``[H, W, C]``) or from the policy object's
+``features`` attribute. Images of a different size are resized here (bilinear with antialiasing, as an
+image library would), but the harness first tries to make the sim render at the trained size.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from actlab.errors import ActlabError
+
+
+@dataclass(frozen=True)
+class PolicyInputs:
+    """What a policy takes: its observation keys and, for cameras, the (H, W) it was trained on."""
+
+    state_keys: tuple[str, ...]  # float features, e.g. ("observation.state",)
+    image_hw: dict[str, tuple[int, int]]  # camera key -> (H, W) the policy was trained on
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (*self.state_keys, *self.image_hw)
+
+
+def _is_image(key: str, feat: Mapping) -> bool:
+    return feat.get("dtype") in ("video", "image") or key.startswith("observation.image")
+
+
+def inputs_from_features(features: Mapping[str, Mapping]) -> PolicyInputs:
+    """Read the observation inputs from a LeRobot-style features dict (images ``[H, W, C]``)."""
+    state, images = [], {}
+    for key, feat in features.items():
+        if not key.startswith("observation."):
+            continue
+        if _is_image(key, feat):
+            shape = list(feat["shape"])
+            names = list(feat.get("names") or [])
+            if names[:1] == ["channels"] or (len(shape) == 3 and shape[0] == 3 and shape[-1] != 3):
+                images[key] = (int(shape[1]), int(shape[2]))  # stored CHW
+            else:
+                images[key] = (int(shape[0]), int(shape[1]))  # LeRobot convention HWC
+        else:
+            state.append(key)
+    return PolicyInputs(tuple(state), images)
+
+
+def bundle_inputs(path: str | Path) -> PolicyInputs | None:
+    """Inputs of a policy bundle from its ``features.json`` (None when the file is absent)."""
+    f = Path(path) / "features.json"
+    if not f.is_file():
+        return None
+    try:
+        features = json.loads(f.read_text())
+    except json.JSONDecodeError as e:
+        raise ActlabError(
+            f"features.json is not valid JSON: {e.msg}", file=f, fix="re-export the bundle"
+        ) from e
+    if isinstance(features, Mapping) and "features" in features and isinstance(features["features"], Mapping):
+        features = features["features"]
+    return inputs_from_features(features)
+
+
+def policy_inputs(policy: Any) -> PolicyInputs | None:
+    """Inputs declared by a policy object (``features`` dict attribute), or None for an undeclared policy."""
+    for attr in ("features", "input_features"):
+        feats = getattr(policy, attr, None)
+        if isinstance(feats, Mapping) and feats and all(isinstance(v, Mapping) for v in feats.values()):
+            return inputs_from_features(feats)
+    return None
+
+
+def match_keys(available: Sequence[str], inputs: PolicyInputs | None) -> dict[str, str]:
+    """Map each policy input key to an env observation key.
+
+    Exact names first; a policy camera missing from the env takes the one env camera nobody else
+    claimed (peer envs name their single camera differently, e.g. ``observation.image``). Anything else
+    missing is an ActlabError naming both sides.
+    """
+    if inputs is None:
+        return {k: k for k in available}
+    mapping = {k: k for k in inputs.keys if k in available}
+    missing = [k for k in inputs.keys if k not in mapping]
+    free_images = [k for k in available if k.startswith("observation.image") and k not in mapping.values()]
+    for key in list(missing):
+        if (
+            key in inputs.image_hw
+            and len(free_images) == 1
+            and len([m for m in missing if m in inputs.image_hw]) == 1
+        ):
+            mapping[key] = free_images.pop()
+            missing.remove(key)
+    if missing:
+        raise ActlabError(
+            "the environment does not provide every observation the policy was trained on",
+            field="observation keys",
+            expected=", ".join(inputs.keys),
+            found=", ".join(available),
+            fix="evaluate on the task the policy was trained for, or render the missing cameras (--cameras)",
+        )
+    return mapping
+
+
+class ObsAdapter:
+    """Stacks env observations into the batch a policy takes: images (B, C, H, W) uint8, state (B, D) f32."""
+
+    def __init__(self, inputs: PolicyInputs | None, device: Any = "cpu") -> None:
+        self.inputs = inputs
+        self.device = device
+        self._mapping: dict[str, str] | None = None
+
+    def __call__(self, observations: Sequence[Mapping[str, np.ndarray]]) -> dict[str, Any]:
+        import torch
+
+        if self._mapping is None:
+            self._mapping = match_keys(sorted(observations[0]), self.inputs)
+        batch = {}
+        for key, src in self._mapping.items():
+            arr = np.stack([np.asarray(o[src]) for o in observations])
+            if key.startswith("observation.image"):
+                # (B, H, W, C) uint8 -> (B, C, H, W) uint8; the policy normalizes images itself.
+                t = torch.from_numpy(np.ascontiguousarray(arr)).permute(0, 3, 1, 2)
+                if self.inputs is not None and key in self.inputs.image_hw:
+                    t = resize_images(t, self.inputs.image_hw[key])
+                batch[key] = t.contiguous().to(self.device)
+            else:
+                batch[key] = torch.from_numpy(arr.astype(np.float32)).to(self.device)  # (B, D)
+        return batch
+
+
+def resize_images(images: Any, hw: tuple[int, int]) -> Any:
+    """Resize a (B, C, H, W) uint8 tensor to ``hw`` (bilinear, antialiased); unchanged when already there."""
+    import torch.nn.functional as F
+
+    if tuple(images.shape[-2:]) == tuple(hw):
+        return images
+    out = F.interpolate(images.float(), size=hw, mode="bilinear", antialias=True, align_corners=False)
+    return out.round().clamp(0, 255).to(images.dtype)  # (B, C, h, w)
+
+
+def actions_to_numpy(actions: Any, batch: int) -> np.ndarray:
+    """Policy output (tensor or array, (B, A) or (A,)) -> float32 numpy (B, A)."""
+    if hasattr(actions, "detach"):
+        # Why: this .cpu() is the one host sync per control step; the env needs the numbers now.
+        actions = actions.detach().float().cpu().numpy()
+    arr = np.asarray(actions, dtype=np.float32)
+    if arr.ndim == 1:
+        arr = arr[None]
+    if arr.shape[0] != batch:
+        raise ActlabError(
+            "the policy returned actions for a different number of environments than it was given",
+            field="select_action output",
+            expected=f"batch {batch}",
+            found=f"shape {tuple(arr.shape)}",
+        )
+    return arr

@@ -1,0 +1,111 @@
+"""Rollouts: B envs stepped in lockstep by one policy call per control step (B = 1 is the plain case).
+
+The policy is reset before the episodes start, every time (a forgotten ``reset()`` leaves the previous
+episode's action queue in place and silently ruins an evaluation). All B episodes start together, so a
+batched policy's per-row state (its action queue) starts empty for every one of them; an env whose
+episode has ended keeps feeding its last observation so the batch shape stays fixed, and its actions are
+dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from actlab.evaluation.envs import env_max_steps
+from actlab.evaluation.policy_io import ObsAdapter, actions_to_numpy
+from actlab.evaluation.results import EpisodeResult
+from actlab.evaluation.taxonomy import PhaseRecord, classify
+from actlab.evaluation.video import camera_frame
+
+# info keys kept per step (the rest of a sim info, e.g. arrays, is dropped to keep traces small).
+KEPT_INFO: tuple[str, ...] = ("is_success", "grasped", "lifted", "in_goal", "near_goal", "cube_height")
+
+
+@dataclass
+class EpisodeTrace:
+    """What one rollout recorded."""
+
+    seed: int  # env.reset seed
+    infos: list[dict] = field(default_factory=list)  # per step: the KEPT_INFO entries of the step's info
+    reward_sum: float = 0.0  # sum of rewards
+    frames: list[np.ndarray] | None = None  # camera frames (initial + one per step) when recorded
+
+    @property
+    def steps(self) -> int:
+        return len(self.infos)
+
+
+def kept_info(info: Mapping) -> dict:
+    """The per-step signals the taxonomy reads, as plain Python values."""
+    out = {}
+    for k in KEPT_INFO:
+        if k in info:
+            v = info[k]
+            out[k] = float(v) if k == "cube_height" else bool(v)
+    return out
+
+
+def rollout(
+    policy: Any,
+    envs: Sequence[Any],
+    seeds: Sequence[int],
+    adapter: ObsAdapter,
+    record: Sequence[bool] | None = None,
+    reset_options: dict | None = None,
+    max_steps: int | None = None,
+    frame_fn: Callable[[Mapping], np.ndarray] = camera_frame,
+) -> list[EpisodeTrace]:
+    """Run one episode in each of ``envs`` (seeded by ``seeds``) with one batched policy call per step."""
+    import torch
+
+    batch = len(envs)
+    record = list(record) if record is not None else [False] * batch
+    # Seed torch's generator from the episode seed: a stochastic policy then draws the same numbers for
+    # the same episode in every checkpoint and in every worker process.
+    torch.manual_seed(int(seeds[0]))
+    policy.reset()
+    traces = [EpisodeTrace(seed=int(s)) for s in seeds]
+    obs = []
+    for env, seed, trace, rec in zip(envs, seeds, traces, record):
+        o, _ = env.reset(seed=int(seed), options=reset_options)
+        obs.append(o)
+        trace.frames = [frame_fn(o)] if rec else None
+    caps = [min(env_max_steps(env), max_steps or 10**9) for env in envs]
+    active = [True] * batch
+    while any(active):
+        with torch.inference_mode():
+            actions = actions_to_numpy(policy.select_action(adapter(obs)), batch)  # (B, A)
+        for i in range(batch):
+            if not active[i]:
+                continue
+            o, reward, terminated, truncated, info = envs[i].step(actions[i])
+            obs[i] = o
+            traces[i].infos.append(kept_info(info))
+            traces[i].reward_sum += float(reward)
+            if traces[i].frames is not None:
+                traces[i].frames.append(frame_fn(o))
+            if terminated or truncated or traces[i].steps >= caps[i]:
+                active[i] = False
+    return traces
+
+
+def to_result(index: int, trace: EpisodeTrace, video: str | None = None) -> EpisodeResult:
+    """Classify a trace into an EpisodeResult."""
+    c = classify(PhaseRecord.from_infos(trace.infos))
+    return EpisodeResult(
+        index=index,
+        seed=trace.seed,
+        outcome=c.outcome,
+        success=c.outcome == "success",
+        steps=trace.steps,
+        picked=c.picked,
+        drop_events=c.drop_events,
+        release_step=c.release_step,
+        max_lift_m=c.max_lift_m,
+        reward_sum=trace.reward_sum,
+        video=video,
+    )
