@@ -1,0 +1,90 @@
+"""Facts about the LeRobot v3.0 layout on disk, shared by the reader, the writer and the doctor.
+
+See shared/REFERENCE.md §1. Paths are relative to the dataset root.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+CODEBASE_VERSION = "v3.0"
+DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+INFO_PATH = "meta/info.json"
+STATS_PATH = "meta/stats.json"
+TASKS_PATH = "meta/tasks.parquet"
+
+# LeRobot accepts a video frame within this many seconds of the requested timestamp and raises otherwise.
+TIMESTAMP_TOLERANCE_S = 1e-4
+
+STAT_NAMES = ("min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99")
+QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
+
+# Columns every v3.0 data file has, in LeRobot's order, with the feature spec info.json gives them.
+DEFAULT_FEATURES: dict[str, dict[str, Any]] = {
+    "timestamp": {"dtype": "float32", "shape": [1], "names": None},
+    "frame_index": {"dtype": "int64", "shape": [1], "names": None},
+    "episode_index": {"dtype": "int64", "shape": [1], "names": None},
+    "index": {"dtype": "int64", "shape": [1], "names": None},
+    "task_index": {"dtype": "int64", "shape": [1], "names": None},
+}
+
+CAMERA_DTYPES = ("video", "image")
+
+
+def is_camera(feature: Mapping[str, Any]) -> bool:
+    """True for image features (``video`` stored in mp4, ``image`` stored as PNG bytes in parquet)."""
+    return feature.get("dtype") in CAMERA_DTYPES
+
+
+def is_numeric(feature: Mapping[str, Any]) -> bool:
+    """True for features stored as numbers in the data parquet (not cameras, not strings)."""
+    return feature.get("dtype") not in (*CAMERA_DTYPES, "string")
+
+
+def chunk_file(position: int, chunks_size: int) -> tuple[int, int]:
+    """The (chunk_index, file_index) of the ``position``-th file of a sequence (1000 files per chunk)."""
+    return position // chunks_size, position % chunks_size
+
+
+def camera_feature(height: int, width: int, fps: int, video: bool = True) -> dict[str, Any]:
+    """Feature spec of an RGB camera (HWC on disk); ``video.*`` info is completed by the writer."""
+    return {
+        "dtype": "video" if video else "image",
+        "shape": [int(height), int(width), 3],
+        "names": ["height", "width", "channels"],
+    }
+
+
+def vector_feature(dim: int, names: Sequence[str] | None = None, dtype: str = "float32") -> dict[str, Any]:
+    """Feature spec of a 1-D numeric vector such as ``observation.state`` or ``action``."""
+    if names is not None and len(names) != dim:
+        raise ValueError(f"{len(names)} names for a {dim}-dim feature")
+    return {
+        "dtype": dtype,
+        "shape": [int(dim)],
+        "names": list(names) if names else [f"d{i}" for i in range(dim)],
+    }
+
+
+def make_features(
+    state_dim: int,
+    action_dim: int,
+    cameras: Mapping[str, tuple[int, int]] | None = None,
+    fps: int = 30,
+    state_names: Sequence[str] | None = None,
+    action_names: Sequence[str] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Features for a typical robot dataset: ``observation.state``, ``action`` and video cameras.
+
+    ``cameras`` maps a camera name (``top``) to ``(height, width)``; keys become
+    ``observation.images.<name>``. Default columns (timestamp, index, ...) are added by the writer.
+    """
+    feats: dict[str, dict[str, Any]] = {}
+    for name, (h, w) in (cameras or {}).items():
+        feats[f"observation.images.{name}"] = camera_feature(h, w, fps)
+    feats["observation.state"] = vector_feature(state_dim, state_names)
+    feats["action"] = vector_feature(action_dim, action_names)
+    return feats

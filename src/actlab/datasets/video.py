@@ -1,0 +1,306 @@
+"""Video encode and decode with PyAV (AV1 via libsvtav1/libdav1d, h264 via libx264), no system ffmpeg.
+
+Frames are HWC uint8 RGB here; the reader and the FrameStore turn them into CHW.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fractions
+import os
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from actlab.errors import ActlabError
+
+# SVT-AV1 prints a banner of ~20 lines per encoder on stderr unless told otherwise (1 = errors only).
+os.environ.setdefault("SVT_LOG", "1")
+
+import av
+
+_CODEC_NAMES = {"libsvtav1": "av1", "libaom-av1": "av1", "libx264": "h264", "h264": "h264"}
+
+
+@dataclasses.dataclass(frozen=True)
+class VideoOptions:
+    """How the writer encodes camera streams (LeRobot's defaults, REFERENCE §1)."""
+
+    # FFmpeg encoder name: libsvtav1 (AV1, LeRobot's default) or libx264 (h264).
+    codec: str = "libsvtav1"
+    # Pixel format of the stream; yuv420p needs even frame sizes.
+    pix_fmt: str = "yuv420p"
+    # Keyframe interval in frames; 2 makes random access cheap (at most one extra frame to decode).
+    gop: int = 2
+    # Constant rate factor: quality (lower = better, bigger files).
+    crf: int = 30
+    # Encoder speed preset: 12 is SVT-AV1's fastest (libx264 takes names such as "veryfast").
+    preset: str = "12"
+    # Encode each camera on a background thread so recording overlaps encoding.
+    threaded: bool = True
+
+    def __post_init__(self) -> None:
+        if self.codec not in _CODEC_NAMES:
+            raise ActlabError(
+                "unsupported video codec", field="codec", expected=", ".join(_CODEC_NAMES), found=self.codec
+            )
+        if self.gop < 1:
+            raise ActlabError("gop must be >= 1", field="gop", expected=">= 1", found=self.gop)
+        if not 0 <= self.crf <= 63:
+            raise ActlabError("crf out of range", field="crf", expected="0..63", found=self.crf)
+
+    @property
+    def codec_name(self) -> str:
+        """Codec family as LeRobot records it in ``video.codec`` (``av1``, ``h264``)."""
+        return _CODEC_NAMES[self.codec]
+
+    def encoder_options(self) -> dict[str, str]:
+        return {"g": str(self.gop), "crf": str(self.crf), "preset": str(self.preset)}
+
+
+def check_even(height: int, width: int, pix_fmt: str, where: str) -> None:
+    """yuv420p stores chroma at half resolution, so both sides must be even."""
+    if pix_fmt == "yuv420p" and (height % 2 or width % 2):
+        raise ActlabError(
+            "yuv420p video needs an even frame size",
+            field=where,
+            expected="even height and width",
+            found=f"{height}x{width}",
+            fix="crop or pad the images by one pixel, or record at an even size",
+        )
+
+
+class VideoEncoder:
+    """Encodes RGB frames into one mp4; frame ``i`` of the file gets timestamp ``i / fps`` exactly."""
+
+    def __init__(self, path: str | Path, height: int, width: int, fps: int, options: VideoOptions) -> None:
+        check_even(height, width, options.pix_fmt, str(path))
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.height, self.width, self.fps = height, width, fps
+        self.frames = 0
+        self._tb = fractions.Fraction(1, fps)
+        self._container = av.open(str(self.path), "w")
+        try:
+            self._stream = self._container.add_stream(
+                options.codec, rate=fps, options=options.encoder_options()
+            )
+            self._stream.width, self._stream.height = width, height
+            self._stream.pix_fmt = options.pix_fmt
+            self._stream.codec_context.time_base = self._tb
+        except Exception:
+            self._container.close()
+            raise
+
+    def encode(self, frames: np.ndarray) -> None:
+        """Append ``frames`` (T, H, W, 3) uint8."""
+        for img in frames:
+            frame = av.VideoFrame.from_ndarray(img, format="rgb24")
+            frame.pts = self.frames
+            frame.time_base = self._tb
+            for packet in self._stream.encode(frame):
+                self._container.mux(packet)
+            self.frames += 1
+
+    def close(self) -> None:
+        """Flush the encoder and finish the file."""
+        for packet in self._stream.encode():
+            self._container.mux(packet)
+        self._container.close()
+
+    def abort(self) -> None:
+        try:
+            self._container.close()
+        except Exception:  # the file is deleted with the temp dir anyway
+            pass
+
+
+class EncoderThread:
+    """Runs a sequence of :class:`VideoEncoder` on one background thread, fed through a bounded queue.
+
+    Why: AV1 encoding releases the GIL, so a recorder (or the sim) keeps producing the next episode while
+    this thread encodes the previous one. Errors surface at the next call or at ``close``.
+    """
+
+    def __init__(self, max_pending: int = 4) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
+        self._error: BaseException | None = None
+        self._encoder: VideoEncoder | None = None
+        self._thread = threading.Thread(target=self._run, name="actlab-encoder", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if self._error is not None:
+                continue  # drain after a failure
+            try:
+                kind, payload = item
+                if kind == "open":
+                    self._encoder = VideoEncoder(*payload)
+                elif kind == "frames":
+                    assert self._encoder is not None
+                    self._encoder.encode(payload)
+                elif kind == "close":
+                    assert self._encoder is not None
+                    self._encoder.close()
+                    self._encoder = None
+            except BaseException as e:
+                self._error = e
+
+    def _put(self, item: Any) -> None:
+        self.raise_error()
+        self._queue.put(item)
+
+    def raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def open(self, path: Path, height: int, width: int, fps: int, options: VideoOptions) -> None:
+        self._put(("open", (path, height, width, fps, options)))
+
+    def encode(self, frames: np.ndarray) -> None:
+        self._put(("frames", frames))
+
+    def close_file(self) -> None:
+        self._put(("close", None))
+
+    def finish(self) -> None:
+        """Wait for all queued work; re-raise an encoding error."""
+        self._queue.put(None)
+        self._thread.join()
+        self.raise_error()
+
+    def abort(self) -> None:
+        self._error = self._error or RuntimeError("aborted")
+        self._queue.put(None)
+        self._thread.join()
+        if self._encoder is not None:
+            self._encoder.abort()
+
+
+def fit_size(height: int, width: int, image_size: int | None) -> tuple[int, int, int, int]:
+    """Resize target for square caching: ``(new_h, new_w, pad_top, pad_left)``.
+
+    The longer side becomes ``image_size`` (aspect ratio kept); the shorter side is padded with black,
+    centred, to a square. ``None`` keeps the frame as it is.
+    """
+    if image_size is None:
+        return height, width, 0, 0
+    scale = image_size / max(height, width)
+    new_h = max(1, round(height * scale))
+    new_w = max(1, round(width * scale))
+    return new_h, new_w, (image_size - new_h) // 2, (image_size - new_w) // 2
+
+
+def _open_input(path: Path):
+    if not path.is_file():
+        raise ActlabError("video file missing", file=path, fix="restore the file or re-record the dataset")
+    try:
+        container = av.open(str(path))
+    except av.error.FFmpegError as e:
+        raise ActlabError(f"cannot open video: {e}", file=path, fix="re-encode or re-record") from e
+    if not container.streams.video:
+        container.close()
+        raise ActlabError("no video stream in file", file=path, fix="re-encode or re-record")
+    return container
+
+
+def iter_decode(path: str | Path, image_size: int | None = None) -> Iterator[tuple[float, np.ndarray]]:
+    """Decode a whole file in order: ``(timestamp_s, HWC uint8)``, optionally resized and square-padded."""
+    container = _open_input(Path(path))
+    try:
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"  # frame threads in dav1d: sequential decode is the fast path
+        for frame in container.decode(stream):
+            if frame.pts is None:
+                continue
+            yield float(frame.time), to_rgb(frame, image_size)
+    finally:
+        container.close()
+
+
+def to_rgb(frame: Any, image_size: int | None = None) -> np.ndarray:
+    """An ``av.VideoFrame`` as HWC uint8 RGB; resized by swscale (area filter) and padded with numpy."""
+    if image_size is None:
+        return frame.to_ndarray(format="rgb24")
+    new_h, new_w, top, left = fit_size(frame.height, frame.width, image_size)
+    small = frame.reformat(width=new_w, height=new_h, format="rgb24", interpolation="AREA").to_ndarray()
+    if new_h == image_size and new_w == image_size:
+        return small
+    out = np.zeros((image_size, image_size, 3), dtype=np.uint8)
+    out[top : top + new_h, left : left + new_w] = small
+    return out
+
+
+class VideoDecoder:
+    """Random access by timestamp into one file; keeps the container open between calls."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._container = _open_input(self.path)
+        self._stream = self._container.streams.video[0]
+        self._tb = self._stream.time_base
+
+    def frames_at(self, timestamps: Sequence[float], tolerance_s: float) -> list[np.ndarray]:
+        """Frames (HWC uint8) whose timestamps match ``timestamps`` within ``tolerance_s``.
+
+        Seeks to the keyframe before the earliest timestamp and decodes forward, as LeRobot's pyav
+        backend does; with gop 2 that is at most one extra frame.
+        """
+        wanted = sorted(set(float(t) for t in timestamps))
+        found: dict[float, np.ndarray] = {}
+        target = int((wanted[0] - tolerance_s) / self._tb) if wanted[0] > tolerance_s else 0
+        self._container.seek(max(target, 0), stream=self._stream, backward=True, any_frame=False)
+        pending = list(wanted)
+        for frame in self._container.decode(self._stream):
+            if frame.pts is None:
+                continue
+            t = float(frame.time)
+            img = None
+            while pending and abs(t - pending[0]) <= tolerance_s:
+                img = frame.to_ndarray(format="rgb24") if img is None else img
+                found[pending.pop(0)] = img
+            if not pending or t > pending[0] + tolerance_s:
+                break  # done, or the next wanted timestamp was skipped over: it does not exist
+        if pending:
+            raise ActlabError(
+                "video frame not found at the requested timestamp",
+                file=self.path,
+                field="timestamp",
+                expected=f"a frame within {tolerance_s} s of {pending[0]:.6f} s",
+                found="no such frame (the video is shorter or its timestamps are off-grid)",
+                fix="run `actlab data doctor` on the dataset",
+            )
+        return [found[float(t)] for t in timestamps]
+
+    def close(self) -> None:
+        self._container.close()
+
+
+def packet_times(path: str | Path) -> np.ndarray:
+    """Presentation times (s) of every video packet, sorted, without decoding: a cheap frame count."""
+    container = _open_input(Path(path))
+    try:
+        stream = container.streams.video[0]
+        tb = float(stream.time_base)
+        pts = [p.pts for p in container.demux(stream) if p.pts is not None and p.size > 0]
+    finally:
+        container.close()
+    return np.sort(np.asarray(pts, dtype=np.float64) * tb)
+
+
+def video_info(path: str | Path) -> dict[str, Any]:
+    """Height, width, codec and pixel format of the first video stream."""
+    container = _open_input(Path(path))
+    try:
+        cc = container.streams.video[0].codec_context
+        return {"height": cc.height, "width": cc.width, "codec": cc.name, "pix_fmt": cc.pix_fmt}
+    finally:
+        container.close()

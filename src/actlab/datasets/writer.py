@@ -1,0 +1,476 @@
+"""Write LeRobot v3.0 datasets that lerobot 0.6 itself loads.
+
+Layout and columns follow shared/REFERENCE.md §1: one data parquet row group per episode, episodes
+concatenated per camera into AV1 mp4 files with exact ``from_timestamp``/``to_timestamp``, per-episode
+stats in the episodes parquet, global ``meta/stats.json``. The whole dataset is built in a temporary
+directory beside ``root`` and renamed into place by ``close()``; an error leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from actlab.datasets import format as fmt
+from actlab.datasets.stats import aggregate_stats, feature_stats, image_stats, stats_to_json
+from actlab.datasets.video import EncoderThread, VideoEncoder, VideoOptions, check_even
+from actlab.errors import ActlabError
+from actlab.utils.config import did_you_mean
+from actlab.utils.io import atomic_dir, atomic_write_json
+
+# Frames per episode (evenly spaced) that enter the per-episode image stats.
+_IMAGE_STATS_FRAMES = 32
+
+
+def _arrow_type(dtype: str) -> pa.DataType:
+    return pa.from_numpy_dtype(np.dtype(dtype))
+
+
+def _column(values: np.ndarray, feature: Mapping[str, Any]) -> pa.Array:
+    """A numeric feature as LeRobot stores it: scalar for shape [1], fixed_size_list for 1-D vectors."""
+    shape = tuple(feature["shape"])
+    typ = _arrow_type(feature["dtype"])
+    if shape == (1,):
+        return pa.array(values.reshape(-1), type=typ)
+    if len(shape) != 1:
+        raise ActlabError(
+            "only scalar and 1-D numeric features are supported",
+            field="features",
+            expected="shape [n]",
+            found=list(shape),
+        )
+    flat = pa.array(values.reshape(-1), type=typ)
+    return pa.FixedSizeListArray.from_arrays(flat, shape[0])
+
+
+def _tasks_table(tasks: list[str]) -> pa.Table:
+    """``meta/tasks.parquet`` as pandas writes a DataFrame indexed by ``task`` (what LeRobot reads)."""
+    table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()), "task": pa.array(tasks)})
+    pandas_meta = {
+        "index_columns": ["task"],
+        "column_indexes": [
+            {"name": None, "field_name": None, "pandas_type": "unicode", "numpy_type": "object",
+             "metadata": {"encoding": "UTF-8"}}
+        ],
+        "columns": [
+            {"name": "task_index", "field_name": "task_index", "pandas_type": "int64",
+             "numpy_type": "int64", "metadata": None},
+            {"name": "task", "field_name": "task", "pandas_type": "unicode", "numpy_type": "object",
+             "metadata": None},
+        ],
+        "creator": {"library": "pyarrow", "version": pa.__version__},
+        "pandas_version": "2.2.3",
+    }  # fmt: skip
+    return table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
+
+
+class _CameraStream:
+    """One camera's current mp4 file: which file, how many frames, its encoder (threaded or inline)."""
+
+    def __init__(self, key: str, height: int, width: int, fps: int, options: VideoOptions) -> None:
+        self.key, self.height, self.width, self.fps, self.options = key, height, width, fps, options
+        self.position = -1  # index of the current file in the sequence (chunk, file)
+        self.frames = 0  # frames in the current file
+        self.path: Path | None = None
+        self._inline: VideoEncoder | None = None
+        self._thread = EncoderThread() if options.threaded else None
+
+    def open_next(self, root: Path, chunks_size: int) -> None:
+        self.close_file()
+        self.position += 1
+        chunk, file = fmt.chunk_file(self.position, chunks_size)
+        rel = fmt.VIDEO_PATH.format(video_key=self.key, chunk_index=chunk, file_index=file)
+        self.path = root / rel
+        self.frames = 0
+        args = (self.path, self.height, self.width, self.fps, self.options)
+        if self._thread is not None:
+            self._thread.open(*args)
+        else:
+            self._inline = VideoEncoder(*args)
+
+    def encode(self, frames: np.ndarray) -> None:
+        if self._thread is not None:
+            self._thread.encode(frames)
+        else:
+            assert self._inline is not None
+            self._inline.encode(frames)
+        self.frames += len(frames)
+
+    def size_mb(self) -> float:
+        # Threaded: the file lags the queue a little; rotation by size is approximate by design.
+        return self.path.stat().st_size / 1e6 if self.path is not None and self.path.exists() else 0.0
+
+    def close_file(self) -> None:
+        if self.path is None:
+            return
+        if self._thread is not None:
+            self._thread.close_file()
+        elif self._inline is not None:
+            self._inline.close()
+            self._inline = None
+        self.path = None
+
+    def finish(self) -> None:
+        self.close_file()
+        if self._thread is not None:
+            self._thread.finish()
+
+    def abort(self) -> None:
+        if self._thread is not None:
+            self._thread.abort()
+        elif self._inline is not None:
+            self._inline.abort()
+
+
+class DatasetWriter:
+    """Writes episodes into a new LeRobot v3.0 dataset at ``root`` (atomic: temp dir + rename on close).
+
+    ``features`` maps keys to specs as in ``meta/info.json`` (see :func:`actlab.datasets.make_features`);
+    the default columns (timestamp, frame_index, episode_index, index, task_index) are added here.
+    Use as a context manager; ``add_episode`` takes arrays with one row per frame.
+    """
+
+    def __init__(
+        self,
+        root: str | Path,
+        fps: int,
+        features: Mapping[str, Mapping[str, Any]],
+        robot_type: str | None = None,
+        *,
+        video: VideoOptions | None = None,
+        data_files_size_in_mb: float = 100,
+        video_files_size_in_mb: float = 200,
+        chunks_size: int = 1000,
+        overwrite: bool = False,
+    ) -> None:
+        if int(fps) != fps or fps <= 0:
+            raise ActlabError("fps must be a positive integer", field="fps", expected="e.g. 30", found=fps)
+        self.root = Path(root)
+        self.fps = int(fps)
+        self.robot_type = robot_type
+        self.video = video or VideoOptions()
+        self.data_files_size_in_mb = data_files_size_in_mb
+        self.video_files_size_in_mb = video_files_size_in_mb
+        self.chunks_size = chunks_size
+        self.features = self._check_features(features)
+        self.camera_keys = [k for k, f in self.features.items() if fmt.is_camera(f)]
+        self.numeric_keys = [k for k, f in self.features.items() if fmt.is_numeric(f)]
+        self.user_keys = [k for k in self.features if k not in fmt.DEFAULT_FEATURES]
+        self._stack = contextlib.ExitStack()
+        self._tmp: Path = self._stack.enter_context(atomic_dir(self.root, overwrite=overwrite))
+        self._closed = False
+        self._tasks: dict[str, int] = {}
+        self._episodes: list[dict[str, Any]] = []
+        self._columns: dict[str, list[np.ndarray]] = {k: [] for k in self.numeric_keys}
+        self._episode_stats: list[dict[str, dict[str, np.ndarray]]] = []
+        self._total = 0
+        self._data_position = -1
+        self._data_writer: pq.ParquetWriter | None = None
+        self._data_path: Path | None = None
+        self._cameras = {
+            k: _CameraStream(
+                k, self.features[k]["shape"][0], self.features[k]["shape"][1], self.fps, self.video
+            )
+            for k in self.camera_keys
+        }
+
+    # ----------------------------------------------------------------------------------- validation
+
+    def _check_features(self, features: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for key, spec in features.items():
+            if key in fmt.DEFAULT_FEATURES:
+                continue
+            spec = dict(spec)
+            for field in ("dtype", "shape"):
+                if field not in spec:
+                    raise ActlabError(
+                        f"feature {key!r} has no {field!r}",
+                        field=f"features.{key}",
+                        expected="{'dtype', 'shape', 'names'}",
+                        found=sorted(spec),
+                    )
+            spec["shape"] = [int(s) for s in spec["shape"]]
+            spec.setdefault("names", None)
+            if fmt.is_camera(spec):
+                if spec["dtype"] != "video":
+                    raise ActlabError(
+                        "the writer stores cameras as video only",
+                        field=f"features.{key}.dtype",
+                        expected="video",
+                        found=spec["dtype"],
+                    )
+                if len(spec["shape"]) != 3 or spec["shape"][2] != 3:
+                    raise ActlabError(
+                        "camera shape must be [height, width, 3]",
+                        field=f"features.{key}.shape",
+                        expected="[H, W, 3]",
+                        found=spec["shape"],
+                    )
+                check_even(spec["shape"][0], spec["shape"][1], self.video.pix_fmt, f"features.{key}.shape")
+                spec["info"] = self._video_info(spec["shape"])
+            elif spec["dtype"] == "string":
+                raise ActlabError("string features are not supported", field=f"features.{key}.dtype")
+            out[key] = spec
+        out.update({k: dict(v) for k, v in fmt.DEFAULT_FEATURES.items()})
+        return out
+
+    def _video_info(self, shape: list[int]) -> dict[str, Any]:
+        return {
+            "video.height": shape[0],
+            "video.width": shape[1],
+            "video.codec": self.video.codec_name,
+            "video.pix_fmt": self.video.pix_fmt,
+            "video.is_depth_map": False,
+            "video.fps": self.fps,
+            "video.channels": 3,
+            "video.g": self.video.gop,
+            "video.crf": self.video.crf,
+            "video.preset": self.video.preset,
+            "has_audio": False,
+        }
+
+    def _check_episode(self, frames: Mapping[str, Any], task: str) -> tuple[int, dict[str, np.ndarray]]:
+        if not isinstance(task, str) or not task:
+            raise ActlabError(
+                "an episode needs a task string", field="task", expected="non-empty str", found=task
+            )
+        unknown = [k for k in frames if k not in self.user_keys]
+        if unknown:
+            raise ActlabError(
+                f"unknown feature {unknown[0]!r}{did_you_mean(unknown[0], self.user_keys)}",
+                field=unknown[0],
+                expected="one of " + ", ".join(self.user_keys),
+                found=unknown[0],
+            )
+        missing = [k for k in self.user_keys if k not in frames]
+        if missing:
+            raise ActlabError(
+                f"episode lacks feature {missing[0]!r}",
+                field=missing[0],
+                expected=", ".join(self.user_keys),
+                found=", ".join(frames),
+            )
+        arrays: dict[str, np.ndarray] = {}
+        lengths = {}
+        for key in self.user_keys:
+            spec = self.features[key]
+            arr = np.asarray(frames[key])
+            want = tuple(spec["shape"])
+            if fmt.is_camera(spec):
+                if arr.dtype != np.uint8:
+                    raise ActlabError(
+                        "camera frames must be uint8 HWC RGB",
+                        field=key,
+                        expected="uint8",
+                        found=str(arr.dtype),
+                        fix="convert with (img * 255).round().astype(np.uint8) if they are floats in [0, 1]",
+                    )
+                arr = np.ascontiguousarray(arr).copy()  # the encoder thread reads it later
+            else:
+                arr = np.asarray(arr, dtype=spec["dtype"])
+                if want == (1,) and arr.ndim == 1:
+                    arr = arr[:, None]
+                if arr.size and np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
+                    bad = int(np.argwhere(~np.isfinite(arr.reshape(len(arr), -1)))[0, 0])
+                    raise ActlabError(
+                        "non-finite value in episode",
+                        field=key,
+                        expected="finite numbers",
+                        found=f"NaN/inf at frame {bad}",
+                        fix="drop or repair the episode before writing",
+                    )
+            if arr.ndim != len(want) + 1 or tuple(arr.shape[1:]) != want:
+                raise ActlabError(
+                    "feature has the wrong shape",
+                    field=key,
+                    expected=f"(T, {', '.join(map(str, want))})",
+                    found=tuple(arr.shape),
+                )
+            arrays[key] = arr
+            lengths[key] = len(arr)
+        if len(set(lengths.values())) != 1 or next(iter(lengths.values()), 0) == 0:
+            raise ActlabError(
+                "every feature of an episode needs the same number of frames (at least one)",
+                field="frames",
+                expected="equal lengths T >= 1",
+                found=lengths,
+            )
+        return next(iter(lengths.values())), arrays
+
+    # -------------------------------------------------------------------------------------- writing
+
+    def add_episode(self, frames: Mapping[str, Any], task: str) -> int:
+        """Append one episode: ``frames[key]`` has one row per frame; cameras (T, H, W, 3) uint8.
+
+        Returns the episode index.
+        """
+        if self._closed:
+            raise ActlabError("writer is closed", fix="open a new DatasetWriter")
+        length, arrays = self._check_episode(frames, task)
+        ep = len(self._episodes)
+        task_index = self._tasks.setdefault(task, len(self._tasks))
+        arrays["timestamp"] = (np.arange(length, dtype=np.float64) / self.fps).astype(np.float32)[:, None]
+        arrays["frame_index"] = np.arange(length, dtype=np.int64)[:, None]
+        arrays["episode_index"] = np.full((length, 1), ep, dtype=np.int64)
+        arrays["index"] = np.arange(self._total, self._total + length, dtype=np.int64)[:, None]
+        arrays["task_index"] = np.full((length, 1), task_index, dtype=np.int64)
+        meta: dict[str, Any] = {"episode_index": ep, "tasks": [task], "length": length}
+        meta.update(self._write_data(arrays, length))
+        for key in self.camera_keys:
+            meta.update(self._write_video(key, arrays[key]))
+        stats = {k: feature_stats(arrays[k]) for k in self.numeric_keys}
+        for key in self.camera_keys:
+            pick = np.unique(np.linspace(0, length - 1, min(length, _IMAGE_STATS_FRAMES)).round().astype(int))
+            stats[key] = image_stats(arrays[key][pick])
+        for key in self.numeric_keys:
+            self._columns[key].append(arrays[key])
+        self._episode_stats.append(stats)
+        self._episodes.append(meta)
+        self._total += length
+        return ep
+
+    def _write_data(self, arrays: dict[str, np.ndarray], length: int) -> dict[str, Any]:
+        if self._data_writer is None or self._data_path.stat().st_size / 1e6 >= self.data_files_size_in_mb:
+            self._open_data_file()
+        order = [k for k in self.features if fmt.is_numeric(self.features[k])]
+        table = pa.table({k: _column(arrays[k], self.features[k]) for k in order})
+        self._data_writer.write_table(table, row_group_size=max(length, 1))  # one row group per episode
+        chunk, file = fmt.chunk_file(self._data_position, self.chunks_size)
+        return {
+            "data/chunk_index": chunk,
+            "data/file_index": file,
+            "dataset_from_index": self._total,
+            "dataset_to_index": self._total + length,
+        }
+
+    def _open_data_file(self) -> None:
+        if self._data_writer is not None:
+            self._data_writer.close()
+        self._data_position += 1
+        chunk, file = fmt.chunk_file(self._data_position, self.chunks_size)
+        self._data_path = self._tmp / fmt.DATA_PATH.format(chunk_index=chunk, file_index=file)
+        self._data_path.parent.mkdir(parents=True, exist_ok=True)
+        order = [k for k in self.features if fmt.is_numeric(self.features[k])]
+        schema = pa.schema(
+            [
+                (k, _arrow_type(self.features[k]["dtype"]))
+                if tuple(self.features[k]["shape"]) == (1,)
+                else (k, pa.list_(_arrow_type(self.features[k]["dtype"]), self.features[k]["shape"][0]))
+                for k in order
+            ]
+        )
+        self._data_writer = pq.ParquetWriter(self._data_path, schema, compression="snappy")
+
+    def _write_video(self, key: str, frames: np.ndarray) -> dict[str, Any]:
+        cam = self._cameras[key]
+        if cam.path is None or cam.size_mb() >= self.video_files_size_in_mb:
+            cam.open_next(self._tmp, self.chunks_size)
+        start = cam.frames
+        cam.encode(frames)
+        chunk, file = fmt.chunk_file(cam.position, self.chunks_size)
+        # Exact: frame i of a file has pts i at time base 1/fps, so episode borders are i / fps.
+        return {
+            f"videos/{key}/chunk_index": chunk,
+            f"videos/{key}/file_index": file,
+            f"videos/{key}/from_timestamp": start / self.fps,
+            f"videos/{key}/to_timestamp": (start + len(frames)) / self.fps,
+        }
+
+    # ------------------------------------------------------------------------------------- finishing
+
+    def close(self) -> Path:
+        """Finish every file, write the metadata and move the dataset into place; returns ``root``."""
+        if self._closed:
+            return self.root
+        self._closed = True
+        try:
+            if not self._episodes:
+                raise ActlabError("no episode was added", file=self.root, fix="add at least one episode")
+            if self._data_writer is not None:
+                self._data_writer.close()
+            for cam in self._cameras.values():
+                cam.finish()
+            self._write_meta()
+        except BaseException as e:
+            self._abort()
+            self._stack.__exit__(type(e), e, e.__traceback__)
+            raise
+        self._stack.close()
+        return self.root
+
+    def abort(self) -> None:
+        """Discard everything written so far."""
+        if self._closed:
+            return
+        self._closed = True
+        self._abort()
+        err = ActlabError("writer aborted")
+        self._stack.__exit__(type(err), err, None)
+
+    def _abort(self) -> None:
+        for cam in self._cameras.values():
+            cam.abort()
+        if self._data_writer is not None:
+            with contextlib.suppress(Exception):
+                self._data_writer.close()
+
+    def __enter__(self) -> DatasetWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def _write_meta(self) -> None:
+        meta = self._tmp / "meta"
+        meta.mkdir(parents=True, exist_ok=True)
+        tasks = sorted(self._tasks, key=self._tasks.get)
+        pq.write_table(_tasks_table(tasks), meta / "tasks.parquet")
+        self._write_episodes(meta)
+        stats = {k: feature_stats(np.concatenate(self._columns[k])) for k in self.numeric_keys}
+        for key in self.camera_keys:
+            stats[key] = aggregate_stats([s[key] for s in self._episode_stats])
+        atomic_write_json(meta / "stats.json", stats_to_json(stats))
+        atomic_write_json(meta / "info.json", self._info(len(tasks)))
+
+    def _write_episodes(self, meta: Path) -> None:
+        rows = []
+        for ep, st in zip(self._episodes, self._episode_stats):
+            row = dict(ep)
+            row["meta/episodes/chunk_index"] = 0
+            row["meta/episodes/file_index"] = 0
+            for key, s in st.items():
+                for name, value in s.items():
+                    row[f"stats/{key}/{name}"] = np.asarray(value).tolist()
+            rows.append(row)
+        path = self._tmp / fmt.EPISODES_PATH.format(chunk_index=0, file_index=0)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(rows), path, compression="snappy")
+
+    def _info(self, total_tasks: int) -> dict[str, Any]:
+        return {
+            "codebase_version": fmt.CODEBASE_VERSION,
+            "robot_type": self.robot_type,
+            "total_episodes": len(self._episodes),
+            "total_frames": self._total,
+            "total_tasks": total_tasks,
+            "chunks_size": self.chunks_size,
+            "data_files_size_in_mb": self.data_files_size_in_mb,
+            "video_files_size_in_mb": self.video_files_size_in_mb,
+            "fps": self.fps,
+            "splits": {"train": f"0:{len(self._episodes)}"},
+            "data_path": fmt.DATA_PATH,
+            "video_path": fmt.VIDEO_PATH if self.camera_keys else None,
+            "features": self.features,
+            "writer": "actlab",
+        }
