@@ -5,6 +5,7 @@ Frames are HWC uint8 RGB here; the reader and the FrameStore turn them into CHW.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fractions
 import os
@@ -113,10 +114,8 @@ class VideoEncoder:
         self._container.close()
 
     def abort(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # the file is deleted with the temp dir anyway
             self._container.close()
-        except Exception:  # the file is deleted with the temp dir anyway
-            pass
 
 
 class EncoderThread:
