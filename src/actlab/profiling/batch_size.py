@@ -1,0 +1,205 @@
+"""Batch-size search: double until a step no longer fits, then bisect to the boundary.
+
+The search is a pure function of a probe ``probe(batch_size) -> Probe`` (tested alone on synthetic
+probes); the real probes that run training steps live in :mod:`actlab.profiling.batch_probe`.
+
+"Fits" means the step ran and its measured peak memory stayed within the budget
+``limit * (1 - margin)``: the safety margin is applied during the search, so the recommended batch size
+is the largest one that was seen to fit with the margin, not a guess scaled down from the limit.
+Memory is assumed to grow with the batch size (true for a training step); the trials table shows every
+measurement so a violation would be visible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from actlab.errors import ActlabError
+
+_UNITS = {
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What one trial of a batch size measured."""
+
+    batch_size: int  # the batch size tried
+    ok: bool  # the step(s) ran to the end (False: out of memory, or stopped for exceeding the limit)
+    memory_bytes: int | None  # peak memory measured (GPU: allocator reserved; CPU: process RSS)
+    detail: str = ""  # why it failed, or what was measured, in words
+    seconds: float | None = None  # wall time of the measured step(s), for a rough samples/s
+
+
+@dataclass(frozen=True)
+class Trial:
+    """A probe plus the search's verdict on it."""
+
+    probe: Probe
+    fits: bool  # ran and stayed within the budget
+
+
+@dataclass
+class SearchResult:
+    """Every trial in the order tried, and the answer."""
+
+    limit_bytes: int  # the memory the step may use (device total, or --memory-limit)
+    margin: float  # safety margin, fraction of the limit kept free
+    trials: list[Trial] = field(default_factory=list)
+    recommended: int | None = None  # largest batch size that fit within the budget
+    first_fail: int | None = None  # smallest batch size that did not fit (None: never failed)
+    reached_max: bool = False  # stopped at max_batch while still fitting
+
+    @property
+    def budget_bytes(self) -> int:
+        return int(self.limit_bytes * (1.0 - self.margin))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "limit_bytes": self.limit_bytes,
+            "budget_bytes": self.budget_bytes,
+            "margin": self.margin,
+            "recommended": self.recommended,
+            "first_fail": self.first_fail,
+            "reached_max": self.reached_max,
+            "trials": [
+                {
+                    "batch_size": t.probe.batch_size,
+                    "memory_bytes": t.probe.memory_bytes,
+                    "ran": t.probe.ok,
+                    "fits": t.fits,
+                    "seconds": t.probe.seconds,
+                    "detail": t.probe.detail,
+                }
+                for t in self.trials
+            ],
+        }
+
+
+def parse_bytes(text: str | int, field_name: str = "--memory-limit") -> int:
+    """``"2GiB"``, ``"1500MB"``, ``"512mib"``, ``"1e9"`` -> bytes (binary units are 1024-based)."""
+    if isinstance(text, int):
+        value = text
+    else:
+        s = str(text).strip().lower().replace(" ", "")
+        num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
+        unit = s[len(num) :] or "b"
+        try:
+            value = int(float(num) * _UNITS[unit])
+        except (ValueError, KeyError):
+            value = -1
+    if value <= 0:
+        raise ActlabError(
+            "bad memory size",
+            field=field_name,
+            expected="a positive size such as 2GiB, 1500MiB or 3GB",
+            found=text,
+        )
+    return value
+
+
+def search_batch_size(
+    probe: Callable[[int], Probe],
+    *,
+    limit_bytes: int,
+    margin: float = 0.1,
+    start: int = 1,
+    max_batch: int | None = None,
+    multiple_of: int = 1,
+) -> SearchResult:
+    """Find the largest batch size whose step fits in ``limit_bytes * (1 - margin)``.
+
+    Doubling from ``start`` (rounded up to ``multiple_of``) until a trial does not fit or ``max_batch``
+    is reached, then bisection between the last fit and the first failure, in steps of ``multiple_of``.
+    Each batch size is probed at most once.
+    """
+    if not 0.0 <= margin < 1.0:
+        raise ActlabError("bad safety margin", field="--margin", expected="0 <= margin < 1", found=margin)
+    if multiple_of < 1:
+        raise ActlabError(
+            "bad --multiple-of", field="--multiple-of", expected="an integer >= 1", found=multiple_of
+        )
+    if start < 1:
+        raise ActlabError("bad start batch size", field="--start", expected="an integer >= 1", found=start)
+    if max_batch is not None and max_batch < start:
+        raise ActlabError("--max is below --start", field="--max", expected=f">= {start}", found=max_batch)
+    result = SearchResult(limit_bytes=limit_bytes, margin=margin)
+    budget = result.budget_bytes
+
+    def fits(units: int) -> bool:
+        p = probe(units * multiple_of)
+        ok = p.ok and p.memory_bytes is not None and p.memory_bytes <= budget
+        result.trials.append(Trial(p, ok))
+        return ok
+
+    lo, hi = 0, None  # in units of multiple_of: largest known fit, smallest known failure
+    top = None if max_batch is None else max_batch // multiple_of
+    k = -(-start // multiple_of)  # ceil
+    if top is not None and k > top:
+        raise ActlabError(
+            "no multiple of --multiple-of lies between --start and --max",
+            field="--max",
+            expected=f">= {k * multiple_of}",
+            found=max_batch,
+        )
+    while True:
+        if not fits(k):
+            hi = k
+            break
+        lo = k
+        if top is not None and k >= top:
+            result.reached_max = True
+            break
+        k = 2 * k if top is None else min(2 * k, top)
+    if hi is not None and lo > 0:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid
+    result.recommended = lo * multiple_of if lo > 0 else None
+    result.first_fail = hi * multiple_of if hi is not None else None
+    return result
+
+
+def render_search(result: SearchResult, what: str) -> str:
+    """A table of every trial plus the recommendation, in words."""
+    from actlab.utils.table import table
+
+    mib = 1024 * 1024
+    rows = []
+    for t in sorted(result.trials, key=lambda t: t.probe.batch_size):
+        p = t.probe
+        mem = "-" if p.memory_bytes is None else f"{p.memory_bytes / mib:,.0f}"
+        pct = "-" if p.memory_bytes is None else f"{100 * p.memory_bytes / result.limit_bytes:.1f}%"
+        verdict = "fits" if t.fits else ("over budget" if p.ok else "failed")
+        rows.append([p.batch_size, mem, pct, verdict, p.detail])
+    lines = [
+        f"memory limit: {result.limit_bytes / mib:,.0f} MiB ({what}); budget with a {result.margin:.0%} "
+        f"safety margin: {result.budget_bytes / mib:,.0f} MiB",
+        "",
+        table(rows, ["batch size", f"peak {what} (MiB)", "of limit", "verdict", "detail"]),
+        "",
+    ]
+    if result.recommended is None:
+        lines.append(f"no batch size fits: even {result.trials[0].probe.batch_size} exceeds the budget")
+    else:
+        extra = " (stopped at --max)" if result.reached_max else f"; {result.first_fail} does not fit"
+        lines.append(f"recommended batch size: {result.recommended}{extra}")
+    return "\n".join(lines)

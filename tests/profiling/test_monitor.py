@@ -1,0 +1,221 @@
+"""`actlab monitor` around real short commands: CSV rows, summary, exit codes, signals, errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from actlab.cli import main
+from actlab.profiling.monitor import BASE_COLUMNS, ProcessTreeSampler, read_monitor_csv, run_monitored
+from actlab.profiling.nvml import open_gpus
+
+# Allocates ~100 MB (touched, so resident), spins one core for ~2 s, then exits 3.
+CHILD = textwrap.dedent(
+    """
+    import time
+    block = b"x" * (100 * 2**20)
+    t0 = time.time()
+    while time.time() - t0 < 2.0:
+        pass
+    raise SystemExit(3)
+    """
+)
+
+
+def _has_gpu() -> bool:
+    with open_gpus() as g:
+        return g.count > 0
+
+
+def test_monitor_records_csv_summary_and_passes_exit_code(tmp_path, capsys):
+    out, plot, js = tmp_path / "m.csv", tmp_path / "m.png", tmp_path / "s.json"
+    argv = ["monitor", "--interval", "0.1", "--out", str(out), "--plot", str(plot)]
+    argv += ["--summary-json", str(js), "--", sys.executable, "-c", CHILD]
+    t0 = time.monotonic()
+    code = main(argv)
+    wall = time.monotonic() - t0
+    assert code == 3  # the child's exit code, passed through
+
+    with open(out, newline="") as f:
+        rows = list(csv.reader(f))
+    header, body = rows[0], rows[1:]
+    assert header[: len(BASE_COLUMNS)] == list(BASE_COLUMNS)
+    assert all(len(r) == len(header) for r in body)
+    # ~2 s at 0.1 s: about 20 rows; a loaded machine stretches the run, never shrinks it below 2 s.
+    assert 12 <= len(body) <= wall / 0.1 + 2, (len(body), wall)
+    col = {name: [r[i] for r in body] for i, name in enumerate(header)}
+    elapsed = [float(v) for v in col["elapsed_s"]]
+    assert elapsed == sorted(elapsed) and elapsed[-1] >= 1.7
+    assert all(col["timestamp"]) and all(float(u) > 1e9 for u in col["unix_time"])
+    assert max(float(v) for v in col["proc_rss_mib"]) > 80  # the 100 MB block is seen
+    cpu = [float(v) for v in col["proc_cpu_pct"][3:]]
+    assert sorted(cpu)[len(cpu) // 2] > 30  # the spinning child keeps a core mostly busy
+
+    err = capsys.readouterr().err
+    assert "exited with code 3" in err
+    assert "warm-up: auto" in err and "steady part" in err
+    assert "command CPU %" in err and "peak memory" in err
+    if not _has_gpu():
+        assert "no GPU found (NVML:" in err
+        assert not any(h.startswith("gpu") for h in header)
+    else:
+        assert "gpu0_util_pct" in header and "gpu0 utilization" in err
+
+    summary = json.loads(js.read_text())
+    assert summary["exit_code"] == 3 and summary["samples"] == len(body)
+    assert summary["process"]["peak_rss_mib"] > 80
+    assert summary["warmup"]["mode"] == "auto" and "rule" in summary["warmup"]
+    assert summary["steady"]["samples"] + summary["warmup"]["samples"] == len(body)
+    assert 1.9 < summary["duration_s"] < wall + 0.5
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # atomic: no temp left
+
+
+def test_monitor_without_out_still_summarises(capsys):
+    code = main(["monitor", "--interval", "0.05", "--", sys.executable, "-c", "pass"])
+    assert code == 0
+    assert "exited with code 0" in capsys.readouterr().err
+
+
+def test_child_killed_by_signal_gives_shell_style_code(capsys):
+    cmd = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]
+    run = run_monitored(cmd, interval_s=0.05)
+    assert run.exit_code == 128 + signal.SIGTERM
+    assert run.signal_name == "SIGTERM"
+
+
+def test_sigterm_to_monitor_is_forwarded_to_the_child(tmp_path):
+    marker = tmp_path / "got-sigterm"
+    child = textwrap.dedent(
+        f"""
+        import signal, sys, time
+        def bye(*_):
+            open({str(marker)!r}, "w").close()
+            sys.exit(7)
+        signal.signal(signal.SIGTERM, bye)
+        print("ready", flush=True)
+        time.sleep(30)
+        """
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "actlab.cli",
+            "monitor",
+            "--interval",
+            "0.1",
+            "--",
+            sys.executable,
+            "-c",
+            child,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # no terminal: SIGINT would be forwarded too, but we test SIGTERM
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)  # to the monitor only, not the child
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert marker.exists(), err  # the child's own handler ran
+    assert proc.returncode == 7, err  # and its exit code came back through the monitor
+    assert "exited with code 7" in err
+
+
+def test_process_tree_sums_descendants():
+    grandchild = "import time; b = b'x' * (60 * 2**20); time.sleep(20)"
+    spawn = f"subprocess.Popen([sys.executable, '-c', {grandchild!r}])"
+    parent = f"import subprocess, sys, time; {spawn}; time.sleep(20)"
+    proc = subprocess.Popen([sys.executable, "-c", parent], start_new_session=True)
+    try:
+        sampler = ProcessTreeSampler(proc.pid)
+        deadline = time.monotonic() + 15
+        best = (0.0, 0.0, 0)
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            best = sampler.sample()
+            if best[2] == 2 and best[1] > 60:
+                break
+        cpu, rss, count = best
+        assert count == 2 and rss > 60, best
+        assert cpu is not None and cpu >= 0
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_csv_reads_back_as_sampled(tmp_path):
+    out = tmp_path / "r.csv"
+    run = run_monitored([sys.executable, "-c", "import time; time.sleep(0.5)"], 0.1, csv_path=out)
+    columns, rows = read_monitor_csv(out)
+    assert columns == run.columns and len(rows) == len(run.rows) >= 3
+    i = columns.index("proc_rss_mib")
+    assert [round(r[i], 2) for r in rows] == [round(r[i], 2) for r in run.rows]
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["monitor"], "no command to monitor"),
+        (["monitor", "--"], "no command to monitor"),
+        (["monitor", "--interval", "0", "--", "true"], "--interval"),
+        (["monitor", "--interval", "-1", "--", "true"], "positive number"),
+        (["monitor", "--interval", "fast", "--", "true"], "found:    fast"),
+        (["monitor", "--interval", "nan", "--", "true"], "positive number"),
+        (["monitor", "--", "no-such-command-xyz", "--flag"], "command not found: no-such-command-xyz"),
+        (["monitor", "--", "./not/here.sh"], "command not found: ./not/here.sh"),
+        (["monitor", "--warmup", "soon", "--", "true"], "--warmup"),
+        (["monitor", "--plot", "x.jpeg", "--", "true"], "unsupported plot format"),
+    ],
+)
+def test_bad_input_is_a_clear_error(argv, needle, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and needle in err
+    assert not list(tmp_path.iterdir())  # nothing written, nothing started
+
+
+def test_read_monitor_csv_errors(tmp_path):
+    from actlab.errors import ActlabError
+
+    with pytest.raises(ActlabError, match="not found"):
+        read_monitor_csv(tmp_path / "missing.csv")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    with pytest.raises(ActlabError, match="not an actlab monitor CSV"):
+        read_monitor_csv(bad)
+    short = tmp_path / "short.csv"
+    short.write_text("timestamp,elapsed_s,x\nT,0.1\n")
+    with pytest.raises(ActlabError, match="wrong number of cells"):
+        read_monitor_csv(short)
+
+
+def test_open_gpus_never_raises():
+    with open_gpus() as gpus:
+        if gpus.count == 0:
+            assert gpus.reason
+        else:
+            assert gpus.reason is None and len(gpus.names) == gpus.count
+
+
+@pytest.mark.gpu
+def test_gpu_fields_are_read():
+    with open_gpus() as gpus:
+        assert gpus.count > 0, gpus.reason
+        r = gpus.read(0)
+        assert r["util_pct"] is not None and 0 <= r["util_pct"] <= 100
+        assert r["mem_total_mib"] > 1000 and 0 <= r["mem_used_mib"] <= r["mem_total_mib"]
