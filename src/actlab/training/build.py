@@ -1,0 +1,439 @@
+"""Build everything a training step needs for a config on a device, and run steps with it.
+
+:func:`build_run` is the one place that wires the dataset layer (open_dataset, FrameStore, compute_stats,
+EpisodeSampler, DeviceData) to the policy layer (make_policy, param_groups) and the optimizer and
+schedule. ``actlab train``, ``actlab bench train`` and the batch-size finder all use it::
+
+    run = build_run(cfg, device)            # cfg: a TrainConfig with data.path set
+    batch = run.next_batch()                # gathered + augmented on the device
+    metrics = run.step(batch)               # dict of 0-dim device tensors (no host sync)
+    run.close()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from actlab.errors import ActlabError
+from actlab.training import ddp, preflight
+from actlab.training.augment import prepare_images
+from actlab.training.checkpoint import jsonable
+from actlab.training.config import TrainConfig
+from actlab.training.data import BatchSource, Split, make_sampler, overfit_ranges, split_episodes
+from actlab.training.ddp import DistInfo
+from actlab.training.step import GraphedStep, autocast, train_step
+
+# Offset between the validation sampler's seed and the run seed (any constant; fixed for reproducibility).
+VAL_SEED_OFFSET = 7919
+
+
+@dataclasses.dataclass
+class TrainRun:
+    """A built training setup: data sources, policy, optimizer and schedule on one device."""
+
+    # the config it was built from
+    cfg: TrainConfig
+    # training device of this process
+    device: Any
+    # this process's place in a DDP job
+    dist: DistInfo
+    # the opened dataset (actlab.datasets)
+    dataset: Any
+    # the decoded FrameStore
+    store: Any
+    # normalization statistics given to the policy
+    stats: dict[str, Any]
+    # dataset features given to the policy (cameras the policy does not use removed)
+    features: dict[str, Any]
+    # the bare policy module (what checkpoints save)
+    policy: Any
+    # what the step calls: the policy, possibly wrapped by DDP and/or torch.compile
+    model: Any
+    # AdamW over the policy's param groups
+    optimizer: Any
+    # LambdaLR (warmup + cosine/constant)
+    scheduler: Any
+    # trainable parameters (for gradient clipping)
+    params: list[Any]
+    # episode split and frame ranges
+    split: Split
+    # gathers batches from the FrameStore on the device
+    device_data: Any
+    # training batches of this rank
+    train_source: BatchSource
+    # camera keys present in batches
+    image_keys: list[str]
+    # RNG of the on-device augmentation (saved with checkpoints)
+    aug_generator: Any
+    # autocast dtype, or None for full precision
+    amp_dtype: Any
+    # CUDA-graph step (cuda_graphs=True), else None
+    graphed: GraphedStep | None = None
+
+    # ------------------------------------------------------------------------------------ the step
+    def next_batch(self, augment: bool = True) -> dict[str, Any]:
+        """The next training batch on the device, images as float ``[0, 1]`` (augmented if enabled)."""
+        raw = self.train_source.next()
+        aug = self.cfg.augment if augment and self.cfg.overfit.samples == 0 else None
+        return prepare_images(raw, self.image_keys, aug, self.aug_generator, self.cfg.channels_last)
+
+    def step(self, batch: dict[str, Any], timer=None) -> dict[str, Any]:
+        """One optimizer step; returns 0-dim device tensors ``loss``, policy terms, ``grad_norm``."""
+        if self.graphed is not None:
+            return self.graphed(batch, self.scheduler, timer)
+        return train_step(
+            self.model,
+            batch,
+            self.optimizer,
+            self.scheduler,
+            self.params,
+            grad_clip=self.cfg.optim.grad_clip,
+            device=self.device,
+            amp_dtype=self.amp_dtype,
+            timer=timer,
+        )
+
+    def lrs(self) -> dict[str, float]:
+        """Current learning rate per param group name (host floats: no sync)."""
+        out = {}
+        for i, group in enumerate(self.optimizer.param_groups):
+            name = group.get("name", f"group{i}")
+            lr = group["lr"]
+            out[f"lr_{name}" if i else "lr"] = float(lr) if not hasattr(lr, "device") else float(lr.item())
+        return out
+
+    # ------------------------------------------------------------------------------------ validation
+    def evaluate(self) -> float | None:
+        """Mean validation loss over ``eval.batches`` fixed batches (all ranks), or None without a split.
+
+        The same batches every time (a fresh sampler with a fixed seed); the global torch RNG is forked
+        so validation never shifts the training random streams (a resumed run stays bitwise identical).
+        """
+        import torch
+
+        if not self.split.val_ranges:
+            return None
+        sampler = make_sampler(
+            self.split.val_ranges, self.cfg.seed + VAL_SEED_OFFSET, self.dist.rank, self.dist.world_size
+        )
+        source = BatchSource(self.device_data, sampler, self.cfg.batch_size, prefetch=1)
+        fork_devices = [self.device] if self.device.type == "cuda" else []
+        total = torch.zeros((), device=self.device)
+        was_training = self.policy.training
+        self.policy.eval()
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=fork_devices):
+                for _ in range(self.cfg.eval.batches):
+                    batch = prepare_images(source.next(), self.image_keys, None, None, self.cfg.channels_last)
+                    with autocast(self.device, self.amp_dtype):
+                        loss, _ = self.policy(batch)
+                    total += loss.float()
+        finally:
+            source.close()
+            self.policy.train(was_training)
+        mean = ddp.all_reduce_mean({"val": total / self.cfg.eval.batches}, self.dist)["val"]
+        return float(mean.item())  # one sync per evaluation
+
+    # ------------------------------------------------------------------------------------ RNG state
+    def rng_state(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(tensors for torch.save, JSON-able dict) holding every random stream of this rank."""
+        import torch
+
+        tensors = {"torch_cpu": torch.get_rng_state(), "augment": self.aug_generator.get_state()}
+        if self.device.type == "cuda":
+            tensors["torch_cuda"] = torch.cuda.get_rng_state(self.device)
+        py = random.getstate()
+        meta = {
+            "sampler": jsonable(self.train_source.state_dict()),
+            "numpy": jsonable(list(np.random.get_state())),
+            "python": [py[0], list(py[1]), py[2]],
+        }
+        return tensors, meta
+
+    def load_rng_state(self, tensors: dict[str, Any], meta: dict[str, Any]) -> None:
+        import torch
+
+        torch.set_rng_state(tensors["torch_cpu"])
+        self.aug_generator.set_state(tensors["augment"])
+        if self.device.type == "cuda" and "torch_cuda" in tensors:
+            torch.cuda.set_rng_state(tensors["torch_cuda"], self.device)
+        self.train_source.load_state_dict(meta["sampler"])
+        kind, keys, pos, has_gauss, cached = meta["numpy"]
+        np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+        version, state, gauss = meta["python"]
+        random.setstate((version, tuple(state), gauss))
+
+    def close(self) -> None:
+        self.train_source.close()
+
+
+# ---------------------------------------------------------------------------------------------- build
+def build_run(
+    cfg: TrainConfig,
+    device: Any = None,
+    dist: DistInfo | None = None,
+    *,
+    out_dir: str | Path | None = None,
+    existing_checkpoint_bytes: int = 0,
+) -> TrainRun:
+    """Open the data, build policy + optimizer + schedule for ``cfg`` on ``device`` (None: ``cfg.device``).
+
+    With ``out_dir`` the disk preflight runs before the FrameStore is written and before step 1.
+    Seeds: the policy init uses ``cfg.seed`` on every rank (identical weights); dropout, augmentation
+    and sampling use per-rank streams derived from it.
+    """
+    import torch
+
+    from actlab.utils.device import resolve_device
+
+    dist = dist or DistInfo()
+    device = resolve_device(cfg.device) if device is None else torch.device(device)
+    _check_speed_options(cfg, device, dist)
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    ds = open_data(cfg)
+    features = select_features(ds, cfg)
+    store = _cached_store(ds, cfg)
+    stats = _stats(ds, cfg, store)
+    torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+    policy = _make_policy(cfg, features, stats, device)
+    if out_dir is not None:
+        _preflight(cfg, policy, ds, store, out_dir, existing_checkpoint_bytes)
+    store = store if store is not None else _build_store(ds, cfg, dist)
+    seed_streams(cfg.seed, dist.rank)
+    return _assemble(cfg, device, dist, ds, store, stats, features, policy)
+
+
+def _assemble(cfg, device, dist, ds, store, stats, features, policy) -> TrainRun:
+    import torch
+
+    split = split_episodes(ds.episodes, cfg.data, cfg.seed, where=str(ds.root))
+    train_ranges = list(split.train_ranges)
+    if cfg.overfit.samples:
+        train_ranges = overfit_ranges(train_ranges, cfg.overfit.samples, cfg.seed)
+        split = dataclasses.replace(split, train_ranges=tuple(train_ranges), val_ranges=())
+    device_data = _device_data(ds, store, policy, cfg, device)
+    sampler = make_sampler(train_ranges, cfg.seed, dist.rank, dist.world_size)
+    source = BatchSource(device_data, sampler, cfg.batch_size)
+    groups = policy.param_groups(cfg.optim.lr, cfg.optim.backbone_lr, cfg.optim.weight_decay)
+    params = [p for g in groups for p in g["params"] if p.requires_grad]
+    optimizer = _optimizer(cfg, groups, device)
+    from actlab.training.schedule import build_scheduler
+
+    scheduler = build_scheduler(optimizer, cfg.steps, cfg.schedule)
+    model = ddp.wrap(policy, dist, device)
+    if cfg.compile:
+        model = torch.compile(model)
+    gen = torch.Generator(device=device)
+    gen.manual_seed(cfg.seed + 1_000_003 * (dist.rank + 1))
+    amp_dtype = torch.bfloat16 if _amp_on(cfg, device) else None
+    graphed = None
+    if cfg.cuda_graphs:
+        graphed = GraphedStep(
+            model, optimizer, params, grad_clip=cfg.optim.grad_clip, device=device, amp_dtype=amp_dtype
+        )
+    return TrainRun(
+        cfg=cfg,
+        device=device,
+        dist=dist,
+        dataset=ds,
+        store=store,
+        stats=stats,
+        features=features,
+        policy=policy,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        params=params,
+        split=split,
+        device_data=device_data,
+        train_source=source,
+        image_keys=[k for k in features if k in ds.camera_keys],
+        aug_generator=gen,
+        amp_dtype=amp_dtype,
+        graphed=graphed,
+    )
+
+
+def seed_streams(seed: int, rank: int) -> None:
+    """Seed torch (dropout, VAE sampling), numpy and python for this rank."""
+    import torch
+
+    torch.manual_seed(seed + 1 + rank)
+    np.random.seed((seed + 1 + rank) % 2**32)
+    random.seed(seed + 1 + rank)
+
+
+def _amp_on(cfg: TrainConfig, device) -> bool:
+    return cfg.amp == "bf16" or (cfg.amp == "auto" and device.type == "cuda")
+
+
+def _check_speed_options(cfg: TrainConfig, device, dist: DistInfo) -> None:
+    if cfg.cuda_graphs and device.type != "cuda":
+        raise ActlabError(
+            "cuda_graphs needs a CUDA device",
+            field="cuda_graphs",
+            expected="device cuda",
+            found=str(device),
+            fix="set cuda_graphs=false on this machine",
+        )
+    if cfg.cuda_graphs and dist.distributed:
+        raise ActlabError(
+            "cuda_graphs is not supported with several processes (DDP)",
+            field="cuda_graphs",
+            found=f"world size {dist.world_size}",
+            fix="set cuda_graphs=false or use one process",
+        )
+    if cfg.cuda_graphs and cfg.compile:
+        raise ActlabError(
+            "choose one of compile and cuda_graphs",
+            field="cuda_graphs",
+            fix="compile=true with cuda_graphs=false, or the reverse",
+        )
+
+
+def open_data(cfg: TrainConfig):
+    """Open ``cfg.data.path`` (a clear error when it is unset)."""
+    from actlab.datasets import open_dataset
+
+    if not cfg.data.path:
+        raise ActlabError(
+            "no dataset given",
+            field="data.path",
+            expected="a LeRobot v3 dataset directory",
+            fix="pass --dataset PATH (or --set data.path=PATH)",
+        )
+    return open_dataset(cfg.data.path)
+
+
+def select_features(ds, cfg: TrainConfig) -> dict[str, Any]:
+    """The dataset's features without the cameras the policy does not use (their frames are never decoded)."""
+    used = set(camera_keys(ds, cfg))
+    return {k: v for k, v in ds.features.items() if k not in ds.camera_keys or k in used}
+
+
+def camera_keys(ds, cfg: TrainConfig) -> list[str]:
+    """The cameras this run trains on (``policy.cameras``; every camera when it is empty)."""
+    try:
+        return list(cfg.policy.camera_keys(ds.features))
+    except ActlabError as e:
+        raise ActlabError(
+            e.problem,
+            file=Path(ds.root) / "meta/info.json",
+            field="policy.cameras",
+            expected=e.expected,
+            found=e.found,
+            fix=e.fix,
+        ) from e
+
+
+def _cached_store(ds, cfg: TrainConfig):
+    """The FrameStore if it is already decoded on disk (cheap to open), else None."""
+    from actlab.datasets import FrameStore
+
+    keys = camera_keys(ds, cfg)
+    if not keys:
+        return None
+    path = FrameStore.path_for(ds, cfg.data.image_size, keys, cfg.data.cache_dir)
+    if path.is_dir():
+        try:
+            return FrameStore.open(path)
+        except (ActlabError, OSError, ValueError, KeyError):
+            return None  # damaged: rebuilt later
+    return None
+
+
+def _build_store(ds, cfg: TrainConfig, dist: DistInfo):
+    """Decode the FrameStore once: rank 0 first, the other ranks then open the finished cache."""
+    from actlab.datasets import FrameStore
+
+    keys = camera_keys(ds, cfg)
+    if not keys:
+        return None
+
+    def build():
+        return FrameStore.build(
+            ds, image_size=cfg.data.image_size, cache_dir=cfg.data.cache_dir, keys=keys, progress=dist.is_main
+        )
+
+    store = build() if dist.is_main else None
+    ddp.barrier(dist)
+    return store if store is not None else build()
+
+
+def _stats(ds, cfg: TrainConfig, store) -> dict[str, Any]:
+    from actlab.datasets import compute_stats
+
+    cache = Path(cfg.data.cache_dir) / "stats" if cfg.data.cache_dir else None
+    return compute_stats(ds, **cfg.policy.stats_request(), store=store, cache_dir=cache)
+
+
+def _make_policy(cfg: TrainConfig, features, stats, device):
+    import torch
+
+    from actlab.policies import make_policy
+
+    if cfg.policy is None:
+        raise ActlabError(
+            "the config has no policy", field="policy", fix="start from a preset (--preset NAME)"
+        )
+    policy = make_policy(cfg.policy, features, stats).to(device)
+    if cfg.channels_last:
+        policy = policy.to(memory_format=torch.channels_last)
+    policy.train()
+    return policy
+
+
+def _preflight(cfg: TrainConfig, policy, ds, store, out_dir, existing_checkpoint_bytes: int) -> None:
+    from actlab.datasets import FrameStore, cache_root
+
+    n_params = sum(p.numel() for p in policy.parameters())
+    n_train = sum(p.numel() for p in policy.parameters() if p.requires_grad)
+    fs_bytes = 0
+    keys = camera_keys(ds, cfg)
+    if store is None and keys:
+        cache = cfg.data.cache_dir or cache_root() / "frames"
+        if preflight.same_filesystem(cache, out_dir):
+            fs_bytes = int(FrameStore.estimate_bytes(ds, cfg.data.image_size, keys))
+    plan = preflight.plan(
+        n_params,
+        n_train,
+        cfg.checkpoint.keep_last,
+        cfg.checkpoint.keep_best,
+        framestore_bytes=fs_bytes,
+        existing_checkpoint_bytes=existing_checkpoint_bytes,
+    )
+    preflight.check(plan, out_dir, cfg.checkpoint.disk_limit_bytes)
+
+
+def _device_data(ds, store, policy, cfg: TrainConfig, device):
+    from actlab.datasets import DeviceData
+
+    on_device = {"auto": "auto", "true": True, "false": False}[cfg.data.frames_on_device]
+    return DeviceData(ds, store, policy.delta_indices, device, frames_on_device=on_device)
+
+
+def _optimizer(cfg: TrainConfig, groups: list[dict[str, Any]], device):
+    import torch
+
+    kwargs: dict[str, Any] = {
+        "lr": cfg.optim.lr,
+        "betas": cfg.optim.betas,
+        "eps": cfg.optim.eps,
+        "weight_decay": cfg.optim.weight_decay,
+    }
+    groups = [dict(g) for g in groups]
+    if device.type == "cuda":
+        # fused: one kernel for all parameters instead of a few per tensor
+        kwargs["fused"] = True
+        if cfg.cuda_graphs:
+            # capturable + tensor lr: the step lives in a CUDA graph and LambdaLR updates lr in place
+            kwargs["capturable"] = True
+            for g in groups:
+                g["lr"] = torch.tensor(float(g.get("lr", cfg.optim.lr)), device=device)
+    return torch.optim.AdamW(groups, **kwargs)

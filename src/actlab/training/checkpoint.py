@@ -1,0 +1,209 @@
+"""Checkpoint directories: atomic writes, keep-last-K plus best, resume state.
+
+Layout of a run directory::
+
+    checkpoints/step_0001000/            a policy bundle (save_policy), loadable by evaluation alone
+        training_state/state.json        step, config hash, world size, val loss, sampler + numpy/python RNG
+        training_state/optimizer.pt      optimizer + scheduler state (torch.save; read with weights_only=True)
+        training_state/rng_rank{r}.pt    torch CPU/CUDA RNG and augmentation generator state of rank r
+    checkpoints/last.json                {"step", "path", "val_loss"} of the newest complete checkpoint
+    checkpoints/best.json                the same for the lowest validation loss
+
+A checkpoint is written under a hidden temporary name and renamed into place only when complete, so a
+kill at any moment leaves either the previous set of checkpoints or the new one, never a half-written one.
+Pointers are rewritten atomically after the rename; retention deletes old directories last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from actlab.errors import ActlabError
+from actlab.utils.io import _fsync_dir, atomic_write_json, read_json
+
+STEP_DIR = re.compile(r"^step_(\d{7,})$")
+
+
+def step_dir_name(step: int) -> str:
+    return f"step_{step:07d}"
+
+
+@dataclasses.dataclass
+class ResumeState:
+    """Everything a checkpoint holds besides the model weights, as loaded for a resume."""
+
+    # the completed optimizer step the checkpoint was written after
+    step: int
+    # checkpoint directory it came from
+    path: Path
+    # contents of training_state/state.json
+    meta: dict[str, Any]
+    # optimizer and scheduler state dicts
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any]
+    # torch RNG tensors of this process's rank
+    rng: dict[str, Any]
+
+
+class CheckpointManager:
+    """Writes, lists, prunes and reads the checkpoints of one run directory (rank 0 writes only)."""
+
+    def __init__(self, run_dir: str | Path, keep_last: int, keep_best: bool) -> None:
+        self.root = Path(run_dir) / "checkpoints"
+        self.keep_last = keep_last
+        self.keep_best = keep_best
+
+    # ----------------------------------------------------------------------------------------- listing
+    def steps(self) -> list[int]:
+        """Steps of every complete checkpoint directory, ascending."""
+        if not self.root.is_dir():
+            return []
+        found = []
+        for p in self.root.iterdir():
+            m = STEP_DIR.match(p.name)
+            if m and p.is_dir() and (p / "training_state" / "state.json").is_file():
+                found.append(int(m.group(1)))
+        return sorted(found)
+
+    def path(self, step: int) -> Path:
+        return self.root / step_dir_name(step)
+
+    def pointer(self, which: str) -> dict[str, Any] | None:
+        """Contents of ``last.json`` / ``best.json``, or None if absent."""
+        p = self.root / f"{which}.json"
+        return read_json(p, f"checkpoint pointer {which}.json") if p.is_file() else None
+
+    def last_step(self) -> int | None:
+        ptr = self.pointer("last")
+        if ptr is not None and self.path(int(ptr["step"])).is_dir():
+            return int(ptr["step"])
+        # last.json is written after the rename; a kill in between leaves a complete newer directory.
+        steps = self.steps()
+        return steps[-1] if steps else None
+
+    def bytes_on_disk(self) -> int:
+        total = 0
+        if self.root.is_dir():
+            for dirpath, _, files in os.walk(self.root):
+                for f in files:
+                    with contextlib.suppress(OSError):
+                        total += os.path.getsize(os.path.join(dirpath, f))
+        return total
+
+    def clean_partial(self) -> None:
+        """Delete temporary directories left by a run killed in the middle of a write."""
+        if self.root.is_dir():
+            for p in self.root.iterdir():
+                if p.name.startswith(".step_") and p.is_dir():
+                    shutil.rmtree(p, ignore_errors=True)
+
+    # ------------------------------------------------------------------------------------------ saving
+    def save(
+        self,
+        step: int,
+        policy: Any,
+        optimizer_state: dict[str, Any],
+        scheduler_state: dict[str, Any],
+        meta: dict[str, Any],
+        rng_per_rank: list[dict[str, Any]],
+        val_loss: float | None,
+        bundle_extra: dict[str, Any] | None = None,
+    ) -> Path:
+        """Write checkpoint ``step`` atomically, update ``last.json``/``best.json``, prune old ones."""
+        import torch
+
+        from actlab.policies import save_policy
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        final = self.path(step)
+        tmp = self.root / f".{final.name}.{os.getpid()}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            save_policy(policy, tmp, extra=bundle_extra)  # creates tmp (itself atomically)
+            state_dir = tmp / "training_state"
+            state_dir.mkdir()
+            torch.save(
+                {"optimizer": optimizer_state, "scheduler": scheduler_state}, state_dir / "optimizer.pt"
+            )
+            for rank, rng in enumerate(rng_per_rank):
+                torch.save(rng, state_dir / f"rng_rank{rank}.pt")
+            full_meta = {**meta, "step": step, "val_loss": val_loss, "written_at": time.time()}
+            atomic_write_json(state_dir / "state.json", full_meta)
+            if final.exists():  # a resumed run re-reaching a step it had written before being killed
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            _fsync_dir(self.root)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._update_pointers(step, val_loss)
+        self.prune()
+        return final
+
+    def _update_pointers(self, step: int, val_loss: float | None) -> None:
+        entry = {"step": step, "path": step_dir_name(step), "val_loss": val_loss}
+        atomic_write_json(self.root / "last.json", entry)
+        if not self.keep_best or val_loss is None:
+            return
+        best = self.pointer("best")
+        best_alive = best is not None and self.path(int(best["step"])).is_dir()
+        if not best_alive or best.get("val_loss") is None or val_loss < float(best["val_loss"]):
+            atomic_write_json(self.root / "best.json", entry)
+
+    def prune(self) -> None:
+        """Delete checkpoints that are neither among the newest ``keep_last`` nor the best."""
+        steps = self.steps()
+        keep = set(steps[-self.keep_last :])
+        best = self.pointer("best") if self.keep_best else None
+        if best is not None:
+            keep.add(int(best["step"]))
+        for s in steps:
+            if s not in keep:
+                shutil.rmtree(self.path(s), ignore_errors=True)
+
+    def truncate_after(self, step: int) -> None:
+        """On resume from ``step``: forget checkpoints a killed run wrote past it (they are recomputed)."""
+        for s in self.steps():
+            if s > step:
+                shutil.rmtree(self.path(s), ignore_errors=True)
+        best = self.pointer("best")
+        if best is not None and int(best["step"]) > step:
+            (self.root / "best.json").unlink()
+
+    # ----------------------------------------------------------------------------------------- loading
+    def load(self, step: int, rank: int) -> ResumeState:
+        """Read the training state of checkpoint ``step`` for process ``rank`` (weights are loaded apart)."""
+        import torch
+
+        path = self.path(step)
+        state_dir = path / "training_state"
+        meta = read_json(state_dir / "state.json", "checkpoint state")
+        rng_file = state_dir / f"rng_rank{rank}.pt"
+        for f in (state_dir / "optimizer.pt", rng_file):
+            if not f.is_file():
+                raise ActlabError(
+                    "checkpoint is incomplete",
+                    file=f,
+                    expected="a file written by actlab train",
+                    found="missing",
+                    fix="resume from another checkpoint or start a new run",
+                )
+        # weights_only=True: a checkpoint is user input and must never be unpickled.
+        opt = torch.load(state_dir / "optimizer.pt", map_location="cpu", weights_only=True)
+        rng = torch.load(rng_file, map_location="cpu", weights_only=True)
+        return ResumeState(
+            step=step, path=path, meta=meta, optimizer=opt["optimizer"], scheduler=opt["scheduler"], rng=rng
+        )
+
+
+def jsonable(obj: Any) -> Any:
+    """numpy arrays and scalars inside sampler / RNG states -> plain JSON values."""
+    return json.loads(json.dumps(obj, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))

@@ -1,0 +1,371 @@
+"""The training configuration: one frozen dataclass per section, validated before anything is allocated.
+
+``TrainConfig`` groups the sections ``data``, ``augment``, ``optim``, ``schedule``, ``eval``,
+``checkpoint``, ``log`` and ``overfit`` with the run-level fields (seed, steps, batch size, device, speed
+options) and the policy's own config (an ``actlab.policies`` config dataclass, e.g. ``ACTConfig``).
+
+Nothing here imports torch: ``actlab train --help`` and config validation stay light.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any, Literal
+
+from actlab.errors import ActlabError
+from actlab.utils import config as cfgutil
+
+
+def _check(ok: bool, field: str, expected: str, found: object) -> None:
+    if not ok:
+        raise ActlabError(
+            f"invalid training config value for {field}", field=field, expected=expected, found=found
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    # dataset directory (LeRobot v3); usually given with --dataset
+    path: str = ""
+    # FrameStore size: frames are decoded once, the longer side resized to this many pixels and padded to a
+    # square (None keeps the source size); cameras are chosen by policy.cameras
+    image_size: int | None = None
+    # episode indices to use; empty uses every episode
+    episodes: tuple[int, ...] = ()
+    # cap on the number of training frames (taken from the first training episodes); None uses all
+    max_samples: int | None = None
+    # fraction of episodes (not frames) held out for the validation loss; 0 disables validation
+    val_fraction: float = 0.1
+    # put the whole uint8 FrameStore on the training device: "auto" when it fits, "true" always, "false" never
+    frames_on_device: Literal["auto", "true", "false"] = "auto"
+    # where the decoded FrameStore is cached (None: the dataset layer's default location)
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        _check(
+            self.image_size is None or self.image_size >= 8,
+            "data.image_size",
+            ">= 8 or null",
+            self.image_size,
+        )
+        _check(
+            self.max_samples is None or self.max_samples >= 1, "data.max_samples", ">= 1", self.max_samples
+        )
+        _check(0.0 <= self.val_fraction < 1.0, "data.val_fraction", "0 <= x < 1", self.val_fraction)
+        _check(len(set(self.episodes)) == len(self.episodes), "data.episodes", "no repeats", self.episodes)
+
+
+@dataclasses.dataclass(frozen=True)
+class AugmentConfig:
+    # random shift: pad each image by this many pixels (edge replicate), crop back at a random offset; 0: off
+    shift_pad: int = 0
+    # colour jitter: brightness factor drawn from [1 - x, 1 + x] per image; 0 disables
+    brightness: float = 0.0
+    # colour jitter: contrast factor drawn from [1 - x, 1 + x] per image; 0 disables
+    contrast: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check(self.shift_pad >= 0, "augment.shift_pad", ">= 0", self.shift_pad)
+        _check(0.0 <= self.brightness < 1.0, "augment.brightness", "0 <= x < 1", self.brightness)
+        _check(0.0 <= self.contrast < 1.0, "augment.contrast", "0 <= x < 1", self.contrast)
+
+    @property
+    def enabled(self) -> bool:
+        return self.shift_pad > 0 or self.brightness > 0 or self.contrast > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    # peak learning rate of every parameter outside the vision backbone (AdamW)
+    lr: float = 1e-5
+    # peak learning rate of the vision backbone (ACT uses the same 1e-5 as the rest)
+    backbone_lr: float = 1e-5
+    # AdamW decoupled weight decay
+    weight_decay: float = 1e-4
+    # AdamW (beta1, beta2)
+    betas: tuple[float, float] = (0.9, 0.999)
+    # AdamW epsilon
+    eps: float = 1e-8
+    # clip the global gradient norm to this value; 0 disables clipping (the norm is still logged)
+    grad_clip: float = 10.0
+
+    def __post_init__(self) -> None:
+        _check(self.lr > 0, "optim.lr", "> 0", self.lr)
+        _check(self.backbone_lr >= 0, "optim.backbone_lr", ">= 0", self.backbone_lr)
+        _check(self.weight_decay >= 0, "optim.weight_decay", ">= 0", self.weight_decay)
+        _check(all(0 <= b < 1 for b in self.betas), "optim.betas", "two values in [0, 1)", self.betas)
+        _check(self.eps > 0, "optim.eps", "> 0", self.eps)
+        _check(self.grad_clip >= 0, "optim.grad_clip", ">= 0", self.grad_clip)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleConfig:
+    # lr shape after warmup: "cosine" decays to min_lr_ratio x peak at the last step; "constant" holds it
+    kind: Literal["cosine", "constant"] = "cosine"
+    # linear warmup from 0 to the peak learning rate over this many steps
+    warmup_steps: int = 0
+    # cosine floor as a fraction of the peak learning rate
+    min_lr_ratio: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check(self.warmup_steps >= 0, "schedule.warmup_steps", ">= 0", self.warmup_steps)
+        _check(0.0 <= self.min_lr_ratio <= 1.0, "schedule.min_lr_ratio", "0 <= x <= 1", self.min_lr_ratio)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    # compute the validation loss every N steps (and at the last step); 0 disables it
+    every: int = 1000
+    # number of validation batches per evaluation (the same batches every time)
+    batches: int = 8
+
+    def __post_init__(self) -> None:
+        _check(self.every >= 0, "eval.every", ">= 0", self.every)
+        _check(self.batches >= 1, "eval.batches", ">= 1", self.batches)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    # write a checkpoint every N steps (and at the last step); 0 writes only the last one
+    every: int = 5000
+    # keep the newest K checkpoints (older ones are deleted after a new one is complete)
+    keep_last: int = 3
+    # also keep the checkpoint with the lowest validation loss (needs validation)
+    keep_best: bool = True
+    # refuse to start if the estimated disk need exceeds this many bytes (None: the free space of --out)
+    disk_limit_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        _check(self.every >= 0, "checkpoint.every", ">= 0", self.every)
+        _check(self.keep_last >= 1, "checkpoint.keep_last", ">= 1", self.keep_last)
+        _check(
+            self.disk_limit_bytes is None or self.disk_limit_bytes >= 0,
+            "checkpoint.disk_limit_bytes",
+            ">= 0 or null",
+            self.disk_limit_bytes,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class LogConfig:
+    # write a metrics.jsonl row every N steps; metrics are read back from the device only then (the host sync)
+    every: int = 50
+    # show a tqdm progress bar on rank 0
+    progress: bool = True
+    # also log to TensorBoard under <out>/tensorboard (needs the "tensorboard" extra)
+    tensorboard: bool = False
+    # also log to Weights & Biases (needs the "wandb" extra)
+    wandb: bool = False
+    # W&B project name
+    wandb_project: str = "actlab"
+
+    def __post_init__(self) -> None:
+        _check(self.every >= 1, "log.every", ">= 1", self.every)
+
+
+@dataclasses.dataclass(frozen=True)
+class OverfitConfig:
+    # train on only this many fixed samples until the loss falls under `loss_threshold` (0: normal training)
+    samples: int = 0
+    # the loss that counts as "memorized"; the run fails loudly if it is not reached
+    loss_threshold: float = 0.05
+    # give up (and fail) after this many steps
+    max_steps: int = 2000
+
+    def __post_init__(self) -> None:
+        _check(self.samples >= 0, "overfit.samples", ">= 0", self.samples)
+        _check(self.loss_threshold > 0, "overfit.loss_threshold", "> 0", self.loss_threshold)
+        _check(self.max_steps >= 1, "overfit.max_steps", ">= 1", self.max_steps)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """A whole training run: presets build these, ``--set key=value`` overrides any field."""
+
+    # the preset this config started from (informational)
+    name: str = "custom"
+    # the policy's config (an actlab.policies config dataclass, e.g. ACTConfig); `policy.type` switches class
+    policy: Any = None
+    # dataset, FrameStore and validation split
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    # on-device image augmentation applied to training batches
+    augment: AugmentConfig = dataclasses.field(default_factory=AugmentConfig)
+    # AdamW settings
+    optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+    # learning-rate schedule
+    schedule: ScheduleConfig = dataclasses.field(default_factory=ScheduleConfig)
+    # validation loss cadence
+    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+    # checkpoint cadence, retention and disk preflight
+    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    # metrics logging
+    log: LogConfig = dataclasses.field(default_factory=LogConfig)
+    # overfit sanity-check mode (actlab train --overfit N)
+    overfit: OverfitConfig = dataclasses.field(default_factory=OverfitConfig)
+    # seed of every random stream (sampler, augmentation, dropout, init); ranks derive their own from it
+    seed: int = 0
+    # total number of optimizer steps
+    steps: int = 100_000
+    # samples per optimizer step on each process (the global batch is batch_size x world size)
+    batch_size: int = 8
+    # training device: "auto" (cuda, then mps, then cpu), "cpu", "cuda", "cuda:N"; DDP uses cuda:LOCAL_RANK
+    device: str = "auto"
+    # mixed precision: "auto" (bf16 autocast on CUDA, off elsewhere), "bf16", "off"
+    amp: Literal["auto", "bf16", "off"] = "auto"
+    # keep image tensors in channels_last memory format (faster convolutions on GPUs)
+    channels_last: bool = False
+    # torch.compile the policy's forward
+    compile: bool = False
+    # capture forward+backward+optimizer in a CUDA graph (CUDA only; needs static shapes and no host syncs)
+    cuda_graphs: bool = False
+    # torch CPU threads for this process (0 leaves torch's default)
+    num_threads: int = 0
+    # testing aid: SIGKILL this process right after step N is complete (and checkpointed if due)
+    kill_at_step: int | None = None
+
+    def __post_init__(self) -> None:
+        _check(self.steps >= 1, "steps", ">= 1", self.steps)
+        _check(self.batch_size >= 1, "batch_size", ">= 1", self.batch_size)
+        _check(self.num_threads >= 0, "num_threads", ">= 0", self.num_threads)
+        _check(self.kill_at_step is None or self.kill_at_step >= 1, "kill_at_step", ">= 1", self.kill_at_step)
+        _check(
+            self.schedule.warmup_steps <= self.steps,
+            "schedule.warmup_steps",
+            f"<= steps ({self.steps})",
+            self.schedule.warmup_steps,
+        )
+        _check(
+            self.policy is None or dataclasses.is_dataclass(self.policy),
+            "policy",
+            "an actlab.policies config dataclass",
+            type(self.policy).__name__,
+        )
+
+    @property
+    def policy_type(self) -> str | None:
+        """The registry name of the policy (``"act"``, ``"act_relative"``), or None without a policy."""
+        if self.policy is None:
+            return None
+        return getattr(self.policy, "type", type(self.policy).__name__)
+
+
+# Keys that may change between an interrupted run and its resumption: they do not change what the model,
+# the optimizer or the sampler compute up to the resumed step (see docs/training.md).
+RESUMABLE_CHANGES = (
+    "name",
+    "steps",
+    "device",
+    "num_threads",
+    "kill_at_step",
+    "eval.every",
+    "eval.batches",
+    "checkpoint.every",
+    "checkpoint.keep_last",
+    "checkpoint.keep_best",
+    "checkpoint.disk_limit_bytes",
+    "log.",
+    "data.path",
+    "data.cache_dir",
+)
+
+
+def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """JSON-ready dict; the policy section carries its ``type`` so it can be rebuilt."""
+    d = cfgutil.to_dict(cfg)
+    if cfg.policy is not None:
+        d["policy"] = {"type": cfg.policy_type, **{k: v for k, v in d["policy"].items() if k != "type"}}
+    return d
+
+
+def config_from_dict(data: dict[str, Any], where: str = "config") -> TrainConfig:
+    """Inverse of :func:`config_to_dict`; unknown keys fail with a did-you-mean."""
+    data = dict(data)
+    policy = data.pop("policy", None)
+    cfg = cfgutil.from_dict(TrainConfig, data)
+    if policy is not None:
+        cfg = dataclasses.replace(cfg, policy=policy_config_from_dict(policy, where=f"{where}: policy"))
+    return cfg
+
+
+def policy_config_from_dict(data: dict[str, Any], where: str = "policy") -> Any:
+    """Build a policy config dataclass from ``{"type": ..., **fields}`` via the policies registry."""
+    data = dict(data)
+    ptype = data.pop("type", None)
+    cls = policy_config_class(ptype)
+    if "type" in {f.name for f in dataclasses.fields(cls) if f.init}:
+        data["type"] = ptype
+    return cfgutil.from_dict(cls, data, where="policy")
+
+
+def policy_config_class(ptype: str | None) -> type:
+    """The config class registered for a policy type (imports actlab.policies lazily)."""
+    from actlab import policies
+
+    registry = policies.config_classes()
+    if ptype not in registry:
+        raise cfgutil.unknown_name_error("policy type", str(ptype), registry)
+    return registry[ptype]
+
+
+def apply_train_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig:
+    """Apply ``key=value`` overrides; ``policy.type=NAME`` swaps the policy class keeping shared fields."""
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if key == "policy.type" and "=" in item:
+            cfg = dataclasses.replace(
+                cfg, policy=_switch_policy_type(cfg.policy, item.split("=", 1)[1].strip())
+            )
+        elif key.startswith("policy.") and cfg.policy is None:
+            raise ActlabError(
+                "this config has no policy section to override",
+                field=key,
+                fix="start from a preset (--preset NAME)",
+            )
+        else:
+            cfg = cfgutil.apply_overrides(cfg, [item])
+    return cfg
+
+
+def _switch_policy_type(old: Any, new_type: str) -> Any:
+    cls = policy_config_class(new_type)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    kept = (
+        {} if old is None else {k: v for k, v in cfgutil.to_dict(old).items() if k in names and k != "type"}
+    )
+    if "type" in names:
+        kept["type"] = new_type
+    return cfgutil.from_dict(cls, kept, where="policy")
+
+
+def config_hash(cfg: TrainConfig) -> str:
+    """Hash of everything that must match for a bitwise resume (RESUMABLE_CHANGES excluded)."""
+    flat = {k: v for k, v in flatten_config(cfg).items() if not _resumable(k)}
+    return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def flatten_config(cfg: TrainConfig) -> dict[str, Any]:
+    """``{"optim.lr": 1e-5, "policy.dim_model": 512, ...}`` with the policy type included."""
+    return _flatten_dict(config_to_dict(cfg))
+
+
+def _flatten_dict(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten_dict(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _resumable(key: str) -> bool:
+    return any(key == r or (r.endswith(".") and key.startswith(r)) for r in RESUMABLE_CHANGES)
+
+
+def resume_diff(saved: TrainConfig, current: TrainConfig) -> dict[str, tuple[Any, Any]]:
+    """Keys that differ between a saved run and the current config and may not change on resume."""
+    a, b = flatten_config(saved), flatten_config(current)
+    keys = sorted(set(a) | set(b))
+    return {k: (a.get(k), b.get(k)) for k in keys if a.get(k) != b.get(k) and not _resumable(k)}

@@ -1,0 +1,162 @@
+"""Where metrics go: ``metrics.jsonl`` always, a progress bar, TensorBoard and W&B when asked.
+
+Only rank 0 constructs a :class:`MetricsLog` with ``enabled=True``; other ranks get a no-op one, so the
+loop never branches on the rank when it logs. Each row is one JSON object per line, flushed at once, so a
+killed run keeps every row it logged. On resume, rows past the resumed step (written by the killed run
+after its last checkpoint) are dropped, so the file reads as one continuous curve.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from actlab.errors import ActlabError
+from actlab.utils.io import atomic_write_text
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a ``metrics.jsonl`` (a run directory or the file itself); a torn last line is skipped."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / METRICS_FILE
+    if not path.is_file():
+        raise ActlabError("metrics file not found", file=path, fix="point at a run directory of actlab train")
+    rows = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if i == len(lines) - 1:  # a kill in the middle of a write leaves a partial last line
+                break
+            raise ActlabError(f"metrics.jsonl line {i + 1} is not JSON", file=path, found=line[:80]) from e
+    return rows
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)  # JSON has no NaN/inf; keep them visible rather than invalid
+    return v
+
+
+class MetricsLog:
+    """JSONL writer + optional tqdm bar + optional TensorBoard / W&B sinks."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        enabled: bool,
+        total_steps: int,
+        start_step: int = 0,
+        progress: bool = True,
+        tensorboard: bool = False,
+        wandb: bool = False,
+        wandb_project: str = "actlab",
+        run_config: dict[str, Any] | None = None,
+    ) -> None:
+        self.enabled = enabled
+        self.path = Path(run_dir) / METRICS_FILE
+        self._file = None
+        self._bar = None
+        self._tb = None
+        self._wandb = None
+        if not enabled:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._truncate_after(start_step)
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        if progress:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
+        if tensorboard:
+            self._tb = _open_tensorboard(Path(run_dir) / "tensorboard")
+        if wandb:
+            self._wandb = _open_wandb(wandb_project, Path(run_dir), run_config or {})
+
+    def _truncate_after(self, step: int) -> None:
+        if not self.path.is_file():
+            return
+        rows = read_metrics(self.path)
+        kept = [r for r in rows if int(r.get("step", 0)) <= step]
+        if len(kept) != len(rows) or not self.path.read_text(encoding="utf-8").endswith("\n"):
+            atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+
+    def log(self, row: dict[str, Any]) -> None:
+        """Append one row (must contain ``step``) to every sink."""
+        if not self.enabled:
+            return
+        row = {k: _clean(v) for k, v in row.items()}
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+        step = int(row["step"])
+        numeric = {k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float))}
+        if self._tb is not None:
+            for k, v in numeric.items():
+                self._tb.add_scalar(k, v, step)
+        if self._wandb is not None:
+            self._wandb.log(numeric, step=step)
+
+    def progress(self, step: int, postfix: dict[str, Any] | None = None) -> None:
+        """Move the progress bar to ``step`` (called on logging steps only: no per-step host sync)."""
+        if self._bar is None:
+            return
+        self._bar.update(step - self._bar.n)
+        if postfix:
+            self._bar.set_postfix(
+                {k: f"{v:.4g}" if isinstance(v, float) else v for k, v in postfix.items()}, refresh=False
+            )
+
+    def message(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.write(text)
+        else:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+
+def _open_tensorboard(log_dir: Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as e:
+        raise ActlabError(
+            "log.tensorboard=true needs the tensorboard package",
+            field="log.tensorboard",
+            fix="pip install 'actlab[tensorboard]'  (or set log.tensorboard=false)",
+        ) from e
+    return SummaryWriter(log_dir=str(log_dir))
+
+
+def _open_wandb(project: str, run_dir: Path, config: dict[str, Any]):
+    try:
+        import wandb
+    except ImportError as e:
+        raise ActlabError(
+            "log.wandb=true needs the wandb package",
+            field="log.wandb",
+            fix="pip install 'actlab[wandb]'  (or set log.wandb=false)",
+        ) from e
+    return wandb.init(project=project, dir=str(run_dir), config=config, name=run_dir.name)

@@ -1,0 +1,125 @@
+"""Disk preflight: refuse a run before step 1 when its checkpoints (and FrameStore) cannot fit.
+
+Teams have lost overnight runs to a full disk at step 10,000. The need is estimated from what a checkpoint
+holds (fp32 weights in safetensors + AdamW's two moment buffers per trainable parameter + a small allowance
+for configs and RNG state) times the number of checkpoints alive at once (keep_last, the best one, and
+the one being written before the oldest is deleted), plus the decoded FrameStore when it is not built yet
+and lives on the same filesystem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from pathlib import Path
+
+from actlab.errors import ActlabError
+
+# configs, stats, sampler/RNG state and the safetensors header per checkpoint
+CHECKPOINT_OVERHEAD_BYTES = 1 << 20
+# metrics.jsonl, config.json, plots: a generous allowance for the rest of a run directory
+RUN_DIR_OVERHEAD_BYTES = 64 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class DiskPlan:
+    """The disk need of a run, itemised so the refusal message can show where the bytes go."""
+
+    # estimated bytes of one checkpoint directory
+    checkpoint_bytes: int
+    # checkpoints alive at the same time at the worst moment
+    checkpoints_alive: int
+    # FrameStore bytes still to be written on the same filesystem (0 when built or elsewhere)
+    framestore_bytes: int
+    # bytes already used by checkpoints of this run (resume), which count against the keep budget
+    existing_checkpoint_bytes: int = 0
+
+    @property
+    def need_bytes(self) -> int:
+        checkpoints = max(
+            self.checkpoint_bytes,
+            self.checkpoint_bytes * self.checkpoints_alive - self.existing_checkpoint_bytes,
+        )
+        return checkpoints + self.framestore_bytes + RUN_DIR_OVERHEAD_BYTES
+
+
+def checkpoint_bytes(n_params: int, n_trainable: int, param_bytes: int = 4, optim_states: int = 2) -> int:
+    """Bytes of one checkpoint: weights + ``optim_states`` fp32 buffers per trainable parameter."""
+    return n_params * param_bytes + n_trainable * 4 * optim_states + CHECKPOINT_OVERHEAD_BYTES
+
+
+def plan(
+    n_params: int,
+    n_trainable: int,
+    keep_last: int,
+    keep_best: bool,
+    framestore_bytes: int = 0,
+    existing_checkpoint_bytes: int = 0,
+) -> DiskPlan:
+    alive = keep_last + (1 if keep_best else 0) + 1  # +1: the new one is complete before the oldest goes
+    return DiskPlan(
+        checkpoint_bytes=checkpoint_bytes(n_params, n_trainable),
+        checkpoints_alive=alive,
+        framestore_bytes=framestore_bytes,
+        existing_checkpoint_bytes=existing_checkpoint_bytes,
+    )
+
+
+def free_bytes(path: str | Path) -> int:
+    """Free bytes on the filesystem that holds ``path`` (or its nearest existing parent)."""
+    p = Path(path).resolve()
+    while not p.exists():
+        p = p.parent
+    return shutil.disk_usage(p).free
+
+
+def same_filesystem(a: str | Path, b: str | Path) -> bool:
+    def dev(p: Path) -> int:
+        p = p.resolve()
+        while not p.exists():
+            p = p.parent
+        return os.stat(p).st_dev
+
+    return dev(Path(a)) == dev(Path(b))
+
+
+def check(disk: DiskPlan, out_dir: str | Path, limit_bytes: int | None = None) -> int:
+    """Raise ActlabError when ``disk.need_bytes`` exceeds the free space (or ``limit_bytes``, if smaller).
+
+    Returns the number of bytes that were available.
+    """
+    free = free_bytes(out_dir)
+    available = free if limit_bytes is None else min(free, limit_bytes)
+    if disk.need_bytes <= available:
+        return available
+    source = (
+        "the limit checkpoint.disk_limit_bytes"
+        if limit_bytes is not None and limit_bytes < free
+        else ("the free space")
+    )
+    raise ActlabError(
+        "not enough disk space for this run's checkpoints; refusing to start rather than fail later",
+        file=out_dir,
+        field="checkpoint.keep_last" if disk.checkpoints_alive > 2 else "checkpoint.disk_limit_bytes",
+        expected=f"{human(disk.need_bytes)} = {disk.checkpoints_alive} checkpoints alive x "
+        f"{human(disk.checkpoint_bytes)} (weights + AdamW state)"
+        + (
+            f" - {human(disk.existing_checkpoint_bytes)} already written"
+            if disk.existing_checkpoint_bytes
+            else ""
+        )
+        + (f" + FrameStore {human(disk.framestore_bytes)}" if disk.framestore_bytes else "")
+        + f" + {human(RUN_DIR_OVERHEAD_BYTES)} logs",
+        found=f"{human(available)} available ({source})",
+        fix="free disk space, choose an --out on a larger disk, lower checkpoint.keep_last "
+        "or set checkpoint.keep_best=false, or put the FrameStore elsewhere with data.cache_dir",
+    )
+
+
+def human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
