@@ -369,3 +369,20 @@ def resume_diff(saved: TrainConfig, current: TrainConfig) -> dict[str, tuple[Any
     a, b = flatten_config(saved), flatten_config(current)
     keys = sorted(set(a) | set(b))
     return {k: (a.get(k), b.get(k)) for k in keys if a.get(k) != b.get(k) and not _resumable(k)}
+
+
+def describe_config(cfg: TrainConfig) -> list[tuple[str, Any, str]]:
+    """``(key, value, comment)`` for every overridable key, comments read from the dataclass sources."""
+    out: list[tuple[str, Any, str]] = []
+
+    def walk(obj: Any, prefix: str) -> None:
+        docs = cfgutil.field_docs(type(obj))
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                walk(value, f"{prefix}{f.name}.")
+            else:
+                out.append((f"{prefix}{f.name}", cfgutil.to_dict(value), docs.get(f.name, "")))
+
+    walk(cfg, "")
+    return out

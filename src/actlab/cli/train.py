@@ -1,0 +1,158 @@
+"""``actlab train`` (argument parsing only; the work is in ``actlab.training``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+ORDER = 20
+
+_EPILOG = """\
+examples:
+  actlab train --preset so101_sim_cpu --dataset data/sim --out runs/demo
+  actlab train --preset so101_sim --dataset data/sim --out runs/full --set batch_size=64 --set compile=true
+  actlab train --out runs/full --resume                      # continue from the last checkpoint
+  actlab train --out runs/full --resume --set steps=200000   # ... and train longer
+  actlab train --preset tiny --dataset data/sim --out runs/check --overfit 8
+  torchrun --nproc_per_node 4 -m actlab.cli train --preset so101_sim --dataset data/sim --out runs/ddp
+
+Every config key can be overridden with --set section.key=value (--help-config lists them all).
+The run directory holds config.json, metrics.jsonl and checkpoints/step_NNNNNNN/ (policy bundles
+loadable by `actlab eval`), with checkpoints/last.json and best.json pointing at the newest and best.
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train a policy (presets, overrides, resume, overfit check, DDP under torchrun)",
+        description="Train a policy on a LeRobot v3 dataset. Frames are decoded once into a FrameStore "
+        "and gathered on the training device; checkpoints are atomic, resumable bit for bit on CPU, and "
+        "a disk preflight refuses runs whose checkpoints cannot fit.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--preset", metavar="NAME", help="starting config (see --list-presets)")
+    p.add_argument("--dataset", metavar="PATH", help="LeRobot v3 dataset directory (sets data.path)")
+    p.add_argument("--out", metavar="DIR", help="run directory (created; must be new unless --resume)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set optim.lr=3e-4 (repeatable)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out from its last checkpoint (its saved config unless --preset)",
+    )
+    p.add_argument(
+        "--overfit",
+        type=int,
+        metavar="N",
+        help="sanity check: train on N samples until the loss < overfit.loss_threshold, else fail",
+    )
+    p.add_argument(
+        "--disk-limit",
+        metavar="BYTES",
+        help="refuse to start if checkpoints + FrameStore need more than this (e.g. 20GB, 500MiB)",
+    )
+    p.add_argument("--list-presets", action="store_true", help="list the presets and exit")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    p.add_argument("--help-config", action="store_true", help="list every config key with its meaning")
+    p.add_argument("--json", action="store_true", help="print the run summary as JSON")
+    p.set_defaults(_run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from actlab.errors import ActlabError
+    from actlab.training.presets import list_presets
+
+    if args.list_presets:
+        for name, desc in list_presets().items():
+            print(f"{name:15s} {desc}")
+        return 0
+    cfg = _resolve_config(args)
+    if args.help_config:
+        _print_config_help(cfg)
+        return 0
+    if args.print_config:
+        from actlab.training.config import config_to_dict
+
+        print(json.dumps(config_to_dict(cfg), indent=2))
+        return 0
+    if not args.out:
+        raise ActlabError("--out is required", field="--out", fix="pass --out DIR (a new run directory)")
+    from actlab.training import train
+
+    summary = train(cfg, args.out, resume=args.resume)
+    if args.json:
+        print(json.dumps(summary.as_dict(), indent=2))
+    else:
+        _print_summary(summary)
+    return 0
+
+
+def _resolve_config(args: argparse.Namespace):
+    """Preset (or the saved config on --resume) + --dataset + --set + --disk-limit + --overfit."""
+    import dataclasses
+
+    from actlab.errors import ActlabError
+    from actlab.training.config import apply_train_overrides
+    from actlab.training.loop import load_run_config, overfit_config
+    from actlab.training.presets import get_preset, with_dataset
+
+    if args.preset:
+        cfg = get_preset(args.preset)
+    elif args.resume and args.out:
+        cfg = load_run_config(args.out)
+    elif args.help_config:
+        cfg = get_preset("tiny")
+    else:
+        raise ActlabError(
+            "no config given",
+            field="--preset",
+            expected="--preset NAME, or --resume with an existing --out",
+            fix="actlab train --list-presets shows the presets",
+        )
+    if args.dataset:
+        cfg = with_dataset(cfg, args.dataset)
+    cfg = apply_train_overrides(cfg, args.overrides)
+    if args.disk_limit:
+        from actlab.profiling.batch_size import parse_bytes
+
+        limit = parse_bytes(args.disk_limit, "--disk-limit")
+        cfg = dataclasses.replace(cfg, checkpoint=dataclasses.replace(cfg.checkpoint, disk_limit_bytes=limit))
+    if args.overfit is not None:
+        if args.overfit < 1:
+            raise ActlabError("--overfit needs N >= 1", field="--overfit", found=args.overfit)
+        cfg = overfit_config(cfg, args.overfit)
+    return cfg
+
+
+def _print_config_help(cfg) -> None:
+    from actlab.training.config import describe_config
+
+    for key, value, doc in describe_config(cfg):
+        print(f"{key} = {json.dumps(value, default=str)}")
+        if doc:
+            print(f"    {doc}")
+
+
+def _print_summary(summary) -> None:
+    lines = [
+        f"run directory:   {summary.run_dir}",
+        f"steps:           {summary.step} ({summary.stopped})",
+        f"final loss:      {summary.final_loss:.5g}" if summary.final_loss is not None else "final loss: -",
+        f"samples/s:       {summary.samples_per_s:.1f}",
+    ]
+    if summary.best_val_loss is not None:
+        lines.append(f"best val loss:   {summary.best_val_loss:.5g} ({summary.best_checkpoint})")
+    if summary.last_checkpoint:
+        lines.append(f"last checkpoint: {summary.last_checkpoint}")
+    if summary.overfit_step is not None:
+        lines.append(f"overfit check:   passed at step {summary.overfit_step}")
+    print("\n".join(lines), file=sys.stdout)

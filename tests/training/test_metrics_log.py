@@ -1,0 +1,32 @@
+import json
+
+from actlab.training.metrics_log import MetricsLog, read_metrics
+
+
+def test_rows_flushed_truncated_on_resume_and_torn_line_skipped(tmp_path):
+    log = MetricsLog(tmp_path, enabled=True, total_steps=10, progress=False)
+    for s in range(1, 6):
+        log.log({"step": s, "loss": 1.0 / s, "bad": float("nan")})
+    assert len(read_metrics(tmp_path)) == 5  # flushed before close
+    log.close()
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 6, "lo')  # a kill in the middle of a write
+    rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5] and rows[0]["bad"] == "nan"
+    # resuming from step 3 drops rows 4, 5 and the torn line
+    log = MetricsLog(tmp_path, enabled=True, total_steps=10, start_step=3, progress=False)
+    log.log({"step": 4, "loss": 0.2})
+    log.close()
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [
+        1,
+        2,
+        3,
+        4,
+    ]
+
+
+def test_disabled_log_writes_nothing(tmp_path):
+    log = MetricsLog(tmp_path / "x", enabled=False, total_steps=3)
+    log.log({"step": 1, "loss": 1.0})
+    log.close()
+    assert not (tmp_path / "x").exists()

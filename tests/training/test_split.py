@@ -1,0 +1,55 @@
+import dataclasses
+
+import pytest
+
+from actlab.errors import ActlabError
+from actlab.training.config import DataConfig
+from actlab.training.data import overfit_ranges, split_episodes
+
+
+@dataclasses.dataclass
+class Ep:
+    index: int
+    start: int
+    stop: int
+
+
+EPISODES = [Ep(i, 10 * i, 10 * i + 10) for i in range(10)]
+
+
+def test_split_is_by_episode_and_disjoint():
+    s = split_episodes(EPISODES, DataConfig(val_fraction=0.2), seed=3)
+    assert len(s.val_episodes) == 2 and len(s.train_episodes) == 8
+    assert not set(s.val_episodes) & set(s.train_episodes)
+    train_frames = {f for a, b in s.train_ranges for f in range(a, b)}
+    val_frames = {f for a, b in s.val_ranges for f in range(a, b)}
+    assert not train_frames & val_frames
+    assert len(train_frames | val_frames) == 100
+    # the same seed gives the same split; another seed another one
+    assert split_episodes(EPISODES, DataConfig(val_fraction=0.2), seed=3) == s
+    assert split_episodes(EPISODES, DataConfig(val_fraction=0.2), seed=4).val_episodes != s.val_episodes
+
+
+def test_small_fractions_still_hold_out_one_episode_and_keep_one():
+    s = split_episodes(EPISODES[:2], DataConfig(val_fraction=0.01), seed=0)
+    assert len(s.val_episodes) == 1 and len(s.train_episodes) == 1
+    s = split_episodes(EPISODES[:1], DataConfig(val_fraction=0.5), seed=0)
+    assert s.val_episodes == () and s.train_frames == 10
+    assert split_episodes(EPISODES, DataConfig(val_fraction=0.0), seed=0).val_ranges == ()
+
+
+def test_episode_subset_and_max_samples():
+    s = split_episodes(EPISODES, DataConfig(episodes=(1, 2, 3), val_fraction=0.0, max_samples=25), seed=0)
+    assert s.train_episodes == (1, 2, 3)
+    assert s.train_ranges == ((10, 20), (20, 30), (30, 35))
+    with pytest.raises(ActlabError, match="data.episodes"):
+        split_episodes(EPISODES, DataConfig(episodes=(42,)), seed=0)
+
+
+def test_overfit_ranges_are_fixed_single_frames():
+    r = overfit_ranges([(0, 10), (20, 30)], 8, seed=1)
+    assert len(r) == 8 and all(b == a + 1 for a, b in r)
+    assert all(0 <= a < 10 or 20 <= a < 30 for a, _ in r)
+    assert r == overfit_ranges([(0, 10), (20, 30)], 8, seed=1)
+    with pytest.raises(ActlabError, match="overfit"):
+        overfit_ranges([(0, 4)], 8, seed=1)
