@@ -224,14 +224,17 @@ class LeRobotV3Dataset:
     def fingerprint(self) -> str:
         """Hash of the metadata contents and of every data/video file's name, size, mtime and edges.
 
+        ``meta/stats.json`` is left out: rewriting it (``actlab data stats --write-meta``) changes no
+        frame or column, so caches stay valid.
+
         Changes whenever a file is added, removed, rewritten or touched; cheap even for large videos
         (the first and last 64 KiB of each file are hashed, not the whole file).
         """
         h = hashlib.sha256()
         for path in sorted(p for p in self.root.rglob("*") if p.is_file()):
             rel = path.relative_to(self.root).as_posix()
-            if rel.startswith(".") or "/." in rel:
-                continue
+            if rel.startswith(".") or "/." in rel or rel == fmt.STATS_PATH:
+                continue  # temp files; stats.json does not change frames or columns
             st = path.stat()
             h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
             with open(path, "rb") as f:

@@ -1,0 +1,82 @@
+"""``actlab bench ...``: benchmarks that print ratios measured side by side in one run (argument parsing
+only; the work is in the areas' bench modules).
+
+Each subcommand is one ``_register_<name>(group)`` function listed in ``_SUBCOMMANDS``; adding a benchmark
+is adding one such function and its ``_run_<name>`` handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from actlab.cli import add_json_flag, group
+
+ORDER = 50
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    g = group(sub, "bench", "benchmarks: throughput measured side by side with a baseline in one run")
+    for add in _SUBCOMMANDS:
+        add(g)
+
+
+# ------------------------------------------------------------------------------------------ bench data
+
+_DATA_EPILOG = """\
+examples:
+  actlab data synth --episodes 20 --frames 4000 --image-size 224 --out data/bench224
+  actlab bench data data/bench224 --batch-size 8 --action-horizon 100
+  actlab bench data data/bench224 --batch-size 8 --action-horizon 100 \\
+      --lerobot-python /work/lerobot-venv/bin/python          # also time real lerobot 0.6.1
+
+samples_per_s is the training sampler (FrameStore + EpisodeSampler + DeviceData.gather on CPU, index
+math included); the one-time FrameStore build is reported separately (cache_build_s). The baseline is a
+LeRobot-style DataLoader (per-sample random-access video decode in worker processes), timed in the
+same run.
+"""
+
+
+def _register_data(g) -> None:
+    p = g.add_parser(
+        "data",
+        help="training-sampler samples/s vs a LeRobot-style per-sample-decode loader",
+        description="Measure actlab's training sampler and a LeRobot-style loader on one dataset.",
+        epilog=_DATA_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("path", metavar="PATH", help="LeRobot v3.0 dataset directory")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--action-horizon", type=int, default=100, help="action chunk length (ACT: 100)")
+    p.add_argument("--seconds", type=float, default=5.0, help="time actlab's sampler this long")
+    p.add_argument("--image-size", type=int, default=None, help="FrameStore image size (default: native)")
+    p.add_argument("--no-baseline", action="store_true", help="skip the LeRobot-style baseline")
+    p.add_argument("--baseline-seconds", type=float, default=15.0, help="time the baseline this long")
+    p.add_argument("--workers", type=int, default=2, help="baseline DataLoader workers")
+    p.add_argument("--lerobot-python", default=None, help="python of a lerobot 0.6.1 venv: also time it")
+    p.add_argument("--cache-dir", default=None, help="FrameStore location (default: $ACTLAB_CACHE/frames)")
+    add_json_flag(p)
+    p.set_defaults(_run=_run_data)
+
+
+def _run_data(args) -> int:
+    from actlab.datasets.bench import bench_data
+    from actlab.profiling.report import emit
+
+    result = bench_data(
+        args.path,
+        batch_size=args.batch_size,
+        action_horizon=args.action_horizon,
+        seconds=args.seconds,
+        image_size=args.image_size,
+        baseline=not args.no_baseline,
+        baseline_seconds=args.baseline_seconds,
+        workers=args.workers,
+        lerobot_python=args.lerobot_python,
+        cache_dir=args.cache_dir,
+    )
+    emit(result, args.json)
+    return 0
+
+
+# Add a benchmark: write _register_<name>(g) + _run_<name>(args) above and list it here.
+_SUBCOMMANDS = [_register_data]

@@ -1,0 +1,285 @@
+"""``actlab data ...``: info, doctor, stats, convert, cache, synth (argument parsing only; the work is in
+``actlab.datasets``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from actlab.cli import add_json_flag, group
+
+ORDER = 10
+
+_EPILOG = """\
+examples:
+  actlab data info data/pick                      # episodes, frames, fps, features
+  actlab data doctor data/pick --json             # exit 1 with a list of problems, 0 when clean
+  actlab data stats data/pick --relative-horizon 100 --absolute-dims 5 --state-delta 5 --out stats.json
+  actlab data convert npy_dir --out data/pick --fps 30 --task "pick the cube"
+  actlab data cache data/pick --image-size 224     # decode every frame once (FrameStore)
+  actlab data synth --episodes 20 --frames 4000 --image-size 224 --out data/bench224
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    g = group(sub, "data", "inspect, validate, convert and cache LeRobot v3 datasets")
+    _info(g)
+    _doctor(g)
+    _stats(g)
+    _convert(g)
+    _cache(g)
+    _synth(g)
+
+
+def _parser(g, name: str, help: str) -> argparse.ArgumentParser:
+    return g.add_parser(
+        name,
+        help=help,
+        description=help,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
+
+
+# ------------------------------------------------------------------------------------------------ info
+
+
+def _info(g) -> None:
+    p = _parser(g, "info", "episodes, frames, fps and features of a dataset")
+    p.add_argument("path", metavar="PATH", help="LeRobot v3.0 dataset directory")
+    add_json_flag(p)
+    p.set_defaults(_run=_run_info)
+
+
+def _run_info(args) -> int:
+    from actlab.datasets import open_dataset
+    from actlab.utils.table import table
+
+    s = open_dataset(args.path).summary()
+    if args.json:
+        _print_json(s)
+        return 0
+    print(f"{s['root']}  ({s['codebase_version']}, robot {s['robot_type']})")
+    print(f"episodes {s['episodes']}  frames {s['frames']}  fps {s['fps']}  size {s['size_mb']} MB")
+    print(f"tasks: {'; '.join(s['tasks'])}\n")
+    rows = [(k, f["dtype"], "x".join(map(str, f["shape"]))) for k, f in s["features"].items()]
+    print(table(rows, ["feature", "dtype", "shape"]))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- doctor
+
+
+def _doctor(g) -> None:
+    p = _parser(g, "doctor", "check a dataset; exit 1 with a list of problems and their fixes")
+    p.add_argument("path", metavar="PATH", help="LeRobot v3.0 dataset directory")
+    add_json_flag(p)
+    p.set_defaults(_run=_run_doctor)
+
+
+def _run_doctor(args) -> int:
+    from actlab.datasets.doctor import diagnose
+
+    problems = diagnose(args.path)
+    errors = [p for p in problems if p.severity == "error"]
+    if args.json:
+        _print_json([p.as_dict() for p in problems])
+    else:
+        for p in problems:
+            print(p.render() + "\n")
+        print(f"{len(errors)} problem(s), {len(problems) - len(errors)} warning(s): {args.path}")
+    return 1 if errors else 0
+
+
+# ----------------------------------------------------------------------------------------------- stats
+
+
+def _stats(g) -> None:
+    p = _parser(g, "stats", "normalization stats: absolute, relative actions, state deltas, images")
+    p.add_argument("path", metavar="PATH", help="LeRobot v3.0 dataset directory")
+    p.add_argument(
+        "--relative-horizon",
+        type=int,
+        default=None,
+        metavar="H",
+        help="also compute action[t+k] - state[t] stats for k < H",
+    )
+    p.add_argument(
+        "--absolute-dims",
+        default="",
+        metavar="D,..",
+        help="action dims kept absolute in the relative stats (e.g. the gripper: 5)",
+    )
+    p.add_argument(
+        "--state-delta", type=int, default=None, metavar="N", help="also compute state[t] - state[t-N] stats"
+    )
+    p.add_argument("--image-samples", type=int, default=512, help="frames sampled for image stats")
+    p.add_argument("--out", default=None, help="write all stats to this JSON file")
+    p.add_argument("--write-meta", action="store_true", help="rewrite meta/stats.json (absolute stats)")
+    p.add_argument("--no-cache", action="store_true", help="recompute even if cached")
+    add_json_flag(p)
+    p.set_defaults(_run=_run_stats)
+
+
+def _run_stats(args) -> int:
+    import numpy as np
+
+    from actlab.datasets import compute_stats, open_dataset, parse_episodes, save_stats
+    from actlab.datasets.format import DEFAULT_FEATURES, STATS_PATH
+    from actlab.datasets.stats import stats_to_json
+    from actlab.utils.table import table
+
+    ds = open_dataset(args.path)
+    dims = parse_episodes(args.absolute_dims) or []
+    stats = compute_stats(
+        ds,
+        relative_action_horizon=args.relative_horizon,
+        absolute_action_dims=dims,
+        state_delta_frames=args.state_delta,
+        image_samples=args.image_samples,
+        use_cache=not args.no_cache,
+    )
+    if args.out:
+        save_stats(stats, args.out)
+    if args.write_meta:
+        keep = {k: v for k, v in stats.items() if k in ds.features}
+        save_stats(keep, ds.root / STATS_PATH)
+    if args.json:
+        _print_json(stats_to_json(stats))
+        return 0
+    rows = []
+    for key, st in stats.items():
+        if key in DEFAULT_FEATURES:
+            continue
+        mean, std = np.asarray(st["mean"]).ravel(), np.asarray(st["std"]).ravel()
+        rows.append(
+            (
+                key,
+                np.array2string(mean, precision=3, max_line_width=60),
+                np.array2string(std, precision=3, max_line_width=60),
+            )
+        )
+    print(table(rows, ["feature", "mean", "std"]))
+    if args.out:
+        print(f"\nwrote {args.out}")
+    if args.write_meta:
+        print(f"wrote {ds.root / STATS_PATH}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------- convert
+
+
+def _convert(g) -> None:
+    p = _parser(g, "convert", "convert .npy episodes (observations/actions/rollout_length) to LeRobot v3")
+    p.add_argument(
+        "src", metavar="SRC", help="directory with observations.npy, actions.npy, rollout_length.npy"
+    )
+    p.add_argument("--out", required=True, help="new dataset directory")
+    p.add_argument("--fps", type=int, default=30, help="frames per second of the recording")
+    p.add_argument("--task", default="task", help="task description stored with every episode")
+    p.add_argument("--robot-type", default=None, help="robot_type written to info.json")
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    add_json_flag(p)
+    p.set_defaults(_run=_run_convert)
+
+
+def _run_convert(args) -> int:
+    from actlab.datasets.npy_import import convert_npy
+
+    summary = convert_npy(
+        args.src, args.out, fps=args.fps, task=args.task, robot_type=args.robot_type, overwrite=args.overwrite
+    )
+    if args.json:
+        _print_json(summary)
+    else:
+        print(f"wrote {summary['episodes']} episodes, {summary['frames']} frames to {summary['out']}")
+        if summary["ignored_keys"]:
+            print(f"ignored observation keys: {', '.join(summary['ignored_keys'])}", file=sys.stderr)
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- cache
+
+
+def _cache(g) -> None:
+    p = _parser(g, "cache", "decode every camera frame once into the FrameStore (uint8 memmap)")
+    p.add_argument("path", metavar="PATH", help="LeRobot v3.0 dataset directory")
+    p.add_argument("--image-size", type=int, default=None, help="resize the longer side and pad to square")
+    p.add_argument(
+        "--cache-dir", default=None, help="default: $ACTLAB_CACHE/frames or ~/.cache/actlab/frames"
+    )
+    p.add_argument("--rebuild", action="store_true", help="rebuild even if a valid store exists")
+    add_json_flag(p)
+    p.set_defaults(_run=_run_cache)
+
+
+def _run_cache(args) -> int:
+    import time
+
+    from actlab.datasets import FrameStore, open_dataset
+
+    ds = open_dataset(args.path)
+    t0 = time.perf_counter()
+    store = FrameStore.build(ds, image_size=args.image_size, cache_dir=args.cache_dir, rebuild=args.rebuild)
+    out = {
+        "store": str(store.root),
+        "frames": {k: list(v.shape) for k, v in store.frames.items()},
+        "bytes": store.nbytes,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    if args.json:
+        _print_json(out)
+    else:
+        print(f"{out['store']}  {out['bytes'] / 1e6:.1f} MB  {out['frames']}  ({out['seconds']} s)")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- synth
+
+
+def _synth(g) -> None:
+    p = _parser(
+        g, "synth", "write a synthetic LeRobot v3 dataset (AV1) of moving shapes, e.g. for benchmarks"
+    )
+    p.add_argument("--out", required=True, help="new dataset directory")
+    p.add_argument("--episodes", type=int, default=20)
+    p.add_argument("--frames", type=int, default=4000, help="total frames, split evenly over episodes")
+    p.add_argument("--image-size", type=int, default=224, help="square camera size (even)")
+    p.add_argument("--cameras", default="top", help="comma-separated camera names")
+    p.add_argument("--state-dim", type=int, default=6)
+    p.add_argument("--action-dim", type=int, default=6)
+    p.add_argument("--fps", type=int, default=30)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    p.set_defaults(_run=_run_synth)
+
+
+def _run_synth(args) -> int:
+    import time
+
+    from actlab.datasets.synth import synth_dataset
+
+    cams = {c.strip(): (args.image_size, args.image_size) for c in args.cameras.split(",") if c.strip()}
+    t0 = time.perf_counter()
+    path = synth_dataset(
+        args.out,
+        episodes=args.episodes,
+        frames=args.frames,
+        cameras=cams,
+        state_dim=args.state_dim,
+        action_dim=args.action_dim,
+        fps=args.fps,
+        seed=args.seed,
+        overwrite=args.overwrite,
+        length=None,
+    )
+    print(
+        f"wrote {args.episodes} episodes, {args.frames} frames to {path} ({time.perf_counter() - t0:.1f} s)"
+    )
+    return 0

@@ -1,0 +1,192 @@
+"""Import the ``.npy`` episode format into LeRobot v3.0.
+
+A source directory holds ``observations.npy`` (an array of per-frame dicts, or a dict of arrays, with
+``image_*`` cameras and ``state``), ``actions.npy`` (T, A) and ``rollout_length.npy`` (E,) whose sum
+must equal T: the episodes are concatenated in that order.
+
+Object arrays (dicts) are stored with pickle inside the .npy. actlab never unpickles arbitrary user
+input: a restricted unpickler admits only numpy arrays, dtypes, scalars and plain containers, and
+refuses anything else (no code can run from a crafted file).
+"""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from actlab.errors import ActlabError
+
+_ALLOWED = {
+    (mod, name)
+    for mod in ("numpy.core.multiarray", "numpy._core.multiarray")
+    for name in ("_reconstruct", "scalar")
+} | {
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("numpy.core.numeric", "_frombuffer"),
+    ("numpy._core.numeric", "_frombuffer"),
+    ("collections", "OrderedDict"),
+}
+
+
+class _NumpyOnlyUnpickler(pickle.Unpickler):
+    def __init__(self, file, path: Path) -> None:
+        super().__init__(file)
+        self.path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _ALLOWED or (module == "numpy" and name.endswith("DType")):
+            return super().find_class(module, name)
+        raise ActlabError(
+            "refusing to load a pickled object that is not a numpy array or plain container",
+            file=self.path,
+            expected="arrays, dicts, lists, numbers",
+            found=f"{module}.{name}",
+            fix="re-save the file with only numpy arrays and dicts",
+        )
+
+
+def load_npy(path: str | Path) -> Any:
+    """Load a .npy file; object arrays go through the restricted unpickler."""
+    path = Path(path)
+    if not path.is_file():
+        raise ActlabError("file missing", file=path, fix="check the source directory")
+    with open(path, "rb") as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            reader = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            _shape, _fortran, dtype = reader(f)
+        except ValueError as e:
+            raise ActlabError(f"not a .npy file: {e}", file=path, fix="re-save it with np.save") from e
+        if not dtype.hasobject:
+            return np.load(path, allow_pickle=False)
+        try:
+            arr = _NumpyOnlyUnpickler(f, path).load()
+        except ActlabError:
+            raise
+        except Exception as e:
+            raise ActlabError(f"cannot read pickled array: {e}", file=path, fix="re-save it") from e
+    return arr
+
+
+def _columns(obs: Any, path: Path) -> dict[str, np.ndarray]:
+    """Observations as a dict of per-frame arrays, from either layout."""
+    if isinstance(obs, np.ndarray) and obs.dtype == object and obs.ndim == 0:
+        obs = obs.item()
+    if isinstance(obs, Mapping):
+        return {str(k): np.asarray(v) for k, v in obs.items()}
+    if isinstance(obs, np.ndarray) and obs.dtype == object and obs.ndim == 1:
+        if len(obs) == 0 or not all(isinstance(o, Mapping) for o in obs):
+            raise ActlabError(
+                "observations must be an array of dicts or a dict of arrays",
+                file=path,
+                expected="dicts with image_left / image_right / state",
+                found=type(obs[0]).__name__ if len(obs) else "empty array",
+            )
+        keys = list(obs[0].keys())
+        return {str(k): np.stack([np.asarray(o[k]) for o in obs]) for k in keys}
+    raise ActlabError(
+        "observations must be an array of dicts or a dict of arrays",
+        file=path,
+        expected="object array",
+        found=f"{type(obs).__name__} {getattr(obs, 'dtype', '')}",
+    )
+
+
+def _to_hwc_uint8(img: np.ndarray, key: str, path: Path) -> np.ndarray:
+    if img.ndim != 4:
+        raise ActlabError("camera images must be (T, H, W, 3)", file=path, field=key, found=img.shape)
+    if img.shape[-1] != 3 and img.shape[1] == 3:
+        img = img.transpose(0, 2, 3, 1)  # (T, 3, H, W) -> (T, H, W, 3)
+    if img.shape[-1] != 3:
+        raise ActlabError(
+            "camera images must be RGB", file=path, field=key, expected="3 channels", found=img.shape
+        )
+    if np.issubdtype(img.dtype, np.floating):
+        if img.size and img.max() <= 1.0 + 1e-6:
+            img = img * 255.0
+        img = np.clip(np.round(img), 0, 255)
+    return img.astype(np.uint8)
+
+
+def read_npy_episodes(src: str | Path) -> tuple[list[dict[str, np.ndarray]], dict[str, Any]]:
+    """Split a .npy source into per-episode frame dicts keyed as LeRobot features."""
+    src = Path(src)
+    obs_path, act_path, len_path = src / "observations.npy", src / "actions.npy", src / "rollout_length.npy"
+    cols = _columns(load_npy(obs_path), obs_path)
+    actions = np.asarray(load_npy(act_path), dtype=np.float32)
+    lengths = np.asarray(load_npy(len_path)).reshape(-1).astype(np.int64)
+    if actions.ndim != 2:
+        raise ActlabError("actions must be (T, A)", file=act_path, field="actions", found=actions.shape)
+    total = len(actions)
+    if int(lengths.sum()) != total or (lengths <= 0).any():
+        raise ActlabError(
+            "rollout lengths do not add up to the number of frames",
+            file=len_path,
+            field="rollout_length",
+            expected=f"positive lengths summing to {total} (rows of actions.npy)",
+            found=f"sum {int(lengths.sum())} over {len(lengths)} rollouts",
+            fix="fix rollout_length.npy so each rollout's length is listed once",
+        )
+    frames: dict[str, np.ndarray] = {"action": actions}
+    ignored = []
+    for key, arr in cols.items():
+        if len(arr) != total:
+            raise ActlabError(
+                "observation has a different number of frames than actions.npy",
+                file=obs_path,
+                field=key,
+                expected=total,
+                found=len(arr),
+            )
+        if key.startswith("image"):
+            name = key.split("_", 1)[1] if "_" in key else key
+            frames[f"observation.images.{name}"] = _to_hwc_uint8(arr, key, obs_path)
+        elif key == "state":
+            frames["observation.state"] = np.asarray(arr, dtype=np.float32).reshape(total, -1)
+        else:
+            ignored.append(key)
+    if "observation.state" not in frames:
+        raise ActlabError(
+            "observations lack 'state'", file=obs_path, field="state", expected="present", found=list(cols)
+        )
+    bounds = np.concatenate([[0], np.cumsum(lengths)])
+    episodes = [{k: v[a:b] for k, v in frames.items()} for a, b in itertools.pairwise(bounds)]
+    return episodes, {"ignored_keys": ignored, "episodes": len(episodes), "frames": total}
+
+
+def convert_npy(
+    src: str | Path,
+    out: str | Path,
+    fps: int = 30,
+    task: str = "task",
+    robot_type: str | None = None,
+    overwrite: bool = False,
+    video: Any = None,
+) -> dict[str, Any]:
+    """Convert a .npy episode directory into a LeRobot v3.0 dataset at ``out`` (atomic)."""
+    from actlab.datasets.format import camera_feature, vector_feature
+    from actlab.datasets.writer import DatasetWriter
+
+    episodes, summary = read_npy_episodes(src)
+    first = episodes[0]
+    features: dict[str, Any] = {}
+    for key, arr in first.items():
+        if key.startswith("observation.images."):
+            features[key] = camera_feature(arr.shape[1], arr.shape[2], fps)
+        else:
+            features[key] = vector_feature(arr.shape[1])
+    with DatasetWriter(out, fps, features, robot_type=robot_type, video=video, overwrite=overwrite) as w:
+        for ep in episodes:
+            w.add_episode(ep, task=task)
+    summary["out"] = str(out)
+    return summary
