@@ -14,10 +14,21 @@ import json
 import time
 
 
+def _backend() -> str:
+    """torchcodec when it loads (it needs FFmpeg shared libraries), else pyav: both are lerobot's."""
+    try:
+        import torchcodec.decoders  # noqa: F401
+    except Exception:
+        return "pyav"
+    return "torchcodec"
+
+
 def _open(root: str, delta_timestamps=None):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    return LeRobotDataset("actlab/local", root=root, delta_timestamps=delta_timestamps)
+    return LeRobotDataset(
+        "actlab/local", root=root, delta_timestamps=delta_timestamps, video_backend=_backend()
+    )
 
 
 def check(root: str) -> dict:
@@ -42,6 +53,7 @@ def check(root: str) -> dict:
         "frames": len(ds),
         "episodes": ds.meta.total_episodes,
         "fps": fps,
+        "video_backend": _backend(),
         "camera_keys": list(ds.meta.camera_keys),
         "items_read": len(items),
         "shapes": shapes,
@@ -85,7 +97,12 @@ def bench(root: str, batch_size: int, action_horizon: int, seconds: float, worke
         step()
         n += 1
     rate = n * batch_size / (time.perf_counter() - t0)
-    return {"samples_per_s": rate, "batches": n, "lerobot_version": getattr(lerobot, "__version__", "?")}
+    return {
+        "samples_per_s": rate,
+        "batches": n,
+        "lerobot_version": getattr(lerobot, "__version__", "?"),
+        "video_backend": _backend(),
+    }
 
 
 def main() -> None:
