@@ -1,0 +1,499 @@
+"""ACT: action chunking with transformers (Zhao et al. 2023), LeRobot's structure and defaults.
+
+Structure (REFERENCE §3):
+
+- CVAE encoder (training only) over ``[cls, state, action_1..H]`` -> latent ``z ~ N(mu, sigma)``; at
+  inference ``z = 0``.
+- Transformer encoder over ``[latent, state, (extra tokens), image tokens...]`` with learned 1-D positions
+  for the non-image tokens and fixed 2-D sinusoidal positions for the image tokens. Every camera goes
+  through one shared backbone (a single batched call when the cameras have the same size).
+- DETR-style decoder with ``chunk_size`` learned queries, then a linear action head.
+- Loss: L1 on unpadded steps (mean over valid steps and action dims) + ``kl_weight * KL``.
+
+Performance notes: ``forward`` has no host syncs and no Python loops over positions (tokens are built
+with batched reshapes; the 2-D positional table is a buffer built once); padded steps are masked with
+``torch.where`` (never boolean indexing), so the forward/backward compile into one graph.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from actlab.errors import ActlabError
+from actlab.policies.backbones import IMAGENET_MEAN, IMAGENET_STD, load_imagenet_weights, make_backbone
+from actlab.policies.configs import ACTConfig
+from actlab.policies.ensemble import TemporalEnsembler
+from actlab.policies.layers import Decoder, Encoder, sinusoid_1d, sinusoid_2d
+from actlab.policies.normalize import Normalizer, mean_std
+
+STATE = "observation.state"
+ACTION = "action"
+FEATURES_SUFFIX = ".features"
+
+
+def _feature_shape(features: dict[str, Any], key: str) -> tuple[int, ...]:
+    if key not in features:
+        raise ActlabError(
+            f"the dataset features have no {key!r}",
+            field=key,
+            expected=f"a feature {key!r} with a shape",
+            found="features " + ", ".join(sorted(features)),
+            fix="ACT needs observation.state and action features (LeRobot names)",
+        )
+    shape = features[key].get("shape") if isinstance(features[key], dict) else None
+    if not shape:
+        raise ActlabError(
+            f"feature {key!r} has no shape", field=f"{key}.shape", expected="a list of ints", found=shape
+        )
+    return tuple(int(s) for s in shape)
+
+
+def image_chw(features: dict[str, Any], key: str) -> tuple[int, int, int]:
+    """(C, H, W) of a camera feature; LeRobot stores (H, W, C) with names height/width/channels."""
+    shape = _feature_shape(features, key)
+    names = features[key].get("names") or []
+    if len(shape) != 3:
+        raise ActlabError(
+            f"camera feature {key!r} must be 3-D",
+            field=f"{key}.shape",
+            expected="[height, width, channels]",
+            found=list(shape),
+        )
+    if list(names)[:1] in (["channels"], ["channel"]) or (not names and shape[0] in (1, 3) and shape[2] > 4):
+        c, h, w = shape
+    else:
+        h, w, c = shape
+    if c != 3:
+        raise ActlabError(
+            f"camera feature {key!r} must have 3 channels",
+            field=f"{key}.shape",
+            expected="RGB images (3 channels)",
+            found=list(shape),
+        )
+    return c, h, w
+
+
+def _last(x: torch.Tensor, sample_ndim: int) -> torch.Tensor:
+    """(B, T, *sample) -> (B, *sample) newest frame; (B, *sample) unchanged. Static shape test only."""
+    return x[:, -1] if x.ndim == sample_ndim + 2 else x
+
+
+class ACTPolicy(nn.Module):
+    """ACT policy: ``forward(batch) -> (loss, metrics)``, ``predict_action_chunk``, ``select_action``."""
+
+    config_class = ACTConfig
+
+    def __init__(
+        self, config: ACTConfig, features: dict[str, Any], stats: dict[str, Any], pretrained: bool = True
+    ) -> None:
+        """Build from a config, the dataset features (LeRobot info.json style) and normalization stats.
+
+        ``pretrained`` allows loading ImageNet weights when the config asks for them (load_policy passes
+        False: the bundle carries the weights).
+        """
+        super().__init__()
+        if not isinstance(config, self.config_class):
+            raise ActlabError(
+                f"{type(self).__name__} needs a {self.config_class.__name__}",
+                expected=self.config_class.__name__,
+                found=type(config).__name__,
+            )
+        self.config = config
+        self.features = copy.deepcopy(dict(features))
+        self.state_dim = _feature_shape(features, STATE)[-1]
+        self.action_dim = _feature_shape(features, ACTION)[-1]
+        self.camera_keys = config.camera_keys(features)
+        self.image_shapes = {k: image_chw(features, k) for k in self.camera_keys}
+        self._validate_features()
+        self._input_stats = {k: stats[k] for k in self.stats_keys() if k in stats}
+        self.normalizer = Normalizer(self._normalizer_entries(stats))
+        self._build_model()
+        self._reset_parameters()
+        if self.camera_keys:
+            if pretrained and config.pretrained_backbone_weights == "imagenet":
+                load_imagenet_weights(self.backbone)
+            if config.freeze_backbone:
+                self.backbone.requires_grad_(False)
+        self._action_queue: collections.deque = collections.deque()
+        self._ensembler = (
+            TemporalEnsembler(config.temporal_ensemble_coeff, config.chunk_size)
+            if config.temporal_ensemble_coeff is not None
+            else None
+        )
+
+    # ------------------------------------------------------------------------------------------ build
+    @property
+    def n_extra_tokens(self) -> int:
+        """1-D tokens between the state token and the image tokens (subclasses add some)."""
+        return 0
+
+    def _validate_features(self) -> None:
+        """Hook: reject features this policy cannot use (before anything is allocated)."""
+
+    def stats_keys(self) -> list[str]:
+        """Stats entries this policy reads."""
+        keys = [STATE, ACTION]
+        if self.config.image_norm == "dataset":
+            keys += self.camera_keys
+        return keys
+
+    def _normalizer_entries(self, stats: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        cfg = self.config
+        entries = {
+            STATE: mean_std(stats, STATE, (self.state_dim,), cfg.std_floor),
+            ACTION: mean_std(stats, ACTION, (self.action_dim,), cfg.std_floor),
+        }
+        entries.update(self._image_entries(stats))
+        return entries
+
+    def _image_entries(self, stats: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        out = {}
+        for key in self.camera_keys:
+            if self.config.image_norm == "dataset":
+                out[key] = mean_std(stats, key, (3, 1, 1), self.config.image_std_floor)
+            else:
+                out[key] = (
+                    torch.tensor(IMAGENET_MEAN).view(3, 1, 1),
+                    torch.tensor(IMAGENET_STD).view(3, 1, 1),
+                )
+        return out
+
+    def _build_model(self) -> None:
+        cfg = self.config
+        d = cfg.dim_model
+        layer_args = (
+            d,
+            cfg.n_heads,
+            cfg.dim_feedforward,
+            cfg.dropout,
+            cfg.feedforward_activation,
+            cfg.pre_norm,
+        )
+        if cfg.use_vae:
+            self.vae_encoder = Encoder(cfg.n_vae_encoder_layers, *layer_args)
+            self.vae_encoder_cls_embed = nn.Embedding(1, d)
+            self.vae_encoder_robot_state_input_proj = nn.Linear(self.state_dim, d)
+            self.vae_encoder_action_input_proj = nn.Linear(self.action_dim, d)
+            self.vae_encoder_latent_output_proj = nn.Linear(d, 2 * cfg.latent_dim)
+            # [cls, state, H actions]; a buffer built once, not per forward.
+            self.register_buffer(
+                "vae_encoder_pos_enc", sinusoid_1d(2 + cfg.chunk_size, d)[None], persistent=False
+            )
+        if self.camera_keys:
+            self.backbone = make_backbone(cfg.vision_backbone)
+            self.encoder_img_feat_input_proj = nn.Conv2d(self.backbone.out_channels, d, kernel_size=1)
+            grids = [self._feature_grid(k) for k in self.camera_keys]
+            pos = torch.cat([sinusoid_2d(h, w, d) for h, w in grids])  # (sum h*w, D), cameras in order
+            self.register_buffer("encoder_cam_pos", pos, persistent=False)
+        self.encoder = Encoder(cfg.n_encoder_layers, *layer_args)
+        self.decoder = Decoder(cfg.n_decoder_layers, *layer_args)
+        self.encoder_robot_state_input_proj = nn.Linear(self.state_dim, d)
+        self.encoder_latent_input_proj = nn.Linear(cfg.latent_dim, d)
+        self.encoder_1d_feature_pos_embed = nn.Embedding(2 + self.n_extra_tokens, d)
+        self.decoder_pos_embed = nn.Embedding(cfg.chunk_size, d)
+        self.action_head = nn.Linear(d, self.action_dim)
+
+    def _feature_grid(self, key: str) -> tuple[int, int]:
+        _, h, w = self.image_shapes[key]
+        if self.config.downscale_img_square is not None:
+            h = w = self.config.downscale_img_square
+        gh, gw = self.backbone.feature_shape(h, w)
+        if gh < 1 or gw < 1:
+            raise ActlabError(
+                f"camera {key!r} images are too small for {self.config.vision_backbone}",
+                field=key,
+                expected="at least 32x32 pixels",
+                found=f"{h}x{w}",
+            )
+        return gh, gw
+
+    def _reset_parameters(self) -> None:
+        # ACT / DETR: Xavier-uniform on every matrix of the transformers.
+        for module in [self.encoder, self.decoder, *([self.vae_encoder] if self.config.use_vae else [])]:
+            for p in module.parameters():
+                if p.dim() > 1:
+                    nn.init.xavier_uniform_(p)
+
+    # ------------------------------------------------------------------------------------------ info
+    @property
+    def delta_indices(self) -> dict[str, list[int]]:
+        """Every key the sampler must fetch with its frame offsets (only what the policy reads)."""
+        return self.config.delta_indices(self.camera_keys)
+
+    @property
+    def observation_delta_indices(self) -> dict[str, list[int]]:
+        return {k: v for k, v in self.delta_indices.items() if k != ACTION}
+
+    @property
+    def action_delta_indices(self) -> list[int]:
+        return self.delta_indices[ACTION]
+
+    def stats_for_bundle(self) -> dict[str, Any]:
+        """The stats this policy was built from (the keys it reads), for the bundle's stats.json."""
+        return self._input_stats
+
+    def param_groups(self, lr: float, backbone_lr: float, weight_decay: float) -> list[dict[str, Any]]:
+        """Optimizer parameter groups: backbone vs the rest, each split into decayed / not decayed.
+
+        No weight decay on biases, norm scales, embeddings and learned tokens (LeRobot decays everything;
+        decaying positional embeddings and norm gains only shrinks them towards zero). Frozen
+        parameters are left out. Each group carries a ``name``.
+        """
+        no_decay: set[int] = set()
+        for module in self.modules():
+            if isinstance(module, (nn.Embedding, nn.LayerNorm, nn.GroupNorm)):
+                no_decay.update(id(p) for p in module.parameters(recurse=False))
+        groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
+        for name, p in self.named_parameters():
+            if not p.requires_grad:
+                continue
+            decay = p.ndim >= 2 and id(p) not in no_decay
+            groups.setdefault((name.startswith("backbone."), decay), []).append(p)
+        out = []
+        for (is_backbone, decay), params in sorted(groups.items()):
+            out.append(
+                {
+                    "name": ("backbone" if is_backbone else "head") + ("" if decay else "_no_decay"),
+                    "params": params,
+                    "lr": backbone_lr if is_backbone else lr,
+                    "weight_decay": weight_decay if decay else 0.0,
+                }
+            )
+        return out
+
+    # ------------------------------------------------------------------------------------------ images
+    def _prep_images(self, key: str, images: torch.Tensor) -> torch.Tensor:
+        """uint8 [0, 255] or float [0, 1] (N, 3, H, W) -> normalized float, resized if configured."""
+        dtype = self.encoder_img_feat_input_proj.weight.dtype
+        x = images.to(dtype) * (1.0 / 255.0) if images.dtype == torch.uint8 else images.to(dtype)
+        size = self.config.downscale_img_square
+        if size is not None and tuple(x.shape[-2:]) != (size, size):
+            x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+        return self.normalizer.normalize(key, x)
+
+    def encode_images(self, camera_key: str, images: torch.Tensor) -> torch.Tensor:
+        """Backbone features (N, C', h, w) of one camera's frames (N, 3, H, W), uint8 or float in [0, 1].
+
+        With ``freeze_backbone`` these are what a trainer may cache per frame and pass back as
+        ``batch[camera_key + ".features"]`` (same result as passing the images).
+        """
+        if camera_key not in self.image_shapes:
+            raise ActlabError(
+                f"{camera_key!r} is not a camera of this policy",
+                field="camera_key",
+                expected=", ".join(self.camera_keys) or "(no cameras)",
+                found=camera_key,
+            )
+        return self.backbone(self._prep_images(camera_key, images))
+
+    def _image_tokens(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(B, n_image_tokens, D) for every camera, in camera order."""
+        feats: dict[str, torch.Tensor] = {}
+        raw = [k for k in self.camera_keys if k + FEATURES_SUFFIX not in batch]
+        for key in self.camera_keys:
+            if key + FEATURES_SUFFIX in batch:
+                feats[key] = _last(batch[key + FEATURES_SUFFIX], 3)  # (B, C', h, w) cached features
+        if raw:
+            imgs = [self._prep_images(k, _last(batch[k], 3)) for k in raw]  # each (B, 3, H, W)
+            if len({tuple(x.shape) for x in imgs}) == 1:
+                # One backbone call for all cameras: fewer, larger kernels.
+                for key, f in zip(raw, self.backbone(torch.cat(imgs)).chunk(len(raw))):
+                    feats[key] = f
+            else:
+                for key, x in zip(raw, imgs):
+                    feats[key] = self.backbone(x)
+        w = self.encoder_img_feat_input_proj.weight
+        tokens = [
+            self.encoder_img_feat_input_proj(feats[k].to(w.dtype)).flatten(2).transpose(1, 2)  # (B, h*w, D)
+            for k in self.camera_keys
+        ]
+        return torch.cat(tokens, dim=1)
+
+    # ------------------------------------------------------------------------------------------ hooks
+    def _state_input(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Normalized current state (B, D)."""
+        return self.normalizer.normalize(STATE, _last(batch[STATE], 1))
+
+    def _action_targets(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Normalized training targets (B, H, A)."""
+        return self.normalizer.normalize(ACTION, batch[ACTION])
+
+    def _extra_tokens(
+        self,
+        batch: dict[str, torch.Tensor],
+        targets: torch.Tensor | None,
+        keep: torch.Tensor | None,
+        prefix: torch.Tensor | None,
+    ) -> torch.Tensor | None:
+        """Tokens (B, n_extra_tokens, D) between the state and the images; None for ACT."""
+        return None
+
+    def _to_actions(
+        self, pred: torch.Tensor, obs: dict[str, torch.Tensor], prefix: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Model output (B, H, A) normalized -> absolute actions."""
+        return self.normalizer.unnormalize(ACTION, pred)
+
+    # ------------------------------------------------------------------------------------------ model
+    def _latent(self, state_n: torch.Tensor, targets: torch.Tensor | None, keep: torch.Tensor | None):
+        """CVAE latent (B, latent), mu and log(sigma^2) (None at inference, where the latent is 0)."""
+        batch_size = state_n.shape[0]
+        if not (self.config.use_vae and self.training and targets is not None):
+            return state_n.new_zeros(batch_size, self.config.latent_dim), None, None
+        d = self.config.dim_model
+        cls = self.vae_encoder_cls_embed.weight[None].expand(batch_size, 1, d)  # (B, 1, D)
+        st = self.vae_encoder_robot_state_input_proj(state_n)[:, None]  # (B, 1, D)
+        act = self.vae_encoder_action_input_proj(targets)  # (B, H, D)
+        x = torch.cat([cls, st, act], dim=1)  # (B, H+2, D)
+        key_keep = torch.cat([keep.new_ones(batch_size, 2), keep], dim=1)  # (B, H+2): padded actions ignored
+        cls_out = self.vae_encoder(x, self.vae_encoder_pos_enc, key_keep)[:, 0]  # (B, D)
+        mu, log_sigma_x2 = self.vae_encoder_latent_output_proj(cls_out).chunk(2, dim=-1)  # (B, latent) each
+        latent = mu + (0.5 * log_sigma_x2).exp() * torch.randn_like(mu)
+        return latent, mu, log_sigma_x2
+
+    def _predict_normalized(
+        self,
+        batch: dict[str, torch.Tensor],
+        targets: torch.Tensor | None = None,
+        keep: torch.Tensor | None = None,
+        prefix: torch.Tensor | None = None,
+    ):
+        """Normalized action chunk (B, H, A), and (mu, log_sigma_x2) when the CVAE encoder ran."""
+        state_n = self._state_input(batch)  # (B, D)
+        latent, mu, log_sigma_x2 = self._latent(state_n, targets, keep)
+        tokens = [
+            self.encoder_latent_input_proj(latent)[:, None],  # (B, 1, D)
+            self.encoder_robot_state_input_proj(state_n)[:, None],  # (B, 1, D)
+        ]
+        extra = self._extra_tokens(batch, targets, keep, prefix)
+        if extra is not None:
+            tokens.append(extra)  # (B, n_extra, D)
+        pos = [self.encoder_1d_feature_pos_embed.weight]  # (2 + n_extra, D)
+        if self.camera_keys:
+            tokens.append(self._image_tokens(batch))  # (B, n_img, D)
+            pos.append(self.encoder_cam_pos)
+        x = torch.cat(tokens, dim=1)  # (B, S, D)
+        pos_t = torch.cat(pos)[None].to(x.dtype)  # (1, S, D)
+        memory = self.encoder(x, pos_t)  # (B, S, D)
+        queries = self.decoder_pos_embed.weight[None].to(x.dtype)  # (1, H, D)
+        # The learned queries are both the content and the position of the decoder input. DETR/ACT feed
+        # zero content: every value of the first self-attention is then the same bias, so its projection
+        # weights and first norm gain can never receive a gradient (dead parameters).
+        dec_in = queries.expand(x.shape[0], -1, -1)  # (B, H, D)
+        out = self.decoder(dec_in, memory, queries, pos_t)  # (B, H, D)
+        return self.action_head(out), mu, log_sigma_x2  # (B, H, A)
+
+    # ------------------------------------------------------------------------------------------ training
+    def _check_batch(self, batch: dict[str, torch.Tensor]) -> None:
+        """Shape checks on Python ints only (static under torch.compile, no host sync)."""
+        for key in [STATE, ACTION, ACTION + "_is_pad"]:
+            if key not in batch:
+                raise ActlabError(
+                    f"the training batch has no {key!r}",
+                    field=key,
+                    expected=", ".join(self.delta_indices) + ", action_is_pad",
+                    found=", ".join(sorted(batch)),
+                )
+        act, pad = batch[ACTION], batch[ACTION + "_is_pad"]
+        h, a = self.config.chunk_size, self.action_dim
+        if act.ndim != 3 or tuple(act.shape[1:]) != (h, a):
+            raise ActlabError(
+                "batch['action'] has the wrong shape",
+                field="action",
+                expected=f"(B, chunk_size={h}, action_dim={a})",
+                found=tuple(act.shape),
+                fix="fetch action offsets policy.delta_indices['action']",
+            )
+        if tuple(pad.shape) != tuple(act.shape[:2]) or pad.dtype != torch.bool:
+            raise ActlabError(
+                "batch['action_is_pad'] must be a bool mask of shape (B, H)",
+                field="action_is_pad",
+                expected=f"bool {tuple(act.shape[:2])}",
+                found=f"{pad.dtype} {tuple(pad.shape)}",
+            )
+        for key in self.camera_keys:
+            if key not in batch and key + FEATURES_SUFFIX not in batch:
+                raise ActlabError(
+                    f"the batch has no images for camera {key!r}",
+                    field=key,
+                    expected=f"{key} (uint8 images) or {key}{FEATURES_SUFFIX} (cached features)",
+                    found=", ".join(sorted(batch)),
+                )
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Loss and detached metrics for a training batch (see docs/internals.md for the keys).
+
+        In train mode the CVAE encoder runs (if ``use_vae``); in eval mode the latent is 0, so the loss is
+        the L1 of what inference would predict (a validation loss).
+        """
+        self._check_batch(batch)
+        keep = ~batch[ACTION + "_is_pad"]  # (B, H) True for real steps
+        targets = self._action_targets(batch)  # (B, H, A)
+        # Zero padded targets so that nothing (not even NaN) at padded steps reaches any computation.
+        targets = torch.where(keep[..., None], targets, torch.zeros_like(targets))
+        pred, mu, log_sigma_x2 = self._predict_normalized(batch, targets, keep)
+        err = torch.where(keep[..., None], (pred - targets).abs(), torch.zeros_like(pred))  # (B, H, A)
+        n_valid = keep.sum().clamp(min=1) * self.action_dim  # stays on device: no host sync
+        l1 = err.sum() / n_valid
+        if mu is not None:
+            kld = (-0.5 * (1 + log_sigma_x2 - mu.pow(2) - log_sigma_x2.exp())).sum(-1).mean()
+            loss = l1 + self.config.kl_weight * kld
+        else:
+            kld = torch.zeros_like(l1)
+            loss = l1
+        return loss, {"l1_loss": l1.detach(), "kld_loss": kld.detach(), "loss": loss.detach()}
+
+    # ------------------------------------------------------------------------------------------ inference
+    def _check_prefix(self, prefix: torch.Tensor | None) -> None:
+        if prefix is not None:
+            raise ActlabError(
+                f"{self.config.type} was not trained with an RTC prefix",
+                field="prefix",
+                expected="None",
+                found=f"a prefix of shape {tuple(prefix.shape)}",
+                fix="train an act_relative policy with rtc_max_delay > 0 for prefix conditioning",
+            )
+
+    def _observation(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Hook: the observation as the model reads it (act_relative adds its state window)."""
+        return obs
+
+    @torch.no_grad()
+    def predict_action_chunk(
+        self, obs: dict[str, torch.Tensor], prefix: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Absolute, unnormalized action chunk (B, H, A) for a batch of observations.
+
+        Runs with inference semantics (no dropout, latent 0) whatever the module's mode, and restores it.
+        """
+        was_training = self.training
+        self.eval()
+        try:
+            self._check_prefix(prefix)
+            obs = self._observation(obs)
+            pred, _, _ = self._predict_normalized(obs, prefix=prefix)
+            return self._to_actions(pred, obs, prefix)
+        finally:
+            self.train(was_training)
+
+    @torch.no_grad()
+    def select_action(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Next action (B, A): pops a queue of ``n_action_steps`` from a chunk, or temporal ensembling."""
+        if self._ensembler is not None:
+            return self._ensembler.update(self.predict_action_chunk(obs))
+        if not self._action_queue:
+            chunk = self.predict_action_chunk(obs)[:, : self.config.n_action_steps]  # (B, n, A)
+            self._action_queue.extend(chunk.transpose(0, 1))
+        return self._action_queue.popleft()
+
+    def reset(self) -> None:
+        """Clear the action queue and the ensembler: call before every episode."""
+        self._action_queue.clear()
+        if self._ensembler is not None:
+            self._ensembler.reset()

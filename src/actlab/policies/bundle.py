@@ -1,0 +1,183 @@
+"""Checkpoint bundle: a self-contained policy directory (safetensors + JSON only, never pickle).
+
+```
+<bundle>/model.safetensors   weights and buffers, normalizer statistics included
+<bundle>/config.json         {"type": ..., every config field}
+<bundle>/stats.json          the dataset stats the policy was built from (human-readable copy)
+<bundle>/features.json       the dataset feature spec (keys, dtypes, shapes, names)
+<bundle>/actlab.json         format version, actlab version, creation time, extra (e.g. training step)
+```
+``load_policy(path, device)`` needs nothing else: no dataset, no network (ImageNet weights are in the
+weights file).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from actlab import __version__
+from actlab.errors import ActlabError
+from actlab.policies.registry import get_config_class, make_policy
+from actlab.utils import config as cfgutil
+from actlab.utils.io import atomic_dir, atomic_write_bytes, atomic_write_json, read_json
+
+FORMAT = "actlab.policy"
+FORMAT_VERSION = 1
+FILES = ("model.safetensors", "config.json", "stats.json", "features.json", "actlab.json")
+
+
+def _jsonable_stats(stats: dict[str, Any]) -> dict[str, Any]:
+    return {k: {f: np.asarray(v).tolist() for f, v in entry.items()} for k, entry in stats.items()}
+
+
+def write_bundle(policy: Any, directory: str | Path, extra: dict[str, Any] | None = None) -> None:
+    """Write the bundle files into an existing directory (each file atomically)."""
+    from safetensors.torch import save
+
+    directory = Path(directory)
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in policy.state_dict().items()}
+    atomic_write_bytes(directory / "model.safetensors", save(tensors, metadata={"type": policy.config.type}))
+    atomic_write_json(directory / "config.json", cfgutil.to_dict(policy.config))
+    atomic_write_json(directory / "stats.json", _jsonable_stats(policy.stats_for_bundle()))
+    atomic_write_json(directory / "features.json", policy.features)
+    meta = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "actlab_version": __version__,
+        "type": policy.config.type,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "n_parameters": sum(p.numel() for p in policy.parameters()),
+        "extra": extra or {},
+    }
+    atomic_write_json(directory / "actlab.json", meta)
+
+
+def save_policy(
+    policy: Any, path: str | Path, extra: dict[str, Any] | None = None, overwrite: bool = False
+) -> Path:
+    """Save ``policy`` as a bundle directory at ``path``, atomically (temp dir + rename)."""
+    path = Path(path)
+    with atomic_dir(path, overwrite=overwrite) as tmp:
+        write_bundle(policy, tmp, extra)
+    return path
+
+
+def _read_config(path: Path) -> Any:
+    data = read_json(path / "config.json", "policy config")
+    if not isinstance(data, dict) or "type" not in data:
+        raise ActlabError(
+            "the policy config has no 'type'",
+            file=path / "config.json",
+            field="type",
+            expected='{"type": "act" | "act_relative", ...}',
+            found=str(data)[:120],
+        )
+    cls = get_config_class(data["type"])
+    try:
+        return cfgutil.from_dict(cls, data)
+    except ActlabError as e:
+        e.file = str(path / "config.json")
+        raise ActlabError(
+            e.problem,
+            file=e.file,
+            field=e.field,
+            expected=e.expected,
+            found=e.found,
+            fix=e.fix or "the bundle was written by another actlab version or edited",
+        ) from e
+    except (ValueError, TypeError) as e:
+        raise ActlabError(
+            f"invalid policy config: {e}",
+            file=path / "config.json",
+            fix="re-save the bundle with save_policy",
+        ) from e
+
+
+def _read_tensors(file: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(file), device="cpu")
+    except Exception as e:  # safetensors raises its own error types for truncated / foreign files
+        raise ActlabError(
+            f"cannot read the weights: {type(e).__name__}: {e}",
+            file=file,
+            expected="a safetensors file written by save_policy",
+            fix="the file is truncated or not a safetensors file; use another checkpoint",
+        ) from e
+
+
+def _check_tensors(policy: Any, tensors: dict[str, torch.Tensor], file: Path) -> None:
+    expected = policy.state_dict()
+    missing = [k for k in expected if k not in tensors]
+    unexpected = [k for k in tensors if k not in expected]
+    if missing or unexpected:
+        raise ActlabError(
+            "the weights do not match the policy config",
+            file=file,
+            field=(missing or unexpected)[0],
+            expected=f"{len(expected)} tensors named as the config builds them",
+            found=f"missing {missing[:5]}, unexpected {unexpected[:5]}",
+            fix="config.json and model.safetensors come from different policies; use an intact bundle",
+        )
+    for name, ref in expected.items():
+        if tuple(tensors[name].shape) != tuple(ref.shape):
+            raise ActlabError(
+                f"tensor {name!r} has the wrong shape",
+                file=file,
+                field=name,
+                expected=tuple(ref.shape),
+                found=tuple(tensors[name].shape),
+                fix="config.json, features.json and model.safetensors come from different policies",
+            )
+
+
+def load_policy(path: str | Path, device: str | torch.device = "cpu") -> Any:
+    """Load a bundle written by :func:`save_policy`; returns the policy in eval mode on ``device``."""
+    path = Path(path)
+    if not path.is_dir():
+        hint = "pass the bundle directory, not a file inside it" if path.is_file() else "check the path"
+        raise ActlabError("policy bundle directory not found", file=path, fix=hint)
+    for name in FILES:
+        if not (path / name).is_file():
+            raise ActlabError(
+                f"the policy bundle has no {name}",
+                file=path / name,
+                expected="model.safetensors, config.json, stats.json, features.json, actlab.json",
+                fix="the bundle is incomplete; use another checkpoint or re-save it",
+            )
+    meta = read_json(path / "actlab.json", "bundle metadata")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ActlabError(
+            "not an actlab policy bundle",
+            file=path / "actlab.json",
+            field="format",
+            expected=FORMAT,
+            found=meta.get("format") if isinstance(meta, dict) else meta,
+        )
+    if int(meta.get("format_version", 0)) > FORMAT_VERSION:
+        raise ActlabError(
+            "the bundle was written by a newer actlab",
+            file=path / "actlab.json",
+            field="format_version",
+            expected=f"<= {FORMAT_VERSION}",
+            found=meta.get("format_version"),
+            fix="upgrade actlab",
+        )
+    cfg = _read_config(path)
+    features = read_json(path / "features.json", "feature spec")
+    stats = read_json(path / "stats.json", "normalization stats")
+    with warnings.catch_warnings():
+        # Std floors were reported when the policy was first built; the weights carry the floored values.
+        warnings.simplefilter("ignore")
+        policy = make_policy(cfg, features, stats, pretrained=False)
+    tensors = _read_tensors(path / "model.safetensors")
+    _check_tensors(policy, tensors, path / "model.safetensors")
+    policy.load_state_dict(tensors, strict=True)
+    return policy.to(device).eval()

@@ -1,0 +1,291 @@
+"""Policy configs: frozen dataclasses validated before anything is allocated (no torch here).
+
+``ACTConfig`` defaults are LeRobot's ACT defaults (REFERENCE §3). ``ACTRelativeConfig`` adds relative
+actions, an optional state delta and real-time-chunking prefix conditioning (REFERENCE §4).
+The ``type`` field names the registry entry and is written into ``config.json`` of a bundle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Literal
+
+from actlab.errors import ActlabError
+from actlab.utils.config import did_you_mean
+
+BACKBONES = ("resnet18", "resnet34", "cnn_small")
+ACTIVATIONS = ("relu", "gelu")
+IMAGE_NORMS = ("imagenet", "dataset")
+
+
+def _check(ok: bool, cls: str, field: str, expected: str, found: object, fix: str | None = None) -> None:
+    if not ok:
+        raise ActlabError(
+            f"invalid {cls} value for {field}", field=field, expected=expected, found=found, fix=fix
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ACTConfig:
+    """ACT (Zhao et al. 2023) with LeRobot's defaults; every layer that is built is used."""
+
+    TYPE: ClassVar[str] = "act"
+
+    # registry name of the policy; "act" for this class (written to config.json)
+    type: str = "act"
+
+    # --- inputs ---
+    # camera feature keys to use (e.g. "observation.images.top"); empty uses every camera in the features
+    cameras: tuple[str, ...] = ()
+
+    # --- action chunking ---
+    # number of future actions predicted per query (H)
+    chunk_size: int = 100
+    # actions of a chunk executed by select_action before querying again (<= chunk_size)
+    n_action_steps: int = 100
+    # temporal ensembling weight exp(-coeff * i) over past chunks (ACT paper: 0.01); needs n_action_steps == 1
+    temporal_ensemble_coeff: float | None = None
+
+    # --- vision ---
+    # image encoder: "resnet18" / "resnet34" (torchvision names, frozen BatchNorm), or "cnn_small" (fast)
+    vision_backbone: str = "resnet18"
+    # "imagenet": torchvision's ImageNet weights via torch.hub (internet once); null for cnn_small
+    pretrained_backbone_weights: Literal["imagenet"] | None = "imagenet"
+    # freeze the backbone: no gradients; a trainer may then pass cached "<camera>.features" instead
+    freeze_backbone: bool = False
+    # resize every camera image to this square size (pixels) before the backbone; null keeps it
+    downscale_img_square: int | None = None
+    # image normalization after /255: "imagenet" mean/std, or "dataset" per-channel stats (std floored)
+    image_norm: str = "imagenet"
+    # lower bound for per-channel image std with image_norm="dataset" (a warning names floored channels)
+    image_std_floor: float = 0.05
+
+    # --- transformer ---
+    # normalize before attention/FFN (pre-LN) instead of after (post-LN, ACT's default)
+    pre_norm: bool = False
+    # transformer width (must be divisible by n_heads and by 4 for the 2-D sinusoidal positions)
+    dim_model: int = 512
+    # attention heads
+    n_heads: int = 8
+    # feed-forward hidden width
+    dim_feedforward: int = 3200
+    # feed-forward activation: "relu" (ACT) or "gelu"
+    feedforward_activation: str = "relu"
+    # transformer encoder layers over [latent, state, image tokens]
+    n_encoder_layers: int = 4
+    # DETR-style decoder layers (all applied; the original ACT code built 7 and used only the first)
+    n_decoder_layers: int = 1
+    # dropout in attention, feed-forward and residual branches
+    dropout: float = 0.1
+
+    # --- CVAE ---
+    # train with the CVAE encoder over [cls, state, action chunk]; the latent is 0 at inference
+    use_vae: bool = True
+    # size of the CVAE latent
+    latent_dim: int = 32
+    # transformer layers of the CVAE encoder
+    n_vae_encoder_layers: int = 4
+    # weight of the KL term in the loss (L1 + kl_weight * KL)
+    kl_weight: float = 10.0
+
+    # --- normalization ---
+    # lower bound applied to state/action std from the stats (a warning names floored dimensions)
+    std_floor: float = 1e-3
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        _check(
+            self.type == self.TYPE,
+            name,
+            "type",
+            repr(self.TYPE),
+            self.type,
+            "use the config class registered for that type (actlab.policies.get_config_class)",
+        )
+        _check(self.chunk_size >= 1, name, "chunk_size", ">= 1", self.chunk_size)
+        _check(
+            1 <= self.n_action_steps <= self.chunk_size,
+            name,
+            "n_action_steps",
+            f"1 <= n_action_steps <= chunk_size ({self.chunk_size})",
+            self.n_action_steps,
+        )
+        if self.temporal_ensemble_coeff is not None:
+            _check(
+                self.n_action_steps == 1,
+                name,
+                "n_action_steps",
+                "1 when temporal_ensemble_coeff is set (a chunk is predicted every step)",
+                self.n_action_steps,
+                "set n_action_steps=1 or temporal_ensemble_coeff=null",
+            )
+        _check(
+            self.vision_backbone in BACKBONES,
+            name,
+            "vision_backbone",
+            "one of " + ", ".join(BACKBONES),
+            f"{self.vision_backbone!r}{did_you_mean(self.vision_backbone, BACKBONES)}",
+        )
+        _check(
+            self.pretrained_backbone_weights in (None, "imagenet"),
+            name,
+            "pretrained_backbone_weights",
+            '"imagenet" or null',
+            self.pretrained_backbone_weights,
+        )
+        if self.vision_backbone == "cnn_small" and self.pretrained_backbone_weights is not None:
+            # No pretrained weights exist for cnn_small: record what is really used.
+            object.__setattr__(self, "pretrained_backbone_weights", None)
+        min_px = 8 if self.vision_backbone == "cnn_small" else 32
+        _check(
+            self.downscale_img_square is None or self.downscale_img_square >= min_px,
+            name,
+            "downscale_img_square",
+            f">= {min_px} for {self.vision_backbone}, or null",
+            self.downscale_img_square,
+        )
+        _check(
+            self.image_norm in IMAGE_NORMS,
+            name,
+            "image_norm",
+            "one of " + ", ".join(IMAGE_NORMS),
+            self.image_norm,
+        )
+        _check(self.image_std_floor > 0, name, "image_std_floor", "> 0", self.image_std_floor)
+        _check(
+            self.dim_model >= 4 and self.dim_model % 4 == 0,
+            name,
+            "dim_model",
+            "a multiple of 4",
+            self.dim_model,
+        )
+        _check(self.n_heads >= 1, name, "n_heads", ">= 1", self.n_heads)
+        _check(
+            self.dim_model % self.n_heads == 0,
+            name,
+            "n_heads",
+            f"a divisor of dim_model ({self.dim_model})",
+            self.n_heads,
+        )
+        _check(self.dim_feedforward >= 1, name, "dim_feedforward", ">= 1", self.dim_feedforward)
+        _check(
+            self.feedforward_activation in ACTIVATIONS,
+            name,
+            "feedforward_activation",
+            "one of " + ", ".join(ACTIVATIONS),
+            self.feedforward_activation,
+        )
+        _check(self.n_encoder_layers >= 1, name, "n_encoder_layers", ">= 1", self.n_encoder_layers)
+        _check(self.n_decoder_layers >= 1, name, "n_decoder_layers", ">= 1", self.n_decoder_layers)
+        _check(0.0 <= self.dropout < 1.0, name, "dropout", "0 <= dropout < 1", self.dropout)
+        _check(self.latent_dim >= 1, name, "latent_dim", ">= 1", self.latent_dim)
+        _check(
+            self.n_vae_encoder_layers >= 1, name, "n_vae_encoder_layers", ">= 1", self.n_vae_encoder_layers
+        )
+        _check(self.kl_weight >= 0, name, "kl_weight", ">= 0", self.kl_weight)
+        _check(self.std_floor > 0, name, "std_floor", "> 0", self.std_floor)
+        _check(
+            len(set(self.cameras)) == len(self.cameras),
+            name,
+            "cameras",
+            "no repeated camera keys",
+            self.cameras,
+        )
+
+    # ------------------------------------------------------------------------------------------ requests
+    def camera_keys(self, features: dict[str, Any]) -> list[str]:
+        """The camera keys this config uses, in a fixed order (config order, else sorted feature order)."""
+        available = sorted(k for k, v in features.items() if _is_camera(k, v))
+        if not self.cameras:
+            return available
+        for key in self.cameras:
+            if key not in available:
+                raise ActlabError(
+                    f"camera {key!r} is not in the dataset features{did_you_mean(key, available)}",
+                    field="cameras",
+                    expected="one of " + (", ".join(available) or "(no cameras in the dataset)"),
+                    found=key,
+                    fix="set cameras to existing keys, or to () for every camera",
+                )
+        return list(self.cameras)
+
+    def state_offsets(self) -> list[int]:
+        """Frame offsets of ``observation.state`` the policy reads (0 = the current frame)."""
+        return [0]
+
+    def delta_indices(self, camera_keys: list[str]) -> dict[str, list[int]]:
+        """Every key the sampler must fetch with its frame offsets (only frames the policy uses)."""
+        out: dict[str, list[int]] = {"observation.state": self.state_offsets()}
+        for key in camera_keys:
+            out[key] = [0]
+        out["action"] = list(range(self.chunk_size))
+        return out
+
+    def stats_request(self) -> dict[str, Any]:
+        """Keyword arguments for ``actlab.datasets.compute_stats`` (absolute stats only for ACT)."""
+        return {"relative_action_horizon": None, "state_delta_frames": None}
+
+
+@dataclasses.dataclass(frozen=True)
+class ACTRelativeConfig(ACTConfig):
+    """ACT predicting actions relative to the current state, with state deltas and RTC prefix tokens."""
+
+    TYPE: ClassVar[str] = "act_relative"
+
+    # registry name of the policy; "act_relative" for this class (written to config.json)
+    type: str = "act_relative"
+    # action dimensions kept absolute (not relative to the state), e.g. the SO-101 gripper (index 5)
+    absolute_action_dims: tuple[int, ...] = (5,)
+    # N: add a state-delta token s[t] - s[t-N]; the sampler then fetches state offsets [-N, 0]; None disables
+    obs_state_delta_frames: int | None = None
+    # normalize relative actions with per-chunk-position stats (H, A) rather than pooled per-joint stats (A,)
+    relative_stats_per_step: bool = True
+    # RTC: train with a random committed prefix of d in [0, rtc_max_delay] true actions; 0 disables
+    rtc_max_delay: int = 10
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        name = type(self).__name__
+        _check(
+            all(d >= 0 for d in self.absolute_action_dims)
+            and len(set(self.absolute_action_dims)) == len(self.absolute_action_dims),
+            name,
+            "absolute_action_dims",
+            "distinct non-negative action indices",
+            self.absolute_action_dims,
+        )
+        _check(
+            self.obs_state_delta_frames is None or self.obs_state_delta_frames >= 1,
+            name,
+            "obs_state_delta_frames",
+            ">= 1 or null",
+            self.obs_state_delta_frames,
+        )
+        _check(
+            0 <= self.rtc_max_delay < self.chunk_size,
+            name,
+            "rtc_max_delay",
+            f"0 <= rtc_max_delay < chunk_size ({self.chunk_size})",
+            self.rtc_max_delay,
+        )
+
+    def state_offsets(self) -> list[int]:
+        if self.obs_state_delta_frames is None:
+            return [0]
+        return [-self.obs_state_delta_frames, 0]
+
+    def stats_request(self) -> dict[str, Any]:
+        """Relative-action stats over the chunk, and state-delta stats when a delta is used."""
+        return {
+            "relative_action_horizon": self.chunk_size,
+            "absolute_action_dims": tuple(self.absolute_action_dims),
+            "state_delta_frames": self.obs_state_delta_frames,
+        }
+
+
+def _is_camera(key: str, feature: Any) -> bool:
+    """A camera feature: dtype "video"/"image" (LeRobot), or any ``observation.images.<cam>`` key."""
+    dtype = feature.get("dtype") if isinstance(feature, dict) else None
+    if key.endswith(".features"):
+        return False
+    return dtype in ("video", "image") or key.startswith("observation.images.")

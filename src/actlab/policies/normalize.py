@@ -1,0 +1,130 @@
+"""Normalization as a module inside the policy: mean/std buffers saved with the weights (STYLE §6).
+
+``Normalizer`` holds one ``(mean, std)`` pair per feature key as buffers named
+``normalizer.<key with dots as underscores>.mean`` / ``.std``, so a checkpoint can never lose its
+statistics. Stds are floored when built from dataset stats (a near-constant joint would otherwise turn
+numerical noise into huge inputs), with a warning that names the floored dimensions.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from actlab.errors import ActlabError
+
+STATS_FIX = (
+    "compute stats with actlab.datasets.compute_stats(ds, **cfg.stats_request()) for this policy config"
+)
+
+
+def _safe(key: str) -> str:
+    return key.replace(".", "_")
+
+
+class MeanStd(nn.Module):
+    """A pair of buffers; ``mean``/``std`` broadcast against the trailing dims of the data."""
+
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("mean", mean.float().clone())
+        self.register_buffer("std", std.float().clone())
+
+
+class Normalizer(nn.Module):
+    """Per-key affine normalization ``(x - mean) / std`` with the statistics stored as buffers."""
+
+    def __init__(self, entries: Mapping[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
+        super().__init__()
+        self.feature_keys = list(entries)
+        self.entries = nn.ModuleDict({_safe(k): MeanStd(m, s) for k, (m, s) in entries.items()})
+
+    def get(self, key: str) -> MeanStd:
+        return self.entries[_safe(key)]
+
+    def normalize(self, key: str, x: torch.Tensor) -> torch.Tensor:
+        e = self.get(key)
+        return (x - e.mean) / e.std
+
+    def unnormalize(self, key: str, x: torch.Tensor) -> torch.Tensor:
+        e = self.get(key)
+        return x * e.std + e.mean
+
+    def as_stats(self) -> dict[str, dict[str, list]]:
+        """The statistics in use (after flooring), JSON-ready."""
+        return {
+            k: {"mean": self.get(k).mean.tolist(), "std": self.get(k).std.tolist()} for k in self.feature_keys
+        }
+
+
+def stat_array(stats: Mapping[str, Any], key: str, field: str, shape: tuple[int, ...]) -> np.ndarray:
+    """``stats[key][field]`` as a float array of ``shape``, or an ActlabError naming what is missing."""
+    if key not in stats:
+        raise ActlabError(
+            f"normalization stats have no entry for {key!r}",
+            field=key,
+            expected=f"stats[{key!r}] with {field!r} of shape {shape}",
+            found="keys " + ", ".join(sorted(stats)),
+            fix=STATS_FIX,
+        )
+    entry = stats[key]
+    if field not in entry:
+        raise ActlabError(
+            f"normalization stats for {key!r} have no {field!r}",
+            field=f"{key}.{field}",
+            expected=f"shape {shape}",
+            found="fields " + ", ".join(sorted(entry)),
+            fix=STATS_FIX,
+        )
+    arr = np.asarray(entry[field], dtype=np.float64)
+    if arr.size == int(np.prod(shape)) and arr.shape != shape:
+        arr = arr.reshape(shape)  # e.g. image stats given as (3,) instead of (3, 1, 1)
+    if arr.shape != shape:
+        raise ActlabError(
+            f"normalization stats for {key!r} have the wrong shape",
+            field=f"{key}.{field}",
+            expected=str(shape),
+            found=str(arr.shape),
+            fix="the stats were computed for other features or another chunk size; " + STATS_FIX,
+        )
+    if not np.all(np.isfinite(arr)):
+        raise ActlabError(
+            f"normalization stats for {key!r} contain NaN or inf",
+            field=f"{key}.{field}",
+            expected="finite values",
+            found=str(arr.tolist())[:200],
+            fix="recompute the stats; check the dataset with `actlab data doctor`",
+        )
+    return arr
+
+
+def floored(key: str, std: np.ndarray, floor: float) -> np.ndarray:
+    """``max(std, floor)`` elementwise, warning once with the indices that were raised."""
+    low = std < floor
+    if np.any(low):
+        idx = np.argwhere(low).tolist()
+        warnings.warn(
+            f"normalization std of {key!r} is below {floor:g} at {len(idx)} position(s) "
+            f"(first {idx[:6]}, smallest {float(std.min()):.3g}); using {floor:g} there instead",
+            stacklevel=3,
+        )
+    return np.maximum(std, floor)
+
+
+def mean_std(
+    stats: Mapping[str, Any],
+    key: str,
+    shape: tuple[int, ...],
+    floor: float,
+    mean_field: str = "mean",
+    std_field: str = "std",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validated, floored (mean, std) tensors for one stats entry."""
+    mean = stat_array(stats, key, mean_field, shape)
+    std = floored(key, stat_array(stats, key, std_field, shape), floor)
+    return torch.from_numpy(mean).float(), torch.from_numpy(std).float()

@@ -1,0 +1,53 @@
+"""Policy registry: type name -> config class and policy class (torch is imported only by make_policy)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from actlab.policies.configs import ACTConfig, ACTRelativeConfig
+from actlab.utils.config import unknown_name_error
+
+# Registered policy types with a one-line description.
+POLICY_TYPES: dict[str, str] = {
+    "act": "ACT (CVAE + transformer, action chunks), LeRobot's defaults",
+    "act_relative": "ACT with state-relative actions, state deltas and RTC prefix conditioning",
+}
+
+_CONFIGS: dict[str, type] = {"act": ACTConfig, "act_relative": ACTRelativeConfig}
+_CLASSES: dict[str, str] = {
+    "act": "actlab.policies.act:ACTPolicy",
+    "act_relative": "actlab.policies.act_relative:ACTRelativePolicy",
+}
+
+
+def config_classes() -> dict[str, type]:
+    """``{type name: config class}`` for every registered policy."""
+    return dict(_CONFIGS)
+
+
+def get_config_class(type_name: str) -> type:
+    """The config class of a policy type; an unknown name fails with a did-you-mean."""
+    if type_name not in _CONFIGS:
+        raise unknown_name_error("policy type", str(type_name), _CONFIGS, fix="actlab policy info lists them")
+    return _CONFIGS[type_name]
+
+
+def get_policy_class(type_name: str) -> type:
+    """The policy class (an ``nn.Module``) of a policy type; imports torch."""
+    get_config_class(type_name)
+    module, name = _CLASSES[type_name].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def make_policy(cfg: Any, features: dict[str, Any], stats: dict[str, Any], pretrained: bool = True) -> Any:
+    """Build the policy for ``cfg`` (its ``type`` picks the class) from dataset features and stats.
+
+    ``pretrained=False`` skips downloading backbone weights (load_policy: the bundle has the weights).
+    """
+    type_name = getattr(cfg, "type", None)
+    cls = get_policy_class(type_name)
+    if not isinstance(cfg, get_config_class(type_name)):
+        cfg_cls = get_config_class(type_name)
+        raise unknown_name_error("policy config", type(cfg).__name__, [cfg_cls.__name__])
+    return cls(cfg, features, stats, pretrained=pretrained)
