@@ -101,3 +101,13 @@ def test_parse_bytes():
     for bad in ("", "lots", "-1GiB", "0", "3 parsecs"):
         with pytest.raises(ActlabError, match="bad memory size"):
             parse_bytes(bad)
+
+
+def test_tolerance_stops_the_bisection_early():
+    calls: list[int] = []
+    r = search_batch_size(linear_probe(0, 1, calls=calls), limit_bytes=1000, margin=0.0, tolerance=0.1)
+    exact = search_batch_size(linear_probe(0, 1), limit_bytes=1000, margin=0.0)
+    assert exact.recommended == 1000 and len(r.trials) < len(exact.trials)
+    assert r.first_fail - r.recommended <= 0.1 * r.recommended
+    assert 900 <= r.recommended <= 1000
+    assert "bisection stopped within 10%" in render_search(r, "RSS")

@@ -138,6 +138,12 @@ def _register_find_batch_size(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--start", type=int, default=1, help="first batch size tried (default 1)")
     p.add_argument("--max", type=int, default=None, dest="max_batch", help="largest batch size to try")
     p.add_argument("--multiple-of", type=int, default=1, help="only try multiples of this (e.g. 8)")
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.05,
+        help="stop bisecting when the gap is within this fraction of the best fit (default 0.05; 0: exact)",
+    )
     p.add_argument("--steps", type=int, default=2, help="training steps run per batch size (default 2)")
     p.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. policy.chunk_size=50"
@@ -160,6 +166,7 @@ def _run_find_batch_size(args: argparse.Namespace) -> int:
         start=args.start,
         max_batch=args.max_batch,
         multiple_of=args.multiple_of,
+        tolerance=args.tolerance,
         steps=args.steps,
         progress=None if args.json else sys.stderr,
     )

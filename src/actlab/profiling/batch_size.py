@@ -60,6 +60,7 @@ class SearchResult:
 
     limit_bytes: int  # the memory the step may use (device total, or --memory-limit)
     margin: float  # safety margin, fraction of the limit kept free
+    tolerance: float = 0.0  # bisection stopped once the gap was at most this fraction of the last fit
     trials: list[Trial] = field(default_factory=list)
     recommended: int | None = None  # largest batch size that fit within the budget
     first_fail: int | None = None  # smallest batch size that did not fit (None: never failed)
@@ -74,6 +75,7 @@ class SearchResult:
             "limit_bytes": self.limit_bytes,
             "budget_bytes": self.budget_bytes,
             "margin": self.margin,
+            "tolerance": self.tolerance,
             "recommended": self.recommended,
             "first_fail": self.first_fail,
             "reached_max": self.reached_max,
@@ -113,6 +115,34 @@ def parse_bytes(text: str | int, field_name: str = "--memory-limit") -> int:
     return value
 
 
+def check_search_settings(
+    *, margin: float, start: int, max_batch: int | None, multiple_of: int, tolerance: float
+) -> None:
+    """Validate the search settings (before any costly trial); an ActlabError names the bad flag."""
+    if not 0.0 <= margin < 1.0:
+        raise ActlabError("bad safety margin", field="--margin", expected="0 <= margin < 1", found=margin)
+    if multiple_of < 1:
+        raise ActlabError(
+            "bad --multiple-of", field="--multiple-of", expected="an integer >= 1", found=multiple_of
+        )
+    if not 0.0 <= tolerance < 1.0:
+        raise ActlabError(
+            "bad tolerance", field="--tolerance", expected="0 <= tolerance < 1", found=tolerance
+        )
+    if start < 1:
+        raise ActlabError("bad start batch size", field="--start", expected="an integer >= 1", found=start)
+    if max_batch is not None and max_batch < start:
+        raise ActlabError("--max is below --start", field="--max", expected=f">= {start}", found=max_batch)
+    first = -(-start // multiple_of) * multiple_of
+    if max_batch is not None and first > max_batch:
+        raise ActlabError(
+            "no multiple of --multiple-of lies between --start and --max",
+            field="--max",
+            expected=f">= {first}",
+            found=max_batch,
+        )
+
+
 def search_batch_size(
     probe: Callable[[int], Probe],
     *,
@@ -121,24 +151,20 @@ def search_batch_size(
     start: int = 1,
     max_batch: int | None = None,
     multiple_of: int = 1,
+    tolerance: float = 0.0,
 ) -> SearchResult:
     """Find the largest batch size whose step fits in ``limit_bytes * (1 - margin)``.
 
     Doubling from ``start`` (rounded up to ``multiple_of``) until a trial does not fit or ``max_batch``
-    is reached, then bisection between the last fit and the first failure, in steps of ``multiple_of``.
+    is reached, then bisection between the last fit and the first failure, in steps of ``multiple_of``,
+    until they are adjacent or (``tolerance`` > 0) the gap is at most ``tolerance`` x the last fit:
+    measured peaks vary by a few percent from run to run, so bisecting below that buys nothing.
     Each batch size is probed at most once.
     """
-    if not 0.0 <= margin < 1.0:
-        raise ActlabError("bad safety margin", field="--margin", expected="0 <= margin < 1", found=margin)
-    if multiple_of < 1:
-        raise ActlabError(
-            "bad --multiple-of", field="--multiple-of", expected="an integer >= 1", found=multiple_of
-        )
-    if start < 1:
-        raise ActlabError("bad start batch size", field="--start", expected="an integer >= 1", found=start)
-    if max_batch is not None and max_batch < start:
-        raise ActlabError("--max is below --start", field="--max", expected=f">= {start}", found=max_batch)
-    result = SearchResult(limit_bytes=limit_bytes, margin=margin)
+    check_search_settings(
+        margin=margin, start=start, max_batch=max_batch, multiple_of=multiple_of, tolerance=tolerance
+    )
+    result = SearchResult(limit_bytes=limit_bytes, margin=margin, tolerance=tolerance)
     budget = result.budget_bytes
 
     def fits(units: int) -> bool:
@@ -150,13 +176,6 @@ def search_batch_size(
     lo, hi = 0, None  # in units of multiple_of: largest known fit, smallest known failure
     top = None if max_batch is None else max_batch // multiple_of
     k = -(-start // multiple_of)  # ceil
-    if top is not None and k > top:
-        raise ActlabError(
-            "no multiple of --multiple-of lies between --start and --max",
-            field="--max",
-            expected=f">= {k * multiple_of}",
-            found=max_batch,
-        )
     while True:
         if not fits(k):
             hi = k
@@ -167,7 +186,7 @@ def search_batch_size(
             break
         k = 2 * k if top is None else min(2 * k, top)
     if hi is not None and lo > 0:
-        while hi - lo > 1:
+        while hi - lo > 1 and hi - lo > tolerance * lo:
             mid = (lo + hi) // 2
             if fits(mid):
                 lo = mid
@@ -201,5 +220,7 @@ def render_search(result: SearchResult, what: str) -> str:
         lines.append(f"no batch size fits: even {result.trials[0].probe.batch_size} exceeds the budget")
     else:
         extra = " (stopped at --max)" if result.reached_max else f"; {result.first_fail} does not fit"
+        if result.first_fail is not None and result.first_fail - result.recommended > 1 and result.tolerance:
+            extra += f" (bisection stopped within {result.tolerance:.0%})"
         lines.append(f"recommended batch size: {result.recommended}{extra}")
     return "\n".join(lines)
