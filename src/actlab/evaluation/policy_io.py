@@ -54,29 +54,50 @@ def inputs_from_features(features: Mapping[str, Mapping]) -> PolicyInputs:
     return PolicyInputs(tuple(state), images)
 
 
+def _read_json(f: Path) -> Any:
+    try:
+        return json.loads(f.read_text())
+    except json.JSONDecodeError as e:
+        msg = f"{f.name} is not valid JSON: {e.msg}"
+        raise ActlabError(msg, file=f, fix="use an intact bundle (re-save it with save_policy)") from e
+
+
+def _only_cameras(inputs: PolicyInputs, cameras: Sequence[str] | None) -> PolicyInputs:
+    if not cameras:
+        return inputs
+    return PolicyInputs(inputs.state_keys, {k: v for k, v in inputs.image_hw.items() if k in cameras})
+
+
 def bundle_inputs(path: str | Path) -> PolicyInputs | None:
-    """Inputs of a policy bundle from its ``features.json`` (None when the file is absent)."""
+    """Inputs of a policy bundle from its ``features.json``, restricted to the cameras its
+    ``config.json`` selects when it names any; None when the bundle has no features.json."""
     f = Path(path) / "features.json"
     if not f.is_file():
         return None
-    try:
-        features = json.loads(f.read_text())
-    except json.JSONDecodeError as e:
-        raise ActlabError(
-            f"features.json is not valid JSON: {e.msg}", file=f, fix="re-export the bundle"
-        ) from e
-    if isinstance(features, Mapping) and "features" in features and isinstance(features["features"], Mapping):
+    features = _read_json(f)
+    if isinstance(features, Mapping) and isinstance(features.get("features"), Mapping):
         features = features["features"]
-    return inputs_from_features(features)
+    inputs = inputs_from_features(features)
+    config = Path(path) / "config.json"
+    cameras = _read_json(config).get("cameras") if config.is_file() else None
+    return _only_cameras(inputs, cameras if isinstance(cameras, list) else None)
 
 
 def policy_inputs(policy: Any) -> PolicyInputs | None:
-    """Inputs declared by a policy object (``features`` dict attribute), or None for an undeclared policy."""
-    for attr in ("features", "input_features"):
-        feats = getattr(policy, attr, None)
-        if isinstance(feats, Mapping) and feats and all(isinstance(v, Mapping) for v in feats.values()):
-            return inputs_from_features(feats)
-    return None
+    """Inputs declared by a policy object, or None for a policy that declares none.
+
+    Uses ``camera_keys`` + ``image_shapes`` ((C, H, W) per camera) where the policy has them (actlab's
+    ACT policies), else its ``features`` dict (dataset features).
+    """
+    feats = getattr(policy, "features", None)
+    if not (isinstance(feats, Mapping) and feats and all(isinstance(v, Mapping) for v in feats.values())):
+        return None
+    inputs = inputs_from_features(feats)
+    cams, shapes = getattr(policy, "camera_keys", None), getattr(policy, "image_shapes", None)
+    if isinstance(shapes, Mapping) and cams is not None:
+        images = {k: (int(shapes[k][-2]), int(shapes[k][-1])) for k in cams}
+        return PolicyInputs(inputs.state_keys, images)
+    return inputs
 
 
 def match_keys(available: Sequence[str], inputs: PolicyInputs | None) -> dict[str, str]:

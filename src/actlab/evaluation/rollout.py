@@ -23,6 +23,10 @@ from actlab.evaluation.video import camera_frame
 
 # info keys kept per step (the rest of a sim info, e.g. arrays, is dropped to keep traces small).
 KEPT_INFO: tuple[str, ...] = ("is_success", "grasped", "lifted", "in_goal", "near_goal", "cube_height")
+# "Near the goal" = within this many goal radii of the goal centre (horizontally).
+NEAR_GOAL_FACTOR = 2.0
+# Goal radius (m) assumed for envs that do not say (actlab's sim: config.goal_radius, 4.5 cm).
+DEFAULT_GOAL_RADIUS = 0.045
 
 
 @dataclass
@@ -39,13 +43,23 @@ class EpisodeTrace:
         return len(self.infos)
 
 
-def kept_info(info: Mapping) -> dict:
-    """The per-step signals the taxonomy reads, as plain Python values."""
+def near_goal_radius(env: Any) -> float:
+    """Horizontal distance (m) from the goal centre within which a released cube counts as released
+    "near the goal" (taxonomy: missed_goal rather than dropped): twice the env's goal radius."""
+    return NEAR_GOAL_FACTOR * float(getattr(getattr(env, "config", None), "goal_radius", DEFAULT_GOAL_RADIUS))
+
+
+def kept_info(info: Mapping, near_radius: float = NEAR_GOAL_FACTOR * DEFAULT_GOAL_RADIUS) -> dict:
+    """The per-step signals the taxonomy reads, as plain Python values; ``near_goal`` is derived from
+    ``cube_pos`` and ``bowl_pos`` (xy distance <= ``near_radius``) when the env reports both."""
     out = {}
     for k in KEPT_INFO:
         if k in info:
             v = info[k]
             out[k] = float(v) if k == "cube_height" else bool(v)
+    if "near_goal" not in out and "cube_pos" in info and "bowl_pos" in info:
+        d = np.asarray(info["cube_pos"], dtype=float)[:2] - np.asarray(info["bowl_pos"], dtype=float)[:2]
+        out["near_goal"] = bool(np.hypot(*d) <= near_radius)
     return out
 
 
@@ -75,6 +89,7 @@ def rollout(
         obs.append(o)
         trace.frames = [frame_fn(o)] if rec else None
     caps = [min(env_max_steps(env), max_steps or 10**9) for env in envs]
+    radii = [near_goal_radius(env) for env in envs]
     active = [True] * batch
     while any(active):
         with torch.inference_mode():
@@ -84,7 +99,7 @@ def rollout(
                 continue
             o, reward, terminated, truncated, info = envs[i].step(actions[i])
             obs[i] = o
-            traces[i].infos.append(kept_info(info))
+            traces[i].infos.append(kept_info(info, radii[i]))
             traces[i].reward_sum += float(reward)
             if traces[i].frames is not None:
                 traces[i].frames.append(frame_fn(o))

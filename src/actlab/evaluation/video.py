@@ -88,13 +88,22 @@ def _font(size: int):
         return ImageFont.load_default()
 
 
+def _fit(draw, text: str, max_width: int, size: int):
+    """The largest font (at most ``size``) in which ``text`` fits ``max_width`` pixels (at least 8 px)."""
+    while size > 8 and draw.textlength(text, font=_font(size)) > max_width:
+        size -= 1
+    return _font(size)
+
+
 def draw_text(
     frame: np.ndarray,
     top: str | None = None,
     bottom: str | None = None,
     bottom_color: tuple[int, int, int] = WHITE,
+    bottom_right: str | None = None,
 ) -> np.ndarray:
-    """Return a copy of ``frame`` with a dark band and text at the top and/or the bottom."""
+    """Return a copy of ``frame`` with a dark band and text at the top and/or the bottom (``bottom`` left
+    in ``bottom_color``, ``bottom_right`` right-aligned in white)."""
     from PIL import Image, ImageDraw
 
     img = Image.fromarray(np.ascontiguousarray(frame))
@@ -105,10 +114,17 @@ def draw_text(
     band = size + 8
     if top:
         draw.rectangle([0, 0, w, band], fill=(0, 0, 0))
-        draw.text((4, 3), top, fill=WHITE, font=font)
-    if bottom:
+        draw.text((4, 3), top, fill=WHITE, font=_fit(draw, top, w - 8, size))
+    if bottom or bottom_right:
         draw.rectangle([0, h - band, w, h], fill=(0, 0, 0))
+    left_width = 0.0
+    if bottom:
         draw.text((4, h - band + 3), bottom, fill=bottom_color, font=font)
+        left_width = draw.textlength(bottom, font=font) + 12
+    if bottom_right:
+        small = _fit(draw, bottom_right, int(w - 8 - left_width), max(9, size * 3 // 4))
+        width = draw.textlength(bottom_right, font=small)
+        draw.text((w - 4 - width, h - band + 3 + size // 6), bottom_right, fill=WHITE, font=small)
     return np.asarray(img)
 
 

@@ -1,0 +1,137 @@
+"""``actlab eval``: evaluate checkpoints (a sweep for a run directory) in the sim or a peer gymnasium env.
+
+Argument parsing only; the work is in ``actlab.evaluation``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from actlab.cli import add_json_flag
+
+ORDER = 30
+
+_EPILOG = """\
+examples:
+  actlab eval runs/pick/checkpoints/step_0020000 --episodes 50 --videos 3 --out eval/pick20k
+  actlab eval runs/pick --episodes 50 --out eval/pick-sweep           # every checkpoint: a sweep
+  actlab eval runs/pick/checkpoints/step_0020000 --episodes 5 --whiskers --out eval/whiskers
+  actlab eval --expert --episodes 50                                  # the scripted expert, for reference
+  actlab eval runs/pusht/checkpoints/step_0100000 --task gym_pusht/PushT-v0 --episodes 50
+
+Episode i starts from env.reset(seed=SEED+i) for every checkpoint, the policy is reset before every
+episode, and each bundle's own normalization statistics are used. Results: success rate with a Wilson
+95% interval, failure taxonomy (never_picked_up, dropped_during_transport, missed_goal, timeout), pick
+and drop rates, mean steps of successful episodes, max lift height (docs/evaluation.md).
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="evaluate checkpoints: success with 95%% CI, failure taxonomy, sweeps, videos, whiskers",
+        description="Roll out policy bundles (or every checkpoint of a run directory) on seeded episodes "
+        "and report success with a 95% confidence interval and the failure taxonomy.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("paths", nargs="*", metavar="PATH", help="checkpoint bundle(s) or run directory(ies)")
+    p.add_argument("--expert", action="store_true", help="evaluate the sim's scripted expert (no PATH)")
+    p.add_argument("--task", default="so101_pick_place", help="sim task or gymnasium id (gym_pusht/PushT-v0)")
+    p.add_argument("--episodes", type=int, default=50, metavar="N", help="episodes per checkpoint (50)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="episode i uses seed S+i (0)")
+    p.add_argument("--videos", type=int, default=0, metavar="K", help="mp4 of the first K episodes (0)")
+    p.add_argument("--whiskers", action="store_true", help="also write a whiskers video (last checkpoint)")
+    p.add_argument("--whiskers-episode", type=int, default=0, metavar="I", help="episode for --whiskers (0)")
+    p.add_argument("--whiskers-every", type=int, default=1, metavar="K", help="predict every K steps (1)")
+    p.add_argument("--out", metavar="DIR", help="write results.json/.md, plot and videos here (atomically)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
+    p.add_argument("--workers", type=int, default=2, metavar="W", help="rollout processes (2)")
+    p.add_argument("--batch-envs", type=int, default=1, metavar="B", help="envs per policy call (1)")
+    p.add_argument("--device", default="cpu", help="policy device: cpu, cuda, cuda:N, auto (cpu)")
+    p.add_argument("--max-steps", type=int, metavar="T", help="episode step limit (the env's by default)")
+    p.add_argument("--image-size", type=int, metavar="PX", help="sim render size (the bundle's by default)")
+    add_json_flag(p)
+    p.set_defaults(_run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    from actlab.errors import ActlabError
+    from actlab.evaluation import EnvSpec, EvalConfig, resolve_paths, run_eval
+
+    if bool(args.paths) == bool(args.expert):
+        raise ActlabError(
+            "give checkpoint PATHs or --expert (one of the two)",
+            field="PATH",
+            found=f"{len(args.paths)} path(s), --expert={args.expert}",
+            fix="actlab eval RUN_DIR ... or actlab eval --expert",
+        )
+    device = args.device
+    if device == "auto":
+        from actlab.utils.device import resolve_device
+
+        device = str(resolve_device("auto"))
+    spec = EnvSpec(task=args.task, image_size=args.image_size, max_steps=args.max_steps)
+    cfg = EvalConfig(
+        episodes=args.episodes,
+        seed=args.seed,
+        workers=args.workers,
+        batch_envs=args.batch_envs,
+        videos=args.videos,
+        device=device,
+    )
+    if args.expert:
+        from actlab.evaluation.experts import expert_source
+
+        sources = [expert_source(args.task)]
+    else:
+        sources = resolve_paths(args.paths)
+    whiskers = {"episode": args.whiskers_episode, "every": args.whiskers_every} if args.whiskers else None
+    if whiskers is not None and args.whiskers_episode < 0:
+        raise ActlabError(
+            "episode index must be >= 0", field="--whiskers-episode", found=args.whiskers_episode
+        )
+    progress = _progress(len(sources) * cfg.episodes, quiet=args.json)
+    report = run_eval(sources, spec, cfg, args.out, args.overwrite, whiskers, on_episode=progress)
+    if progress is not None:
+        progress.close()
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print(report.table(markdown=False))
+    print(
+        f"\n{cfg.episodes} episodes per checkpoint, seeds {cfg.seed}..{cfg.seed + cfg.episodes - 1}, "
+        f"{report.meta['seconds']:.1f} s"
+    )
+    if report.out_dir is not None:
+        for kind, rel in report.files.items():
+            print(f"{kind}: {report.out_dir / rel}")
+        if cfg.videos:
+            print(f"videos: {report.out_dir / 'videos'}")
+    return 0
+
+
+class _Progress:
+    """A tqdm bar on stderr counting finished episodes (the callback the harness calls)."""
+
+    def __init__(self, total: int) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, unit="ep", desc="eval", leave=False)
+
+    def __call__(self, source, result) -> None:
+        self.bar.update(1)
+        self.bar.set_postfix_str(f"{source.name}: {result.outcome}")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _progress(total: int, quiet: bool) -> _Progress | None:
+    import sys
+
+    return None if quiet or not sys.stderr.isatty() else _Progress(total)
