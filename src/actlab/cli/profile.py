@@ -25,6 +25,7 @@ _FBS_EPILOG = """\
 examples:
   actlab find-batch-size --preset so101_sim --dataset data/sim                  # GPU: against its memory
   actlab find-batch-size --preset tiny --dataset data/sim --device cpu --memory-limit 2GiB
+  actlab find-batch-size --preset so101_sim --dataset data/sim --multiple-of 8 --set compile=true
 """
 
 
@@ -146,7 +147,12 @@ def _register_find_batch_size(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--steps", type=int, default=2, help="training steps run per batch size (default 2)")
     p.add_argument(
-        "overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. policy.chunk_size=50"
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key as in actlab train, e.g. --set policy.chunk_size=50 (repeatable)",
     )
     add_json_flag(p)
     p.set_defaults(_run=_run_find_batch_size)

@@ -144,8 +144,9 @@ class ProcessTreeSampler:
         except ps.Error:  # the root just exited
             return []
 
-    def sample(self) -> tuple[float | None, float, int]:
-        """(cpu_pct over the time since the last call, rss_mib now, process count)."""
+    def sample(self) -> tuple[float | None, float | None, int]:
+        """(cpu_pct over the time since the last call, rss_mib now, process count); CPU and RSS are None
+        when no process of the tree could be read (the command is exiting)."""
         ps = self._psutil
         now = time.monotonic()
         window = max(now - self._last_t, 1e-6)
@@ -154,6 +155,8 @@ class ProcessTreeSampler:
         for proc in self._tree():
             try:
                 with proc.oneshot():
+                    if proc.status() == ps.STATUS_ZOMBIE:  # exited, not yet reaped: reads as 0 B
+                        continue
                     key = (proc.pid, proc.create_time())
                     times = proc.cpu_times()
                     mem = proc.memory_info().rss
@@ -165,6 +168,8 @@ class ProcessTreeSampler:
             seen[key] = total
             rss += mem
         self._cpu_s = seen
+        if not seen:
+            return None, None, 0
         return 100.0 * cpu_delta / window, rss / _MIB, len(seen)
 
 

@@ -147,11 +147,12 @@ def plot_monitor(
 
 
 def _title(summary: dict[str, Any]) -> str:
-    parts = [short_command(summary.get("command"), limit=90)]
+    first = short_command(summary.get("command"), limit=110)
+    parts = []
     if summary.get("exit_code") is not None:
         parts.append(f"exit {summary['exit_code']}")
     if summary.get("duration_s") is not None:
         parts.append(f"{summary['duration_s']:.1f} s")
     if not summary.get("gpus") and summary.get("gpu_reason"):
         parts.append(f"no GPU found (NVML: {summary['gpu_reason']})")
-    return "  |  ".join(parts)
+    return first + ("\n" + "  |  ".join(parts) if parts else "")
