@@ -78,8 +78,15 @@ def bench_actlab(
     def step() -> None:
         data.gather(sampler.next_batch(batch_size))
 
-    with torch.inference_mode():
-        rate, n = _time_loop(step, seconds, batch_size)
+    # One intra-op thread: a batch gather is a few memory-bound copies, and OpenMP workers spin-waiting on
+    # a busy 2-core machine cost far more than they bring (the other core belongs to the training step).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.inference_mode():
+            rate, n = _time_loop(step, seconds, batch_size)
+    finally:
+        torch.set_num_threads(threads)
     return {
         "samples_per_s": rate,
         "batches": n,
@@ -197,6 +204,7 @@ def bench_data(
             "action_horizon": action_horizon,
             "image_size": image_size or "native",
             "baseline_workers": workers,
+            "actlab_torch_threads": 1,
             "cpu_cores": os.cpu_count(),
             "python": platform.python_version(),
         },

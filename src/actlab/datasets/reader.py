@@ -49,8 +49,8 @@ def _v21_error(root: Path, version: str) -> ActlabError:
         field="codebase_version",
         expected=fmt.CODEBASE_VERSION,
         found=version,
-        fix="convert it with lerobot's converter: python -m lerobot.datasets.v30.convert_dataset_v21_to_v30 "
-        "--repo-id=<id> --root=<dir> (lerobot 0.6), then open the converted copy",
+        fix="convert it with lerobot 0.6: python -m lerobot.scripts.convert_dataset_v21_to_v30 "
+        "--repo-id=<id> --root=<dir> --push-to-hub=false, then open the converted copy",
     )
 
 

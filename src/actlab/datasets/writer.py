@@ -472,5 +472,4 @@ class DatasetWriter:
             "data_path": fmt.DATA_PATH,
             "video_path": fmt.VIDEO_PATH if self.camera_keys else None,
             "features": self.features,
-            "writer": "actlab",
         }

@@ -1,0 +1,57 @@
+"""``actlab data ...`` and ``actlab bench data`` end to end on small real datasets."""
+
+from __future__ import annotations
+
+import json
+
+from actlab.cli import main
+
+
+def test_info_json(tiny_dataset, capsys):
+    assert main(["data", "info", str(tiny_dataset), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["episodes"] == 3 and info["frames"] == 120 and info["fps"] == 30
+    assert info["features"]["observation.images.top"]["shape"] == [32, 32, 3]
+
+
+def test_stats_out_file(tiny_dataset, tmp_path, capsys):
+    out = tmp_path / "stats.json"
+    args = ["data", "stats", str(tiny_dataset), "--relative-horizon", "10", "--absolute-dims", "5"]
+    assert main([*args, "--state-delta", "3", "--out", str(out)]) == 0
+    stats = json.loads(out.read_text())
+    assert {"action.relative", "observation.state.delta", "observation.images.top"} <= set(stats)
+    assert len(stats["action.relative"]["std_per_step"]) == 10
+    assert "action.relative" in capsys.readouterr().out
+
+
+def test_cache_and_synth(tmp_path, capsys):
+    out = tmp_path / "synth"
+    assert (
+        main(["data", "synth", "--out", str(out), "--episodes", "2", "--frames", "30", "--image-size", "16"])
+        == 0
+    )
+    assert "wrote 2 episodes, 30 frames" in capsys.readouterr().out
+    assert main(["data", "cache", str(out), "--cache-dir", str(tmp_path / "c"), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["frames"] == {"observation.images.top": [30, 3, 16, 16]}
+
+
+def test_bench_data_reports_side_by_side(tiny_dataset, tmp_path, capsys):
+    args = [
+        "bench",
+        "data",
+        str(tiny_dataset),
+        "--batch-size",
+        "4",
+        "--action-horizon",
+        "10",
+        "--seconds",
+        "0.2",
+    ]
+    args += ["--baseline-seconds", "0.3", "--workers", "0", "--cache-dir", str(tmp_path), "--json"]
+    assert main(args) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["benchmark"] == "data"
+    m = res["metrics"]
+    assert m["samples_per_s"] > 0 and m["baseline_samples_per_s"] > 0
+    assert res["ratios"]["vs_baseline"] > 1

@@ -1,0 +1,138 @@
+"""Each doctor check proven on a real dataset file corrupted that way; a clean dataset passes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from actlab.cli import main
+from actlab.datasets.doctor import diagnose
+from actlab.datasets.video import VideoEncoder, VideoOptions, iter_decode
+
+DATA = "data/chunk-000/file-000.parquet"
+VIDEO = "videos/observation.images.top/chunk-000/file-000.mp4"
+
+
+@pytest.fixture
+def copy(tiny_dataset, tmp_path):
+    return shutil.copytree(tiny_dataset, tmp_path / "ds")
+
+
+def _rewrite_column(root, column, fn):
+    path = root / DATA
+    table = pq.read_table(path)
+    values = fn(np.asarray(table.column(column).to_pylist(), dtype=object))
+    field = table.schema.field(column)
+    typ = field.type
+    arr = pa.array(
+        [list(map(float, v)) if isinstance(v, (list, np.ndarray)) else v for v in values], type=typ
+    )
+    pq.write_table(table.set_column(table.schema.get_field_index(column), field, arr), path)
+
+
+def _rewrite_stats(root, fn):
+    path = root / "meta/stats.json"
+    stats = json.loads(path.read_text())
+    fn(stats)
+    path.write_text(json.dumps(stats))
+
+
+def _checks(root):
+    return {p.check for p in diagnose(root) if p.severity == "error"}
+
+
+def test_clean_dataset_has_no_problems(tiny_dataset, capsys):
+    assert [p for p in diagnose(tiny_dataset) if p.severity == "error"] == []
+    assert main(["data", "doctor", str(tiny_dataset), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_nan(copy):
+    def poison(rows):
+        rows[5] = [float("nan"), *list(rows[5][1:])]
+        return rows
+
+    _rewrite_column(copy, "observation.state", poison)
+    (p,) = [p for p in diagnose(copy) if p.check == "nan"]
+    assert p.field == "observation.state" and "frame 5" in p.found and p.file.endswith(DATA)
+
+
+def test_length_mismatch_when_rows_are_missing(copy):
+    path = copy / DATA
+    table = pq.read_table(path)
+    pq.write_table(table.slice(0, table.num_rows - 3), path)  # a truncated recording
+    problems = [p for p in diagnose(copy) if p.check == "length_mismatch"]
+    fields = {p.field for p in problems}
+    assert "rows" in fields and "episode 2: rows" in fields
+    assert any(p.expected == "40" and p.found == "37" for p in problems)
+
+
+def test_non_monotonic_timestamps(copy):
+    def swap(ts):
+        ts[3], ts[4] = ts[4], ts[3]
+        return ts
+
+    _rewrite_column(copy, "timestamp", swap)
+    msgs = [p.problem for p in diagnose(copy) if p.check == "timestamps"]
+    assert any("not increasing" in m for m in msgs)
+
+
+def test_off_grid_timestamps(copy):
+    def shift(ts):
+        ts[50] = ts[50] + 0.01
+        return ts
+
+    _rewrite_column(copy, "timestamp", shift)
+    (p,) = [p for p in diagnose(copy) if p.check == "timestamps"]
+    assert "off the 1/fps grid" in p.problem and "episode 1" in p.problem
+
+
+def test_missing_video_and_data_files(copy):
+    (copy / VIDEO).unlink()
+    assert any(p.check == "missing_file" and p.file.endswith(VIDEO) for p in diagnose(copy))
+    (copy / DATA).unlink()
+    assert any(p.check == "missing_file" and p.file.endswith(DATA) for p in diagnose(copy))
+
+
+def test_video_frame_count_vs_episode_length(copy):
+    frames = np.stack([img for _, img in iter_decode(copy / VIDEO)])[:100]  # 20 frames short
+    enc = VideoEncoder(copy / VIDEO, 32, 32, 30, VideoOptions())
+    enc.encode(frames)
+    enc.close()
+    (p,) = [p for p in diagnose(copy) if p.check == "video_frames"]
+    assert p.expected == "40 frames" and p.found == "20" and "episode 2" in p.problem
+
+
+def test_degenerate_image_stats(copy):
+    _rewrite_stats(copy, lambda s: s["observation.images.top"].update(std=[[[0.002]], [[0.3]], [[0.3]]]))
+    (p,) = [p for p in diagnose(copy) if p.check == "degenerate_stats"]
+    assert "±250" in p.found and "--write-meta" in p.fix
+
+
+def test_missing_image_stats_and_the_fix_works(copy, capsys):
+    _rewrite_stats(copy, lambda s: s.pop("observation.images.top"))
+    assert _checks(copy) == {"missing_image_stats"}
+    assert main(["data", "doctor", str(copy), "--json"]) == 1
+    records = json.loads(capsys.readouterr().out)
+    assert set(records[0]) >= {"file", "field", "expected", "found", "fix"}
+    assert main(["data", "stats", str(copy), "--write-meta"]) == 0  # the fix the doctor names
+    assert _checks(copy) == set()
+
+
+def test_never_crashes_on_garbage(tmp_path, capsys):
+    (tmp_path / "meta").mkdir()
+    (tmp_path / "meta/info.json").write_text("{not json")
+    assert main(["data", "doctor", str(tmp_path)]) == 1
+    assert "not valid JSON" in capsys.readouterr().out
+    assert main(["data", "doctor", str(tmp_path / "nope")]) == 1
+    bad = tmp_path / "bad"
+    (bad / "meta/episodes/chunk-000").mkdir(parents=True)
+    (bad / "meta/info.json").write_text(json.dumps({"codebase_version": "v3.0", "fps": 30, "features": {}}))
+    (bad / "meta/episodes/chunk-000/file-000.parquet").write_bytes(b"garbage")
+    problems = diagnose(bad)
+    assert problems and problems[0].check == "episodes"
