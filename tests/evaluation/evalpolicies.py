@@ -64,3 +64,68 @@ class ExpertChunkPolicy:
 
 def expert_chunk_factory(env) -> ExpertChunkPolicy:
     return ExpertChunkPolicy(env)
+
+
+class RandomPolicy:
+    """Uniform random joint targets within the SO-101's joint ranges (degrees), from its own generator."""
+
+    def __init__(self, seed: int = 0) -> None:
+        from actlab.sim.scene import JOINT_RANGES
+
+        self.low = np.degrees([r[0] for r in JOINT_RANGES]).astype(np.float32)
+        self.high = np.degrees([r[1] for r in JOINT_RANGES]).astype(np.float32)
+        self.rng = np.random.default_rng(seed)
+        self.resets = 0
+
+    def reset(self) -> None:
+        self.resets += 1
+
+    def select_action(self, obs) -> torch.Tensor:
+        batch = obs["observation.state"].shape[0]
+        return torch.from_numpy(self.rng.uniform(self.low, self.high, (batch, 6)).astype(np.float32))
+
+
+class EarlyReleasePolicy:
+    """The scripted expert, except that from step ``open_at`` on it commands the gripper open: the cube
+    leaves the jaws wherever the expert has carried it by then."""
+
+    def __init__(self, env, open_at: int) -> None:
+        from actlab.sim import ExpertPolicy
+        from actlab.sim.scene import GRIPPER_OPEN
+
+        self.expert = ExpertPolicy(env)
+        self.open_at = open_at
+        self.open_deg = float(np.degrees(GRIPPER_OPEN))
+        self.t = 0
+
+    def reset(self) -> None:
+        self.expert.reset()
+        self.t = 0
+
+    def select_action(self, obs) -> torch.Tensor:
+        action = self.expert.select_action(obs).clone()  # (1, 6)
+        if self.t >= self.open_at:
+            action[:, 5] = self.open_deg
+        self.t += 1
+        return action
+
+
+class FreezePolicy(EarlyReleasePolicy):
+    """The scripted expert until step ``freeze_at``, then the same action forever: it keeps holding the
+    lifted cube until time runs out."""
+
+    def __init__(self, env, freeze_at: int) -> None:
+        super().__init__(env, open_at=10**9)
+        self.freeze_at = freeze_at
+        self.frozen = None
+
+    def reset(self) -> None:
+        super().reset()
+        self.frozen = None
+
+    def select_action(self, obs) -> torch.Tensor:
+        if self.t < self.freeze_at:
+            self.frozen = super().select_action(obs)
+            return self.frozen
+        self.t += 1
+        return self.frozen.clone()

@@ -19,8 +19,10 @@ Where the episodes run:
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import multiprocessing as mp
 import os
+import pickle
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,7 +33,7 @@ from actlab.evaluation.envs import EnvSpec, env_fps, make_eval_env
 from actlab.evaluation.policy_io import ObsAdapter, PolicyInputs, bundle_inputs, policy_inputs
 from actlab.evaluation.results import CheckpointEval, EpisodeResult, summarize
 from actlab.evaluation.rollout import EpisodeTrace, rollout, to_result
-from actlab.evaluation.video import annotate_episode, camera_frame, write_video
+from actlab.evaluation.video import annotate_episode, env_frame, write_video
 
 
 @dataclass(frozen=True)
@@ -45,13 +47,26 @@ class EvalConfig:
     videos: int = 0  # write an mp4 of each of the first `videos` episodes
     device: str = "cpu"  # device the policy runs on (in workers and in process)
     video_min_height: int = 256  # video frames are upscaled (nearest) to at least this many rows
-    threads_per_worker: int | None = None  # torch threads per worker (None: cores // workers, at least 1)
+    # torch threads per rollout process (None: cores // workers, at least 1); in-process runs use it too
+    # (restored afterwards). Small policies run fastest on 1 thread, and on a busy machine much faster.
+    threads_per_worker: int | None = None
 
     def __post_init__(self) -> None:
         for name, low in (("episodes", 1), ("workers", 1), ("batch_envs", 1), ("videos", 0)):
             value = getattr(self, name)
             if not isinstance(value, int) or value < low:
                 raise ActlabError(f"{name} must be an integer >= {low}", field=name, found=value)
+        if self.threads_per_worker is not None and self.threads_per_worker < 1:
+            raise ActlabError(
+                "threads must be >= 1", field="threads_per_worker", found=self.threads_per_worker
+            )
+        if self.video_min_height < 16:
+            raise ActlabError(
+                "video height too small",
+                field="video_min_height",
+                expected=">= 16",
+                found=self.video_min_height,
+            )
         if self.videos > self.episodes:
             raise ActlabError(
                 "more videos than episodes requested",
@@ -152,13 +167,22 @@ class _Cache:
             envs.append(make_eval_env(spec))
         return envs[:n]
 
-    def get_policy(self, src: PolicySource, device: str) -> Any:
-        key = f"{src.path}|{device}"
+    def get_policy(self, src: PolicySource, device: str, env: Any = None) -> Any:
+        """The loaded bundle, or the factory's policy bound to ``env``; built once and then reused, so
+        that every episode after the first relies on ``reset()`` (as a real evaluation does)."""
+        if src.factory is not None:
+            # Factories arrive freshly unpickled with every work item: key them by their pickled form.
+            key = f"{pickle.dumps(src.factory)!r}|{id(env)}"
+        else:
+            key = f"{src.path}|{device}"
         if self.policy_key != key:
-            from actlab.policies import load_policy
-
             self.policy, self.policy_key = None, None  # free the previous checkpoint first
-            self.policy = load_policy(src.path, device=device)
+            if src.factory is not None:
+                self.policy = src.factory(env)
+            else:
+                from actlab.policies import load_policy
+
+                self.policy = load_policy(src.path, device=device)
             self.policy_key = key
         return self.policy
 
@@ -184,14 +208,14 @@ def run_item(item: WorkItem, cache: _Cache, policy_obj: Any = None) -> list[Epis
     seeds = [item.base_seed + i for i in item.indices]
     record = [_video_path(item, i) is not None for i in item.indices]
 
-    def frames(o):
-        return camera_frame(o, item.video_min_height)
+    def frames(env, o):
+        return env_frame(env, o, item.video_min_height)
 
     results = []
     if item.source.factory is not None:
         # A factory's policy is bound to one env (e.g. a scripted expert reading the sim state): B = 1.
         env = cache.get_envs(item.spec, 1)[0]
-        policy = item.source.factory(env)
+        policy = cache.get_policy(item.source, item.device, env)
         adapter = ObsAdapter(policy_inputs(policy), "cpu")
         for i, seed, rec in zip(item.indices, seeds, record):
             (trace,) = rollout(
@@ -288,10 +312,11 @@ def evaluate_many(
     pooled = [s for s in sources if not s.in_process_only and cfg.workers > 1]
     local = [s for s in sources if s not in pooled]
     cache = _Cache()
-    for src in local:
-        vdir = video_root / src.name if video_root is not None else None
-        for item in _items(src, spec, cfg, vdir):
-            collect(src, run_item(replace(item, source=src), cache, policy_obj=src.obj))
+    with torch_threads(cfg.threads_per_worker):
+        for src in local:
+            vdir = video_root / src.name if video_root is not None else None
+            for item in _items(src, spec, cfg, vdir):
+                collect(src, run_item(replace(item, source=src), cache, policy_obj=src.obj))
     if pooled:
         _run_pool(pooled, spec, cfg, video_root, collect)
     out = []
@@ -299,6 +324,22 @@ def evaluate_many(
         eps = sorted(results[src.name], key=lambda r: r.index)
         out.append(CheckpointEval(src.name, src.path, src.step, summarize(eps), eps))
     return out
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run a block with ``n`` torch intra-op threads (unchanged for None), restoring the count after."""
+    if n is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _run_pool(sources, spec, cfg, video_root, collect) -> None:

@@ -19,7 +19,7 @@ from actlab.evaluation.envs import env_max_steps
 from actlab.evaluation.policy_io import ObsAdapter, actions_to_numpy
 from actlab.evaluation.results import EpisodeResult
 from actlab.evaluation.taxonomy import PhaseRecord, classify
-from actlab.evaluation.video import camera_frame
+from actlab.evaluation.video import env_frame
 
 # info keys kept per step (the rest of a sim info, e.g. arrays, is dropped to keep traces small).
 KEPT_INFO: tuple[str, ...] = ("is_success", "grasped", "lifted", "in_goal", "near_goal", "cube_height")
@@ -71,7 +71,7 @@ def rollout(
     record: Sequence[bool] | None = None,
     reset_options: dict | None = None,
     max_steps: int | None = None,
-    frame_fn: Callable[[Mapping], np.ndarray] = camera_frame,
+    frame_fn: Callable[[Any, Mapping], np.ndarray] = env_frame,
 ) -> list[EpisodeTrace]:
     """Run one episode in each of ``envs`` (seeded by ``seeds``) with one batched policy call per step."""
     import torch
@@ -87,7 +87,7 @@ def rollout(
     for env, seed, trace, rec in zip(envs, seeds, traces, record):
         o, _ = env.reset(seed=int(seed), options=reset_options)
         obs.append(o)
-        trace.frames = [frame_fn(o)] if rec else None
+        trace.frames = [frame_fn(env, o)] if rec else None
     caps = [min(env_max_steps(env), max_steps or 10**9) for env in envs]
     radii = [near_goal_radius(env) for env in envs]
     active = [True] * batch
@@ -102,7 +102,7 @@ def rollout(
             traces[i].infos.append(kept_info(info, radii[i]))
             traces[i].reward_sum += float(reward)
             if traces[i].frames is not None:
-                traces[i].frames.append(frame_fn(o))
+                traces[i].frames.append(frame_fn(envs[i], o))
             if terminated or truncated or traces[i].steps >= caps[i]:
                 active[i] = False
     return traces

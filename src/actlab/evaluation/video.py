@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -76,6 +77,19 @@ def camera_frame(obs: Mapping[str, np.ndarray], min_height: int = 256) -> np.nda
         raise ActlabError("the observation has no camera image to put in a video", found=sorted(obs))
     frame = side_by_side(cams)
     return upscale(frame, max(1, -(-min_height // frame.shape[0])))
+
+
+def env_frame(env: Any, obs: Mapping[str, np.ndarray], min_height: int = 256) -> np.ndarray:
+    """A video frame of the current step: with actlab's sim (``render(camera=, size=)``) each observed
+    camera rendered afresh at ``min_height`` pixels (the overhead one when none is observed); otherwise
+    the observation's own images, upscaled (:func:`camera_frame`)."""
+    render = getattr(env, "render", None)
+    if render is None or not hasattr(env, "project"):
+        return camera_frame(obs, min_height)
+    cams = [k.rsplit(".", 1)[-1] for k in sorted(obs) if k.startswith("observation.images.")]
+    if not cams:
+        return render(size=min_height)
+    return side_by_side([render(camera=c, size=min_height) for c in cams])
 
 
 @functools.cache

@@ -140,6 +140,13 @@ def whiskers_video(
     where the grasp point really was one step later: 0 when the executed action is the chunk's first
     action (the forward simulation is exact), larger when the policy executes an older chunk's actions.
     """
+    from actlab.evaluation.harness import torch_threads
+
+    with torch_threads(getattr(cfg, "threads_per_worker", None)):
+        return _whiskers_video(source, spec, cfg, path, episode, every, style)
+
+
+def _whiskers_video(source, spec, cfg, path, episode, every, style) -> dict:
     import torch
 
     from actlab.evaluation.harness import as_source, source_inputs, spec_for_inputs
