@@ -1,0 +1,228 @@
+"""Scripted expert for SO-101 pick-and-place: Cartesian waypoints solved with inverse kinematics.
+
+The expert plans a whole episode when it first acts: move above the cube, descend, close the jaws, lift,
+carry over the bowl, lower, open, retreat to the start pose. Each segment is interpolated with a
+minimum-jerk profile and every 30 Hz target is solved by damped-least-squares IK (MuJoCo Jacobians), so
+the actions are smooth joint targets in the env's units (degrees, LeRobot order). It reads the cube pose
+from the simulator (privileged information), which is why it is bound to an env.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from actlab.errors import ActlabError
+from actlab.sim.env import HOME_QPOS, PickPlaceEnv
+from actlab.sim.ik import N_ARM, ArmIK, down_rotation
+from actlab.sim.scene import GRIPPER_CLOSED, GRIPPER_OPEN
+
+_DEG = 180.0 / math.pi
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpertConfig:
+    """Waypoint heights, segment durations and optional noise of the scripted expert."""
+
+    # Grasp point height above the cube's top face before descending (m).
+    approach_clearance: float = 0.035
+    # Grasp point height relative to the cube centre when closing (m); > 0 keeps fingertips off the table.
+    grasp_offset_z: float = 0.003
+    # Grasp point height while carrying (m above the table); clears the bowl rim with the cube held.
+    carry_height: float = 0.085
+    # Grasp point height when opening over the bowl (m above the table).
+    release_height: float = 0.07
+    # Segment durations in control steps (30 Hz): move above the cube, descend, close, settle, lift,
+    # carry, lower, open, retreat.
+    steps_approach: int = 30
+    steps_descend: int = 18
+    steps_close: int = 8
+    steps_settle: int = 6
+    steps_lift: int = 18
+    steps_carry: int = 35
+    steps_lower: int = 10
+    steps_open: int = 8
+    steps_retreat: int = 30
+    # Scale of the random variation (0 = deterministic given the cube pose; 1 = up to 4 mm grasp offsets,
+    # 1 cm height changes, +-15% segment durations and 0.3 degree action jitter).
+    noise: float = 0.0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name.startswith("steps_") and (not isinstance(value, int) or value < 1):
+                raise ActlabError(f"{f.name} must be a positive integer", field=f.name, found=value)
+        if not 0.0 <= self.noise <= 3.0:
+            raise ActlabError("noise out of range", field="noise", expected="0 to 3", found=self.noise)
+        if self.release_height > self.carry_height:
+            raise ActlabError(
+                "release_height must not exceed carry_height",
+                field="release_height",
+                expected=f"<= carry_height ({self.carry_height})",
+                found=self.release_height,
+            )
+
+    @property
+    def episode_steps(self) -> int:
+        """Planned length of an episode without noise (control steps)."""
+        return sum(getattr(self, f.name) for f in dataclasses.fields(self) if f.name.startswith("steps_"))
+
+
+def _min_jerk(n: int) -> np.ndarray:
+    """n interpolation fractions in (0, 1] with zero velocity and acceleration at both ends."""
+    s = np.arange(1, n + 1) / n
+    return 10 * s**3 - 15 * s**4 + 6 * s**5
+
+
+def _closing_yaw(cube_xy: np.ndarray, cube_yaw: float) -> float:
+    """Jaw closing direction aligned with a pair of cube faces, chosen closest to tangential (pointing to
+    -y for a cube straight ahead): the moving jaw then opens away from the bowl (which is at +y) and the
+    wrist camera sits on the arm's side of the gripper, looking outwards over the work area."""
+    tangential = math.atan2(cube_xy[1], cube_xy[0]) - math.pi / 2
+    options = [cube_yaw + k * math.pi / 2 for k in range(-4, 5)]
+    return min(options, key=lambda a: abs(math.remainder(a - tangential, 2 * math.pi)) + 1e-9 * abs(a))
+
+
+class ScriptedExpert:
+    """Plans joint-target trajectories for a :class:`PickPlaceEnv` scene.
+
+    ``plan(env)`` returns (T, 6) actions in degrees for the env's current cube and bowl poses, starting
+    from the arm's current joint positions.
+    """
+
+    def __init__(self, env: PickPlaceEnv, config: ExpertConfig | None = None) -> None:
+        self.env = env
+        self.config = config or ExpertConfig()
+        self.ik = ArmIK(env.model)
+
+    def plan(self, rng: np.random.Generator | None = None) -> np.ndarray:
+        """Actions (T, 6) in degrees for the env's current scene; ``rng`` drives the optional noise."""
+        cfg = self.config
+        noise = cfg.noise if rng is not None else 0.0
+        rng = rng or np.random.default_rng(0)
+
+        def jitter(scale: float, n: int | None = None):
+            return rng.uniform(-1, 1, n) * scale * noise if noise > 0 else (np.zeros(n) if n else 0.0)
+
+        def dur(steps: int) -> int:
+            return max(1, round(steps * (1 + jitter(0.15))))
+
+        env = self.env
+        cube, cube_yaw = env.cube_pose()
+        bowl = env.bowl_position()
+        half = env.config.scene.cube_size / 2
+        yaw = _closing_yaw(cube[:2], cube_yaw)
+        down = down_rotation(yaw)
+
+        grasp = cube + np.array([0.0, 0.0, cfg.grasp_offset_z])
+        grasp[:2] += jitter(0.004, 2)
+        above = grasp + np.array([0.0, 0.0, half + cfg.approach_clearance + jitter(0.01)])
+        carry_z = cfg.carry_height + jitter(0.01)
+        lifted = np.array([grasp[0], grasp[1], carry_z])
+        over_bowl = np.array([bowl[0], bowl[1], carry_z]) + np.append(jitter(0.004, 2), 0.0)
+        release = np.array([over_bowl[0], over_bowl[1], min(cfg.release_height + jitter(0.005), carry_z)])
+
+        q_now = np.asarray(env.data.qpos[:6], dtype=float).copy()
+        arm = q_now[:N_ARM].copy()
+        actions: list[np.ndarray] = []
+
+        def emit(q_arm: np.ndarray, gripper: float) -> None:
+            actions.append(np.append(q_arm, gripper))
+
+        # 1. Joint-space move from the start pose to above the cube (the start pose is not pointing down).
+        q_above = self._solve_from_candidates(above, down, arm)
+        for s in _min_jerk(dur(cfg.steps_approach)):
+            emit(arm + s * (q_above - arm), GRIPPER_OPEN)
+        arm = q_above
+        # 2. Straight down to the grasp point.
+        arm = self._cartesian(actions, arm, above, grasp, down, dur(cfg.steps_descend), GRIPPER_OPEN)
+        # 3. Close, then let the grip settle.
+        for s in _min_jerk(dur(cfg.steps_close)):
+            emit(arm, GRIPPER_OPEN + s * (GRIPPER_CLOSED - GRIPPER_OPEN))
+        for _ in range(dur(cfg.steps_settle)):
+            emit(arm, GRIPPER_CLOSED)
+        # 4. Lift, 5. carry over the bowl, 6. lower a little.
+        arm = self._cartesian(actions, arm, grasp, lifted, down, dur(cfg.steps_lift), GRIPPER_CLOSED)
+        arm = self._cartesian(actions, arm, lifted, over_bowl, down, dur(cfg.steps_carry), GRIPPER_CLOSED)
+        arm = self._cartesian(actions, arm, over_bowl, release, down, dur(cfg.steps_lower), GRIPPER_CLOSED)
+        # 7. Open.
+        for s in _min_jerk(dur(cfg.steps_open)):
+            emit(arm, GRIPPER_CLOSED + s * (GRIPPER_OPEN - GRIPPER_CLOSED))
+        # 8. Back to the start pose in joint space.
+        home = np.asarray(HOME_QPOS[:N_ARM])
+        for s in _min_jerk(dur(cfg.steps_retreat)):
+            emit(arm + s * (home - arm), GRIPPER_OPEN)
+
+        out = np.stack(actions) * _DEG  # (T, 6) degrees
+        if noise > 0:
+            out[:, :N_ARM] += rng.normal(0.0, 0.3 * noise, (len(out), N_ARM))
+        lo, hi = env.joint_low_deg, env.joint_high_deg
+        return np.clip(out, lo, hi).astype(np.float32)
+
+    def _solve_from_candidates(self, pos: np.ndarray, rot: np.ndarray, q_start: np.ndarray) -> np.ndarray:
+        # A pointing-down pose far from the start pose: try a few starting guesses, keep the best.
+        best_q, best_err = None, np.inf
+        starts = [q_start, np.array([0.0, -0.3, 0.9, 1.3, q_start[4]]), np.array([0.0, 0.0, 0.6, 1.2, 0.0])]
+        for start in starts:
+            q, err = self.ik.solve(pos, rot, start)
+            if err < best_err:
+                best_q, best_err = q, err
+            if err < 1e-4:
+                break
+        return best_q
+
+    def _cartesian(self, actions, arm, start, end, rot, n, gripper) -> np.ndarray:
+        """Straight-line grasp-point motion start -> end in n steps; appends actions, returns final joints."""
+        for s in _min_jerk(n):
+            arm, _ = self.ik.solve(start + s * (end - start), rot, arm, iters=30)
+            actions.append(np.append(arm, gripper))
+        return arm
+
+
+class ExpertPolicy:
+    """The scripted expert wrapped like a policy, so evaluation can run it as a baseline.
+
+    ``reset()`` before each episode (after or before ``env.reset``: the plan is made at the first
+    ``select_action`` of the episode from the env's state). ``select_action(obs)`` accepts the env's
+    observation dict (numpy, returns (6,) float32) or a batched dict of torch tensors (returns a (1, 6)
+    tensor of the state's dtype and device). After the plan ends it keeps returning its last action.
+    """
+
+    def __init__(
+        self, env: PickPlaceEnv, config: ExpertConfig | None = None, seed: int | None = None
+    ) -> None:
+        self.expert = ScriptedExpert(env, config)
+        self._seed = seed
+        self._episode = 0
+        self._plan: np.ndarray | None = None
+        self._t = 0
+
+    def reset(self) -> None:
+        """Forget the current plan; the next ``select_action`` plans for the env's new scene."""
+        self._plan = None
+        self._t = 0
+
+    @property
+    def done(self) -> bool:
+        """True once every planned action has been returned."""
+        return self._plan is not None and self._t >= len(self._plan)
+
+    def select_action(self, obs: dict | None = None):
+        """Next action of the plan, in the form described in the class docstring."""
+        if self._plan is None:
+            rng = None
+            if self.expert.config.noise > 0:
+                seed = None if self._seed is None else (self._seed, self._episode)
+                rng = np.random.default_rng(seed)
+            self._plan = self.expert.plan(rng)
+            self._episode += 1
+        action = self._plan[min(self._t, len(self._plan) - 1)]
+        self._t += 1
+        state = None if obs is None else obs.get("observation.state")
+        if state is not None and hasattr(state, "detach"):
+            import torch
+
+            return torch.as_tensor(action, dtype=state.dtype, device=state.device).reshape(1, -1)
+        return action.copy()

@@ -1,0 +1,265 @@
+"""Record scripted-expert demonstrations into a LeRobot v3.0 dataset.
+
+Worker processes each own an env and an expert and simulate whole episodes (rendering dominates the cost,
+so it is what runs in parallel); the main process writes the episodes through
+:class:`actlab.datasets.DatasetWriter` strictly in seed order, so the dataset is the same whatever the
+number of workers. Episode ``i`` of the attempt sequence uses ``env.reset(seed=seed + i)``; without
+``keep_failures`` failed attempts are skipped until ``episodes`` successful ones are written.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from actlab.errors import ActlabError
+from actlab.sim.scene import JOINT_NAMES
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordConfig:
+    """What ``actlab sim record`` records."""
+
+    # Sim task name.
+    task: str = "so101_pick_place"
+    # Episodes to write: successful ones, or every attempt when keep_failures is set.
+    episodes: int = 50
+    # Attempt i uses env.reset(seed=seed + i).
+    seed: int = 0
+    # Side of the square camera images (pixels, even: the videos are yuv420p).
+    image_size: int = 128
+    # Cameras to record, any of "top" and "wrist".
+    cameras: tuple[str, ...] = ("top", "wrist")
+    # Also write episodes in which the expert failed.
+    keep_failures: bool = False
+    # Simulation worker processes; 0 simulates in the main process.
+    workers: int = 2
+    # Scripted-expert noise scale (0 = deterministic given the cube pose; see ExpertConfig.noise).
+    expert_noise: float = 0.0
+    # Give up after this many attempts per requested episode (only matters if the expert fails often).
+    max_attempts_per_episode: float = 2.0
+    # Extra PickPlaceConfig fields (randomization options and the like).
+    env_overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.episodes < 1:
+            raise ActlabError("episodes must be at least 1", field="--episodes", found=self.episodes)
+        if self.image_size < 16 or self.image_size % 2:
+            raise ActlabError(
+                "image size must be an even number of pixels, at least 16 (yuv420p video)",
+                field="--image-size",
+                expected="e.g. 64, 96, 128",
+                found=self.image_size,
+            )
+        if not self.cameras:
+            raise ActlabError("record at least one camera", field="cameras", expected="top and/or wrist")
+        if self.workers < 0:
+            raise ActlabError("workers must be >= 0", field="--workers", found=self.workers)
+        if self.max_attempts_per_episode < 1:
+            raise ActlabError(
+                "max_attempts_per_episode must be >= 1",
+                field="max_attempts_per_episode",
+                found=self.max_attempts_per_episode,
+            )
+
+    def env_kwargs(self) -> dict[str, Any]:
+        """Arguments for ``make_env``: recording never stops an episode early on success."""
+        return {
+            **self.env_overrides,
+            "image_size": self.image_size,
+            "cameras": tuple(self.cameras),
+            "terminate_on_success": False,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordSummary:
+    """Outcome of a recording."""
+
+    path: str  # dataset directory
+    episodes: int  # episodes written
+    frames: int  # frames written
+    attempts: int  # expert episodes simulated
+    successes: int  # of which the expert succeeded
+    failed_seeds: tuple[int, ...]  # seeds of failed attempts
+    seconds: float  # wall time of the whole recording
+
+    @property
+    def success_rate(self) -> float:
+        """Expert success rate over the attempts."""
+        return self.successes / max(self.attempts, 1)
+
+    def line(self) -> str:
+        """The one-line summary printed by ``actlab sim record``."""
+        return (
+            f"recorded {self.episodes} episodes ({self.frames} frames) to {self.path} "
+            f"in {self.seconds:.1f} s; expert success {self.successes}/{self.attempts} "
+            f"({100 * self.success_rate:.1f}%)"
+        )
+
+
+# --------------------------------------------------------------------------------- one expert episode
+
+
+def run_expert_episode(env, policy, seed: int, keep_frames: bool = True) -> dict[str, Any]:
+    """Simulate one expert episode from ``env.reset(seed=seed)``.
+
+    Returns ``{"seed", "success", "length", "info", "frames"}`` (``info``: the env's last info);
+    ``frames`` maps feature keys to arrays with one
+    row per step: ``observation.state`` (T, 6) and ``action`` (T, 6) float32 (degrees), and each camera
+    (T, H, W, 3) uint8. Row t is the observation before action t.
+    """
+    obs, info = env.reset(seed=seed)
+    policy.reset()
+    rows: dict[str, list[np.ndarray]] = collections.defaultdict(list)
+    steps = 0
+    while True:
+        action = np.asarray(policy.select_action(obs), dtype=np.float32)
+        if keep_frames:
+            for key, value in obs.items():
+                rows[key].append(value)
+            rows["action"].append(action)
+        obs, _, terminated, truncated, info = env.step(action)
+        steps += 1
+        if policy.done or terminated or truncated:
+            break
+    frames = {key: np.stack(values) for key, values in rows.items()}
+    return {
+        "seed": seed,
+        "success": bool(info["is_success"]),
+        "length": steps,
+        "info": info,
+        "frames": frames,
+    }
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_init(config: RecordConfig) -> None:
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    from actlab.sim import ExpertConfig, ExpertPolicy, make_env
+
+    env = make_env(config.task, **config.env_kwargs())
+    _WORKER["env"] = env
+    _WORKER["policy"] = ExpertPolicy(env, ExpertConfig(noise=config.expert_noise), seed=config.seed)
+
+
+def _worker_episode(seed: int) -> dict[str, Any]:
+    return run_expert_episode(_WORKER["env"], _WORKER["policy"], seed)
+
+
+def _episodes_in_order(config: RecordConfig, max_attempts: int) -> Iterator[dict[str, Any]]:
+    """Expert episodes for seeds seed, seed+1, ... in order, simulated by the worker pool."""
+    seeds = iter(range(config.seed, config.seed + max_attempts))
+    if config.workers == 0:
+        _worker_init(config)
+        try:
+            for s in seeds:
+                yield _worker_episode(s)
+        finally:
+            _WORKER.pop("env").close()
+        return
+    # spawn, not fork: a forked child would inherit the parent's OpenGL/EGL state.
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(config.workers, initializer=_worker_init, initargs=(config,)) as pool:
+        # A bounded window of episodes in flight keeps memory flat (an episode's frames are ~10-20 MB).
+        window = 2 * config.workers
+        pending: collections.deque = collections.deque()
+        for s in seeds:
+            pending.append(pool.apply_async(_worker_episode, (s,)))
+            if len(pending) >= window:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+
+
+def dataset_features(config: RecordConfig) -> dict[str, dict[str, Any]]:
+    """LeRobot features of a recorded dataset: state and action (degrees) and one video per camera."""
+    from actlab.datasets import make_features
+
+    size = config.image_size
+    return make_features(
+        state_dim=len(JOINT_NAMES),
+        action_dim=len(JOINT_NAMES),
+        cameras={cam: (size, size) for cam in config.cameras},
+        fps=30,
+        state_names=[f"{n}.pos" for n in JOINT_NAMES],
+        action_names=[f"{n}.pos" for n in JOINT_NAMES],
+    )
+
+
+def record_dataset(
+    out_dir: str | Path,
+    config: RecordConfig | None = None,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+    on_episode: Callable[[dict[str, Any]], None] | None = None,
+) -> RecordSummary:
+    """Record expert demonstrations into a new LeRobot v3.0 dataset at ``out_dir`` (written atomically).
+
+    Raises :class:`ActlabError` if the expert fails so often that ``episodes`` successes cannot be
+    collected within ``episodes * max_attempts_per_episode`` attempts (nothing is written then).
+    """
+    from tqdm import tqdm
+
+    from actlab.datasets import DatasetWriter
+    from actlab.sim import FPS, TASK_TEXT, task_config
+
+    config = config or RecordConfig()
+    task_config(config.task, **config.env_kwargs())  # validate the env options before spawning workers
+    out_dir = Path(out_dir)
+    max_attempts = (
+        config.episodes if config.keep_failures else int(config.episodes * config.max_attempts_per_episode)
+    )
+    start = time.perf_counter()
+    attempts = successes = frames = written = 0
+    failed: list[int] = []
+    bar = tqdm(total=config.episodes, unit="ep", desc="recording", disable=not progress, dynamic_ncols=True)
+    with DatasetWriter(
+        out_dir, fps=FPS, features=dataset_features(config), robot_type="so101", overwrite=overwrite
+    ) as writer:
+        episodes = _episodes_in_order(config, max_attempts)
+        for episode in episodes:
+            attempts += 1
+            successes += episode["success"]
+            if not episode["success"]:
+                failed.append(episode["seed"])
+            if episode["success"] or config.keep_failures:
+                writer.add_episode(episode["frames"], task=TASK_TEXT)
+                frames += episode["length"]
+                written += 1
+                bar.update(1)
+            bar.set_postfix(expert=f"{successes}/{attempts}")
+            if on_episode is not None:
+                on_episode(episode)
+            if written >= config.episodes:
+                break
+        episodes.close()  # stops the worker pool (episodes still in flight are dropped)
+        if written < config.episodes:
+            raise ActlabError(
+                "the scripted expert failed too often to record the requested episodes",
+                field="--episodes",
+                expected=f"{config.episodes} successful episodes within {max_attempts} attempts",
+                found=f"{written} successes (failed seeds: {failed[:10]}...)",
+                fix="record with --keep-failures, or lower the randomization ranges",
+            )
+    bar.close()
+    return RecordSummary(
+        path=str(out_dir),
+        episodes=written,
+        frames=frames,
+        attempts=attempts,
+        successes=successes,
+        failed_seeds=tuple(failed),
+        seconds=time.perf_counter() - start,
+    )
