@@ -34,7 +34,7 @@ TASK_TEXT = "pick the cube and place it in the bowl"
 
 # Start pose (rad): the gripper hovers behind the cube area, jaws open, and the wrist camera looks down at
 # the whole area the cube can be placed in (so a policy sees the cube from the first frame).
-HOME_QPOS = (0.0, -1.30, 0.85, 1.55, math.pi / 2, GRIPPER_OPEN)
+HOME_QPOS = (0.0, -1.00, 0.70, 1.58, -math.pi / 2, GRIPPER_OPEN)
 
 _DEG = 180.0 / math.pi
 

@@ -145,7 +145,7 @@ class SceneConfig:
 
 def _f(values) -> str:
     """Format numbers for MJCF attributes."""
-    return " ".join(f"{float(v):.6g}" for v in np.atleast_1d(values))
+    return " ".join(f"{float(v):.10g}" for v in np.atleast_1d(values))
 
 
 def _quat_from_mat(mat: np.ndarray) -> np.ndarray:
