@@ -46,7 +46,7 @@ def test_pusht_env_through_the_adapter():
 def test_success_comes_from_info_is_success():
     policy = HoldPolicy([100.0, 100.0])
     spec = EnvSpec(TASK, max_steps=10, reset_options={"reset_to_state": T_ON_GOAL})
-    ev = evaluate(policy, spec, EvalConfig(episodes=2, workers=1))
+    ev = evaluate(policy, spec, EvalConfig(episodes=2, workers=1, batch_envs=1))
     assert [e.outcome for e in ev.episodes] == ["success", "success"]
     assert [e.steps for e in ev.episodes] == [1, 1]  # terminated on the first step
     assert ev.summary.success_rate == 1.0 and ev.summary.pick_rate is None
@@ -55,7 +55,7 @@ def test_success_comes_from_info_is_success():
 
 def test_failures_are_timeouts_and_seeds_give_identical_episodes(tmp_path):
     spec = EnvSpec(TASK, max_steps=15)
-    cfg = EvalConfig(episodes=4, seed=7, workers=1, videos=1)
+    cfg = EvalConfig(episodes=4, seed=7, workers=1, batch_envs=1, videos=1)
     a = evaluate(HoldPolicy([300.0, 300.0]), spec, cfg, out_dir=tmp_path / "a")
     assert {e.outcome for e in a.episodes} == {"timeout"}
     assert [e.seed for e in a.episodes] == [7, 8, 9, 10]

@@ -38,7 +38,9 @@ def test_scripted_expert_succeeds_at_least_95_percent(tmp_path):
 def test_random_policy_never_picks_up():
     policy = RandomPolicy(seed=0)
     ev = evaluate(
-        policy, EnvSpec("so101_pick_place", cameras=(), max_steps=60), EvalConfig(episodes=8, workers=1)
+        policy,
+        EnvSpec("so101_pick_place", cameras=(), max_steps=60),
+        EvalConfig(episodes=8, workers=1, batch_envs=1),
     )
     assert ev.summary.successes == 0
     assert ev.summary.outcomes["never_picked_up"] == 8

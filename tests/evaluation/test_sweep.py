@@ -126,12 +126,14 @@ def test_act_bundle_is_reset_before_every_episode_and_stale_queues_cannot_leak(t
     bundle = tiny_run / "checkpoints" / "step_0000030"
     spec = EnvSpec("so101_pick_place", max_steps=13)  # 13 = 8 + 5: three actions left in the queue
     log = CallLog(load_policy(bundle))
-    ev = evaluate(log, spec, EvalConfig(episodes=3, workers=1, threads_per_worker=1))
+    ev = evaluate(log, spec, EvalConfig(episodes=3, workers=1, batch_envs=1, threads_per_worker=1))
     assert log.calls == (["reset"] + ["act"] * 13) * 3
     assert all(e.steps == 13 for e in ev.episodes)
     # Episode 2 within a run of three equals episode 2 run alone: nothing leaked from episodes 0-1.
     alone = evaluate(
-        load_policy(bundle), spec, EvalConfig(episodes=1, seed=2, workers=1, threads_per_worker=1)
+        load_policy(bundle),
+        spec,
+        EvalConfig(episodes=1, seed=2, workers=1, batch_envs=1, threads_per_worker=1),
     )
     assert alone.episodes[0].seed == ev.episodes[2].seed == 2
     assert alone.episodes[0].max_lift_m == ev.episodes[2].max_lift_m

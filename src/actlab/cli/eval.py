@@ -47,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="DIR", help="write results.json/.md, plot and videos here (atomically)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     p.add_argument("--workers", type=int, default=2, metavar="W", help="rollout processes (2)")
-    p.add_argument("--batch-envs", type=int, default=1, metavar="B", help="envs per policy call (1)")
+    p.add_argument("--batch-envs", type=int, default=4, metavar="B", help="envs per policy call (4)")
     p.add_argument("--threads", type=int, metavar="N", help="torch threads per rollout process (cores/W)")
     p.add_argument("--device", default="cpu", help="policy device: cpu, cuda, cuda:N, auto (cpu)")
     p.add_argument("--max-steps", type=int, metavar="T", help="episode step limit (the env's by default)")

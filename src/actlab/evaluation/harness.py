@@ -43,7 +43,8 @@ class EvalConfig:
     episodes: int = 50  # episodes per policy
     seed: int = 0  # episode i is reset with seed + i (identical for every checkpoint)
     workers: int = 2  # worker processes for bundle/factory sources (1: run in this process)
-    batch_envs: int = 1  # envs stepped in lockstep per policy call in one process (batched inference)
+    # envs stepped in lockstep per policy call in one process (batched inference; factories always 1)
+    batch_envs: int = 4
     videos: int = 0  # write an mp4 of each of the first `videos` episodes
     device: str = "cpu"  # device the policy runs on (in workers and in process)
     video_min_height: int = 256  # video frames are upscaled (nearest) to at least this many rows

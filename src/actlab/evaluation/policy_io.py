@@ -182,5 +182,6 @@ def actions_to_numpy(actions: Any, batch: int) -> np.ndarray:
             field="select_action output",
             expected=f"batch {batch}",
             found=f"shape {tuple(arr.shape)}",
+            fix="evaluate this policy with batch_envs=1 (--batch-envs 1), or make it accept a batch",
         )
     return arr
