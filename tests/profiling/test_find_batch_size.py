@@ -87,3 +87,15 @@ def test_missing_dataset(tmp_path, capsys):
     ]
     assert main(argv) == 2
     assert "dataset not found" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_finds_a_batch_on_the_gpu(tiny_dataset, capsys):
+    # 2 GiB for the tiny preset: the boundary lies in the thousands; --max keeps the test short.
+    argv = ["find-batch-size", "--preset", "tiny", "--dataset", str(tiny_dataset), "--device", "cuda"]
+    argv += ["--memory-limit", "2GiB", "--start", "64", "--max", "1024", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["measure"] == "GPU memory reserved" and out["recommended"] is not None
+    ran = sorted((t["batch_size"], t["memory_bytes"]) for t in out["trials"] if t["ran"])
+    assert ran[-1][1] > ran[0][1] > 0  # reserved memory grows with the batch

@@ -130,3 +130,24 @@ def test_gpu_peak_measurement_is_below_the_datasheet():
     assert measured > 1
     if tabled is not None:
         assert measured < 1.05 * tabled
+
+
+def test_flops_of_the_real_tiny_policy_scale_with_the_batch(tiny_dataset):
+    import dataclasses
+
+    from actlab.profiling.batch_probe import load_config
+    from actlab.training.build import build_run
+
+    cfg = load_config("tiny", str(tiny_dataset), [], "cpu")
+    counts = {}
+    for b in (4, 8):
+        run = build_run(dataclasses.replace(cfg, batch_size=b), "cpu")
+        try:
+            batch = run.next_batch()
+            counts[b] = train_step_flops(run.policy, batch)
+            assert train_step_flops(run.policy, batch) == counts[b]  # deterministic
+            assert all(p.grad is None for p in run.policy.parameters())
+        finally:
+            run.close()
+    assert counts[4] > 1e6
+    assert counts[8] / counts[4] == pytest.approx(2.0, rel=0.02)  # every counted FLOP is per sample

@@ -187,29 +187,47 @@ def _terminal_sent_it() -> bool:
     return False
 
 
-@contextlib.contextmanager
-def _forward_signals(child: subprocess.Popen):
-    """Forward SIGINT/SIGTERM/SIGHUP to ``child`` while the block runs (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+class _SignalForwarder:
+    """Forward SIGINT/SIGTERM/SIGHUP to the child while the block runs (main thread only).
 
-    def handler(signum: int, _frame: object) -> None:
+    The handlers are installed *before* the child starts: a signal arriving between the start and the
+    installation would otherwise kill the monitor with its default action and orphan the child. Signals
+    that arrive before :meth:`attach` are delivered to the child as soon as it exists.
+    """
+
+    def __init__(self) -> None:
+        self._child: subprocess.Popen | None = None
+        self._pending: list[int] = []
+        self._previous: dict[int, Any] = {}
+
+    def _handler(self, signum: int, _frame: object) -> None:
         if signum == signal.SIGINT and _terminal_sent_it():
             return
+        if self._child is None:
+            self._pending.append(signum)
+            return
         with contextlib.suppress(ProcessLookupError):
-            child.send_signal(signum)
+            self._child.send_signal(signum)
 
-    previous = {}
-    for name in _FORWARDED_SIGNALS:
-        sig = getattr(signal, name, None)
-        if sig is not None:
-            previous[sig] = signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
+    def attach(self, child: subprocess.Popen) -> None:
+        self._child = child
+        for signum in self._pending:
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signum)
+        self._pending.clear()
+
+    def __enter__(self) -> _SignalForwarder:
+        if threading.current_thread() is threading.main_thread():
+            for name in _FORWARDED_SIGNALS:
+                sig = getattr(signal, name, None)
+                if sig is not None:
+                    self._previous[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._previous.items():
             signal.signal(sig, old)
+        self._previous.clear()
 
 
 def _cell(value: Any, name: str) -> str:
@@ -295,15 +313,16 @@ def run_monitored(
             writer = csv.writer(stream, lineterminator="\n")
             writer.writerow(run.columns)
         run.started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        forwarder = stack.enter_context(_SignalForwarder())
         started = time.monotonic()
         try:
             child = subprocess.Popen(cmd)
         except OSError as e:  # vanished or not executable between the check and the start
             problem = f"could not start {cmd[0]}: {e.strerror or e}"
             raise ActlabError(problem, field="CMD", found=cmd[0]) from e
+        forwarder.attach(child)
         try:
-            with _forward_signals(child):
-                _sample_until_exit(child, interval_s, started, gpus, psutil, run, writer, stream, on_sample)
+            _sample_until_exit(child, interval_s, started, gpus, psutil, run, writer, stream, on_sample)
         except BaseException:
             _stop_child(child)
             raise
