@@ -65,6 +65,7 @@ def test_sweep_writes_tables_plot_videos_and_whiskers(tiny_run, tmp_path, capsys
     plot = Image.open(out / report["files"]["plot"])
     assert plot.format == "PNG" and plot.size[0] > 400
 
+    assert report["whiskers"]["path"] == report["files"]["whiskers"]
     frames = read_video(out / report["files"]["whiskers"])
     assert report["whiskers"]["steps"] == 20 and len(frames) == 21
     last = frames[-1].astype(int)  # (H, W, 3): by the end both paths have been drawn

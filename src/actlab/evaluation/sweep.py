@@ -182,7 +182,7 @@ def _write_outputs(tmp, evals, sources, spec, cfg, meta, whiskers) -> dict[str, 
         rel = Path("whiskers") / f"{src.name.replace('/', '_')}_episode_{episode:03d}.mp4"
         info = whiskers_video(src, spec, cfg, tmp / rel, **whiskers)
         files["whiskers"] = str(rel)
-        meta["whiskers"] = info
+        meta["whiskers"] = {**info, "path": str(rel)}  # relative to the output directory
     title = f"actlab eval: {spec.task}"
     md_meta = {k: meta[k] for k in ("task", "episodes", "seeds", "seconds")}
     atomic_write_text(tmp / "results.md", markdown_report(evals, title, md_meta) + "\n")
