@@ -1,0 +1,110 @@
+"""Env -> policy observation conversion, key matching, configs and CLI input errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from actlab.cli import main
+from actlab.errors import ActlabError
+from actlab.evaluation import EnvSpec, EvalConfig
+from actlab.evaluation.policy_io import (
+    ObsAdapter,
+    PolicyInputs,
+    actions_to_numpy,
+    inputs_from_features,
+    match_keys,
+)
+
+
+def test_obs_adapter_stacks_permutes_and_resizes():
+    inputs = PolicyInputs(("observation.state",), {"observation.images.top": (16, 24)})
+    obs = [
+        {
+            "observation.state": np.arange(6, dtype=np.float64),
+            "observation.images.top": np.full((32, 48, 3), v, np.uint8),
+        }
+        for v in (0, 255)
+    ]
+    batch = ObsAdapter(inputs)(obs)
+    img = batch["observation.images.top"]
+    assert img.shape == (2, 3, 16, 24) and img.dtype == torch.uint8
+    assert img[0].max() == 0 and img[1].min() == 255  # constant images stay constant through the resize
+    assert batch["observation.state"].dtype == torch.float32 and batch["observation.state"].shape == (2, 6)
+
+
+def test_hwc_channel_layout_is_preserved():
+    image = np.zeros((4, 4, 3), np.uint8)
+    image[..., 2] = 200  # blue channel
+    batch = ObsAdapter(None)([{"observation.images.top": image, "observation.state": np.zeros(2)}])
+    assert (
+        batch["observation.images.top"][0, 2].min() == 200
+        and batch["observation.images.top"][0, :2].max() == 0
+    )
+
+
+def test_match_keys_renames_a_single_camera_and_refuses_missing_ones():
+    inputs = PolicyInputs(("observation.state",), {"observation.image": (96, 96)})
+    mapping = match_keys(["observation.images.top", "observation.state"], inputs)
+    assert mapping == {
+        "observation.state": "observation.state",
+        "observation.image": "observation.images.top",
+    }
+    two = PolicyInputs(
+        ("observation.state",), {"observation.images.top": (8, 8), "observation.images.wrist": (8, 8)}
+    )
+    with pytest.raises(ActlabError, match="does not provide") as e:
+        match_keys(["observation.images.top", "observation.state"], two)
+    assert "observation.images.wrist" in str(e.value)
+
+
+def test_inputs_from_lerobot_features():
+    feats = {
+        "observation.state": {"dtype": "float32", "shape": [6]},
+        "observation.images.top": {
+            "dtype": "video",
+            "shape": [80, 96, 3],
+            "names": ["height", "width", "channels"],
+        },
+        "action": {"dtype": "float32", "shape": [6]},
+        "timestamp": {"dtype": "float32", "shape": [1]},
+    }
+    inputs = inputs_from_features(feats)
+    assert inputs.state_keys == ("observation.state",)
+    assert inputs.image_hw == {"observation.images.top": (80, 96)}
+
+
+def test_actions_to_numpy_checks_the_batch():
+    assert actions_to_numpy(torch.ones(6), 1).shape == (1, 6)
+    with pytest.raises(ActlabError, match="batch_envs=1"):
+        actions_to_numpy(torch.ones(1, 6), 4)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"episodes": 0},
+        {"workers": 0},
+        {"batch_envs": 0},
+        {"videos": 5, "episodes": 2},
+        {"threads_per_worker": 0},
+    ],
+)
+def test_eval_config_rejects_bad_values(kwargs):
+    with pytest.raises(ActlabError):
+        EvalConfig(**kwargs)
+
+
+def test_env_spec_rejects_bad_values():
+    with pytest.raises(ActlabError, match="max_steps"):
+        EnvSpec(max_steps=0)
+
+
+def test_cli_input_errors(tmp_path, capsys):
+    assert main(["eval"]) == 2
+    assert "PATH" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["eval", "--expert", "--task", "gym_pusht/PushT-v0"]) == 2
+    assert "scripted expert" in capsys.readouterr().err
