@@ -78,5 +78,65 @@ def _run_data(args) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------------------- bench train
+
+_TRAIN_EPILOG = """\
+examples:
+  actlab bench train --preset tiny                                   # synthetic dataset in a temp dir
+  actlab bench train --preset so101_sim --dataset data/sim --set batch_size=64 --json
+
+model_only_step_ms: the step on a batch already on the device (repeated); full_step_ms: sample +
+gather + augment + step, as `actlab train` runs it. Blocks of each alternate in one run;
+data_stall_frac = 1 - model_only / full.
+"""
+
+
+def _register_train(g) -> None:
+    p = g.add_parser(
+        "train",
+        help="model-only vs full training step time and the data-stall fraction",
+        description="Build a training run for a preset and time, in one run, the step on a batch already "
+        "on the device and the full step. Without --dataset a small synthetic LeRobot v3 dataset is "
+        "written to a temporary directory.",
+        epilog=_TRAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--preset", default="tiny", metavar="NAME", help="training preset (default tiny)")
+    p.add_argument("--dataset", metavar="PATH", help="LeRobot v3 dataset (default: synthetic)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key (repeatable), e.g. --set batch_size=64",
+    )
+    p.add_argument("--device", metavar="DEV", help="device (default: the preset's)")
+    p.add_argument("--steps", type=int, default=10, metavar="N", help="steps per timed block (default 10)")
+    p.add_argument("--rounds", type=int, default=10, metavar="R", help="block pairs (default 10)")
+    add_json_flag(p)
+    p.set_defaults(_run=_run_train)
+
+
+def _run_train(args) -> int:
+    import dataclasses
+
+    from actlab.errors import ActlabError
+    from actlab.profiling.report import emit
+    from actlab.training.bench import run_bench
+    from actlab.training.config import apply_train_overrides
+    from actlab.training.presets import get_preset
+
+    if args.steps < 1 or args.rounds < 1:
+        raise ActlabError(
+            "--steps and --rounds must be >= 1", field="--steps/--rounds", found=(args.steps, args.rounds)
+        )
+    cfg = apply_train_overrides(get_preset(args.preset), args.overrides)
+    if args.device:
+        cfg = dataclasses.replace(cfg, device=args.device)
+    emit(run_bench(cfg, args.dataset, steps=args.steps, rounds=args.rounds), args.json)
+    return 0
+
+
 # Add a benchmark: write _register_<name>(g) + _run_<name>(args) above and list it here.
-_SUBCOMMANDS = [_register_data]
+_SUBCOMMANDS = [_register_data, _register_train]

@@ -28,6 +28,8 @@ from actlab.training.data import BatchSource, Split, make_sampler, overfit_range
 from actlab.training.ddp import DistInfo
 from actlab.training.step import GraphedStep, autocast, train_step
 
+# Batch key of cached backbone features for a camera (the policies' contract for freeze_backbone).
+FEATURES_SUFFIX = ".features"
 # Offset between the validation sampler's seed and the run seed (any constant; fixed for reproducibility).
 VAL_SEED_OFFSET = 7919
 
@@ -99,12 +101,12 @@ class TrainRun:
         )
 
     def lrs(self) -> dict[str, float]:
-        """Current learning rate per param group name (host floats: no sync)."""
-        out = {}
-        for i, group in enumerate(self.optimizer.param_groups):
-            name = group.get("name", f"group{i}")
+        """Current learning rates: ``lr`` (head) and ``lr_backbone`` when the backbone trains (no sync)."""
+        out: dict[str, float] = {}
+        for group in self.optimizer.param_groups:
+            key = "lr_backbone" if "backbone" in str(group.get("name", "")) else "lr"
             lr = group["lr"]
-            out[f"lr_{name}" if i else "lr"] = float(lr) if not hasattr(lr, "device") else float(lr.item())
+            out.setdefault(key, float(lr.item()) if hasattr(lr, "item") else float(lr))
         return out
 
     # ------------------------------------------------------------------------------------ validation
@@ -412,10 +414,45 @@ def _preflight(cfg: TrainConfig, policy, ds, store, out_dir, existing_checkpoint
 
 
 def _device_data(ds, store, policy, cfg: TrainConfig, device):
+    """DeviceData for the policy's keys; with a frozen backbone, cached features replace the images."""
     from actlab.datasets import DeviceData
 
     on_device = {"auto": "auto", "true": True, "false": False}[cfg.data.frames_on_device]
-    return DeviceData(ds, store, policy.delta_indices, device, frames_on_device=on_device)
+    deltas = dict(policy.delta_indices)
+    override = None
+    if getattr(cfg.policy, "freeze_backbone", False) and store is not None:
+        override = precompute_features(policy, store, camera_keys(ds, cfg), device, _amp_on(cfg, device))
+        deltas = {
+            (k + FEATURES_SUFFIX if k + FEATURES_SUFFIX in override else k): v for k, v in deltas.items()
+        }
+    return DeviceData(ds, store, deltas, device, frames_on_device=on_device, feature_override=override)
+
+
+def precompute_features(
+    policy, store, keys: list[str], device, amp: bool, chunk: int = 256
+) -> dict[str, Any]:
+    """``{camera + ".features": (N, C', h, w)}``: the frozen backbone run once over every stored frame.
+
+    Why: with ``freeze_backbone`` the backbone output of a frame never changes, so computing it once
+    turns every later step into a head-only step. Kept on the device (bf16 under autocast).
+    """
+    import torch
+
+    out: dict[str, Any] = {}
+    was_training = policy.training
+    policy.eval()
+    try:
+        with torch.no_grad(), autocast(device, torch.bfloat16 if amp else None):
+            for key in keys:
+                frames = store.frames[key]  # (N, C, H, W) uint8 memmap
+                parts = [
+                    policy.encode_images(key, torch.from_numpy(np.asarray(frames[i : i + chunk])).to(device))
+                    for i in range(0, frames.shape[0], chunk)
+                ]
+                out[key + FEATURES_SUFFIX] = torch.cat(parts)  # (N, C', h, w)
+    finally:
+        policy.train(was_training)
+    return out
 
 
 def _optimizer(cfg: TrainConfig, groups: list[dict[str, Any]], device):

@@ -2,7 +2,7 @@
 
 Layout of a run directory::
 
-    checkpoints/step_0001000/            a policy bundle (save_policy), loadable by evaluation alone
+    checkpoints/step_0001000/            a policy bundle (load_policy), loadable by evaluation alone
         training_state/state.json        step, config hash, world size, val loss, sampler + numpy/python RNG
         training_state/optimizer.pt      optimizer + scheduler state (torch.save; read with weights_only=True)
         training_state/rng_rank{r}.pt    torch CPU/CUDA RNG and augmentation generator state of rank r
@@ -120,14 +120,15 @@ class CheckpointManager:
         """Write checkpoint ``step`` atomically, update ``last.json``/``best.json``, prune old ones."""
         import torch
 
-        from actlab.policies import save_policy
+        from actlab.policies import write_bundle
 
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.path(step)
         tmp = self.root / f".{final.name}.{os.getpid()}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            save_policy(policy, tmp, extra=bundle_extra)  # creates tmp (itself atomically)
+            tmp.mkdir()
+            write_bundle(policy, tmp, extra=bundle_extra)  # the files of save_policy's bundle
             state_dir = tmp / "training_state"
             state_dir.mkdir()
             torch.save(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import typing
 from typing import Any, Literal
 
 from actlab.errors import ActlabError
@@ -85,7 +86,7 @@ class OptimConfig:
     # AdamW decoupled weight decay
     weight_decay: float = 1e-4
     # AdamW (beta1, beta2)
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: tuple[float, ...] = (0.9, 0.999)
     # AdamW epsilon
     eps: float = 1e-8
     # clip the global gradient norm to this value; 0 disables clipping (the norm is still logged)
@@ -95,7 +96,12 @@ class OptimConfig:
         _check(self.lr > 0, "optim.lr", "> 0", self.lr)
         _check(self.backbone_lr >= 0, "optim.backbone_lr", ">= 0", self.backbone_lr)
         _check(self.weight_decay >= 0, "optim.weight_decay", ">= 0", self.weight_decay)
-        _check(all(0 <= b < 1 for b in self.betas), "optim.betas", "two values in [0, 1)", self.betas)
+        _check(
+            len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+            "optim.betas",
+            "two values in [0, 1)",
+            self.betas,
+        )
         _check(self.eps > 0, "optim.eps", "> 0", self.eps)
         _check(self.grad_clip >= 0, "optim.grad_clip", ">= 0", self.grad_clip)
 
@@ -300,43 +306,58 @@ def policy_config_from_dict(data: dict[str, Any], where: str = "policy") -> Any:
 
 
 def policy_config_class(ptype: str | None) -> type:
-    """The config class registered for a policy type (imports actlab.policies lazily)."""
-    from actlab import policies
+    """The config class registered for a policy type (imports actlab.policies lazily, without torch)."""
+    from actlab.policies import get_config_class
 
-    registry = policies.config_classes()
-    if ptype not in registry:
-        raise cfgutil.unknown_name_error("policy type", str(ptype), registry)
-    return registry[ptype]
+    return get_config_class(str(ptype))
 
 
 def apply_train_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig:
-    """Apply ``key=value`` overrides; ``policy.type=NAME`` swaps the policy class keeping shared fields."""
+    """Apply ``key=value`` overrides (typed by the field annotations; unknown keys get a did-you-mean).
+
+    ``policy.type=NAME`` swaps the policy config class, keeping the fields both classes share; the other
+    ``policy.*`` overrides are then applied while the new class is built, so
+    ``--set policy.type=act_relative --set policy.rtc_max_delay=2`` works in either order.
+    """
+    switch = [o for o in overrides if o.split("=", 1)[0].strip() == "policy.type" and "=" in o]
+    if switch:
+        policy_items = [o for o in overrides if o.split("=", 1)[0].strip().startswith("policy.")]
+        cfg = dataclasses.replace(cfg, policy=_switch_policy_type(cfg.policy, policy_items))
+        overrides = [o for o in overrides if o not in policy_items]
     for item in overrides:
         key = item.split("=", 1)[0].strip()
-        if key == "policy.type" and "=" in item:
-            cfg = dataclasses.replace(
-                cfg, policy=_switch_policy_type(cfg.policy, item.split("=", 1)[1].strip())
-            )
-        elif key.startswith("policy.") and cfg.policy is None:
+        if key.startswith("policy.") and cfg.policy is None:
             raise ActlabError(
                 "this config has no policy section to override",
                 field=key,
                 fix="start from a preset (--preset NAME)",
             )
-        else:
-            cfg = cfgutil.apply_overrides(cfg, [item])
+        cfg = cfgutil.apply_overrides(cfg, [item])
     return cfg
 
 
-def _switch_policy_type(old: Any, new_type: str) -> Any:
+def _switch_policy_type(old: Any, items: list[str]) -> Any:
+    values = {k.strip()[len("policy.") :]: v.strip() for k, v in (o.split("=", 1) for o in items)}
+    new_type = values.pop("type")
     cls = policy_config_class(new_type)
+    hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls) if f.init}
-    kept = (
-        {} if old is None else {k: v for k, v in cfgutil.to_dict(old).items() if k in names and k != "type"}
-    )
-    if "type" in names:
-        kept["type"] = new_type
-    return cfgutil.from_dict(cls, kept, where="policy")
+    data = {} if old is None else {k: v for k, v in cfgutil.to_dict(old).items() if k in names}
+    data["type"] = new_type
+    for key, raw in values.items():
+        if key not in names:
+            raise cfgutil.unknown_name_error("config key", f"policy.{key}", [f"policy.{n}" for n in names])
+        data[key] = _parse(raw, hints[key])  # coerced and validated with the rest by from_dict
+    return cfgutil.from_dict(cls, data, where="policy")
+
+
+def _parse(raw: str, tp: Any) -> Any:
+    if tp is str:
+        return raw
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
 
 
 def config_hash(cfg: TrainConfig) -> str:

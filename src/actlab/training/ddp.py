@@ -90,11 +90,18 @@ def wrap(model, info: DistInfo, device):
     """Wrap ``model`` in DistributedDataParallel when there are several processes."""
     if not info.distributed:
         return model
+    import inspect
+
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [device.index] if device.type == "cuda" else None
+    # Buffers (normalization stats) are identical on every rank and never change: no per-forward broadcast.
+    params = inspect.signature(DistributedDataParallel).parameters
+    no_sync = (
+        {"forward_sync_buffers": False} if "forward_sync_buffers" in params else {"broadcast_buffers": False}
+    )
     # find_unused_parameters=False: every trainable parameter gets a gradient each step (tested per policy).
-    return DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
+    return DistributedDataParallel(model, device_ids=ids, **no_sync)
 
 
 def unwrap(model):

@@ -175,7 +175,7 @@ def _train(cfg: TrainConfig, out: Path, resume: bool, dist: DistInfo, device) ->
             run_config=config_to_dict(cfg),
         )
         with _sigterm_flag() as stop_flag:
-            summary = Loop(run, ckpts, log, out, stop_flag).run(start)
+            summary = Loop(run, ckpts, log, out, stop_flag).train_from(start)
     finally:
         run.close()
         if log is not None:
@@ -236,6 +236,11 @@ def _sigterm_flag():
             signal.signal(signal.SIGTERM, previous)
 
 
+def _min_none(*values: float | None) -> float | None:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
 def _due(step: int, every: int, total: int) -> bool:
     return step == total or (every > 0 and step % every == 0)
 
@@ -253,7 +258,7 @@ class Loop:
         self.last_loss: float | None = None
         self.last_ckpt: str | None = None
 
-    def run(self, start: int) -> RunSummary:
+    def train_from(self, start: int) -> RunSummary:
         cfg = self.cfg
         t0 = self._t_log = time.perf_counter()
         step, stopped, overfit_step = start, "completed", None
@@ -287,7 +292,7 @@ class Loop:
             run_dir=str(self.out),
             step=step,
             final_loss=self.last_loss,
-            best_val_loss=self.best_val,
+            best_val_loss=_min_none(self.best_val, best.get("val_loss") if best else None),
             best_checkpoint=str(self.ckpts.root / best["path"]) if best else None,
             last_checkpoint=str(self.ckpts.root / self.last_ckpt) if self.last_ckpt else None,
             wall_s=wall,

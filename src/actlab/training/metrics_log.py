@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +122,7 @@ class MetricsLog:
         if self._bar is not None:
             self._bar.write(text)
         else:
-            print(text, flush=True)
+            print(text, file=sys.stderr, flush=True)  # stdout stays clean for --json
 
     def close(self) -> None:
         if self._file is not None:

@@ -1,0 +1,193 @@
+"""End-to-end training on CPU: real datasets (AV1 video), real policies, real processes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from actlab.training.metrics_log import read_metrics
+
+
+def _train_cmd(dataset, out, *args):
+    return [sys.executable, "-m", "actlab.cli", "train", "--dataset", str(dataset), "--out", str(out), *args]
+
+
+def _env():
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def _build_framestore(dataset, image_size=32):
+    from actlab.datasets import FrameStore, open_dataset
+
+    FrameStore.build(open_dataset(dataset), image_size=image_size, progress=False)
+
+
+def _losses(run_dir):
+    rows = read_metrics(run_dir)
+    return {r["step"]: r["loss"] for r in rows if "loss" in r}, {
+        r["step"]: r["val_loss"] for r in rows if "val_loss" in r
+    }
+
+
+def test_killed_run_resumes_on_the_same_loss_curve_bitwise(tiny_dataset, tmp_path):
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    _build_framestore(tiny_dataset)  # decoded once here, not by the two concurrent runs below
+    # Both runs at once (2 cores): 20 steps straight, and one that SIGKILLs itself after step 10.
+    a = subprocess.Popen(
+        _train_cmd(tiny_dataset, straight, "--preset", "tiny"),
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    b = subprocess.run(
+        _train_cmd(tiny_dataset, killed, "--preset", "tiny", "--set", "kill_at_step=10"),
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
+    _, err_a = a.communicate(timeout=300)
+    assert a.returncode == 0, err_a
+    assert b.returncode == -signal.SIGKILL, b.stderr
+    ckpts = killed / "checkpoints"
+    assert json.loads((ckpts / "last.json").read_text())["step"] == 10
+    assert sorted(p.name for p in ckpts.iterdir() if p.is_dir()) == ["step_0000010"]
+    assert max(_losses(killed)[0]) == 10
+
+    # Resume from the run directory alone (its saved config), in a fresh process.
+    c = subprocess.run(
+        [sys.executable, "-m", "actlab.cli", "train", "--out", str(killed), "--resume", "--json"],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert c.returncode == 0, c.stderr
+    summary = json.loads(c.stdout)
+    assert summary["step"] == 20 and summary["stopped"] == "completed"
+
+    loss_a, val_a = _losses(straight)
+    loss_b, val_b = _losses(killed)
+    assert sorted(loss_a) == sorted(loss_b) == list(range(1, 21))
+    assert loss_b[20] == loss_a[20]  # bitwise: the floats are equal, not close
+    assert loss_b == loss_a and val_b == val_a
+    assert val_a.keys() == {10, 20}
+    # keep_last=2 and best: both checkpoints survive, pointers are consistent
+    best = json.loads((ckpts / "best.json").read_text())
+    assert best["val_loss"] == min(val_a.values())
+    assert summary["best_val_loss"] == best["val_loss"]
+
+
+def test_resume_refuses_a_changed_config_with_a_diff(tiny_dataset, tmp_path):
+    out = tmp_path / "run"
+    base = ["--preset", "tiny", "--set", "steps=2", "--set", "checkpoint.every=1", "--set", "eval.every=0"]
+    r = subprocess.run(_train_cmd(tiny_dataset, out, *base), env=_env(), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    # a fresh run into the same directory is refused
+    r = subprocess.run(_train_cmd(tiny_dataset, out, *base), env=_env(), capture_output=True, text=True)
+    assert r.returncode == 2 and "--resume" in r.stderr
+    # a learning-rate change is not a resume of the same run: refused, naming the key and both values
+    r = subprocess.run(
+        _train_cmd(tiny_dataset, out, *base, "--resume", "--set", "optim.lr=0.5"),
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2
+    assert "optim.lr" in r.stderr and "0.001 -> 0.5" in r.stderr
+    # extending the run is allowed
+    r = subprocess.run(
+        _train_cmd(tiny_dataset, out, *base, "--resume", "--set", "steps=3", "--json"),
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["step"] == 3
+    assert [row["step"] for row in read_metrics(out)] == [1, 2, 3]
+    # the checkpoint is a policy bundle that evaluation can load alone
+    from actlab.policies import load_policy
+
+    policy = load_policy(out / "checkpoints" / "step_0000003")
+    assert policy.config.dim_model == 32
+
+
+def test_preflight_refuses_checkpoints_that_cannot_fit(tiny_dataset, tmp_path):
+    out, cache = tmp_path / "run", tmp_path / "cache"
+    # ~4.3 MB per checkpoint x (100 kept + best + 1 being written) cannot fit in 200 MB; 3 alive would.
+    args = ["--preset", "tiny", "--set", f"data.cache_dir={cache}", "--disk-limit", "200MB"]
+    r = subprocess.run(
+        _train_cmd(tiny_dataset, out, *args, "--set", "checkpoint.keep_last=100"),
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2, r.stderr
+    assert "not enough disk space" in r.stderr and "102 checkpoints alive" in r.stderr
+    assert "disk_limit_bytes" in r.stderr and "keep_last" in r.stderr
+    # refused before step 1 and before decoding the FrameStore: no metrics, no checkpoints, no frames
+    assert not (out / "metrics.jsonl").exists() and not (out / "checkpoints").exists()
+    assert not (cache / "frames").exists() or not any((cache / "frames").iterdir())
+    # the same limit with a sane retention passes the preflight and trains
+    r = subprocess.run(
+        _train_cmd(tiny_dataset, out, *args, "--set", "steps=1", "--set", "eval.every=0"),
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+
+
+def test_overfit_mode_reaches_its_threshold_on_8_samples(tiny_dataset, tmp_path):
+    out = tmp_path / "overfit"
+    r = subprocess.run(
+        _train_cmd(
+            tiny_dataset, out, "--preset", "tiny", "--overfit", "8", "--set", "policy.dropout=0.0", "--json"
+        ),
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["stopped"] == "overfit_reached"
+    rows = read_metrics(out)
+    assert rows[-1]["step"] == summary["overfit_step"] and rows[-1]["loss"] < 0.1
+    assert rows[0]["loss"] > 1.0  # it really had to learn
+    assert summary["last_checkpoint"].endswith(f"step_{summary['overfit_step']:07d}")
+
+
+def test_overfit_mode_fails_loudly_when_the_threshold_is_not_reached(tiny_dataset, tmp_path):
+    r = subprocess.run(
+        _train_cmd(
+            tiny_dataset, tmp_path / "o", "--preset", "tiny", "--overfit", "8", "--set", "overfit.max_steps=3"
+        ),
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2
+    assert "overfit check failed" in r.stderr and "in 3 steps" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--preset", "tiniest"], "did you mean 'tiny'"),
+        (["--preset", "tiny", "--set", "optim.lrr=1"], "did you mean 'optim.lr'"),
+        (["--preset", "tiny", "--set", "policy.dim_modl=8"], "did you mean 'policy.dim_model'"),
+        (["--preset", "tiny", "--set", "batch_size=0"], "batch_size"),
+        (["--preset", "tiny", "--set", "policy.type=act_relatve"], "did you mean 'act_relative'"),
+        (["--resume"], "run config not found"),
+    ],
+)
+def test_bad_presets_and_keys_fail_before_anything_runs(args, message, tmp_path, capsys):
+    from actlab.cli import main
+
+    assert main(["train", "--out", str(tmp_path / "x"), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+    assert not (tmp_path / "x").exists()
