@@ -162,6 +162,16 @@ class _Cache:
     policy_key: str | None = None
     policy: Any = None
 
+    def close(self) -> None:
+        """Close every env (their renderers) and drop the policy."""
+        for envs in self.envs.values():
+            for env in envs:
+                close = getattr(env, "close", None)
+                if close is not None:
+                    close()
+        self.envs.clear()
+        self.policy, self.policy_key = None, None
+
     def get_envs(self, spec: EnvSpec, n: int) -> list[Any]:
         envs = self.envs.setdefault(spec.cache_key(), [])
         while len(envs) < n:
@@ -313,11 +323,14 @@ def evaluate_many(
     pooled = [s for s in sources if not s.in_process_only and cfg.workers > 1]
     local = [s for s in sources if s not in pooled]
     cache = _Cache()
-    with torch_threads(cfg.threads_per_worker):
-        for src in local:
-            vdir = video_root / src.name if video_root is not None else None
-            for item in _items(src, spec, cfg, vdir):
-                collect(src, run_item(replace(item, source=src), cache, policy_obj=src.obj))
+    try:
+        with torch_threads(cfg.threads_per_worker):
+            for src in local:
+                vdir = video_root / src.name if video_root is not None else None
+                for item in _items(src, spec, cfg, vdir):
+                    collect(src, run_item(replace(item, source=src), cache, policy_obj=src.obj))
+    finally:
+        cache.close()  # renderers hold OpenGL contexts: free them now, not at garbage collection
     if pooled:
         _run_pool(pooled, spec, cfg, video_root, collect)
     out = []

@@ -147,8 +147,6 @@ def whiskers_video(
 
 
 def _whiskers_video(source, spec, cfg, path, episode, every, style) -> dict:
-    import torch
-
     from actlab.evaluation.harness import as_source, source_inputs, spec_for_inputs
 
     if every < 1:
@@ -157,7 +155,18 @@ def _whiskers_video(source, spec, cfg, path, episode, every, style) -> dict:
     source = as_source(source)
     inputs = source_inputs(source)
     env = make_eval_env(spec_for_inputs(spec, inputs))
-    _check_env(env)
+    try:
+        _check_env(env)
+        return _episode(source, spec, cfg, env, inputs, path, episode, every, style)
+    finally:
+        close = getattr(env, "close", None)
+        if close is not None:
+            close()
+
+
+def _episode(source, spec, cfg, env, inputs, path, episode, every, style) -> dict:
+    import torch
+
     policy = _build_policy(source, env, cfg.device)
     if not hasattr(policy, "predict_action_chunk"):
         raise ActlabError(
@@ -175,9 +184,9 @@ def _whiskers_video(source, spec, cfg, path, episode, every, style) -> dict:
     preds_world: list[np.ndarray] = []
     actual = [env.grasp_position()]
     infos, raw_frames, errors = [], [], []
-    for _t in range(env_max_steps(env)):
+    for t in range(env_max_steps(env)):
         batch = adapter([obs])
-        if _t % every == 0:
+        if t % every == 0:
             with torch.inference_mode():
                 chunk = _numpy(policy.predict_action_chunk(batch))[0]  # (H, A)
             preds_world.append(env.forecast_grasp_positions(chunk))  # (H, 3) world
@@ -187,7 +196,7 @@ def _whiskers_video(source, spec, cfg, path, episode, every, style) -> dict:
         obs, _, terminated, truncated, info = env.step(action)
         actual.append(env.grasp_position())
         infos.append(kept_info(info, radius))
-        if _t % every == 0:
+        if t % every == 0:
             errors.append(float(np.linalg.norm(preds_world[-1][0] - actual[-1])))
         if terminated or truncated:
             break
@@ -201,8 +210,6 @@ def _whiskers_video(source, spec, cfg, path, episode, every, style) -> dict:
         for i, f in enumerate(raw_frames)
     ]
     write_video(path, frames, env_fps(env))
-    if hasattr(env, "close"):
-        env.close()
     return {
         "path": str(path),
         "outcome": outcome,
