@@ -152,11 +152,6 @@ class _Moments:
         self.hi = np.maximum(self.hi, np.where(m, x, -np.inf).max(axis=0))
 
 
-def _episode_bounds(ds: LeRobotV3Dataset) -> tuple[np.ndarray, np.ndarray]:
-    """Per-frame episode start and stop (half-open), (N,) each."""
-    return ds.frame_episode_start, ds.frame_episode_stop
-
-
 def _floor(abs_stats: Mapping[str, np.ndarray], frac: float, floor_abs: float) -> np.ndarray:
     rng = np.asarray(abs_stats["max"], np.float64) - np.asarray(abs_stats["min"], np.float64)
     return np.maximum(frac * rng, floor_abs)
