@@ -28,3 +28,17 @@ def test_json_round_trip_and_errors(tmp_path):
     (tmp_path / "bad.json").write_text("{oops")
     with pytest.raises(ActlabError, match="line 1"):
         read_json(tmp_path / "bad.json")
+
+
+def test_outputs_get_umask_permissions(tmp_path):
+    import os
+
+    mask = os.umask(0o022)
+    try:
+        atomic_write_json(tmp_path / "p.json", {})
+        with atomic_dir(tmp_path / "d"):
+            pass
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "p.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755

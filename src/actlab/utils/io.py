@@ -16,6 +16,12 @@ from pathlib import Path
 from typing import Any
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _fsync_dir(path: Path) -> None:
     # Why: the rename itself lives in the directory entry; fsync it so a power cut keeps the new name.
     try:
@@ -41,6 +47,8 @@ def atomic_file(path: str | Path, mode: str = "wb") -> Iterator[Any]:
             yield f
             f.flush()
             os.fsync(f.fileno())
+        # Why: mkstemp creates 0600 files; outputs should get the usual permissions (0666 minus umask).
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     except BaseException:
@@ -95,6 +103,7 @@ def atomic_dir(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
         if path.exists():
             old = path.with_name(f".{path.name}.old-{os.getpid()}")
             os.replace(path, old)
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700 directories
         os.replace(tmp, path)
         _fsync_dir(path.parent)
         if old is not None:
