@@ -122,7 +122,7 @@ class ScheduleConfig:
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
-    # compute the validation loss every N steps (and at the last step); 0 disables it
+    # validation loss every N steps, at every checkpoint and at the last step; 0 disables validation
     every: int = 1000
     # number of validation batches per evaluation (the same batches every time)
     batches: int = 8
@@ -236,12 +236,6 @@ class TrainConfig:
         _check(self.batch_size >= 1, "batch_size", ">= 1", self.batch_size)
         _check(self.num_threads >= 0, "num_threads", ">= 0", self.num_threads)
         _check(self.kill_at_step is None or self.kill_at_step >= 1, "kill_at_step", ">= 1", self.kill_at_step)
-        _check(
-            self.schedule.warmup_steps <= self.steps,
-            "schedule.warmup_steps",
-            f"<= steps ({self.steps})",
-            self.schedule.warmup_steps,
-        )
         _check(
             self.policy is None or dataclasses.is_dataclass(self.policy),
             "policy",

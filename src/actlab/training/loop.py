@@ -77,9 +77,12 @@ def train(
     little disk space; in overfit mode (``cfg.overfit.samples > 0``) also when the threshold is not met.
     """
     dist = dist or ddp.dist_info_from_env()
+    out = Path(out_dir)
+    ckpts = CheckpointManager(out, cfg.checkpoint.keep_last, cfg.checkpoint.keep_best)
+    start = _check_run_dir(cfg, out, resume, ckpts)  # refusals come before torch is even imported
     device = ddp.setup(dist, cfg.device)
     try:
-        return _train(cfg, Path(out_dir), resume, dist, device)
+        return _train(cfg, out, start, ckpts, dist, device)
     finally:
         ddp.teardown(dist)
 
@@ -101,18 +104,19 @@ def overfit_config(cfg: TrainConfig, samples: int) -> TrainConfig:
 
 
 # ------------------------------------------------------------------------------------------ run dir
-def _prepare_run_dir(
-    cfg: TrainConfig, out: Path, resume: bool, ckpts: CheckpointManager, dist: DistInfo
-) -> int:
-    """Check the run directory, write config.json; returns the step to resume from (0 for a new run)."""
-    start = _resume_step(cfg, out, ckpts) if resume else _check_fresh(out, ckpts)
+def _check_run_dir(cfg: TrainConfig, out: Path, resume: bool, ckpts: CheckpointManager) -> int:
+    """The step to resume from (0 for a new run); refuses a used directory or a changed config."""
+    return _resume_step(cfg, out, ckpts) if resume else _check_fresh(out, ckpts)
+
+
+def _init_run_dir(cfg: TrainConfig, out: Path, start: int, ckpts: CheckpointManager, dist: DistInfo) -> None:
+    """Rank 0: drop partial writes and checkpoints past ``start``, write config.json; then all ranks sync."""
     if dist.is_main:
         out.mkdir(parents=True, exist_ok=True)
         ckpts.clean_partial()
         ckpts.truncate_after(start)
         atomic_write_json(out / CONFIG_FILE, config_to_dict(cfg))
     ddp.barrier(dist)
-    return start
 
 
 def _check_fresh(out: Path, ckpts: CheckpointManager) -> int:
@@ -155,9 +159,15 @@ def load_run_config(out: str | Path) -> TrainConfig:
 
 
 # ------------------------------------------------------------------------------------------ train
-def _train(cfg: TrainConfig, out: Path, resume: bool, dist: DistInfo, device) -> RunSummary:
-    ckpts = CheckpointManager(out, cfg.checkpoint.keep_last, cfg.checkpoint.keep_best)
-    start = _prepare_run_dir(cfg, out, resume, ckpts, dist)
+def _train(
+    cfg: TrainConfig,
+    out: Path,
+    start: int,
+    ckpts: CheckpointManager,
+    dist: DistInfo,
+    device,
+) -> RunSummary:
+    _init_run_dir(cfg, out, start, ckpts, dist)
     run = build_run(cfg, device, dist, out_dir=out, existing_checkpoint_bytes=ckpts.bytes_on_disk())
     log = None
     try:
@@ -303,10 +313,10 @@ class Loop:
 
     # ---------------------------------------------------------------------------------- decisions
     def _eval_due(self, step: int) -> bool:
-        if not self.run.split.val_ranges:
+        if not self.run.split.val_ranges or self.cfg.eval.every == 0:
             return False
         # every checkpoint gets a validation loss so "best" is chosen among saved checkpoints
-        return (self.cfg.eval.every > 0 and _due(step, self.cfg.eval.every, self.cfg.steps)) or _due(
+        return _due(step, self.cfg.eval.every, self.cfg.steps) or _due(
             step, self.cfg.checkpoint.every, self.cfg.steps
         )
 
