@@ -172,3 +172,17 @@ def test_unknown_options_get_did_you_mean():
         make_env("so101_pick_placee")
     with pytest.raises(ActlabError):
         task_config(cameras=("top", "side"))
+
+
+def test_gymnasium_env_checker_passes():
+    import warnings
+
+    from gymnasium.utils.env_checker import check_env
+
+    env = make_env(image_size=16)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # advice about normalized action spaces, not errors
+            check_env(env)
+    finally:
+        env.close()

@@ -205,7 +205,9 @@ class PickPlaceEnv(gym.Env):
         hi = np.array([r[1] for r in JOINT_RANGES], dtype=np.float32) * _DEG
         self.joint_low_deg, self.joint_high_deg = lo, hi
         size = self.config.image_size
-        spaces = {"observation.state": gym.spaces.Box(lo, hi, dtype=np.float32)}
+        # Joint limits are soft in MuJoCo: the state may pass them by a fraction of a degree.
+        margin = np.float32(5.0)
+        spaces = {"observation.state": gym.spaces.Box(lo - margin, hi + margin, dtype=np.float32)}
         for cam in self.config.cameras:
             spaces[f"observation.images.{cam}"] = gym.spaces.Box(0, 255, (size, size, 3), dtype=np.uint8)
         self.observation_space = gym.spaces.Dict(spaces)
