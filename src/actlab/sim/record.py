@@ -224,10 +224,12 @@ def record_dataset(
     start = time.perf_counter()
     attempts = successes = frames = written = 0
     failed: list[int] = []
-    bar = tqdm(total=config.episodes, unit="ep", desc="recording", disable=not progress, dynamic_ncols=True)
     with DatasetWriter(
         out_dir, fps=FPS, features=dataset_features(config), robot_type="so101", overwrite=overwrite
     ) as writer:
+        bar = tqdm(
+            total=config.episodes, unit="ep", desc="recording", disable=not progress, dynamic_ncols=True
+        )
         episodes = _episodes_in_order(config, max_attempts)
         for episode in episodes:
             attempts += 1
@@ -246,6 +248,7 @@ def record_dataset(
                 break
         episodes.close()  # stops the worker pool (episodes still in flight are dropped)
         if written < config.episodes:
+            bar.close()
             raise ActlabError(
                 "the scripted expert failed too often to record the requested episodes",
                 field="--episodes",
