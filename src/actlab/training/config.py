@@ -166,6 +166,8 @@ class LogConfig:
     wandb: bool = False
     # W&B project name
     wandb_project: str = "actlab"
+    # draw the loss curves, learning rates and step-time split to <out>/training.png when the run ends
+    plot: bool = True
 
     def __post_init__(self) -> None:
         _check(self.every >= 1, "log.every", ">= 1", self.every)

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -190,6 +191,8 @@ def _train(
         run.close()
         if log is not None:
             log.close()
+    if dist.is_main and cfg.log.plot:
+        _plot(out, cfg)
     if cfg.overfit.samples and summary.overfit_step is None:
         raise ActlabError(
             f"overfit check failed: the loss did not fall under {cfg.overfit.loss_threshold} on "
@@ -203,6 +206,17 @@ def _train(
             "overfit.max_steps",
         )
     return summary
+
+
+def _plot(out: Path, cfg: TrainConfig) -> None:
+    """``training.png`` from metrics.jsonl; a plotting failure is reported, the finished run stands."""
+    from actlab.training.metrics_log import read_metrics
+    from actlab.viz.training import plot_training
+
+    try:
+        plot_training(read_metrics(out), out / "training.png", title=f"{out.name} ({cfg.name})")
+    except Exception as e:  # the checkpoints and metrics are written; a figure must not fail the run
+        print(f"warning: could not draw {out / 'training.png'}: {e}", file=sys.stderr)
 
 
 def _restore(run: TrainRun, ckpts: CheckpointManager, step: int) -> None:
@@ -369,15 +383,18 @@ class Loop:
         self.log.progress(step, {"loss": self.last_loss, "lr": row["lr"]})
 
     def _log_val(self, step: int) -> None:
+        t0 = time.perf_counter()
         val = self.run.evaluate()
         if val is None:
             return
         self.last_val = val
         self.best_val = val if self.best_val is None else min(self.best_val, val)
-        self.log.log({"step": step, "val_loss": val})
+        self.log.log({"step": step, "val_loss": val, "time_eval_s": time.perf_counter() - t0})
         self.log.message(f"step {step}: val_loss {val:.5g}")
+        self._t_log = time.perf_counter()  # samples/s measures training, not evaluation
 
     def _checkpoint(self, step: int) -> None:
+        t0 = time.perf_counter()
         run, dist = self.run, self.run.dist
         tensors, meta = run.rng_state()
         gathered = ddp.all_gather_object((tensors, meta), dist)  # every rank's RNG + sampler position
@@ -407,3 +424,7 @@ class Loop:
             )
         self.last_ckpt = self.ckpts.path(step).name
         ddp.barrier(dist)
+        self.log.log(
+            {"step": step, "checkpoint": self.last_ckpt, "time_checkpoint_s": time.perf_counter() - t0}
+        )
+        self._t_log = time.perf_counter()  # samples/s measures training, not checkpoint writes

@@ -1,0 +1,119 @@
+"""Training curves from a run's ``metrics.jsonl`` (``actlab train`` writes ``training.png`` at the end).
+
+Three panels sharing the step axis: the loss terms with the validation loss (log scale), the learning
+rates, and where a step's time went (data wait, forward+backward, optimizer, stacked) with samples/s on
+a second axis. Nothing here computes metrics: it draws the rows the trainer logged.
+
+Uses matplotlib's object API with the Agg canvas (no pyplot, no global backend switch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from actlab.errors import ActlabError
+from actlab.utils.io import atomic_file
+
+_FORMATS = ("png", "pdf", "svg")
+# Logged keys that are not loss terms (everything else numeric ending in "loss" is drawn as one).
+_TIME_KEYS = ("time_data_s", "time_fwd_bwd_s", "time_optim_s")
+_TIME_LABELS = ("data wait", "forward + backward", "optimizer")
+
+
+def _series(rows: Sequence[dict[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, values) of the rows that have ``key`` as a finite number."""
+    pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+    if not pts:
+        return np.zeros(0), np.zeros(0)
+    steps, values = np.asarray(pts, dtype=np.float64).T
+    ok = np.isfinite(values)
+    return steps[ok], values[ok]
+
+
+def loss_keys(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Training loss terms present in the rows: ``loss`` first, then the policy's terms, sorted."""
+    keys = {k for r in rows for k, v in r.items() if k.endswith("loss") and k != "val_loss"
+            and isinstance(v, (int, float))}  # fmt: skip
+    return sorted(keys, key=lambda k: (k != "loss", k))
+
+
+def plot_training(rows: Sequence[dict[str, Any]], path: str | Path, title: str | None = None) -> Path:
+    """Draw the metrics rows (``actlab.training.read_metrics``) to ``path`` (png/pdf/svg, atomically)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    path = Path(path)
+    fmt = path.suffix.lower().lstrip(".")
+    if fmt not in _FORMATS:
+        raise ActlabError("unsupported plot format", file=path, expected=", ".join(_FORMATS),
+                          found=path.suffix or "no suffix")  # fmt: skip
+    if not any("loss" in r for r in rows):
+        raise ActlabError(
+            "no training rows to plot",
+            file=path,
+            expected="metrics.jsonl rows with 'loss'",
+            found=f"{len(rows)} rows",
+            fix="plot a run that has logged at least one step",
+        )
+
+    fig = Figure(figsize=(10, 9), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax_loss, ax_lr, ax_time = fig.subplots(3, 1, sharex=True, height_ratios=(2.2, 1, 1.4))
+    _draw_losses(ax_loss, rows)
+    _draw_lrs(ax_lr, rows)
+    _draw_times(ax_time, rows)
+    ax_time.set_xlabel("optimizer step")
+    for ax in (ax_loss, ax_lr, ax_time):
+        ax.grid(True, alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    with atomic_file(path, "wb") as f:
+        fig.savefig(f, format=fmt, dpi=110)
+    return path
+
+
+def _draw_losses(ax: Any, rows: Sequence[dict[str, Any]]) -> None:
+    for key in loss_keys(rows):
+        steps, values = _series(rows, key)
+        ax.plot(steps, values, lw=1.6 if key == "loss" else 1.0, label=key)
+    steps, values = _series(rows, "val_loss")
+    if len(steps):
+        best = int(np.argmin(values))
+        ax.plot(steps, values, "o-", color="black", lw=1.2, ms=4, label="val_loss")
+        ax.plot(steps[best], values[best], "*", color="tab:red", ms=12,
+                label=f"best val {values[best]:.4g} @ {int(steps[best])}")  # fmt: skip
+    positive = all(v > 0 for k in [*loss_keys(rows), "val_loss"] for v in _series(rows, k)[1])
+    if positive:
+        ax.set_yscale("log")
+    ax.set_ylabel("loss (mean over each logging window)")
+    ax.legend(loc="upper right", fontsize=8)
+
+
+def _draw_lrs(ax: Any, rows: Sequence[dict[str, Any]]) -> None:
+    for key in sorted({k for r in rows for k in r if k.startswith("lr")}):
+        steps, values = _series(rows, key)
+        ax.plot(steps, values, lw=1.2, label=key)
+    ax.set_ylabel("learning rate")
+    ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
+    ax.legend(loc="upper right", fontsize=8)
+
+
+def _draw_times(ax: Any, rows: Sequence[dict[str, Any]]) -> None:
+    timed = [r for r in rows if all(isinstance(r.get(k), (int, float)) for k in _TIME_KEYS)]
+    if timed:
+        steps = np.asarray([r["step"] for r in timed], dtype=np.float64)
+        parts = [np.asarray([r[k] for r in timed]) * 1000.0 for k in _TIME_KEYS]
+        ax.stackplot(steps, *parts, labels=_TIME_LABELS, alpha=0.8)
+        ax.set_ylabel("step time (ms)")
+        ax.legend(loc="upper left", fontsize=8)
+    steps, sps = _series(rows, "samples_per_s")
+    if len(steps):
+        ax2 = ax.twinx()
+        ax2.plot(steps, sps, color="black", lw=1.0, label="samples/s")
+        ax2.set_ylabel("samples/s")
+        ax2.set_ylim(bottom=0)
+        ax2.legend(loc="upper right", fontsize=8)
