@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -189,3 +190,26 @@ def test_bad_presets_and_keys_fail_before_anything_runs(args, message, tmp_path,
     err = capsys.readouterr().err
     assert message in err, err
     assert not (tmp_path / "x").exists()
+
+
+def test_sigterm_writes_a_checkpoint_and_stops(tiny_dataset, tmp_path):
+    out = tmp_path / "run"
+    args = ["--preset", "tiny", "--set", "steps=100000", "--set", "checkpoint.every=0",
+            "--set", "eval.every=0", "--json"]  # fmt: skip
+    proc = subprocess.Popen(_train_cmd(tiny_dataset, out, *args), env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    metrics = out / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.is_file() and len(metrics.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr
+    assert "--resume" in stderr
+    summary = json.loads(stdout)
+    assert summary["stopped"] == "sigterm"
+    last = json.loads((out / "checkpoints" / "last.json").read_text())
+    steps = [r["step"] for r in read_metrics(out) if "loss" in r]
+    assert last["step"] == summary["step"] == steps[-1] >= 3  # the step in flight finished and was saved

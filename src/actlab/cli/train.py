@@ -93,6 +93,10 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(summary.as_dict(), indent=2))
     else:
         _print_summary(summary)
+    if summary.stopped == "sigterm":
+        print(f"stopped by SIGTERM after checkpoint {summary.last_checkpoint}; continue with "
+              f"actlab train --out {args.out} --resume", file=sys.stderr)  # fmt: skip
+        return 143  # 128 + SIGTERM: the run is not finished
     return 0
 
 

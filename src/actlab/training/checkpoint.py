@@ -82,10 +82,8 @@ class CheckpointManager:
         return read_json(p, f"checkpoint pointer {which}.json") if p.is_file() else None
 
     def last_step(self) -> int | None:
-        ptr = self.pointer("last")
-        if ptr is not None and self.path(int(ptr["step"])).is_dir():
-            return int(ptr["step"])
-        # last.json is written after the rename; a kill in between leaves a complete newer directory.
+        """The newest complete checkpoint. A directory only gets its ``step_`` name once complete, and
+        ``last.json`` is rewritten after that rename, so the newest directory wins over the pointer."""
         steps = self.steps()
         return steps[-1] if steps else None
 
