@@ -203,15 +203,7 @@ class ACTPolicy(nn.Module):
         _, h, w = self.image_shapes[key]
         if self.config.downscale_img_square is not None:
             h = w = self.config.downscale_img_square
-        gh, gw = self.backbone.feature_shape(h, w)
-        if gh < 1 or gw < 1:
-            raise ActlabError(
-                f"camera {key!r} images are too small for {self.config.vision_backbone}",
-                field=key,
-                expected="at least 32x32 pixels",
-                found=f"{h}x{w}",
-            )
-        return gh, gw
+        return self.backbone.feature_shape(h, w)
 
     def _reset_parameters(self) -> None:
         # ACT / DETR: Xavier-uniform on every matrix of the transformers.

@@ -109,6 +109,7 @@ class ACTConfig:
             "n_action_steps",
             f"1 <= n_action_steps <= chunk_size ({self.chunk_size})",
             self.n_action_steps,
+            "set n_action_steps too (overrides apply in order: n_action_steps before a smaller chunk_size)",
         )
         if self.temporal_ensemble_coeff is not None:
             _check(

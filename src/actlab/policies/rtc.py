@@ -8,7 +8,8 @@ The model of execution (REFERENCE §4, Black et al. 2025):
   execution resumes at its index d. The first chunk is available at step 0.
 - Dynamics: the robot's joint position follows the executed (commanded) target,
   ``q <- q + tracking_gain * (a - q)`` (1.0: a position servo that reaches the target within a step).
-  The observed state is ``q``; ``obs_fn(t, q)`` may add other observation entries (e.g. rendered images).
+  The observed state is ``q`` plus optional Gaussian sensor noise (``state_noise``); ``obs_fn(t, q)`` may
+  add other observation entries (e.g. rendered images).
 - Merging strategies at a chunk switch:
   ``naive``: switch to the new chunk as it is.
   ``blend``: inference-time RTC only: overlap positions are blended with the old chunk, weights 1 for
@@ -50,6 +51,10 @@ class ExecutionConfig:
     schedule: str = "exp"
     # first-order tracking of the commanded target: q <- q + gain * (a - q); 1.0 = reaches it in one step
     tracking_gain: float = 1.0
+    # std of Gaussian sensor noise on the observed joint positions (each measurement drawn once); 0 = exact
+    state_noise: float = 0.0
+    # seed of the sensor-noise stream
+    seed: int = 0
 
     def __post_init__(self) -> None:
         def check(ok: bool, field: str, expected: str, found: object) -> None:
@@ -67,6 +72,7 @@ class ExecutionConfig:
         check(self.n_steps >= 1, "n_steps", ">= 1", self.n_steps)
         check(self.schedule in SCHEDULES, "schedule", " / ".join(SCHEDULES), self.schedule)
         check(0 < self.tracking_gain <= 1, "tracking_gain", "0 < gain <= 1", self.tracking_gain)
+        check(self.state_noise >= 0, "state_noise", ">= 0", self.state_noise)
 
 
 @dataclasses.dataclass
@@ -137,7 +143,11 @@ def simulate(
     mode: str = "naive",
     obs_fn: Callable[[int, torch.Tensor], dict[str, torch.Tensor]] | None = None,
 ) -> ExecutionResult:
-    """Run ``policy`` on the simulated robot from ``initial_state`` (A,) with one merging ``mode``."""
+    """Run ``policy`` on the simulated robot from ``initial_state`` with one merging ``mode``.
+
+    ``initial_state`` is the current joint position (A,), or (K, A) past positions oldest first (the robot
+    already moving), which policies with a state delta read as their history.
+    """
     if mode not in MODES:
         raise ActlabError("unknown execution mode", field="mode", expected=" / ".join(MODES), found=mode)
     horizon = policy.config.chunk_size
@@ -159,12 +169,20 @@ def simulate(
         )
     weights = blend_weights(horizon, d, s, config.schedule)
     policy.reset()
-    q = initial_state.detach().float().clone()
-    history = [q]
+    start = initial_state.detach().float()
+    gen = torch.Generator().manual_seed(config.seed)
+
+    def measure(x: torch.Tensor) -> torch.Tensor:
+        return x + config.state_noise * torch.randn(x.shape, generator=gen) if config.state_noise else x
+
+    history = [x.clone() for x in (start[None] if start.ndim == 1 else start)]  # true positions, last = now
+    measured = [measure(x) for x in history]  # what the sensors reported, one draw per step
+    q = history[-1]
+    n_past = len(history) - 1
 
     def infer(t: int, prefix: torch.Tensor | None) -> torch.Tensor:
         obs = dict(obs_fn(t, q)) if obs_fn is not None else {}
-        obs["observation.state"] = _state_obs(policy, history)
+        obs["observation.state"] = _state_obs(policy, measured)
         return policy.predict_action_chunk(obs, prefix=prefix)[0].float()  # (H, A)
 
     chunk, chunk_start = infer(0, None), 0
@@ -189,10 +207,11 @@ def simulate(
         actions.append(a)
         q = q + config.tracking_gain * (a - q)
         history.append(q)
+        measured.append(measure(q))
     return ExecutionResult(
         mode=mode,
         actions=torch.stack(actions).numpy(),
-        states=torch.stack(history).numpy(),
+        states=torch.stack(history[n_past:]).numpy(),
         boundaries=boundaries,
         committed_ok=committed_ok,
     )

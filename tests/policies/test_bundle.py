@@ -1,0 +1,141 @@
+import json
+
+import pytest
+import torch
+
+from actlab.errors import ActlabError
+from actlab.policies import load_policy, make_policy, save_policy
+from conftest import make_batch, make_features, make_stats, observation, tiny_act, tiny_relative
+
+
+def trained(cfg, cameras=("top", "wrist")):
+    torch.manual_seed(0)
+    policy = make_policy(
+        cfg, make_features(cameras=cameras), make_stats(horizon=cfg.chunk_size, cameras=cameras)
+    )
+    opt = torch.optim.AdamW(policy.parameters(), lr=1e-2)
+    for step in range(2):  # move the weights away from their init
+        loss, _ = policy(make_batch(policy, seed=step))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return policy.eval()
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [tiny_act(), tiny_relative(), tiny_act(vision_backbone="resnet18", image_norm="dataset")],
+    ids=["act", "act_relative", "act_resnet18"],
+)
+def test_save_load_gives_bit_identical_outputs(tmp_path, cfg):
+    policy = trained(cfg)
+    obs = observation(make_batch(policy, batch_size=3, seed=7), policy)
+    ref = policy.predict_action_chunk(obs)
+    path = save_policy(policy, tmp_path / "bundle", extra={"step": 2})
+    assert sorted(p.name for p in path.iterdir()) == [
+        "actlab.json",
+        "config.json",
+        "features.json",
+        "model.safetensors",
+        "stats.json",
+    ]
+    loaded = load_policy(path, device="cpu")
+    assert not loaded.training
+    assert type(loaded) is type(policy) and loaded.config == policy.config
+    assert torch.equal(loaded.predict_action_chunk(obs), ref)
+    if cfg.type == "act_relative":
+        prefix = torch.randn(3, 2, 6)
+        assert torch.equal(loaded.predict_action_chunk(obs, prefix), policy.predict_action_chunk(obs, prefix))
+    sd, sd2 = policy.state_dict(), loaded.state_dict()
+    assert all(torch.equal(sd[k], sd2[k]) for k in sd)
+    meta = json.loads((path / "actlab.json").read_text())
+    assert meta["extra"] == {"step": 2} and meta["type"] == cfg.type
+    assert json.loads((path / "config.json").read_text())["type"] == cfg.type
+    stats = json.loads((path / "stats.json").read_text())
+    assert set(stats) == set(policy.stats_keys())
+
+
+def test_normalizer_and_frozen_bn_buffers_are_in_the_weights(tmp_path):
+    from safetensors.torch import load_file
+
+    policy = trained(tiny_act(vision_backbone="resnet18"), cameras=("top",))
+    path = save_policy(policy, tmp_path / "b")
+    names = set(load_file(str(path / "model.safetensors")))
+    assert {"normalizer.entries.observation_state.mean", "normalizer.entries.action.std"} <= names
+    assert "backbone.layer1.0.bn1.running_var" in names
+    assert not any(n.endswith("encoder_cam_pos") for n in names)  # derived buffers are rebuilt, not stored
+
+
+def test_save_refuses_to_overwrite_and_writes_nothing_partial(tmp_path):
+    policy = trained(tiny_act(), cameras=())
+    path = save_policy(policy, tmp_path / "b")
+    with pytest.raises(ActlabError, match="already exists"):
+        save_policy(policy, path)
+    save_policy(policy, path, overwrite=True)
+
+    class Broken(torch.nn.Module):
+        config = policy.config
+
+        def state_dict(self):
+            raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        save_policy(Broken(), tmp_path / "c")
+    assert not (tmp_path / "c").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["b"]
+
+
+@pytest.fixture
+def bundle(tmp_path):
+    return save_policy(trained(tiny_act(), cameras=("top",)), tmp_path / "bundle")
+
+
+def test_missing_file(bundle):
+    (bundle / "stats.json").unlink()
+    with pytest.raises(ActlabError, match="no stats.json") as e:
+        load_policy(bundle)
+    assert e.value.file.endswith("stats.json")
+
+
+def test_not_a_directory(bundle):
+    with pytest.raises(ActlabError, match="not found") as e:
+        load_policy(bundle / "model.safetensors")
+    assert "directory" in e.value.fix
+
+
+def test_unknown_type_gets_did_you_mean(bundle):
+    cfg = json.loads((bundle / "config.json").read_text())
+    cfg["type"] = "act_relativ"
+    (bundle / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ActlabError, match="did you mean 'act_relative'"):
+        load_policy(bundle)
+
+
+def test_unknown_config_key(bundle):
+    cfg = json.loads((bundle / "config.json").read_text())
+    cfg["chunk_sise"] = 4
+    (bundle / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ActlabError, match="did you mean 'chunk_size'") as e:
+        load_policy(bundle)
+    assert e.value.file.endswith("config.json")
+
+
+def test_shape_mismatch_names_the_tensor(bundle):
+    cfg = json.loads((bundle / "config.json").read_text())
+    cfg["dim_model"] = 64
+    (bundle / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ActlabError, match="wrong shape") as e:
+        load_policy(bundle)
+    assert e.value.field and e.value.field in str(e.value)
+    assert e.value.file.endswith("model.safetensors")
+
+
+def test_corrupt_weights(bundle):
+    data = (bundle / "model.safetensors").read_bytes()
+    (bundle / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ActlabError, match="cannot read the weights"):
+        load_policy(bundle)
+
+
+def test_bundle_holds_no_pickle(bundle):
+    assert all(p.suffix in (".json", ".safetensors") for p in bundle.iterdir())

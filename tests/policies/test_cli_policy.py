@@ -1,0 +1,58 @@
+import json
+
+import torch
+
+from actlab.cli import main
+from actlab.policies import make_policy, save_policy
+from conftest import make_features, make_stats, tiny_act
+
+
+def test_policy_info_act_defaults_report_51_6m(capsys):
+    assert main(["policy", "info", "act"]) == 0
+    out = capsys.readouterr().out
+    assert "51.6M parameters" in out
+    for module in ("backbone", "vae_encoder", "encoder", "decoder", "action_head"):
+        assert module in out
+
+
+def test_policy_info_json_counts(capsys):
+    args = [
+        "policy",
+        "info",
+        "act",
+        "--json",
+        "--cameras",
+        "top",
+        "--image-size",
+        "96",
+        "96",
+        "--set",
+        "vision_backbone=cnn_small",
+        "--set",
+        "dim_model=64",
+        "--set",
+        "n_heads=2",
+    ]
+    assert main(args) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["type"] == "act"
+    assert sum(r["params"] for r in info["rows"]) == info["total"] == info["trainable"]
+    rows = {r["module"]: r for r in info["rows"]}
+    assert rows["backbone"]["params"] < 300_000  # cnn_small
+
+
+def test_policy_info_of_a_bundle(tmp_path, capsys):
+    torch.manual_seed(0)
+    policy = make_policy(tiny_act(freeze_backbone=True), make_features(), make_stats())
+    save_policy(policy, tmp_path / "b")
+    assert main(["policy", "info", str(tmp_path / "b"), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["total"] == sum(p.numel() for p in policy.parameters())
+    rows = {r["module"]: r for r in info["rows"]}
+    assert rows["backbone"]["trainable"] == 0 < rows["backbone"]["params"]
+
+
+def test_policy_info_unknown_name(capsys):
+    assert main(["policy", "info", "act_relativ"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean 'act_relative'" in err
