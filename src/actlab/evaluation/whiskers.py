@@ -45,6 +45,13 @@ class WhiskerStyle:
     camera: str = "top"  # camera the paths are drawn in
     width: int = 3  # line width of the current prediction (pixels)
 
+    def __post_init__(self) -> None:
+        for name, low in (("history", 0), ("size", 16), ("width", 1)):
+            if getattr(self, name) < low:
+                raise ActlabError(
+                    f"whisker {name} too small", field=name, expected=f">= {low}", found=getattr(self, name)
+                )
+
 
 def _segments(pixels: np.ndarray) -> list[list[tuple[float, float]]]:
     """Split a (N, 2) pixel path at NaNs (points behind the camera) into drawable polylines."""
