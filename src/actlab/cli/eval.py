@@ -52,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="policy device: cpu, cuda, cuda:N, auto (cpu)")
     p.add_argument("--max-steps", type=int, metavar="T", help="episode step limit (the env's by default)")
     p.add_argument("--image-size", type=int, metavar="PX", help="sim render size (the bundle's by default)")
+    p.add_argument("--markdown", action="store_true", help="print the summary as a markdown table")
     add_json_flag(p)
     p.set_defaults(_run=_run)
 
@@ -104,7 +105,7 @@ def _run(args: argparse.Namespace) -> int:
         json.dump(report.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    print(report.table(markdown=False))
+    print(report.table(markdown=args.markdown))
     print(
         f"\n{cfg.episodes} episodes per checkpoint, seeds {cfg.seed}..{cfg.seed + cfg.episodes - 1}, "
         f"{report.meta['seconds']:.1f} s"
