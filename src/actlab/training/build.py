@@ -417,7 +417,7 @@ def _device_data(ds, store, policy, cfg: TrainConfig, device):
     """DeviceData for the policy's keys; with a frozen backbone, cached features replace the images."""
     from actlab.datasets import DeviceData
 
-    on_device = {"auto": "auto", "true": True, "false": False}[cfg.data.frames_on_device]
+    on_device = cfg.data.frames_on_device
     deltas = dict(policy.delta_indices)
     override = None
     if getattr(cfg.policy, "freeze_backbone", False) and store is not None:

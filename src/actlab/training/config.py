@@ -39,8 +39,8 @@ class DataConfig:
     max_samples: int | None = None
     # fraction of episodes (not frames) held out for the validation loss; 0 disables validation
     val_fraction: float = 0.1
-    # put the whole uint8 FrameStore on the training device: "auto" when it fits, "true" always, "false" never
-    frames_on_device: Literal["auto", "true", "false"] = "auto"
+    # put the whole uint8 FrameStore on the training device: "auto" (when it fits), true or false
+    frames_on_device: bool | Literal["auto"] = "auto"
     # where the decoded FrameStore is cached (None: the dataset layer's default location)
     cache_dir: str | None = None
 
@@ -56,6 +56,8 @@ class DataConfig:
         )
         _check(0.0 <= self.val_fraction < 1.0, "data.val_fraction", "0 <= x < 1", self.val_fraction)
         _check(len(set(self.episodes)) == len(self.episodes), "data.episodes", "no repeats", self.episodes)
+        _check(self.frames_on_device in (True, False, "auto"), "data.frames_on_device", "auto, true or false",
+               self.frames_on_device)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
