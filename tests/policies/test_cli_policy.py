@@ -56,3 +56,18 @@ def test_policy_info_unknown_name(capsys):
     assert main(["policy", "info", "act_relativ"]) == 2
     err = capsys.readouterr().err
     assert "did you mean 'act_relative'" in err
+
+
+def test_policy_bench_side_by_side(capsys):
+    args = (
+        "policy bench act_relative --json --batch-size 2 --cameras top --image-size 32 32 --steps 1"
+        " --set vision_backbone=cnn_small --set dim_model=32 --set n_heads=2 --set chunk_size=8"
+        " --set n_action_steps=8 --set rtc_max_delay=2 --set obs_state_delta_frames=2"
+        " --variant base: --variant cached:cached_features=true"
+    ).split()
+    assert main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["benchmark"] == "policy"
+    assert result["metrics"]["base.step_ms"] > 0 and result["metrics"]["cached.step_ms"] > 0
+    assert result["metrics"]["cached.trainable_params"] < result["metrics"]["base.trainable_params"]
+    assert "cached_vs_base" in result["ratios"]

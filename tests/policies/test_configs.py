@@ -140,3 +140,15 @@ def test_configs_import_without_torch():
     code = "import sys, actlab.policies as p; p.ACTConfig(); assert 'torch' not in sys.modules"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def test_overrides_apply_in_any_order():
+    from actlab.policies.registry import apply_config_overrides
+
+    c = apply_config_overrides(ACTConfig(), ["chunk_size=50", "policy.n_action_steps=50"])
+    assert (c.chunk_size, c.n_action_steps) == (50, 50)
+    c = apply_config_overrides(ACTConfig(), ["temporal_ensemble_coeff=0.01", "n_action_steps=1"])
+    assert c.temporal_ensemble_coeff == 0.01
+    with pytest.raises(ActlabError) as e:
+        apply_config_overrides(ACTConfig(), ["chunk_size=50"])  # never valid alone
+    assert e.value.field == "n_action_steps" and "chunk_size (50)" in str(e.value)

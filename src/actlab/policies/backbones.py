@@ -7,7 +7,7 @@ The ResNets are written here (torchvision is not a dependency) with exactly torc
 
 ``cnn_small`` is a fast trainable encoder for small images (64-96 px): three stride-2 3x3 convs and one
 stride-1 conv with GroupNorm, giving a stride-8 feature map (8x8 tokens at 64 px) that is average-pooled
-to at most 8x8 tokens, so a CPU run stays fast at 80-96 px.
+to at most ``max_grid`` x ``max_grid`` tokens (default 8), so a CPU run stays fast at 80-96 px.
 
 Every backbone maps ``(N, 3, H, W)`` normalized float images to ``(N, out_channels, h, w)`` and reports
 ``feature_shape(H, W) -> (h, w)`` without running.
@@ -126,10 +126,14 @@ class SmallCNN(nn.Module):
     """Fast trainable encoder for 32-96 px images: stride-8 feature map, at most 8x8 tokens, 128 channels."""
 
     def __init__(
-        self, channels: tuple[int, ...] = (32, 64, 128, 128), strides: tuple[int, ...] = (2, 2, 2, 1)
-    ):
+        self,
+        channels: tuple[int, ...] = (32, 64, 128, 128),
+        strides: tuple[int, ...] = (2, 2, 2, 1),
+        max_grid: int = _CNN_SMALL_MAX_GRID,
+    ) -> None:
         super().__init__()
         self.strides = strides
+        self.max_grid = max_grid
         layers: list[nn.Module] = []
         c_in = 3
         for c, s in zip(channels, strides):
@@ -141,23 +145,26 @@ class SmallCNN(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (N, 3, H, W) -> (N, C, h, w)
         x = self.net(x)
         h, w = x.shape[-2:]
-        if h > _CNN_SMALL_MAX_GRID or w > _CNN_SMALL_MAX_GRID:
+        if h > self.max_grid or w > self.max_grid:
             # Static shape check (no host sync): caps the token count so larger images cost no attention time.
-            x = F.adaptive_avg_pool2d(x, (min(h, _CNN_SMALL_MAX_GRID), min(w, _CNN_SMALL_MAX_GRID)))
+            x = F.adaptive_avg_pool2d(x, (min(h, self.max_grid), min(w, self.max_grid)))
         return x
 
     def feature_shape(self, h: int, w: int) -> tuple[int, int]:
         for s in self.strides:
             h, w = _conv_out(h, 3, s, 1), _conv_out(w, 3, s, 1)
-        return min(h, _CNN_SMALL_MAX_GRID), min(w, _CNN_SMALL_MAX_GRID)
+        return min(h, self.max_grid), min(w, self.max_grid)
 
 
-def make_backbone(name: str) -> ResNet | SmallCNN:
-    """Build a randomly initialized backbone by name (``resnet18``, ``resnet34``, ``cnn_small``)."""
+def make_backbone(name: str, max_grid: int = _CNN_SMALL_MAX_GRID) -> ResNet | SmallCNN:
+    """Build a randomly initialized backbone by name (``resnet18``, ``resnet34``, ``cnn_small``).
+
+    ``max_grid`` caps the cnn_small token grid per side (ResNets keep their full stride-32 map).
+    """
     if name in _RESNET_BLOCKS:
         return ResNet(name)
     if name == "cnn_small":
-        return SmallCNN()
+        return SmallCNN(max_grid=max_grid)
     raise ActlabError(
         "unknown vision backbone",
         field="vision_backbone",

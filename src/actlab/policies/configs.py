@@ -51,6 +51,9 @@ class ACTConfig:
     vision_backbone: str = "resnet18"
     # "imagenet": torchvision's ImageNet weights via torch.hub (internet once); null for cnn_small
     pretrained_backbone_weights: Literal["imagenet"] | None = "imagenet"
+    # cnn_small only: feature maps larger than this per side are average-pooled to it (fewer image tokens:
+    # 64 -> 25 tokens per camera made a d=128 training step ~1.8x faster on CPU)
+    cnn_small_max_grid: int = 8
     # freeze the backbone: no gradients; a trainer may then pass cached "<camera>.features" instead
     freeze_backbone: bool = False
     # resize every camera image to this square size (pixels) before the backbone; null keeps it
@@ -153,6 +156,7 @@ class ACTConfig:
             self.image_norm,
         )
         _check(self.image_std_floor > 0, name, "image_std_floor", "> 0", self.image_std_floor)
+        _check(self.cnn_small_max_grid >= 1, name, "cnn_small_max_grid", ">= 1", self.cnn_small_max_grid)
         _check(
             self.dim_model >= 4 and self.dim_model % 4 == 0,
             name,

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
-from actlab.policies.registry import POLICY_TYPES, get_config_class, make_policy
+from actlab.policies.registry import POLICY_TYPES, apply_config_overrides, get_config_class, make_policy
 from actlab.utils import config as cfgutil
 
 
@@ -107,7 +107,7 @@ def build_for_info(
             fix="pass a policy type or an existing bundle directory",
         )
     cfg = get_config_class(name_or_path)()
-    cfg = cfgutil.apply_overrides(cfg, [o.removeprefix("policy.") for o in overrides])
+    cfg = apply_config_overrides(cfg, overrides)
     feats = synthetic_features(state_dim, action_dim, cameras, image_shape)
     policy = make_policy(cfg, feats, unit_stats(cfg, feats), pretrained=False)
     cams = ", ".join(f"{c} {image_shape[0]}x{image_shape[1]}" for c in cameras) or "no cameras"

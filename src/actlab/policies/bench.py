@@ -1,0 +1,134 @@
+"""Training-step benchmark of policy variants, measured side by side in one process (``actlab policy bench``).
+
+Each variant is the base config with ``key=value`` overrides; the pseudo-override ``cached_features=true``
+freezes the backbone and feeds precomputed ``<camera>.features`` (what the trainer does with a frozen
+backbone: the backbone runs once per frame, not once per step). Steps of the variants are interleaved in
+rounds, so background load affects them alike; the report gives the median step time of each and its
+speed relative to the first variant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from actlab.policies.info import synthetic_features, unit_stats
+from actlab.policies.registry import apply_config_overrides, get_config_class, make_policy
+
+PSEUDO = "cached_features"
+
+
+def parse_variant(text: str) -> tuple[str, list[str]]:
+    """``"name:key=value,key=value"`` -> (name, overrides); ``"name:"`` is the base config."""
+    name, _, rest = text.partition(":")
+    return name.strip() or "base", [item.strip() for item in rest.split(",") if item.strip()]
+
+
+def _batch(
+    policy: Any, batch_size: int, gen: torch.Generator, device: torch.device
+) -> dict[str, torch.Tensor]:
+    batch: dict[str, torch.Tensor] = {}
+    for key, offsets in policy.delta_indices.items():
+        t = len(offsets)
+        if key == "action":
+            batch[key] = torch.randn(batch_size, t, policy.action_dim, generator=gen)
+            batch["action_is_pad"] = torch.zeros(batch_size, t, dtype=torch.bool)
+        elif key == "observation.state":
+            shape = (batch_size, policy.state_dim) if t == 1 else (batch_size, t, policy.state_dim)
+            batch[key] = torch.randn(*shape, generator=gen)
+        else:
+            batch[key] = torch.randint(
+                0, 256, (batch_size, *policy.image_shapes[key]), generator=gen, dtype=torch.uint8
+            )
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def _setup(base: Any, overrides: list[str], features: dict, batch_size: int, device: torch.device, seed: int):
+    cached = any(o.replace(" ", "") in (f"{PSEUDO}=true", f"{PSEUDO}=1") for o in overrides)
+    cfg = apply_config_overrides(base, [o for o in overrides if not o.startswith(PSEUDO)])
+    if cached:
+        cfg = dataclasses.replace(cfg, freeze_backbone=True)
+    torch.manual_seed(seed)
+    policy = make_policy(cfg, features, unit_stats(cfg, features), pretrained=False).to(device).train()
+    batch = _batch(policy, batch_size, torch.Generator().manual_seed(seed), device)
+    if cached:
+        with torch.no_grad():
+            for key in policy.camera_keys:
+                batch[key + ".features"] = policy.encode_images(key, batch.pop(key))
+    opt = torch.optim.AdamW(policy.param_groups(1e-4, 1e-5, 1e-4))
+    return policy, batch, opt
+
+
+def _step(policy: Any, batch: dict, opt: torch.optim.Optimizer, device: torch.device) -> float:
+    t0 = time.perf_counter()
+    loss, _ = policy(batch)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # timing boundary: the one sync per measured step
+    return time.perf_counter() - t0
+
+
+def bench_policy(
+    type_name: str = "act",
+    overrides: tuple[str, ...] = (),
+    variants: tuple[str, ...] = ("base:",),
+    batch_size: int = 8,
+    cameras: tuple[str, ...] = ("top",),
+    image_shape: tuple[int, int] = (480, 640),
+    state_dim: int = 6,
+    action_dim: int = 6,
+    steps: int = 10,
+    warmup: int = 2,
+    device: str = "cpu",
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Median training-step time per variant and its speed-up over the first; a profiling.report dict."""
+    dev = torch.device(device)
+    base = apply_config_overrides(get_config_class(type_name)(), list(overrides))
+    features = synthetic_features(state_dim, action_dim, cameras, image_shape)
+    runs = {}
+    for text in variants:
+        name, extra = parse_variant(text)
+        runs[name] = _setup(base, extra, features, batch_size, dev, seed)
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for i in range(warmup + steps):
+        for name, (policy, batch, opt) in runs.items():
+            dt = _step(policy, batch, opt, dev)
+            if i >= warmup:
+                times[name].append(dt)
+    med = {name: statistics.median(v) for name, v in times.items()}
+    first = next(iter(med))
+    metrics: dict[str, float] = {}
+    for name, t in med.items():
+        metrics[f"{name}.step_ms"] = round(t * 1000, 2)
+        metrics[f"{name}.samples_per_s"] = round(batch_size / t, 1)
+        metrics[f"{name}.trainable_params"] = sum(
+            p.numel() for p in runs[name][0].parameters() if p.requires_grad
+        )
+    ratios = {f"{name}_vs_{first}": round(med[first] / t, 2) for name, t in med.items() if name != first}
+    return {
+        "benchmark": "policy",
+        "device": str(dev),
+        "config": {
+            "type": type_name,
+            "overrides": list(overrides),
+            "variants": list(variants),
+            "batch_size": batch_size,
+            "cameras": list(cameras),
+            "image_shape": list(image_shape),
+            "steps": steps,
+            "threads": torch.get_num_threads(),
+        },
+        "metrics": metrics,
+        "ratios": ratios,
+        "notes": [
+            "step = forward + backward + AdamW step on synthetic batches; variants interleaved per round",
+            f"{PSEUDO}=true: frozen backbone with features precomputed once (the trainer's frozen path)",
+        ],
+    }
