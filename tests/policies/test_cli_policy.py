@@ -1,4 +1,5 @@
 import json
+import shlex
 
 import torch
 
@@ -59,12 +60,12 @@ def test_policy_info_unknown_name(capsys):
 
 
 def test_policy_bench_side_by_side(capsys):
-    args = (
+    args = shlex.split(
         "policy bench act_relative --json --batch-size 2 --cameras top --image-size 32 32 --steps 1"
         " --set vision_backbone=cnn_small --set dim_model=32 --set n_heads=2 --set chunk_size=8"
         " --set n_action_steps=8 --set rtc_max_delay=2 --set obs_state_delta_frames=2"
         " --variant base: --variant cached:cached_features=true"
-    ).split()
+    )
     assert main(args) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["benchmark"] == "policy"
