@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -421,6 +422,12 @@ def _device_data(ds, store, policy, cfg: TrainConfig, device):
     deltas = dict(policy.delta_indices)
     override = None
     if getattr(cfg.policy, "freeze_backbone", False) and store is not None:
+        if cfg.augment.enabled:
+            warnings.warn(
+                "augment.* is ignored with policy.freeze_backbone: backbone features are computed once per "
+                "stored frame, so images are never augmented (set augment.shift_pad=0 etc. to silence this)",
+                stacklevel=2,
+            )
         override = precompute_features(policy, store, camera_keys(ds, cfg), device, _amp_on(cfg, device))
         deltas = {
             (k + FEATURES_SUFFIX if k + FEATURES_SUFFIX in override else k): v for k, v in deltas.items()
@@ -446,7 +453,7 @@ def precompute_features(
             for key in keys:
                 frames = store.frames[key]  # (N, C, H, W) uint8 memmap
                 parts = [
-                    policy.encode_images(key, torch.from_numpy(np.asarray(frames[i : i + chunk])).to(device))
+                    policy.encode_images(key, torch.from_numpy(np.array(frames[i : i + chunk])).to(device))
                     for i in range(0, frames.shape[0], chunk)
                 ]
                 out[key + FEATURES_SUFFIX] = torch.cat(parts)  # (N, C', h, w)
