@@ -68,6 +68,18 @@ def save_policy(
     return path
 
 
+def _in_file(e: ActlabError, file: Path) -> ActlabError:
+    """The same error, naming the bundle file it came from."""
+    return ActlabError(
+        e.problem,
+        file=e.file or file,
+        field=e.field,
+        expected=e.expected,
+        found=e.found,
+        fix=e.fix or "the bundle was edited or written by another actlab version",
+    )
+
+
 def _read_config(path: Path) -> Any:
     data = read_json(path / "config.json", "policy config")
     if not isinstance(data, dict) or "type" not in data:
@@ -78,19 +90,10 @@ def _read_config(path: Path) -> Any:
             expected='{"type": "act" | "act_relative", ...}',
             found=str(data)[:120],
         )
-    cls = get_config_class(data["type"])
     try:
-        return cfgutil.from_dict(cls, data)
+        return cfgutil.from_dict(get_config_class(data["type"]), data)
     except ActlabError as e:
-        e.file = str(path / "config.json")
-        raise ActlabError(
-            e.problem,
-            file=e.file,
-            field=e.field,
-            expected=e.expected,
-            found=e.found,
-            fix=e.fix or "the bundle was written by another actlab version or edited",
-        ) from e
+        raise _in_file(e, path / "config.json") from e
     except (ValueError, TypeError) as e:
         raise ActlabError(
             f"invalid policy config: {e}",
@@ -176,7 +179,10 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu") -> Any:
     with warnings.catch_warnings():
         # Std floors were reported when the policy was first built; the weights carry the floored values.
         warnings.simplefilter("ignore")
-        policy = make_policy(cfg, features, stats, pretrained=False)
+        try:
+            policy = make_policy(cfg, features, stats, pretrained=False)
+        except ActlabError as e:
+            raise _in_file(e, path) from e
     tensors = _read_tensors(path / "model.safetensors")
     _check_tensors(policy, tensors, path / "model.safetensors")
     policy.load_state_dict(tensors, strict=True)

@@ -45,21 +45,18 @@ class Normalizer(nn.Module):
         self.entries = nn.ModuleDict({_safe(k): MeanStd(m, s) for k, (m, s) in entries.items()})
 
     def get(self, key: str) -> MeanStd:
+        """The (mean, std) buffers of a feature key such as ``"observation.state"``."""
         return self.entries[_safe(key)]
 
     def normalize(self, key: str, x: torch.Tensor) -> torch.Tensor:
+        """``(x - mean) / std``, broadcasting the stats over the leading dims of ``x``."""
         e = self.get(key)
         return (x - e.mean) / e.std
 
     def unnormalize(self, key: str, x: torch.Tensor) -> torch.Tensor:
+        """``x * std + mean``: the inverse of :meth:`normalize`."""
         e = self.get(key)
         return x * e.std + e.mean
-
-    def as_stats(self) -> dict[str, dict[str, list]]:
-        """The statistics in use (after flooring), JSON-ready."""
-        return {
-            k: {"mean": self.get(k).mean.tolist(), "std": self.get(k).std.tolist()} for k in self.feature_keys
-        }
 
 
 def stat_array(stats: Mapping[str, Any], key: str, field: str, shape: tuple[int, ...]) -> np.ndarray:
