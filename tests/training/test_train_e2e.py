@@ -46,8 +46,19 @@ def test_killed_run_resumes_on_the_same_loss_curve_bitwise(tiny_dataset, tmp_pat
         stderr=subprocess.PIPE,
         text=True,
     )
+    # The killed run reads frames from the memory-mapped FrameStore through DeviceData's prefetch thread,
+    # the straight one from a RAM copy (CPU "auto"): the same batches must come out of both paths.
     b = subprocess.run(
-        _train_cmd(tiny_dataset, killed, "--preset", "tiny", "--set", "kill_at_step=10"),
+        _train_cmd(
+            tiny_dataset,
+            killed,
+            "--preset",
+            "tiny",
+            "--set",
+            "kill_at_step=10",
+            "--set",
+            "data.frames_on_device=false",
+        ),
         env=_env(),
         capture_output=True,
         text=True,

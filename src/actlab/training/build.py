@@ -25,7 +25,14 @@ from actlab.training import ddp, preflight
 from actlab.training.augment import prepare_images
 from actlab.training.checkpoint import jsonable
 from actlab.training.config import TrainConfig
-from actlab.training.data import BatchSource, Split, make_sampler, overfit_ranges, split_episodes
+from actlab.training.data import (
+    BatchSource,
+    PreparedBatches,
+    Split,
+    make_sampler,
+    overfit_ranges,
+    split_episodes,
+)
 from actlab.training.ddp import DistInfo
 from actlab.training.step import GraphedStep, autocast, train_step
 
@@ -67,8 +74,8 @@ class TrainRun:
     split: Split
     # gathers batches from the FrameStore on the device
     device_data: Any
-    # training batches of this rank
-    train_source: BatchSource
+    # training batches of this rank, prepared (float images, augmentation) for the step
+    batches: PreparedBatches
     # camera keys present in batches
     image_keys: list[str]
     # RNG of the on-device augmentation (saved with checkpoints)
@@ -79,11 +86,9 @@ class TrainRun:
     graphed: GraphedStep | None = None
 
     # ------------------------------------------------------------------------------------ the step
-    def next_batch(self, augment: bool = True) -> dict[str, Any]:
+    def next_batch(self) -> dict[str, Any]:
         """The next training batch on the device, images as float ``[0, 1]`` (augmented if enabled)."""
-        raw = self.train_source.next()
-        aug = self.cfg.augment if augment and self.cfg.overfit.samples == 0 else None
-        return prepare_images(raw, self.image_keys, aug, self.aug_generator, self.cfg.channels_last)
+        return self.batches.next()
 
     def step(self, batch: dict[str, Any], timer=None) -> dict[str, Any]:
         """One optimizer step; returns 0-dim device tensors ``loss``, policy terms, ``grad_norm``."""
@@ -147,12 +152,13 @@ class TrainRun:
         """(tensors for torch.save, JSON-able dict) holding every random stream of this rank."""
         import torch
 
-        tensors = {"torch_cpu": torch.get_rng_state(), "augment": self.aug_generator.get_state()}
+        sampler_state, aug_state = self.batches.state()  # as of the last batch handed to the step
+        tensors = {"torch_cpu": torch.get_rng_state(), "augment": aug_state}
         if self.device.type == "cuda":
             tensors["torch_cuda"] = torch.cuda.get_rng_state(self.device)
         py = random.getstate()
         meta = {
-            "sampler": jsonable(self.train_source.state_dict()),
+            "sampler": jsonable(sampler_state),
             "numpy": jsonable(list(np.random.get_state())),
             "python": [py[0], list(py[1]), py[2]],
         }
@@ -162,17 +168,16 @@ class TrainRun:
         import torch
 
         torch.set_rng_state(tensors["torch_cpu"])
-        self.aug_generator.set_state(tensors["augment"])
         if self.device.type == "cuda" and "torch_cuda" in tensors:
             torch.cuda.set_rng_state(tensors["torch_cuda"], self.device)
-        self.train_source.load_state_dict(meta["sampler"])
+        self.batches.load_state(meta["sampler"], tensors["augment"])
         kind, keys, pos, has_gauss, cached = meta["numpy"]
         np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
         version, state, gauss = meta["python"]
         random.setstate((version, tuple(state), gauss))
 
     def close(self) -> None:
-        self.train_source.close()
+        self.batches.close()
 
 
 # ---------------------------------------------------------------------------------------------- build
@@ -234,6 +239,13 @@ def _assemble(cfg, device, dist, ds, store, stats, features, policy) -> TrainRun
         model = torch.compile(model)
     gen = torch.Generator(device=device)
     gen.manual_seed(cfg.seed + 1_000_003 * (dist.rank + 1))
+    aug = cfg.augment if cfg.overfit.samples == 0 else None  # overfit: memorize, no augmentation
+    keys = [k for k in features if k in ds.camera_keys]
+
+    def prepare(raw: dict[str, Any]) -> dict[str, Any]:
+        return prepare_images(raw, keys, aug, gen, cfg.channels_last)
+
+    batches = PreparedBatches(source, prepare, gen)
     amp_dtype = torch.bfloat16 if _amp_on(cfg, device) else None
     graphed = None
     if cfg.cuda_graphs:
@@ -255,8 +267,8 @@ def _assemble(cfg, device, dist, ds, store, stats, features, policy) -> TrainRun
         params=params,
         split=split,
         device_data=device_data,
-        train_source=source,
-        image_keys=[k for k in features if k in ds.camera_keys],
+        batches=batches,
+        image_keys=keys,
         aug_generator=gen,
         amp_dtype=amp_dtype,
         graphed=graphed,
@@ -418,7 +430,7 @@ def _device_data(ds, store, policy, cfg: TrainConfig, device):
     """DeviceData for the policy's keys; with a frozen backbone, cached features replace the images."""
     from actlab.datasets import DeviceData
 
-    on_device = cfg.data.frames_on_device
+    on_device = _frames_on_device(cfg, store, device)
     deltas = dict(policy.delta_indices)
     override = None
     if getattr(cfg.policy, "freeze_backbone", False) and store is not None:
@@ -433,6 +445,18 @@ def _device_data(ds, store, policy, cfg: TrainConfig, device):
             (k + FEATURES_SUFFIX if k + FEATURES_SUFFIX in override else k): v for k, v in deltas.items()
         }
     return DeviceData(ds, store, deltas, device, frames_on_device=on_device, feature_override=override)
+
+
+def _frames_on_device(cfg: TrainConfig, store, device) -> bool | str:
+    """``data.frames_on_device``, with "auto" on CPU resolved to a RAM copy when it fits in half the free
+    memory. Why: DeviceData's CPU "auto" reads the memmap through a prefetch thread, and on 2 cores that
+    thread's GIL contention with the step cost more (bench train: ~5-6 % stall) than gathering from RAM
+    in the training thread (~2-4 %)."""
+    if cfg.data.frames_on_device != "auto" or device.type != "cpu" or store is None:
+        return cfg.data.frames_on_device
+    import psutil
+
+    return store.nbytes < psutil.virtual_memory().available // 2
 
 
 def precompute_features(

@@ -167,3 +167,41 @@ class BatchSource:
         self.close()
         self.sampler.load_state_dict(state)
         self._state = self.sampler.state_dict()
+
+
+class PreparedBatches:
+    """Training batches ready for the step: raw batches from a :class:`BatchSource` passed through
+    ``prepare`` (uint8 -> float in ``[0, 1]``, on-device augmentation drawing from ``generator``).
+
+    Preparation runs in the training thread, in order. Why not a thread on CPU: measured on 2 cores,
+    a preparing thread contends for the GIL with the step's many small ops and slowed the step by more
+    than the ~0.3 ms of preparation it saved; on a GPU the ops are asynchronous kernels anyway.
+    :meth:`state` is the sampler position and generator state right after the last batch handed out.
+    """
+
+    def __init__(self, source: BatchSource, prepare, generator) -> None:
+        self.source = source
+        self.prepare = prepare
+        self.generator = generator
+        self._state = (source.state_dict(), generator.get_state())
+
+    def next(self) -> dict[str, Any]:
+        """The next prepared batch on the training device."""
+        batch = self.prepare(self.source.next())
+        self._state = (self.source.state_dict(), self.generator.get_state())
+        return batch
+
+    def state(self) -> tuple[dict[str, Any], Any]:
+        """(sampler state, generator state) after the last batch handed out."""
+        return self._state
+
+    def load_state(self, sampler_state: dict[str, Any], generator_state: Any) -> None:
+        """Continue with the batch that follows ``sampler_state`` and the augmentation draws that follow
+        ``generator_state``."""
+        self.source.load_state_dict(sampler_state)
+        self.generator.set_state(generator_state)
+        self._state = (self.source.state_dict(), self.generator.get_state())
+
+    def close(self) -> None:
+        """Stop the raw source's prefetcher; safe to call twice."""
+        self.source.close()
