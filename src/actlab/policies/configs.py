@@ -52,7 +52,7 @@ class ACTConfig:
     # "imagenet": torchvision's ImageNet weights via torch.hub (internet once); null for cnn_small
     pretrained_backbone_weights: Literal["imagenet"] | None = "imagenet"
     # cnn_small only: feature maps larger than this per side are average-pooled to it (fewer image tokens:
-    # 64 -> 25 tokens per camera made a d=128 training step ~1.8x faster on CPU)
+    # 8 -> 5 made a d=128 CPU training step 1.6-4.4x faster, docs/benchmarks.md)
     cnn_small_max_grid: int = 8
     # freeze the backbone: no gradients; a trainer may then pass cached "<camera>.features" instead
     freeze_backbone: bool = False
