@@ -20,7 +20,8 @@ def main(dataset: str, out: str) -> None:
     info = ddp.dist_info_from_env()
     device = ddp.setup(info, "cpu")
     cfg = with_dataset(get_preset("tiny"), dataset)
-    cfg = dataclasses.replace(cfg, steps=4, batch_size=4)
+    augment = dataclasses.replace(cfg.augment, brightness=0.2, contrast=0.2)  # every augmentation on
+    cfg = dataclasses.replace(cfg, steps=4, batch_size=4, augment=augment)
 
     run = build_run(cfg, device, info)
     before = torch.cat([p.detach().flatten() for p in run.policy.parameters()]).clone()
