@@ -1,7 +1,7 @@
 """Normalization as a module inside the policy: mean/std buffers saved with the weights (STYLE §6).
 
 ``Normalizer`` holds one ``(mean, std)`` pair per feature key as buffers named
-``normalizer.<key with dots as underscores>.mean`` / ``.std``, so a checkpoint can never lose its
+``normalizer.entries.<key with dots as underscores>.mean`` / ``.std``, so a checkpoint can never lose its
 statistics. Stds are floored when built from dataset stats (a near-constant joint would otherwise turn
 numerical noise into huge inputs), with a warning that names the floored dimensions.
 """
