@@ -51,3 +51,40 @@ def test_invalid_value_is_reported():
 def test_field_docs():
     assert field_docs(Outer)["lr"] == "learning rate"
     assert field_docs(Inner)["layers"] == "number of layers"
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunking:
+    # predicted actions per query
+    chunk_size: int = 100
+    n_action_steps: int = 100
+
+    def __post_init__(self):
+        if self.n_action_steps > self.chunk_size:
+            raise ValueError("n_action_steps must be <= chunk_size")
+
+
+@dataclasses.dataclass(frozen=True)
+class Relative(Chunking):
+    # extra field of the subclass
+    delay: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class WithChunking:
+    policy: Chunking = dataclasses.field(default_factory=Chunking)
+
+
+def test_overrides_that_only_fit_together_work_in_any_order():
+    for order in (["policy.chunk_size=50", "policy.n_action_steps=50"],
+                  ["policy.n_action_steps=50", "policy.chunk_size=50"]):  # fmt: skip
+        assert apply_overrides(WithChunking(), order).policy == Chunking(50, 50)
+    assert apply_overrides(Outer(), ["lr=1", "lr=2"]).lr == 2.0  # the later one wins
+    with pytest.raises(ActlabError, match="policy.n_action_steps"):
+        apply_overrides(WithChunking(), ["policy.n_action_steps=200"])
+
+
+def test_field_docs_include_inherited_fields():
+    docs = field_docs(Relative)
+    assert docs["chunk_size"] == "predicted actions per query"
+    assert docs["delay"] == "extra field of the subclass"

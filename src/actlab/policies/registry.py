@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from actlab.errors import ActlabError
 from actlab.policies.configs import ACTConfig, ACTRelativeConfig
 from actlab.utils.config import apply_overrides, unknown_name_error
 
@@ -55,20 +54,5 @@ def make_policy(cfg: Any, features: dict[str, Any], stats: dict[str, Any], pretr
 
 
 def apply_config_overrides(cfg: Any, overrides: list[str] | tuple[str, ...]) -> Any:
-    """``apply_overrides`` in any order: ``chunk_size=50 n_action_steps=50`` works either way round.
-
-    Each override is validated as it is applied, so one that is only valid together with a later one is
-    retried after the others; the error of an override that never fits is raised.
-    """
-    pending = [o.removeprefix("policy.") for o in overrides]
-    while pending:
-        failed: list[tuple[str, ActlabError]] = []
-        for item in pending:
-            try:
-                cfg = apply_overrides(cfg, [item])
-            except ActlabError as e:
-                failed.append((item, e))
-        if len(failed) == len(pending):
-            raise failed[0][1]
-        pending = [item for item, _ in failed]
-    return cfg
+    """``apply_overrides`` for a bare policy config: a ``policy.`` prefix on the keys is optional."""
+    return apply_overrides(cfg, [o.removeprefix("policy.") for o in overrides])

@@ -330,8 +330,7 @@ def apply_train_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig
                 field=key,
                 fix="start from a preset (--preset NAME)",
             )
-        cfg = cfgutil.apply_overrides(cfg, [item])
-    return cfg
+    return cfgutil.apply_overrides(cfg, overrides)
 
 
 def _switch_policy_type(old: Any, items: list[str]) -> Any:

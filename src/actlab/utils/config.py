@@ -158,7 +158,13 @@ def from_dict(cls: type[T], data: dict, where: str = "") -> T:
 
 
 def apply_overrides(cfg: T, overrides: typing.Iterable[str]) -> T:
-    """Return a copy of ``cfg`` with ``a.b=value`` overrides applied (values typed by the annotations)."""
+    """Return a copy of ``cfg`` with ``a.b=value`` overrides applied (values typed by the annotations).
+
+    Every override of one section is applied before that section validates itself, so overrides that
+    are only valid together (``chunk_size=50 n_action_steps=50``) work in any order. A later override of
+    the same key wins.
+    """
+    tree: dict[str, Any] = {}
     for item in overrides:
         if "=" not in item:
             raise ActlabError(
@@ -167,41 +173,52 @@ def apply_overrides(cfg: T, overrides: typing.Iterable[str]) -> T:
                 expected="key=value, e.g. policy.chunk_size=50",
                 found=item,
             )
-        key, raw = item.split("=", 1)
-        cfg = _set_path(cfg, key.strip().split("."), raw.strip(), key.strip())
-    return cfg
+        key, raw = (part.strip() for part in item.split("=", 1))
+        node = tree
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ActlabError("an override sets a key and also keys inside it", field=key, found=item)
+            node = child
+        node[parts[-1]] = (raw, key)
+    return _apply_tree(cfg, tree, "")
 
 
-def _set_path(cfg: Any, path: list[str], raw: str, full: str) -> Any:
+def _apply_tree(cfg: Any, tree: dict[str, Any], prefix: str) -> Any:
     names = [f.name for f in dataclasses.fields(cfg)]
-    head = path[0]
-    if head not in names:
-        prefix = full[: len(full) - len(".".join(path))]
-        raise unknown_name_error(
-            "config key", full, [prefix + n for n in names], fix="run with --help-config to list every key"
-        )
-    current = getattr(cfg, head)
-    if len(path) > 1:
-        if not dataclasses.is_dataclass(current):
-            raise ActlabError(
-                f"{'.'.join(path[:1])} is not a section",
-                field=full,
-                expected="a key inside a section",
-                found=full,
+    hints = _resolved_hints(type(cfg))
+    changes: dict[str, Any] = {}
+    for name, sub in tree.items():
+        full = prefix + name
+        if name not in names:
+            raise unknown_name_error(
+                "config key",
+                full,
+                [prefix + n for n in names],
+                fix="run with --help-config to list every key",
             )
-        new_value = _set_path(current, path[1:], raw, full)
-    else:
-        tp = _resolved_hints(type(cfg))[head]
+        current = getattr(cfg, name)
+        if isinstance(sub, dict):
+            if not dataclasses.is_dataclass(current):
+                raise ActlabError(
+                    f"{full} is not a section", field=full, expected="a key inside a section", found=full
+                )
+            changes[name] = _apply_tree(current, sub, full + ".")
+            continue
+        raw, key = sub
+        tp = hints[name]
         try:
-            new_value = _coerce(_parse_scalar(raw, tp), tp, full)
+            changes[name] = _coerce(_parse_scalar(raw, tp), tp, key)
         except (ValueError, json.JSONDecodeError) as e:
             raise ActlabError(
-                "cannot read override value", field=full, expected=str(tp), found=raw, fix=str(e)
+                "cannot read override value", field=key, expected=str(tp), found=raw, fix=str(e)
             ) from e
     try:
-        return dataclasses.replace(cfg, **{head: new_value})
+        return dataclasses.replace(cfg, **changes)
     except (ValueError, TypeError) as e:
-        raise ActlabError(f"invalid value for {full}: {e}", field=full, found=raw) from e
+        keys = ", ".join(prefix + k for k in changes)
+        raise ActlabError(f"invalid value for {keys}: {e}", field=keys) from e
 
 
 def _parse_scalar(raw: str, tp: Any) -> Any:
@@ -228,7 +245,17 @@ def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """Field comments (``# ...`` on the line above or at the end of a field) read from the source."""
+    """Field comments (``# ...`` above a field or at its line's end) read from the source of ``cls`` and its
+    bases (a subclass's comment wins)."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is object:
+            continue
+        docs.update(_own_field_docs(klass))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
     import inspect
 
     try:
