@@ -1,5 +1,9 @@
+import importlib.util
 import json
 
+import pytest
+
+from actlab.errors import ActlabError
 from actlab.training.metrics_log import MetricsLog, read_metrics
 
 
@@ -30,3 +34,13 @@ def test_disabled_log_writes_nothing(tmp_path):
     log.log({"step": 1, "loss": 1.0})
     log.close()
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(("flag", "module", "extra"), [("tensorboard", "tensorboard", "tensorboard"),
+                                                        ("wandb", "wandb", "wandb")])  # fmt: skip
+def test_optional_sinks_name_the_extra_to_install(tmp_path, flag, module, extra):
+    if importlib.util.find_spec(module) is not None:
+        pytest.skip(f"{module} is installed here")
+    with pytest.raises(ActlabError, match=rf"actlab\[{extra}\]"):
+        MetricsLog(tmp_path / "run", enabled=True, total_steps=1, progress=False, **{flag: True})
+    assert not (tmp_path / "run").exists()  # refused before any file was written

@@ -29,7 +29,7 @@ from actlab.training.config import (
     resume_diff,
 )
 from actlab.training.ddp import DistInfo
-from actlab.training.metrics_log import METRICS_FILE, MetricsLog
+from actlab.training.metrics_log import METRICS_FILE, MetricsLog, check_sinks
 from actlab.training.timing import PhaseTimer
 from actlab.utils.io import atomic_write_json, read_json
 
@@ -81,6 +81,7 @@ def train(
     out = Path(out_dir)
     ckpts = CheckpointManager(out, cfg.checkpoint.keep_last, cfg.checkpoint.keep_best)
     start = _check_run_dir(cfg, out, resume, ckpts)  # refusals come before torch is even imported
+    check_sinks(tensorboard=cfg.log.tensorboard, wandb=cfg.log.wandb)  # not after decoding the FrameStore
     device = ddp.setup(dist, cfg.device)
     try:
         return _train(cfg, out, start, ckpts, dist, device)

@@ -71,17 +71,18 @@ class MetricsLog:
         self._wandb = None
         if not enabled:
             return
+        check_sinks(tensorboard=tensorboard, wandb=wandb)  # before any file is touched
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._truncate_after(start_step)
+        if tensorboard:
+            self._tb = _open_tensorboard(Path(run_dir) / "tensorboard")
+        if wandb:
+            self._wandb = _open_wandb(wandb_project, Path(run_dir), run_config or {})
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
         if progress:
             from tqdm.auto import tqdm
 
             self._bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
-        if tensorboard:
-            self._tb = _open_tensorboard(Path(run_dir) / "tensorboard")
-        if wandb:
-            self._wandb = _open_wandb(wandb_project, Path(run_dir), run_config or {})
 
     def _truncate_after(self, step: int) -> None:
         if not self.path.is_file():
@@ -137,6 +138,21 @@ class MetricsLog:
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
+
+
+def check_sinks(tensorboard: bool = False, wandb: bool = False) -> None:
+    """Fail at once, naming the extra to install, when an enabled optional sink is not installed."""
+    import importlib.util
+
+    for enabled, module, extra in ((tensorboard, "tensorboard", "tensorboard"), (wandb, "wandb", "wandb")):
+        if enabled and importlib.util.find_spec(module) is None:
+            raise ActlabError(
+                f"log.{extra}=true needs the {module} package",
+                field=f"log.{extra}",
+                expected=f"{module} installed",
+                found="not installed",
+                fix=f"pip install 'actlab[{extra}]'  (or set log.{extra}=false)",
+            )
 
 
 def _open_tensorboard(log_dir: Path):

@@ -1,0 +1,79 @@
+import dataclasses
+import json
+
+import pytest
+
+from actlab.errors import ActlabError
+from actlab.training import apply_train_overrides, config_from_dict, config_to_dict, get_preset, list_presets
+from actlab.training.config import config_hash, describe_config, resume_diff
+
+
+@pytest.mark.parametrize("name", list(list_presets()))
+def test_every_preset_is_valid_and_round_trips_through_json(name):
+    cfg = get_preset(name)
+    assert cfg.name == name and cfg.policy_type == "act"
+    again = config_from_dict(json.loads(json.dumps(config_to_dict(cfg))))
+    assert again == cfg and config_hash(again) == config_hash(cfg)
+    docs = describe_config(cfg)
+    undocumented = [k for k, _, doc in docs if not doc]
+    assert not undocumented  # every key, policy keys included, has a comment
+    assert {"optim.lr", "policy.dim_model", "data.frames_on_device", "checkpoint.keep_last"} <= {
+        k for k, _, _ in docs
+    }
+
+
+def test_presets_differ_where_they_should():
+    tiny, cpu, gpu, aloha = (get_preset(n) for n in ("tiny", "so101_sim_cpu", "so101_sim", "aloha"))
+    assert tiny.policy.dim_model == 32 and tiny.device == "cpu"
+    assert cpu.policy.vision_backbone == "cnn_small" and 64 <= cpu.data.image_size <= 96
+    assert cpu.policy.cameras == ("observation.images.top", "observation.images.wrist")
+    assert gpu.policy.vision_backbone == aloha.policy.vision_backbone == "resnet18"
+    assert gpu.policy.dim_model == aloha.policy.dim_model == 512 and gpu.amp == "auto"
+    assert aloha.policy.cameras == ("observation.images.top",)
+
+
+def test_overrides_are_typed_and_policy_type_switches_class():
+    cfg = apply_train_overrides(get_preset("tiny"), [
+        "policy.rtc_max_delay=2", "policy.type=act_relative", "optim.betas=[0.8, 0.9]", "data.episodes=[0,1]",
+        "data.frames_on_device=true", "data.image_size=null"])  # fmt: skip
+    assert cfg.policy_type == "act_relative" and cfg.policy.rtc_max_delay == 2
+    assert cfg.policy.dim_model == 32  # shared fields kept
+    assert cfg.optim.betas == (0.8, 0.9) and cfg.data.episodes == (0, 1)
+    assert cfg.data.frames_on_device is True and cfg.data.image_size is None
+    assert config_from_dict(config_to_dict(cfg)) == cfg
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("optim.lrr=1", "did you mean 'optim.lr'"),
+        ("chekpoint.every=1", "did you mean 'checkpoint'"),
+        ("policy.type=diffusion", "unknown policy type"),
+        ("optim.lr=-1", "optim.lr"),
+        ("data.val_fraction=1.5", "data.val_fraction"),
+        ("data.frames_on_device=maybe", "data.frames_on_device"),
+        ("optim.betas=[0.9]", "optim.betas"),
+        ("policy.n_heads=3", "n_heads"),
+    ],
+)
+def test_bad_overrides_name_the_key(override, message):
+    with pytest.raises(ActlabError, match=message):
+        apply_train_overrides(get_preset("tiny"), [override])
+
+
+def test_unknown_preset_has_did_you_mean():
+    with pytest.raises(ActlabError, match="did you mean 'so101_sim'"):
+        get_preset("so101_sm")
+
+
+def test_resume_diff_ignores_cadence_and_length_but_not_what_is_computed():
+    base = get_preset("tiny")
+    longer = apply_train_overrides(
+        base, ["steps=50", "log.every=5", "checkpoint.keep_last=7", "eval.every=3"]
+    )
+    assert resume_diff(base, longer) == {} and config_hash(base) == config_hash(longer)
+    changed = apply_train_overrides(base, ["optim.lr=0.5", "policy.chunk_size=4", "policy.n_action_steps=4"])
+    diff = resume_diff(base, changed)
+    assert set(diff) == {"optim.lr", "policy.chunk_size", "policy.n_action_steps"}
+    assert diff["optim.lr"] == (0.001, 0.5)
+    assert resume_diff(base, dataclasses.replace(base, seed=1)) == {"seed": (0, 1)}
