@@ -88,3 +88,13 @@ def test_field_docs_include_inherited_fields():
     docs = field_docs(Relative)
     assert docs["chunk_size"] == "predicted actions per query"
     assert docs["delay"] == "extra field of the subclass"
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    betas: tuple[float, float] = (0.9, 0.999)
+
+
+def test_fixed_length_tuple_round_trip():
+    assert from_dict(Pair, {"betas": [0.5, 0.25]}) == Pair((0.5, 0.25))
+    assert apply_overrides(Pair(), ["betas=[0.1,0.2]"]).betas == (0.1, 0.2)

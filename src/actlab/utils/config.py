@@ -101,7 +101,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if origin is tuple and args:
             if len(args) != len(value):
                 raise ValueError(f"{where}: expected {len(args)} items, found {len(value)}")
-            return tuple(_coerce(v, a, where) for v, a in zip(args, value, strict=True))
+            return tuple(_coerce(v, a, where) for v, a in zip(value, args, strict=True))
         inner = args[0] if args else Any
         seq = [_coerce(v, inner, where) for v in value]
         return tuple(seq) if origin is tuple else seq
