@@ -109,3 +109,11 @@ def test_offline_imagenet_download_is_a_clear_error(tmp_path, monkeypatch):
         )
     assert "pretrained_backbone_weights=null" in e.value.fix
     assert e.value.file.endswith("resnet18-f37072fd.pth")
+
+
+def test_cnn_small_channels_set_width_and_token_grid():
+    net = make_backbone("cnn_small", max_grid=8, channels=(16, 32, 64, 64))
+    out = net(torch.zeros(2, 3, 80, 80))
+    assert out.shape == (2, 64, 8, 8)
+    assert net.out_channels == 64 and net.feature_shape(80, 80) == (8, 8)
+    assert sum(p.numel() for p in net.parameters()) < sum(p.numel() for p in make_backbone("cnn_small").parameters())

@@ -186,7 +186,7 @@ class ACTPolicy(nn.Module):
                 "vae_encoder_pos_enc", sinusoid_1d(2 + cfg.chunk_size, d)[None], persistent=False
             )
         if self.camera_keys:
-            self.backbone = make_backbone(cfg.vision_backbone, cfg.cnn_small_max_grid)
+            self.backbone = make_backbone(cfg.vision_backbone, cfg.cnn_small_max_grid, cfg.cnn_small_channels)
             self.encoder_img_feat_input_proj = nn.Conv2d(self.backbone.out_channels, d, kernel_size=1)
             grids = [self._feature_grid(k) for k in self.camera_keys]
             pos = torch.cat([sinusoid_2d(h, w, d) for h, w in grids])  # (sum h*w, D), cameras in order

@@ -32,6 +32,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 _RESNET_BLOCKS = {"resnet18": (2, 2, 2, 2), "resnet34": (3, 4, 6, 3)}
 _CNN_SMALL_MAX_GRID = 8
+_CNN_SMALL_CHANNELS = (32, 64, 128, 128)
 
 
 def _conv_out(size: int, kernel: int, stride: int, pad: int) -> int:
@@ -127,7 +128,7 @@ class SmallCNN(nn.Module):
 
     def __init__(
         self,
-        channels: tuple[int, ...] = (32, 64, 128, 128),
+        channels: tuple[int, ...] = _CNN_SMALL_CHANNELS,
         strides: tuple[int, ...] = (2, 2, 2, 1),
         max_grid: int = _CNN_SMALL_MAX_GRID,
     ) -> None:
@@ -156,15 +157,19 @@ class SmallCNN(nn.Module):
         return min(h, self.max_grid), min(w, self.max_grid)
 
 
-def make_backbone(name: str, max_grid: int = _CNN_SMALL_MAX_GRID) -> ResNet | SmallCNN:
+def make_backbone(
+    name: str, max_grid: int = _CNN_SMALL_MAX_GRID, channels: tuple[int, ...] = _CNN_SMALL_CHANNELS
+) -> ResNet | SmallCNN:
     """Build a randomly initialized backbone by name (``resnet18``, ``resnet34``, ``cnn_small``).
 
-    ``max_grid`` caps the cnn_small token grid per side (ResNets keep their full stride-32 map).
+    ``max_grid`` caps the cnn_small token grid per side and ``channels`` sets its conv widths (strides
+    2, 2, 2 then 1); ResNets keep their full stride-32 map.
     """
     if name in _RESNET_BLOCKS:
         return ResNet(name)
     if name == "cnn_small":
-        return SmallCNN(max_grid=max_grid)
+        strides = tuple(2 if i < 3 else 1 for i in range(len(channels)))
+        return SmallCNN(channels=tuple(channels), strides=strides, max_grid=max_grid)
     raise ActlabError(
         "unknown vision backbone",
         field="vision_backbone",

@@ -54,6 +54,8 @@ class ACTConfig:
     # cnn_small only: feature maps larger than this per side are average-pooled to it (fewer image tokens:
     # 8 -> 5 made a d=128 CPU training step 1.6-4.4x faster, docs/benchmarks.md)
     cnn_small_max_grid: int = 8
+    # cnn_small only: output channels of its 3x3 convs (strides 2, 2, 2, then 1); narrower is faster on CPU
+    cnn_small_channels: tuple[int, ...] = (32, 64, 128, 128)
     # freeze the backbone: no gradients; a trainer may then pass cached "<camera>.features" instead
     freeze_backbone: bool = False
     # resize every camera image to this square size (pixels) before the backbone; null keeps it
@@ -157,6 +159,13 @@ class ACTConfig:
         )
         _check(self.image_std_floor > 0, name, "image_std_floor", "> 0", self.image_std_floor)
         _check(self.cnn_small_max_grid >= 1, name, "cnn_small_max_grid", ">= 1", self.cnn_small_max_grid)
+        _check(
+            1 <= len(self.cnn_small_channels) <= 6 and all(c >= 4 for c in self.cnn_small_channels),
+            name,
+            "cnn_small_channels",
+            "1 to 6 channel counts, each >= 4",
+            self.cnn_small_channels,
+        )
         _check(
             self.dim_model >= 4 and self.dim_model % 4 == 0,
             name,
