@@ -116,4 +116,8 @@ def test_cnn_small_channels_set_width_and_token_grid():
     out = net(torch.zeros(2, 3, 80, 80))
     assert out.shape == (2, 64, 8, 8)
     assert net.out_channels == 64 and net.feature_shape(80, 80) == (8, 8)
-    assert sum(p.numel() for p in net.parameters()) < sum(p.numel() for p in make_backbone("cnn_small").parameters())
+
+    def count(m):
+        return sum(p.numel() for p in m.parameters())
+
+    assert count(net) < count(make_backbone("cnn_small"))
