@@ -102,3 +102,10 @@ def test_whiskers_forecast_is_exact_when_the_first_action_is_executed(tmp_path):
     assert info["steps"] == 60 and info["predictions"] == 12
     frames = read_video(tmp_path / "w.mp4")
     assert len(frames) == 61 and frames[0].shape == (128, 128, 3)
+    # The lossless still for reports: the frame 35% into the episode, written beside the video.
+    from PIL import Image
+
+    assert info["still"] == str(tmp_path / "w.png")
+    still = np.asarray(Image.open(tmp_path / "w.png"))
+    assert still.shape == (128, 128, 3)
+    assert np.abs(still.astype(int) - frames[int(0.35 * 61)].astype(int)).mean() < 8  # codec tolerance

@@ -66,6 +66,7 @@ def test_sweep_writes_tables_plot_videos_and_whiskers(tiny_run, tmp_path, capsys
     assert plot.format == "PNG" and plot.size[0] > 400
 
     assert report["whiskers"]["path"] == report["files"]["whiskers"]
+    assert (out / report["files"]["whiskers_still"]).is_file()
     frames = read_video(out / report["files"]["whiskers"])
     assert report["whiskers"]["steps"] == 20 and len(frames) == 21
     last = frames[-1].astype(int)  # (H, W, 3): by the end both paths have been drawn

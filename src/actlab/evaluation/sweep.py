@@ -183,6 +183,8 @@ def _write_outputs(tmp, evals, sources, spec, cfg, meta, whiskers) -> dict[str, 
         info = whiskers_video(src, spec, cfg, tmp / rel, **whiskers)
         files["whiskers"] = str(rel)
         meta["whiskers"] = {**info, "path": str(rel)}  # relative to the output directory
+        if info.get("still"):
+            files["whiskers_still"] = meta["whiskers"]["still"] = str(rel.with_suffix(".png"))
     title = f"actlab eval: {spec.task}"
     md_meta = {k: meta[k] for k in ("task", "episodes", "seeds", "seconds")}
     atomic_write_text(tmp / "results.md", markdown_report(evals, title, md_meta) + "\n")

@@ -26,6 +26,7 @@ from actlab.evaluation.policy_io import ObsAdapter, actions_to_numpy, policy_inp
 from actlab.evaluation.rollout import kept_info, near_goal_radius
 from actlab.evaluation.taxonomy import PhaseRecord, classify
 from actlab.evaluation.video import draw_text, outcome_text, write_video
+from actlab.utils.io import write_png
 
 # Colours chosen against the sim's palette (grey table, blue bowl, red cube, yellow-and-black arm).
 CURRENT = (40, 255, 40)  # newest predicted path: bright green with a black outline
@@ -139,8 +140,12 @@ def whiskers_video(
     episode: int = 0,
     every: int = 1,
     style: WhiskerStyle | None = None,
+    still_at: float | None = 0.35,
 ) -> dict:
     """Roll out episode ``episode`` (seed ``cfg.seed + episode``) of ``source`` and write a whiskers mp4.
+
+    With ``still_at`` (a fraction of the episode), the frame at that point is also written losslessly as
+    a PNG beside the video (same name, ``.png``), for reports; the return dict names it as ``still``.
 
     ``source``: a PolicySource (or anything ``as_source`` accepts). Returns a dict with the outcome, the
     number of steps and predictions, and the mean distance (m) between each prediction's first point and
@@ -150,28 +155,32 @@ def whiskers_video(
     from actlab.evaluation.harness import torch_threads
 
     with torch_threads(getattr(cfg, "threads_per_worker", None)):
-        return _whiskers_video(source, spec, cfg, path, episode, every, style)
+        info = _whiskers_video(source, spec, cfg, path, episode, every, style, still_at)
+    return info
 
 
-def _whiskers_video(source, spec, cfg, path, episode, every, style) -> dict:
+def _whiskers_video(source, spec, cfg, path, episode, every, style, still_at) -> dict:
     from actlab.evaluation.harness import as_source, source_inputs, spec_for_inputs
 
     if every < 1:
         raise ActlabError("every must be >= 1", field="--whiskers-every", found=every)
+    if still_at is not None and not 0.0 <= still_at <= 1.0:
+        raise ActlabError("still_at must be a fraction of the episode", field="still_at",
+                          expected="0 <= x <= 1", found=still_at)  # fmt: skip
     style = style or WhiskerStyle()
     source = as_source(source)
     inputs = source_inputs(source)
     env = make_eval_env(spec_for_inputs(spec, inputs))
     try:
         _check_env(env)
-        return _episode(source, spec, cfg, env, inputs, path, episode, every, style)
+        return _episode(source, spec, cfg, env, inputs, path, episode, every, style, still_at)
     finally:
         close = getattr(env, "close", None)
         if close is not None:
             close()
 
 
-def _episode(source, spec, cfg, env, inputs, path, episode, every, style) -> dict:
+def _episode(source, spec, cfg, env, inputs, path, episode, every, style, still_at) -> dict:
     import torch
 
     policy = _build_policy(source, env, cfg.device)
@@ -217,8 +226,13 @@ def _episode(source, spec, cfg, env, inputs, path, episode, every, style) -> dic
         for i, f in enumerate(raw_frames)
     ]
     write_video(path, frames, env_fps(env))
+    still = None
+    if still_at is not None:
+        still = Path(path).with_suffix(".png")
+        write_png(still, frames[min(int(still_at * len(frames)), len(frames) - 1)])
     return {
         "path": str(path),
+        "still": None if still is None else str(still),
         "outcome": outcome,
         "steps": len(infos),
         "predictions": len(preds_world),

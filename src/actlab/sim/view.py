@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from actlab.errors import ActlabError
-from actlab.utils.io import atomic_file
+from actlab.utils.io import write_png
 
 
 def compose_grid(rows: list[list[np.ndarray]], gap: int = 2, background: int = 255) -> np.ndarray:
@@ -32,8 +32,6 @@ def render_strip(
 ) -> dict:
     """Run the scripted expert on ``env.reset(seed=seed)`` and write ``frames`` evenly spaced frames of
     each camera to the PNG ``out``. Returns ``{"path", "steps", "success", "frame_steps"}``."""
-    from PIL import Image
-
     from actlab.sim import ExpertPolicy, make_env
     from actlab.sim.record import run_expert_episode
 
@@ -54,6 +52,5 @@ def render_strip(
     grid = compose_grid(
         [[episode["frames"][f"observation.images.{cam}"][i] for i in picks] for cam in cameras]
     )
-    with atomic_file(out, "wb") as f:
-        Image.fromarray(grid).save(f, format="PNG")
+    write_png(out, grid)
     return {"path": str(out), "steps": length, "success": episode["success"], "frame_steps": picks.tolist()}

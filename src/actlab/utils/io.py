@@ -113,6 +113,17 @@ def atomic_dir(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
         raise
 
 
+def write_png(path: str | Path, image: Any) -> Path:
+    """Write an HWC uint8 RGB array as a PNG (atomically); returns the path."""
+    import numpy as np
+    from PIL import Image
+
+    path = Path(path)
+    with atomic_file(path, "wb") as f:
+        Image.fromarray(np.ascontiguousarray(image, dtype=np.uint8)).save(f, format="PNG")
+    return path
+
+
 def read_json(path: str | Path, what: str = "JSON file") -> Any:
     """Read JSON with an error that names the file and the position of a syntax error."""
     from actlab.errors import ActlabError
