@@ -1,0 +1,82 @@
+"""``actlab demo``: the main job, end to end (argument parsing only; the work is in actlab.demo)."""
+
+from __future__ import annotations
+
+import argparse
+
+ORDER = 0
+
+_EPILOG = """\
+stages (each reused on a re-run when its settings are unchanged; --fresh starts over):
+  1. record   scripted-expert demonstrations in the built-in SO-101 sim  -> DIR/data
+  2. train    the so101_sim_cpu preset (CPU) or so101_sim (GPU)          -> DIR/run
+  3. eval     every checkpoint on the same held-out episodes, then rollout videos and a whiskers
+              video of the best one                                        -> DIR/eval
+  4. report   DIR/report.md, DIR/report.html, DIR/summary.json
+
+examples:
+  actlab demo --out runs/demo
+  actlab demo --out runs/demo --set steps=8000          # train longer (records are reused)
+  actlab demo --out runs/demo --device cpu --fresh       # start over, on the CPU preset
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="record demos in the built-in sim, train, evaluate a checkpoint sweep, write a report",
+        description="Record demonstrations in the built-in SO-101 simulator, train a policy, evaluate "
+        "every checkpoint on held-out episodes and write a report with pictures and videos.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--out", default="runs/demo", metavar="DIR", help="output directory (runs/demo)")
+    p.add_argument(
+        "--device", default="auto", help="auto (CUDA if available, with the GPU preset), cpu, cuda"
+    )
+    p.add_argument("--preset", default=None, help="training preset (so101_sim_cpu on CPU, so101_sim on GPU)")
+    p.add_argument("--episodes", type=int, default=300, help="demonstrations to record (300)")
+    p.add_argument("--image-size", type=int, default=None, help="camera size in px (80 CPU / 128 GPU)")
+    p.add_argument("--eval-episodes", type=int, default=50, help="evaluation episodes per checkpoint (50)")
+    p.add_argument("--videos", type=int, default=3, help="rollout videos of the best checkpoint (3)")
+    p.add_argument("--workers", type=int, default=2, help="simulation and rollout processes (2)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="training config override, as in actlab train (repeatable)",
+    )
+    p.add_argument("--fresh", action="store_true", help="discard previous results in --out and start over")
+    p.add_argument("--json", action="store_true", help="print summary.json to stdout at the end")
+    p.set_defaults(_run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import json
+
+    from actlab.demo import DemoConfig, run_demo
+
+    cfg = DemoConfig(
+        out=args.out,
+        device=args.device,
+        preset=args.preset,
+        episodes=args.episodes,
+        image_size=args.image_size,
+        eval_episodes=args.eval_episodes,
+        videos=args.videos,
+        workers=args.workers,
+        overrides=tuple(args.overrides),
+        fresh=args.fresh,
+    )
+    summary = run_demo(cfg)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(
+            f"\nsuccess rate {100 * summary['success_rate']:.0f}% "
+            f"({summary['best_checkpoint']}), {summary['wall_s'] / 60:.1f} min this run"
+        )
+        print(f"report: {args.out}/report.html  ({args.out}/report.md, {args.out}/summary.json)")
+    return 0

@@ -1,0 +1,324 @@
+"""``actlab demo``: record demonstrations in the built-in sim, train, evaluate a checkpoint sweep, report.
+
+Four stages, each writing its own directory under the demo's output directory::
+
+    DIR/data/        LeRobot v3 dataset recorded by the scripted expert  (actlab sim record)
+    DIR/run/         training run: config, metrics.jsonl, training.png, checkpoints  (actlab train)
+    DIR/cache/       the decoded FrameStore (reused by re-runs)
+    DIR/eval/sweep/  every checkpoint on the same held-out seeds  (actlab eval DIR/run)
+    DIR/eval/best/   rollout videos and a whiskers video of the best checkpoint
+    DIR/report.md, report.html, summary.json, scene.png
+
+``DIR/demo_state.json`` records each finished stage with the settings it ran with. A re-run reuses every
+stage whose settings are unchanged and whose outputs are still there, redoes the first stage that
+changed (and everything after it), and resumes an interrupted training run from its last checkpoint.
+``--fresh`` starts over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from actlab.errors import ActlabError
+from actlab.utils.io import atomic_write_json, read_json
+
+STAGES = ("record", "train", "eval", "report")
+STATE_FILE = "demo_state.json"
+# Evaluation seeds start far from the recording seeds (0, 1, ...): the sweep measures held-out cube
+# positions, not the demonstrations' own initial states.
+EVAL_SEED = 100_000
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoConfig:
+    """What ``actlab demo`` does; every field has a command-line flag."""
+
+    # output directory holding every stage's results and the report
+    out: str = "runs/demo"
+    # training device: "auto" (CUDA when available, which also selects the GPU preset), "cpu", "cuda", ...
+    device: str = "auto"
+    # training preset; None picks so101_sim_cpu on CPU and so101_sim on a GPU
+    preset: str | None = None
+    # scripted-expert demonstrations to record
+    episodes: int = 300
+    # camera image size (pixels, square); None: 80 for the CPU preset, 128 for the GPU preset
+    image_size: int | None = None
+    # evaluation episodes per checkpoint of the sweep (held-out seeds from EVAL_SEED)
+    eval_episodes: int = 50
+    # rollout videos of the best checkpoint (its first episodes)
+    videos: int = 3
+    # simulation / rollout worker processes
+    workers: int = 2
+    # training config overrides (``key=value``, as ``actlab train --set``)
+    overrides: tuple[str, ...] = ()
+    # discard every previous result in ``out`` and start over
+    fresh: bool = False
+
+    def __post_init__(self) -> None:
+        for name, low in (("episodes", 2), ("eval_episodes", 1), ("videos", 0), ("workers", 1)):
+            if getattr(self, name) < low:
+                raise ActlabError(
+                    f"{name} must be >= {low}", field=f"--{name.replace('_', '-')}", found=getattr(self, name)
+                )
+        if self.videos > self.eval_episodes:
+            raise ActlabError(
+                "more videos than evaluation episodes",
+                field="--videos",
+                expected=f"<= --eval-episodes ({self.eval_episodes})",
+                found=self.videos,
+            )
+        if self.image_size is not None and (self.image_size < 16 or self.image_size % 2):
+            raise ActlabError(
+                "image size must be even and >= 16 (yuv420p video)",
+                field="--image-size",
+                found=self.image_size,
+            )
+
+
+@dataclasses.dataclass
+class StageLog:
+    """Prints one clear line per stage and keeps the timings for the summary."""
+
+    stream: Any = dataclasses.field(default_factory=lambda: sys.stderr)
+    seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    reused: list[str] = dataclasses.field(default_factory=list)
+
+    def start(self, stage: str, text: str) -> float:
+        index = STAGES.index(stage) + 1
+        print(f"\n[{index}/{len(STAGES)}] {text}", file=self.stream, flush=True)
+        return time.perf_counter()
+
+    def done(self, stage: str, t0: float, text: str) -> None:
+        self.seconds[stage] = round(time.perf_counter() - t0, 1)
+        print(f"      {text} ({self.seconds[stage]:.0f} s)", file=self.stream, flush=True)
+
+    def reuse(self, stage: str, text: str, entry: dict) -> None:
+        self.reused.append(stage)
+        self.seconds[stage] = entry.get("seconds", 0.0)  # as measured when the stage ran
+        print(f"      reusing {text} (--fresh starts over)", file=self.stream, flush=True)
+
+
+# ------------------------------------------------------------------------------------------ planning
+
+
+def resolve(cfg: DemoConfig) -> dict[str, Any]:
+    """Device, preset, image size and the training config the demo will use (validated, nothing run)."""
+    from actlab.training import apply_train_overrides, get_preset, with_dataset
+    from actlab.utils.device import resolve_device
+
+    device = resolve_device(cfg.device)
+    gpu = device.type == "cuda"
+    preset = cfg.preset or ("so101_sim" if gpu else "so101_sim_cpu")
+    image_size = cfg.image_size or (128 if gpu else 80)
+    out = Path(cfg.out)
+    train_cfg = with_dataset(get_preset(preset), str(out / "data"))
+    demo_overrides = [f"device={device}", f"data.image_size={image_size}", f"data.cache_dir={out / 'cache'}"]
+    if preset == "so101_sim":
+        # The full preset trains 100k steps; a demo stops at 20k and checkpoints 5 times on the way.
+        demo_overrides += [
+            "steps=20000",
+            "checkpoint.every=4000",
+            "checkpoint.keep_last=5",
+            "eval.every=4000",
+        ]
+    train_cfg = apply_train_overrides(train_cfg, [*demo_overrides, *cfg.overrides])
+    return {"device": str(device), "preset": preset, "image_size": image_size, "train": train_cfg}
+
+
+def _load_state(out: Path) -> dict[str, Any]:
+    path = out / STATE_FILE
+    return read_json(path, "demo state file") if path.is_file() else {}
+
+
+def _stage_current(state: dict, stage: str, settings: dict, outputs: list[Path]) -> bool:
+    entry = state.get(stage)
+    return bool(entry) and entry.get("settings") == settings and all(p.exists() for p in outputs)
+
+
+def _finish_stage(out: Path, state: dict, stage: str, settings: dict, result: dict, seconds: float) -> None:
+    state[stage] = {"settings": settings, "result": result, "seconds": seconds}
+    # Later stages depended on this one: forget them so they run again.
+    for later in STAGES[STAGES.index(stage) + 1 :]:
+        state.pop(later, None)
+    atomic_write_json(out / STATE_FILE, state)
+
+
+# ------------------------------------------------------------------------------------------ stages
+
+
+def _record(cfg: DemoConfig, plan: dict, out: Path, state: dict, log: StageLog) -> dict:
+    from actlab.sim import RecordConfig, record_dataset
+
+    data = out / "data"
+    rec = RecordConfig(episodes=cfg.episodes, image_size=plan["image_size"], workers=cfg.workers)
+    settings = json.loads(json.dumps(dataclasses.asdict(rec)))
+    t0 = log.start("record", f"recording {cfg.episodes} scripted-expert demonstrations -> {data}")
+    if _stage_current(state, "record", settings, [data / "meta" / "info.json"]):
+        log.reuse("record", f"the dataset in {data}", state["record"])
+        return state["record"]["result"]
+    summary = record_dataset(data, rec, overwrite=True)
+    for downstream in (out / "run", out / "eval"):  # trained and evaluated on the old data
+        shutil.rmtree(downstream, ignore_errors=True)
+    result = {**dataclasses.asdict(summary), "success_rate": summary.success_rate}
+    result["failed_seeds"] = list(result["failed_seeds"])
+    log.done("record", t0, summary.line())
+    _finish_stage(out, state, "record", settings, result, log.seconds["record"])
+    return result
+
+
+def _train(plan: dict, out: Path, state: dict, log: StageLog) -> dict:
+    from actlab.training import train
+    from actlab.utils.config import to_dict
+
+    run = out / "run"
+    train_cfg = plan["train"]
+    settings = to_dict(train_cfg)
+    t0 = log.start("train", f"training preset {plan['preset']} on {plan['device']} -> {run}")
+    if _stage_current(state, "train", settings, [run / "checkpoints"]):
+        log.reuse("train", f"the finished run in {run}", state["train"])
+        return state["train"]["result"]
+    resume = _can_resume(run, train_cfg, log)
+    if not resume and run.exists():
+        shutil.rmtree(run)
+    summary = train(train_cfg, run, resume=resume)
+    if summary.stopped != "completed":
+        raise ActlabError(
+            f"training stopped early ({summary.stopped}) at step {summary.step}",
+            file=run,
+            fix="run actlab demo again with the same options to resume from the last checkpoint",
+        )
+    result = summary.as_dict()
+    log.done("train", t0, f"{summary.step} steps, {summary.samples_per_s:.0f} samples/s")
+    _finish_stage(out, state, "train", settings, result, log.seconds["train"])
+    return result
+
+
+def _can_resume(run: Path, train_cfg: Any, log: StageLog) -> bool:
+    """An interrupted run of a compatible config (the trainer's own rule) is continued, not restarted."""
+    from actlab.training import load_run_config
+    from actlab.training.checkpoint import CheckpointManager
+    from actlab.training.config import resume_diff
+
+    if not (run / "config.json").is_file():
+        return False
+    keep = train_cfg.checkpoint
+    last = CheckpointManager(run, keep.keep_last, keep.keep_best).last_step()
+    if last is None:
+        return False
+    diff = resume_diff(load_run_config(run), train_cfg)
+    if diff:
+        print(f"      the earlier run differs in {', '.join(diff)}: starting it over", file=log.stream)
+        return False
+    print(f"      resuming the interrupted run from step {last}", file=log.stream, flush=True)
+    return True
+
+
+def _evaluate(cfg: DemoConfig, out: Path, state: dict, log: StageLog) -> dict:
+    from actlab.evaluation import EnvSpec, EvalConfig, run_eval
+    from actlab.evaluation.sweep import best_checkpoint, resolve_paths
+
+    run, sweep_dir, best_dir = out / "run", out / "eval" / "sweep", out / "eval" / "best"
+    settings = {
+        "episodes": cfg.eval_episodes,
+        "seed": EVAL_SEED,
+        "videos": cfg.videos,
+        "workers": cfg.workers,
+    }
+    t0 = log.start(
+        "eval", f"evaluating every checkpoint on {cfg.eval_episodes} held-out episodes -> {sweep_dir}"
+    )
+    if _stage_current(state, "eval", settings, [sweep_dir / "results.json", best_dir / "results.json"]):
+        log.reuse("eval", f"the evaluation in {out / 'eval'}", state["eval"])
+        return state["eval"]["result"]
+    spec = EnvSpec("so101_pick_place")
+    sources = resolve_paths([run])
+    sweep_cfg = EvalConfig(episodes=cfg.eval_episodes, seed=EVAL_SEED, workers=cfg.workers)
+    with _episode_bar(len(sources) * cfg.eval_episodes, "sweep") as on_episode:
+        sweep = run_eval(sources, spec, sweep_cfg, sweep_dir, overwrite=True, on_episode=on_episode)
+    best = best_checkpoint(sweep.evals)
+    assert best is not None and best.path is not None  # resolve_paths refuses a run without checkpoints
+    print(
+        f"      best checkpoint: {best.name} ({100 * best.summary.success_rate:.0f}% success); "
+        f"recording its rollout videos and whiskers -> {best_dir}",
+        file=log.stream,
+        flush=True,
+    )
+    media_cfg = EvalConfig(episodes=max(cfg.videos, 1), seed=EVAL_SEED, workers=1, videos=cfg.videos)
+    media = run_eval([best.path], spec, media_cfg, best_dir, overwrite=True, whiskers={"episode": 0})
+    result = {"sweep": sweep.to_dict(), "best": best.name, "best_path": best.path, "media": media.to_dict()}
+    log.done("eval", t0, f"best {best.name}: {best.summary.successes}/{best.summary.episodes} successes")
+    _finish_stage(out, state, "eval", settings, result, log.seconds["eval"])
+    return result
+
+
+class _episode_bar:
+    """A tqdm bar over evaluation episodes, fed by ``run_eval``'s ``on_episode`` callback."""
+
+    def __init__(self, total: int, desc: str) -> None:
+        self.total, self.desc = total, desc
+
+    def __enter__(self):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=self.total, desc=self.desc, unit="ep", dynamic_ncols=True)
+        self.successes = 0
+
+        def on_episode(source, result) -> None:
+            self.successes += bool(result.success)
+            self.bar.update(1)
+            self.bar.set_postfix(success=f"{self.successes}/{self.bar.n}")
+
+        return on_episode
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()
+
+
+# ------------------------------------------------------------------------------------------ entry point
+
+
+def run_demo(cfg: DemoConfig) -> dict[str, Any]:
+    """Run (or resume) every stage and write the report; returns the summary written to summary.json."""
+    from actlab.viz.demo_report import write_report
+
+    wall0 = time.perf_counter()
+    out = Path(cfg.out)
+    plan = resolve(cfg)  # config errors surface before anything is written
+    if cfg.fresh and out.exists():
+        _check_is_demo_dir(out)
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    state = _load_state(out)
+    log = StageLog()
+    print(
+        f"actlab demo -> {out}  (device {plan['device']}, preset {plan['preset']}, "
+        f"{plan['image_size']} px cameras)",
+        file=log.stream,
+        flush=True,
+    )
+    record = _record(cfg, plan, out, state, log)
+    train = _train(plan, out, state, log)
+    evaluation = _evaluate(cfg, out, state, log)
+    t0 = log.start("report", f"writing {out / 'report.md'} and report.html")
+    summary = write_report(out, plan, record, train, evaluation, log.seconds, log.reused, wall0)
+    log.done(
+        "report", t0, f"success rate {100 * summary['success_rate']:.0f}% ({summary['best_checkpoint']})"
+    )
+    return summary
+
+
+def _check_is_demo_dir(out: Path) -> None:
+    # --fresh deletes a directory: only one that a demo made (or an empty one).
+    if any(out.iterdir()) and not (out / STATE_FILE).is_file():
+        raise ActlabError(
+            "refusing to delete a directory that actlab demo did not create",
+            file=out,
+            expected=f"a demo output directory (with {STATE_FILE})",
+            fix="choose another --out",
+        )

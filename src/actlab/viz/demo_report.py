@@ -1,0 +1,222 @@
+"""The report ``actlab demo`` writes: ``report.md``, ``report.html`` and ``summary.json``.
+
+Everything shown here was computed by the stages (recording summary, training metrics, evaluation
+results); this module only arranges it into tables, figures and links relative to the demo directory.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from actlab.utils.io import atomic_write_json
+from actlab.viz.report import Report
+
+_TIME_KEYS = (
+    ("data wait", "time_data_s"),
+    ("forward + backward", "time_fwd_bwd_s"),
+    ("optimizer", "time_optim_s"),
+)
+
+
+def step_time_breakdown(rows: list[dict[str, Any]], skip_first: int = 1) -> dict[str, float]:
+    """Mean per-step seconds of each phase over the logged windows (the first, warm-up window skipped)."""
+    rows = [r for r in rows if "time_step_s" in r][skip_first:] or [r for r in rows if "time_step_s" in r]
+    if not rows:
+        return {}
+    out = {key: sum(r[key] for r in rows) / len(rows) for _, key in _TIME_KEYS if key in rows[0]}
+    out["time_step_s"] = sum(r["time_step_s"] for r in rows) / len(rows)
+    out["samples_per_s"] = sum(r.get("samples_per_s", 0.0) for r in rows) / len(rows)
+    return out
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def duration(seconds: float) -> str:
+    """``42 s`` under two minutes, ``7.3 min`` above."""
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def write_report(
+    out: Path,
+    plan: dict[str, Any],
+    record: dict[str, Any],
+    train: dict[str, Any],
+    evaluation: dict[str, Any],
+    stage_seconds: dict[str, float],
+    reused: list[str],
+    wall0: float,
+) -> dict[str, Any]:
+    """Write the demo's report pages and summary.json into ``out``; returns the summary dict."""
+    from actlab.sim.view import render_strip
+    from actlab.training.metrics_log import read_metrics
+
+    rows = read_metrics(out / "run")
+    render_strip(out / "scene.png", seed=0, image_size=plan["image_size"], frames=8)
+    sweep, media = evaluation["sweep"], evaluation["media"]
+    best = next(c for c in sweep["checkpoints"] if c["name"] == evaluation["best"])
+    summary = {
+        "success_rate": best["summary"]["success_rate"],
+        "success_ci95": [best["summary"]["ci_low"], best["summary"]["ci_high"]],
+        "best_checkpoint": best["path"],
+        "best_step": best["step"],
+        "eval_episodes": best["summary"]["episodes"],
+        "eval_seeds": sweep["seeds"],
+        "outcomes": best["summary"]["outcomes"],
+        "checkpoints": [
+            {"name": c["name"], "step": c["step"], "success_rate": c["summary"]["success_rate"]}
+            for c in sweep["checkpoints"]
+        ],
+        "device": plan["device"],
+        "preset": plan["preset"],
+        "image_size": plan["image_size"],
+        "dataset": {k: record[k] for k in ("episodes", "frames", "successes", "attempts")},
+        "train": {k: train[k] for k in ("step", "final_loss", "best_val_loss", "samples_per_s", "wall_s")},
+        "step_time": step_time_breakdown(rows),
+        "stage_seconds": stage_seconds,  # as measured when each stage ran (earlier runs for reused ones)
+        "reused_stages": reused,
+    }
+    summary["wall_s"] = round(time.perf_counter() - wall0, 1)  # this invocation
+    # record + train + eval as measured when they ran: the demo's cost from scratch
+    summary["pipeline_s"] = round(sum(v for k, v in stage_seconds.items() if k != "report"), 1)
+    report = _build(plan, record, train, sweep, media, best, summary)
+    report.write(out)
+    atomic_write_json(out / "summary.json", summary)
+    return summary
+
+
+def _build(plan, record, train, sweep, media, best, summary) -> Report:
+    from actlab.evaluation.results import FAILURES
+
+    s = best["summary"]
+    r = Report("actlab demo: SO-101 pick-and-place")
+    r.paragraph(
+        f"The best checkpoint, {best['name']} (step {best['step']}), put the cube in the bowl in "
+        f"{s['successes']} of {s['episodes']} held-out episodes ({_pct(s['success_rate'])}, 95% interval "
+        f"{_pct(s['ci_low'])}-{_pct(s['ci_high'])}). Preset {plan['preset']} on {plan['device']}, "
+        f"{plan['image_size']} px cameras."
+    )
+    _time_table(r, summary)
+    _dataset_section(r, record, plan)
+    _training_section(r, train, summary["step_time"])
+    _eval_section(r, sweep, FAILURES)
+    _media_section(r, media)
+    r.heading("Reproduce")
+    r.code(
+        "actlab demo --out DIR            # this report (re-running reuses finished stages)\n"
+        "actlab data doctor DIR/data      # check the recorded dataset\n"
+        f"actlab eval DIR/run --episodes {s['episodes']} --seed {sweep['seed']} --out DIR/eval2"
+        "   # the sweep again"
+    )
+    return r
+
+
+def _time_table(r: Report, summary: dict) -> None:
+    rows = []
+    for stage in ("record", "train", "eval"):
+        seconds = summary["stage_seconds"].get(stage)
+        if seconds is not None:
+            when = "reused from an earlier run" if stage in summary["reused_stages"] else "this run"
+            rows.append([stage, duration(seconds), when])
+    rows.append(["this invocation, in all", duration(summary["wall_s"]), "wall clock"])
+    r.table(rows, ["stage", "time", "when"])
+
+
+def _dataset_section(r: Report, record: dict, plan: dict) -> None:
+    r.heading("Demonstrations")
+    r.table(
+        [
+            ["episodes recorded", record["episodes"]],
+            ["frames", record["frames"]],
+            ["scripted expert success", f"{record['successes']}/{record['attempts']}"],
+            ["cameras", f"top + wrist, {plan['image_size']}x{plan['image_size']} px, 30 fps"],
+            ["recording time", duration(record["seconds"])],
+        ],
+        ["dataset (data/)", "value"],
+    )
+    r.image(
+        "scene.png",
+        "One scripted demonstration as the policy sees it: top camera (upper row) and wrist camera (lower "
+        "row), time running left to right.",
+    )
+
+
+def _training_section(r: Report, train: dict, times: dict) -> None:
+    r.heading("Training")
+    r.table(
+        [
+            ["steps", train["step"]],
+            ["final training loss", f"{train['final_loss']:.4f}" if train["final_loss"] is not None else "-"],
+            ["best validation loss", f"{train['best_val_loss']:.4f}" if train["best_val_loss"] else "-"],
+            ["samples/s", f"{train['samples_per_s']:.0f}"],
+            ["training loop time", duration(train["wall_s"])],
+        ],
+        ["run (run/)", "value"],
+    )
+    r.image(
+        "run/training.png",
+        "Training curves: loss terms with the validation loss (top), learning rates (middle), and where "
+        "each step's time went, with samples/s (bottom).",
+    )
+    if times:
+        total = times["time_step_s"]
+        rows = [
+            [label, f"{1000 * times[key]:.1f} ms", f"{100 * times[key] / total:.1f}%"]
+            for label, key in _TIME_KEYS
+            if key in times
+        ]
+        rows.append(["whole step", f"{1000 * total:.1f} ms", f"{times['samples_per_s']:.0f} samples/s"])
+        r.paragraph("Where a training step's time went (mean over the logged windows after the first):")
+        r.table(rows, ["phase", "time per step", "share"])
+
+
+def _eval_section(r: Report, sweep: dict, failures: tuple[str, ...]) -> None:
+    r.heading("Evaluation: every checkpoint on the same held-out episodes")
+    r.paragraph(
+        f"{sweep['episodes']} episodes per checkpoint, seeds {sweep['seeds']}; the cube positions differ "
+        "from every recorded demonstration. Failures are classified as never_picked_up, "
+        "dropped_during_transport, missed_goal or timeout (docs/evaluation.md)."
+    )
+    headers = ["checkpoint", "step", "success", "95% CI", *failures, "pick rate", "drop rate"]
+    rows = []
+    for c in sweep["checkpoints"]:
+        s = c["summary"]
+        rows.append(
+            [
+                c["name"],
+                c["step"],
+                f"{s['successes']}/{s['episodes']} ({_pct(s['success_rate'])})",
+                f"{_pct(s['ci_low'])}-{_pct(s['ci_high'])}",
+                *[s["outcomes"][f] for f in failures],
+                _pct(s["pick_rate"]),
+                _pct(s["drop_rate"]),
+            ]
+        )
+    r.table(rows, headers)
+    if "plot" in sweep["files"]:
+        r.image(
+            f"eval/sweep/{sweep['files']['plot']}",
+            "Success rate per checkpoint with 95% intervals (top) and the failure classes of the other "
+            "episodes (bottom).",
+        )
+
+
+def _media_section(r: Report, media: dict) -> None:
+    files = media["files"]
+    if "whiskers_still" in files:
+        r.heading("Whiskers: predicted action chunks")
+        r.image(
+            f"eval/best/{files['whiskers_still']}",
+            "A frame of the whiskers video (top camera): the gripper paths of the latest predicted chunks "
+            "in green (older ones fading) and the path the gripper really took in magenta.",
+        )
+        r.links([("whiskers video (episode 0)", f"eval/best/{files['whiskers']}")])
+    videos = [
+        (e["index"], e["video"], e["outcome"]) for e in media["checkpoints"][0]["episodes"] if e["video"]
+    ]
+    if videos:
+        r.heading("Rollout videos of the best checkpoint")
+        r.links([(f"episode {i}: {outcome}", f"eval/best/{v}") for i, v, outcome in videos])

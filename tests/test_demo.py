@@ -1,0 +1,81 @@
+"""``actlab demo`` at toy scale: every stage for real (sim recording, training, sweep, media, report)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from actlab.cli import main
+
+pytest.importorskip("mujoco")
+
+TOY = ["--episodes", "4", "--eval-episodes", "2", "--videos", "1", "--device", "cpu", "--workers", "1"]
+TOY += ["--set", "checkpoint.every=10", "--set", "eval.every=10", "--set", "log.every=5"]
+
+
+def _demo(out, *extra: str) -> int:
+    return main(["demo", "--out", str(out), *TOY, *extra])
+
+
+def _summary(out) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert _demo(out, "--set", "steps=20") == 0
+    s = _summary(out)
+    assert 0.0 <= s["success_rate"] <= 1.0 and s["eval_episodes"] == 2
+    assert (out / "run" / "checkpoints" / s["best_checkpoint"].rsplit("/", 1)[-1]).is_dir()
+    assert [c["step"] for c in s["checkpoints"]] == [10, 20]
+    assert s["wall_s"] > 0 and s["reused_stages"] == [] and s["dataset"]["episodes"] == 4
+    assert set(s["step_time"]) >= {"time_data_s", "time_fwd_bwd_s", "time_optim_s", "samples_per_s"}
+
+    # Every picture and link of the report exists, and the pictures are real PNGs.
+    md = (out / "report.md").read_text()
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    links = re.findall(r"(?<!!)\[[^\]]*\]\(([^)]+\.mp4)\)", md)
+    assert {"scene.png", "run/training.png", "eval/sweep/success_vs_step.png"} <= set(images)
+    assert any("whiskers" in p for p in images) and any("videos" in p for p in links)
+    for rel in images:
+        assert (out / rel).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", rel
+    for rel in links:
+        assert (out / rel).stat().st_size > 1000, rel
+    html = (out / "report.html").read_text()
+    assert all(f'src="{rel}"' in html for rel in images)
+
+    # A second run reuses every stage.
+    capsys.readouterr()
+    assert _demo(out, "--set", "steps=20") == 0
+    assert _summary(out)["reused_stages"] == ["record", "train", "eval"]
+    assert "reusing the finished run" in capsys.readouterr().err
+
+    # Training longer keeps the recording, continues the run from its last checkpoint, re-evaluates.
+    assert _demo(out, "--set", "steps=30") == 0
+    s = _summary(out)
+    assert s["reused_stages"] == ["record"]
+    assert [c["step"] for c in s["checkpoints"]] == [10, 20, 30]
+    assert "resuming the interrupted run from step 20" in capsys.readouterr().err
+
+
+def test_killed_demo_resumes_training_where_it_stopped(tmp_path):
+    out = tmp_path / "demo"
+    cmd = [sys.executable, "-m", "actlab.cli", "demo", "--out", str(out), *TOY, "--set", "steps=20"]
+    killed = subprocess.run([*cmd, "--set", "kill_at_step=10"], capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr  # SIGKILL right after the step-10 checkpoint
+    assert not (out / "summary.json").exists()
+    resumed = subprocess.run(cmd, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming the interrupted run from step 10" in resumed.stderr
+    assert _summary(out)["reused_stages"] == ["record"]
+
+
+def test_fresh_refuses_to_delete_a_directory_the_demo_did_not_make(tmp_path, capsys):
+    (tmp_path / "precious.txt").write_text("keep me")
+    assert _demo(tmp_path, "--fresh") == 2
+    assert "did not create" in capsys.readouterr().err
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
