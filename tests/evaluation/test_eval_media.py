@@ -102,10 +102,19 @@ def test_whiskers_forecast_is_exact_when_the_first_action_is_executed(tmp_path):
     assert info["steps"] == 60 and info["predictions"] == 12
     frames = read_video(tmp_path / "w.mp4")
     assert len(frames) == 61 and frames[0].shape == (128, 128, 3)
-    # The lossless still for reports: the frame 35% into the episode, written beside the video.
+    # The lossless still for reports, written beside the video: one of the video's frames.
     from PIL import Image
 
     assert info["still"] == str(tmp_path / "w.png")
-    still = np.asarray(Image.open(tmp_path / "w.png"))
+    still = np.asarray(Image.open(tmp_path / "w.png")).astype(int)
     assert still.shape == (128, 128, 3)
-    assert np.abs(still.astype(int) - frames[int(0.35 * 61)].astype(int)).mean() < 8  # codec tolerance
+    assert min(np.abs(still - f.astype(int)).mean() for f in frames) < 8  # codec tolerance
+
+
+def test_telling_frame_is_the_one_with_the_longest_prediction():
+    from actlab.evaluation.whiskers import _telling_frame
+
+    short = np.zeros((4, 3))
+    long = np.array([[0, 0, 0], [0.1, 0, 0], [0.2, 0, 0], [0.3, 0, 0]])
+    # frames 0-1 show prediction 0 (short), frames 2-4 prediction 1 (long), frame 5 prediction 2 (short)
+    assert _telling_frame([0, 0, 1, 1, 1, 2], [short, long, short]) == 2

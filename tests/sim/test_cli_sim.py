@@ -33,3 +33,15 @@ def test_sim_record_prints_summary(tmp_path, capsys):
 def test_sim_expert_reports_success_rate(capsys):
     assert main(["sim", "expert", "--episodes", "2", "--seed", "5"]) == 0
     assert "expert success 2/2" in capsys.readouterr().out
+
+
+def test_view_upscale_repeats_the_rendered_pixels(tmp_path):
+    from PIL import Image
+
+    from actlab.sim.view import render_strip
+
+    render_strip(tmp_path / "a.png", image_size=16, frames=2)
+    render_strip(tmp_path / "b.png", image_size=16, frames=2, upscale=2)
+    a, b = (np.asarray(Image.open(tmp_path / n)) for n in ("a.png", "b.png"))
+    assert b.shape == (2 * a.shape[0], 2 * a.shape[1], 3)
+    assert np.array_equal(b[::2, ::2], a)

@@ -140,12 +140,13 @@ def whiskers_video(
     episode: int = 0,
     every: int = 1,
     style: WhiskerStyle | None = None,
-    still_at: float | None = 0.35,
+    still: bool = True,
 ) -> dict:
     """Roll out episode ``episode`` (seed ``cfg.seed + episode``) of ``source`` and write a whiskers mp4.
 
-    With ``still_at`` (a fraction of the episode), the frame at that point is also written losslessly as
-    a PNG beside the video (same name, ``.png``), for reports; the return dict names it as ``still``.
+    With ``still``, the frame whose current prediction travels furthest (the most telling one, usually
+    the carry toward the goal) is also written losslessly as a PNG beside the video (same name, ``.png``)
+    for reports; the return dict names it as ``still``.
 
     ``source``: a PolicySource (or anything ``as_source`` accepts). Returns a dict with the outcome, the
     number of steps and predictions, and the mean distance (m) between each prediction's first point and
@@ -155,32 +156,29 @@ def whiskers_video(
     from actlab.evaluation.harness import torch_threads
 
     with torch_threads(getattr(cfg, "threads_per_worker", None)):
-        info = _whiskers_video(source, spec, cfg, path, episode, every, style, still_at)
+        info = _whiskers_video(source, spec, cfg, path, episode, every, style, still)
     return info
 
 
-def _whiskers_video(source, spec, cfg, path, episode, every, style, still_at) -> dict:
+def _whiskers_video(source, spec, cfg, path, episode, every, style, still) -> dict:
     from actlab.evaluation.harness import as_source, source_inputs, spec_for_inputs
 
     if every < 1:
         raise ActlabError("every must be >= 1", field="--whiskers-every", found=every)
-    if still_at is not None and not 0.0 <= still_at <= 1.0:
-        raise ActlabError("still_at must be a fraction of the episode", field="still_at",
-                          expected="0 <= x <= 1", found=still_at)  # fmt: skip
     style = style or WhiskerStyle()
     source = as_source(source)
     inputs = source_inputs(source)
     env = make_eval_env(spec_for_inputs(spec, inputs))
     try:
         _check_env(env)
-        return _episode(source, spec, cfg, env, inputs, path, episode, every, style, still_at)
+        return _episode(source, spec, cfg, env, inputs, path, episode, every, style, still)
     finally:
         close = getattr(env, "close", None)
         if close is not None:
             close()
 
 
-def _episode(source, spec, cfg, env, inputs, path, episode, every, style, still_at) -> dict:
+def _episode(source, spec, cfg, env, inputs, path, episode, every, style, still) -> dict:
     import torch
 
     policy = _build_policy(source, env, cfg.device)
@@ -200,6 +198,7 @@ def _episode(source, spec, cfg, env, inputs, path, episode, every, style, still_
     preds_world: list[np.ndarray] = []
     actual = [env.grasp_position()]
     infos, raw_frames, errors = [], [], []
+    frame_preds: list[int] = []  # per frame: index of the newest prediction drawn on it
     for t in range(env_max_steps(env)):
         batch = adapter([obs])
         if t % every == 0:
@@ -207,6 +206,7 @@ def _episode(source, spec, cfg, env, inputs, path, episode, every, style, still_
                 chunk = _numpy(policy.predict_action_chunk(batch))[0]  # (H, A)
             preds_world.append(env.forecast_grasp_positions(chunk))  # (H, 3) world
         raw_frames.append(_frame(env, preds_world, actual, style))
+        frame_preds.append(len(preds_world) - 1)
         with torch.inference_mode():
             action = actions_to_numpy(policy.select_action(batch), 1)[0]
         obs, _, terminated, truncated, info = env.step(action)
@@ -217,6 +217,7 @@ def _episode(source, spec, cfg, env, inputs, path, episode, every, style, still_
         if terminated or truncated:
             break
     raw_frames.append(_frame(env, preds_world, actual, style))
+    frame_preds.append(len(preds_world) - 1)
     outcome = classify(PhaseRecord.from_infos(infos)).outcome
     text, color = outcome_text(outcome)
     header = f"{source.name}  ep {episode}  seed {seed}"
@@ -226,18 +227,24 @@ def _episode(source, spec, cfg, env, inputs, path, episode, every, style, still_
         for i, f in enumerate(raw_frames)
     ]
     write_video(path, frames, env_fps(env))
-    still = None
-    if still_at is not None:
-        still = Path(path).with_suffix(".png")
-        write_png(still, frames[min(int(still_at * len(frames)), len(frames) - 1)])
+    still_path = None
+    if still:
+        still_path = Path(path).with_suffix(".png")
+        write_png(still_path, frames[_telling_frame(frame_preds, preds_world)])
     return {
         "path": str(path),
-        "still": None if still is None else str(still),
+        "still": None if still_path is None else str(still_path),
         "outcome": outcome,
         "steps": len(infos),
         "predictions": len(preds_world),
         "first_step_error_m": float(np.mean(errors)) if errors else None,
     }
+
+
+def _telling_frame(frame_preds: list[int], preds_world: list[np.ndarray]) -> int:
+    """Index of the frame whose newest predicted path is longest (ties: the earliest such frame)."""
+    lengths = [float(np.linalg.norm(np.diff(p, axis=0), axis=1).sum()) for p in preds_world]  # (m,)
+    return int(np.argmax([lengths[i] for i in frame_preds]))
 
 
 def _frame(

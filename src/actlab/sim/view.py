@@ -29,9 +29,10 @@ def render_strip(
     image_size: int = 128,
     frames: int = 8,
     cameras: tuple[str, ...] = ("top", "wrist"),
+    upscale: int = 1,
 ) -> dict:
     """Run the scripted expert on ``env.reset(seed=seed)`` and write ``frames`` evenly spaced frames of
-    each camera to the PNG ``out``. Returns ``{"path", "steps", "success", "frame_steps"}``."""
+    each camera to the PNG ``out``, each pixel drawn ``upscale`` x ``upscale`` times. Returns ``{"path", "steps", "success", "frame_steps"}``."""
     from actlab.sim import ExpertPolicy, make_env
     from actlab.sim.record import run_expert_episode
 
@@ -40,6 +41,8 @@ def render_strip(
         raise ActlabError(
             "the strip is written as PNG", field="--out", expected="a path ending in .png", found=str(out)
         )
+    if not 1 <= upscale <= 8:
+        raise ActlabError("upscale out of range", field="upscale", expected="1 to 8", found=upscale)
     if not 1 <= frames <= 32:
         raise ActlabError("frames out of range", field="--frames", expected="1 to 32", found=frames)
     env = make_env(task, image_size=image_size, cameras=tuple(cameras), terminate_on_success=False)
@@ -52,5 +55,7 @@ def render_strip(
     grid = compose_grid(
         [[episode["frames"][f"observation.images.{cam}"][i] for i in picks] for cam in cameras]
     )
+    if upscale > 1:  # nearest neighbour: the rendered pixels themselves, just larger
+        grid = np.repeat(np.repeat(grid, upscale, axis=0), upscale, axis=1)
     write_png(out, grid)
     return {"path": str(out), "steps": length, "success": episode["success"], "frame_steps": picks.tolist()}

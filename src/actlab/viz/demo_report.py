@@ -55,7 +55,7 @@ def write_report(
     from actlab.training.metrics_log import read_metrics
 
     rows = read_metrics(out / "run")
-    render_strip(out / "scene.png", seed=0, image_size=plan["image_size"], frames=8)
+    render_strip(out / "scene.png", seed=0, image_size=plan["image_size"], frames=8, upscale=2)
     sweep, media = evaluation["sweep"], evaluation["media"]
     best = next(c for c in sweep["checkpoints"] if c["name"] == evaluation["best"])
     summary = {
@@ -139,8 +139,8 @@ def _dataset_section(r: Report, record: dict, plan: dict) -> None:
     )
     r.image(
         "scene.png",
-        "One scripted demonstration as the policy sees it: top camera (upper row) and wrist camera (lower "
-        "row), time running left to right.",
+        "One scripted demonstration as the policy sees it (its own pixels, drawn 2x): top camera (upper "
+        "row) and wrist camera (lower row), time running left to right.",
     )
 
 
