@@ -32,7 +32,9 @@ def render_strip(
     upscale: int = 1,
 ) -> dict:
     """Run the scripted expert on ``env.reset(seed=seed)`` and write ``frames`` evenly spaced frames of
-    each camera to the PNG ``out``, each pixel drawn ``upscale`` x ``upscale`` times. Returns ``{"path", "steps", "success", "frame_steps"}``."""
+    each camera to the PNG ``out``, each pixel drawn ``upscale`` x ``upscale`` times.
+
+    Returns ``{"path", "steps", "success", "frame_steps"}``."""
     from actlab.sim import ExpertPolicy, make_env
     from actlab.sim.record import run_expert_episode
 
