@@ -180,7 +180,9 @@ def _eval_section(r: Report, sweep: dict, failures: tuple[str, ...]) -> None:
         "from every recorded demonstration. Failures are classified as never_picked_up, "
         "dropped_during_transport, missed_goal or timeout (docs/evaluation.md)."
     )
-    headers = ["checkpoint", "step", "success", "95% CI", *failures, "pick rate", "drop rate"]
+    # Spaces instead of underscores so the long class names wrap in narrow columns.
+    headers = ["checkpoint", "step", "success", "95% CI", *(f.replace("_", " ") for f in failures)]
+    headers += ["pick rate", "drop rate"]
     rows = []
     for c in sweep["checkpoints"]:
         s = c["summary"]

@@ -83,7 +83,8 @@ class Report:
                 rows = "".join(
                     "<tr>" + "".join(f"<td>{e(fmt(c))}</td>" for c in r) + "</tr>" for r in d["rows"]
                 )
-                body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+                table = f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+                body.append(f'<div class="table">{table}</div>')
             elif b.kind == "image":
                 body.append(
                     f'<figure><img src="{e(d["path"])}" alt="{e(d["caption"])}">'
@@ -110,7 +111,8 @@ _HTML_TEMPLATE = """<!doctype html>
 <style>
 body {{ font-family: system-ui, sans-serif; max-width: 1000px; margin: 2em auto; padding: 0 1em;
        color: #222; line-height: 1.45; }}
-table {{ border-collapse: collapse; margin: 1em 0; font-size: 0.92em; }}
+div.table {{ overflow-x: auto; margin: 1em 0; }}
+table {{ border-collapse: collapse; font-size: 0.92em; }}
 th, td {{ border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; }}
 th {{ background: #f3f3f3; }}
 figure {{ margin: 1.2em 0; }}
