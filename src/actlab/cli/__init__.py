@@ -62,6 +62,13 @@ def group(sub, name: str, help: str) -> argparse._SubParsersAction:
     return p.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND")
 
 
+def subcommand(g: argparse._SubParsersAction, name: str, help: str, epilog: str) -> argparse.ArgumentParser:
+    """A subcommand of a group whose ``--help`` ends with the group's examples (kept as written)."""
+    return g.add_parser(
+        name, help=help, description=help, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+
+
 def add_json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
 

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from actlab.cli import add_json_flag, group
+from actlab.cli import add_json_flag, group, subcommand
 
 ORDER = 10
 
@@ -33,13 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _parser(g, name: str, help: str) -> argparse.ArgumentParser:
-    return g.add_parser(
-        name,
-        help=help,
-        description=help,
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    return subcommand(g, name, help, _EPILOG)
 
 
 def _print_json(obj) -> None:

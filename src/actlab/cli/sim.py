@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from actlab.cli import add_json_flag, group
+from actlab.cli import add_json_flag, group, subcommand
 
 ORDER = 15
 
@@ -32,13 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _parser(g, name: str, help: str) -> argparse.ArgumentParser:
-    return g.add_parser(
-        name,
-        help=help,
-        description=help,
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    return subcommand(g, name, help, _EPILOG)
 
 
 def _task(p: argparse.ArgumentParser) -> None:

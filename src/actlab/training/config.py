@@ -344,17 +344,8 @@ def _switch_policy_type(old: Any, items: list[str]) -> Any:
     for key, raw in values.items():
         if key not in names:
             raise cfgutil.unknown_name_error("config key", f"policy.{key}", [f"policy.{n}" for n in names])
-        data[key] = _parse(raw, hints[key])  # coerced and validated with the rest by from_dict
+        data[key] = cfgutil.parse_scalar(raw, hints[key])  # coerced and validated with the rest by from_dict
     return cfgutil.from_dict(cls, data, where="policy")
-
-
-def _parse(raw: str, tp: Any) -> Any:
-    if tp is str:
-        return raw
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        return raw
 
 
 def config_hash(cfg: TrainConfig) -> str:

@@ -209,7 +209,7 @@ def _apply_tree(cfg: Any, tree: dict[str, Any], prefix: str) -> Any:
         raw, key = sub
         tp = hints[name]
         try:
-            changes[name] = _coerce(_parse_scalar(raw, tp), tp, key)
+            changes[name] = _coerce(parse_scalar(raw, tp), tp, key)
         except (ValueError, json.JSONDecodeError) as e:
             raise ActlabError(
                 "cannot read override value", field=key, expected=str(tp), found=raw, fix=str(e)
@@ -221,7 +221,8 @@ def _apply_tree(cfg: Any, tree: dict[str, Any], prefix: str) -> Any:
         raise ActlabError(f"invalid value for {keys}: {e}", field=keys) from e
 
 
-def _parse_scalar(raw: str, tp: Any) -> Any:
+def parse_scalar(raw: str, tp: Any) -> Any:
+    """A command-line value for a field of type ``tp``: strings stay strings, the rest is read as JSON."""
     # Strings stay strings for str fields; everything else may be written as JSON (numbers, lists, null).
     if tp is str:
         return raw
