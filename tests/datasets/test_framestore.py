@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -65,3 +67,64 @@ def test_failed_build_leaves_nothing(tiny_dataset, tmp_path):
 def test_unknown_camera_is_refused(tiny_dataset, tmp_path):
     with pytest.raises(ActlabError, match="not a camera"):
         FrameStore.build(open_dataset(tiny_dataset), keys=["observation.state"], cache_dir=tmp_path)
+
+
+_RACE_SCRIPT = """
+import json, os, sys, time
+from pathlib import Path
+from actlab.datasets import FrameStore, open_dataset
+
+root, cache, me, other = sys.argv[1:5]
+fill = FrameStore._fill
+
+def slow_fill(*args, **kwargs):
+    # Both builders decode at the same time when nothing serializes them: announce, then wait a little
+    # for the other one to start decoding too (it never does when the builds are serialized).
+    Path(me).touch()
+    deadline = time.monotonic() + 2.0
+    while not Path(other).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return fill(*args, **kwargs)
+
+FrameStore._fill = staticmethod(slow_fill)
+store = FrameStore.build(open_dataset(root), cache_dir=cache)
+inode = os.stat(store.root / "store.json").st_ino
+time.sleep(0.5)  # still using the store when the other process finishes
+arr = store.frames["observation.images.top"]
+print(json.dumps({"root": str(store.root), "inode": inode,
+                  "sum": int(arr[:].sum()), "exists": store.root.is_dir()}))
+"""
+
+
+def test_concurrent_builders_never_delete_a_finished_store(tiny_dataset, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cache"
+    flags = [str(tmp_path / "a.started"), str(tmp_path / "b.started")]
+    cmds = [
+        [sys.executable, "-c", _RACE_SCRIPT, str(tiny_dataset), str(cache), flags[i], flags[1 - i]]
+        for i in range(2)
+    ]
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    res = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    assert res[0]["root"] == res[1]["root"] and res[0]["exists"] and res[1]["exists"]
+    # One decode; the second process waited and opened the first one's store (same files, not replaced).
+    assert res[0]["inode"] == res[1]["inode"] == os.stat(Path(res[0]["root"]) / "store.json").st_ino
+    assert sum(err.count("FrameStore: decoding") for _, err in outs) == 1
+    assert res[0]["sum"] == res[1]["sum"]
+    assert [p.name for p in cache.iterdir()] == [Path(res[0]["root"]).name]  # no temp or lock files
+
+
+def test_rebuild_replaces_the_store_in_place(tiny_dataset, tmp_path):
+    ds = open_dataset(tiny_dataset)
+    first = FrameStore.build(ds, cache_dir=tmp_path, progress=False)
+    before = os.stat(first.root / "store.json").st_ino
+    again = FrameStore.build(ds, cache_dir=tmp_path, progress=False, rebuild=True)
+    assert again.root == first.root and os.stat(again.root / "store.json").st_ino != before
+    key = "observation.images.top"
+    assert np.array_equal(first.frames[key], again.frames[key])  # the old mapping still reads
+    assert [p.name for p in tmp_path.iterdir()] == [first.root.name]  # nothing moved aside is left

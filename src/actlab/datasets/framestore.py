@@ -4,7 +4,9 @@ Training then gathers frames by index (from the memory-mapped file, or from a co
 decoding video in worker processes on every step. A store lives at
 ``<cache>/frames/<fingerprint>-<options>/`` where ``<cache>`` is ``$ACTLAB_CACHE`` or ``~/.cache/actlab``;
 the fingerprint changes whenever a source file changes, so an edited dataset gets a fresh store (and the
-stale one of the same dataset is deleted). Stores are built in a temp dir and renamed into place.
+stale one of the same dataset is deleted). Stores are built in a temp dir and renamed into place, one
+builder at a time (a lock file beside the store): a second process building the same store waits and then
+opens the finished one, so a finished store is never deleted by a concurrent builder.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +45,45 @@ def human_bytes(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     return f"{n:.1f} TiB"  # pragma: no cover
+
+
+@contextlib.contextmanager
+def _build_lock(path: Path, progress: bool) -> Iterator[None]:
+    """Exclusive lock on ``.<store name>.lock`` beside the store, deleted again by its holder.
+
+    The holder unlinks the file before releasing it, so a waiter that then gets the lock on the unlinked
+    file sees that the path no longer names its file and tries again (no two holders at once). The lock
+    is released when the process dies.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover (not POSIX): no cross-process lock
+        yield
+        return
+    lock = path.parent / f".{path.name}.lock"
+    waited = False
+    while True:
+        f = open(lock, "a")  # noqa: SIM115 (closed below, after the unlink)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if progress and not waited:
+                print(f"FrameStore: waiting for another process building {path}", file=sys.stderr)
+            waited = True
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            same = os.fstat(f.fileno()).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        f.close()  # the previous holder removed that file: lock the current one
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)
+        f.close()
 
 
 def _frame_shape(ds: LeRobotV3Dataset, key: str, image_size: int | None) -> tuple[int, int, int]:
@@ -134,11 +175,33 @@ class FrameStore:
         if image_size is not None and image_size < 2:
             raise ActlabError("image_size must be >= 2", field="image_size", found=image_size)
         path = cls.path_for(ds, image_size, keys, cache_dir)
-        if path.is_dir() and not rebuild:
-            with contextlib.suppress(ActlabError, OSError, ValueError, KeyError):
-                return cls.open(path)
-        need = cls.estimate_bytes(ds, image_size, keys)
+        if not rebuild and (store := cls._try_open(path)) is not None:
+            return store
         path.parent.mkdir(parents=True, exist_ok=True)
+        # One builder at a time per store: a second process waits here, then opens the finished store
+        # instead of decoding again (and never deletes a store another process has just finished).
+        with _build_lock(path, progress):
+            if not rebuild and (store := cls._try_open(path)) is not None:
+                return store
+            meta = cls._build_locked(ds, path, keys, image_size, progress)
+        cls._remove_stale(path, meta)
+        return cls.open(path)
+
+    @classmethod
+    def _try_open(cls, path: Path) -> FrameStore | None:
+        """The finished store at ``path``, or None when there is none or it is damaged."""
+        if not path.is_dir():
+            return None
+        with contextlib.suppress(ActlabError, OSError, ValueError, KeyError):
+            return cls.open(path)
+        return None
+
+    @classmethod
+    def _build_locked(
+        cls, ds: LeRobotV3Dataset, path: Path, keys: list[str], image_size: int | None, progress: bool
+    ) -> dict:
+        """Decode into a temp dir beside ``path`` and move it into place; the caller holds the lock."""
+        need = cls.estimate_bytes(ds, image_size, keys)
         free = shutil.disk_usage(path.parent).free
         if need > free:
             raise ActlabError(
@@ -160,19 +223,17 @@ class FrameStore:
             from actlab.utils.io import atomic_write_json
 
             atomic_write_json(tmp / _META, meta)
-            if path.exists():
-                shutil.rmtree(path)  # rebuild, or a damaged store
-            try:
-                os.replace(tmp, path)
-            except OSError:
-                if not path.is_dir():  # another process won the race: use its store
-                    raise
-                shutil.rmtree(tmp, ignore_errors=True)
+            old = None
+            if path.exists():  # rebuild, or a damaged store: move it aside first, delete it after
+                old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+                os.replace(path, old / "store")
+            os.replace(tmp, path)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        cls._remove_stale(path, meta)
-        return cls.open(path)
+        return meta
 
     @staticmethod
     def _fill(
