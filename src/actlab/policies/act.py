@@ -156,7 +156,7 @@ class ACTPolicy(nn.Module):
         out = {}
         for key in self.camera_keys:
             if self.config.image_norm == "dataset":
-                out[key] = mean_std(stats, key, (3, 1, 1), self.config.image_std_floor)
+                out[key] = mean_std(stats, key, (3, 1, 1), self.config.image_std_floor, mode="floor")
             else:
                 out[key] = (
                     torch.tensor(IMAGENET_MEAN).view(3, 1, 1),

@@ -94,7 +94,8 @@ class ACTConfig:
     kl_weight: float = 10.0
 
     # --- normalization ---
-    # lower bound applied to state/action std from the stats (a warning names floored dimensions)
+    # state/action/relative/delta dims whose std is at or below this never moved in the data: they are
+    # centred, not scaled (std 1), so a deviation at deployment cannot blow up (a warning names them)
     std_floor: float = 1e-3
 
     def __post_init__(self) -> None:

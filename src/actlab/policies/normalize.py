@@ -2,8 +2,12 @@
 
 ``Normalizer`` holds one ``(mean, std)`` pair per feature key as buffers named
 ``normalizer.entries.<key with dots as underscores>.mean`` / ``.std``, so a checkpoint can never lose its
-statistics. Stds are floored when built from dataset stats (a near-constant joint would otherwise turn
-numerical noise into huge inputs), with a warning that names the floored dimensions.
+statistics. Degenerate stds are made safe when built from dataset stats, with a warning that names the
+dimensions: a near-constant joint would otherwise turn a small deviation at deployment into a huge input.
+Joint-like features (state, actions, deltas: units unknown) use ``mode="unit"``: a dimension whose std is
+at or below the floor is treated as constant, centred and not scaled (std 1, as diffusion_policy's
+normalizer does), because raising it to a tiny floor such as 1e-3 would still amplify a 0.5-unit
+deviation 500x. Images (``[0, 1]`` units, known) use ``mode="floor"``: ``max(std, floor)``.
 """
 
 from __future__ import annotations
@@ -100,16 +104,24 @@ def stat_array(stats: Mapping[str, Any], key: str, field: str, shape: tuple[int,
     return arr
 
 
-def floored(key: str, std: np.ndarray, floor: float) -> np.ndarray:
-    """``max(std, floor)`` elementwise, warning once with the indices that were raised."""
-    low = std < floor
+def floored(key: str, std: np.ndarray, floor: float, mode: str = "floor") -> np.ndarray:
+    """A std safe to divide by, warning once with the positions that were changed.
+
+    ``mode="floor"``: ``max(std, floor)``. ``mode="unit"``: positions with ``std <= floor`` (a dimension
+    that never moved; compute_stats may already have raised it to exactly its own floor) become 1.
+    """
+    tol = floor * (1 + 1e-6)  # stats pass through JSON and float32: "exactly the floor" within rounding
+    low = std <= tol if mode == "unit" else std < floor
     if np.any(low):
         idx = np.argwhere(low).tolist()
+        what = "treated as constant: centred, not scaled (std 1)" if mode == "unit" else f"using {floor:g}"
         warnings.warn(
-            f"normalization std of {key!r} is below {floor:g} at {len(idx)} position(s) "
-            f"(first {idx[:6]}, smallest {float(std.min()):.3g}); using {floor:g} there instead",
+            f"normalization std of {key!r} is at or below {floor:g} at {len(idx)} position(s) "
+            f"(first {idx[:6]}, smallest {float(std.min()):.3g}); there {what}",
             stacklevel=3,
         )
+    if mode == "unit":
+        return np.where(low, 1.0, std)
     return np.maximum(std, floor)
 
 
@@ -120,8 +132,9 @@ def mean_std(
     floor: float,
     mean_field: str = "mean",
     std_field: str = "std",
+    mode: str = "unit",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validated, floored (mean, std) tensors for one stats entry."""
+    """Validated (mean, std) tensors for one stats entry, degenerate stds made safe (see :func:`floored`)."""
     mean = stat_array(stats, key, mean_field, shape)
-    std = floored(key, stat_array(stats, key, std_field, shape), floor)
+    std = floored(key, stat_array(stats, key, std_field, shape), floor, mode)
     return torch.from_numpy(mean).float(), torch.from_numpy(std).float()
