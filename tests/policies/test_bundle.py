@@ -139,3 +139,49 @@ def test_corrupt_weights(bundle):
 
 def test_bundle_holds_no_pickle(bundle):
     assert all(p.suffix in (".json", ".safetensors") for p in bundle.iterdir())
+
+
+def _edit_json(path, fn):
+    path.write_text(json.dumps(fn(json.loads(path.read_text()))))
+
+
+@pytest.mark.parametrize(
+    "name, edit, match",
+    [
+        ("features.json", lambda f: "x", "feature spec"),
+        ("features.json", lambda f: {**f, "observation.state": {"shape": "abc"}}, "observation.state"),
+        (
+            "features.json",
+            lambda f: {**f, "observation.images.top": {"dtype": "video", "shape": [32, 32, 4]}},
+            "3 channels",
+        ),
+        ("stats.json", lambda s: [], "normalization stats"),
+        ("stats.json", lambda s: {**s, "action": [1, 2]}, "action"),
+        ("stats.json", lambda s: {**s, "action": {"mean": "x", "std": [1] * 6}}, "action.mean"),
+        ("actlab.json", lambda m: {**m, "format_version": "abc"}, "format_version"),
+    ],
+)
+def test_edited_json_files_are_clear_errors_naming_the_file(bundle, name, edit, match):
+    _edit_json(bundle / name, edit)
+    with pytest.raises(ActlabError, match=match) as e:
+        load_policy(bundle)
+    assert e.value.file.endswith(name)
+
+
+def test_non_finite_or_non_float_weights_are_rejected(bundle):
+    from safetensors.torch import load_file, save_file
+
+    file = bundle / "model.safetensors"
+    good = load_file(str(file))
+    bad = dict(good, **{"action_head.weight": torch.full_like(good["action_head.weight"], float("nan"))})
+    save_file(bad, str(file))
+    with pytest.raises(ActlabError, match="NaN or inf") as e:
+        load_policy(bundle)
+    assert e.value.field == "action_head.weight" and e.value.file.endswith("model.safetensors")
+    bad = dict(good, **{"action_head.weight": good["action_head.weight"].to(torch.int32)})
+    save_file(bad, str(file))
+    with pytest.raises(ActlabError, match="dtype") as e:
+        load_policy(bundle)
+    assert e.value.field == "action_head.weight"
+    save_file({k: v.to(torch.bfloat16) for k, v in good.items()}, str(file))  # a bf16 save still loads
+    assert load_policy(bundle).action_head.weight.dtype == torch.float32

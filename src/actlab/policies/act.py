@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import numbers
 from typing import Any
 
 import torch
@@ -47,9 +48,13 @@ def _feature_shape(features: dict[str, Any], key: str) -> tuple[int, ...]:
             fix="ACT needs observation.state and action features (LeRobot names)",
         )
     shape = features[key].get("shape") if isinstance(features[key], dict) else None
-    if not shape:
+    ints = isinstance(shape, (list, tuple)) and all(isinstance(s, numbers.Integral) for s in shape)
+    if not shape or not ints:
         raise ActlabError(
-            f"feature {key!r} has no shape", field=f"{key}.shape", expected="a list of ints", found=shape
+            f"feature {key!r} has no valid shape",
+            field=f"{key}.shape",
+            expected="a list of ints",
+            found=shape,
         )
     return tuple(int(s) for s in shape)
 

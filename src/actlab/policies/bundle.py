@@ -116,6 +116,34 @@ def _read_tensors(file: Path) -> dict[str, torch.Tensor]:
         ) from e
 
 
+def _read_mapping(file: Path, what: str, expected: str) -> dict[str, Any]:
+    """A JSON object whose values are objects (features.json, stats.json), or an ActlabError."""
+    data = read_json(file, what)
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        bad = {k: v for k, v in data.items() if not isinstance(v, dict)} if isinstance(data, dict) else data
+        raise ActlabError(
+            f"{file.name} ({what}) is not a mapping of objects",
+            file=file,
+            expected=expected,
+            found=str(bad)[:120],
+            fix="the bundle was edited by hand or is damaged; use another checkpoint or re-save it",
+        )
+    return data
+
+
+def _format_version(meta: dict[str, Any], file: Path) -> int:
+    try:
+        return int(meta.get("format_version", 0))
+    except (TypeError, ValueError) as e:
+        raise ActlabError(
+            "the bundle format version is not an integer",
+            file=file,
+            field="format_version",
+            expected=f"an integer <= {FORMAT_VERSION}",
+            found=meta.get("format_version"),
+        ) from e
+
+
 def _check_tensors(policy: Any, tensors: dict[str, torch.Tensor], file: Path) -> None:
     expected = policy.state_dict()
     missing = [k for k in expected if k not in tensors]
@@ -138,6 +166,26 @@ def _check_tensors(policy: Any, tensors: dict[str, torch.Tensor], file: Path) ->
                 expected=tuple(ref.shape),
                 found=tuple(tensors[name].shape),
                 fix="config.json, features.json and model.safetensors come from different policies",
+            )
+        t = tensors[name]
+        if ref.is_floating_point() and not t.is_floating_point():
+            raise ActlabError(
+                f"tensor {name!r} has the wrong dtype",
+                file=file,
+                field=name,
+                expected="a floating-point tensor",
+                found=str(t.dtype),
+                fix="the weights file is damaged or not written by save_policy; use another checkpoint",
+            )
+        # One pass over the weights at load: a diverged checkpoint would otherwise act with NaN actions.
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise ActlabError(
+                f"tensor {name!r} holds NaN or inf",
+                file=file,
+                field=name,
+                expected="finite values",
+                found=f"{int((~torch.isfinite(t)).sum())} of {t.numel()} values not finite",
+                fix="training diverged before this checkpoint was written; use an earlier checkpoint",
             )
 
 
@@ -164,7 +212,7 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu") -> Any:
             expected=FORMAT,
             found=meta.get("format") if isinstance(meta, dict) else meta,
         )
-    if int(meta.get("format_version", 0)) > FORMAT_VERSION:
+    if _format_version(meta, path / "actlab.json") > FORMAT_VERSION:
         raise ActlabError(
             "the bundle was written by a newer actlab",
             file=path / "actlab.json",
@@ -174,15 +222,18 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu") -> Any:
             fix="upgrade actlab",
         )
     cfg = _read_config(path)
-    features = read_json(path / "features.json", "feature spec")
-    stats = read_json(path / "stats.json", "normalization stats")
+    features = _read_mapping(
+        path / "features.json", "feature spec", '{"observation.state": {"shape": [...], ...}, ...}'
+    )
+    stats = _read_mapping(path / "stats.json", "normalization stats", '{"observation.state": {"mean": ...}}')
     with warnings.catch_warnings():
         # Std floors were reported when the policy was first built; the weights carry the floored values.
         warnings.simplefilter("ignore")
         try:
             policy = make_policy(cfg, features, stats, pretrained=False)
         except ActlabError as e:
-            raise _in_file(e, path) from e
+            culprit = "stats.json" if e.problem.startswith("normalization stats") else "features.json"
+            raise _in_file(e, path / culprit) from e
     tensors = _read_tensors(path / "model.safetensors")
     _check_tensors(policy, tensors, path / "model.safetensors")
     policy.load_state_dict(tensors, strict=True)

@@ -74,6 +74,14 @@ def stat_array(stats: Mapping[str, Any], key: str, field: str, shape: tuple[int,
             fix=STATS_FIX,
         )
     entry = stats[key]
+    if not isinstance(entry, Mapping):
+        raise ActlabError(
+            f"normalization stats for {key!r} are not a mapping of fields",
+            field=key,
+            expected='{"mean": [...], "std": [...], ...}',
+            found=str(entry)[:120],
+            fix=STATS_FIX,
+        )
     if field not in entry:
         raise ActlabError(
             f"normalization stats for {key!r} have no {field!r}",
@@ -82,7 +90,16 @@ def stat_array(stats: Mapping[str, Any], key: str, field: str, shape: tuple[int,
             found="fields " + ", ".join(sorted(entry)),
             fix=STATS_FIX,
         )
-    arr = np.asarray(entry[field], dtype=np.float64)
+    try:
+        arr = np.asarray(entry[field], dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ActlabError(
+            f"normalization stats for {key!r} are not numbers",
+            field=f"{key}.{field}",
+            expected=f"numbers of shape {shape}",
+            found=str(entry[field])[:120],
+            fix=STATS_FIX,
+        ) from e
     if arr.size == int(np.prod(shape)) and arr.shape != shape:
         arr = arr.reshape(shape)  # e.g. image stats given as (3,) instead of (3, 1, 1)
     if arr.shape != shape:
