@@ -132,7 +132,80 @@ def test_never_crashes_on_garbage(tmp_path, capsys):
     assert main(["data", "doctor", str(tmp_path / "nope")]) == 1
     bad = tmp_path / "bad"
     (bad / "meta/episodes/chunk-000").mkdir(parents=True)
-    (bad / "meta/info.json").write_text(json.dumps({"codebase_version": "v3.0", "fps": 30, "features": {}}))
+    feats = {"action": {"dtype": "float32", "shape": [2], "names": None}}
+    (bad / "meta/info.json").write_text(
+        json.dumps({"codebase_version": "v3.0", "fps": 30, "features": feats})
+    )
     (bad / "meta/episodes/chunk-000/file-000.parquet").write_bytes(b"garbage")
     problems = diagnose(bad)
     assert problems and problems[0].check == "episodes"
+
+
+EPISODES = "meta/episodes/chunk-000/file-000.parquet"
+
+
+def _edit_info(**changes):
+    def edit(root):
+        path = root / "meta/info.json"
+        info = json.loads(path.read_text())
+        for dotted, value in changes.items():
+            *parents, last = dotted.split("/")
+            node = info
+            for p in parents:
+                node = node[p]
+            if value is _DELETE:
+                node.pop(last)
+            else:
+                node[last] = value
+        path.write_text(json.dumps(info))
+
+    return edit
+
+
+_DELETE = object()
+
+
+def _truncate(rel):
+    def edit(root):
+        data = (root / rel).read_bytes()
+        (root / rel).write_bytes(data[: len(data) // 2])
+
+    return edit
+
+
+def _retype_episode_length(root):
+    table = pq.read_table(root / EPISODES)
+    i = table.column_names.index("length")
+    pq.write_table(table.set_column(i, "length", pa.array([str(v) for v in table.column(i).to_pylist()])),
+                   root / EPISODES)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("edit", "file", "field"),
+    [
+        (_edit_info(fps="30"), "meta/info.json", "fps"),
+        (_edit_info(fps=30.5), "meta/info.json", "fps"),
+        (_edit_info(features=[1, 2]), "meta/info.json", "features"),
+        (_edit_info(**{"features/action/shape": "6"}), "meta/info.json", "features.action.shape"),
+        (_edit_info(**{"features/action/dtype": _DELETE}), "meta/info.json", "features.action.dtype"),
+        (_edit_info(data_path="data/{oops}.parquet"), "meta/info.json", "data_path"),
+        (_truncate(DATA), DATA, "(file)"),
+        (_truncate(EPISODES), EPISODES, "(file)"),
+        (_truncate(VIDEO), VIDEO, "(file)"),
+        (lambda root: (root / "meta/tasks.parquet").write_bytes(b"garbage"), "meta/tasks.parquet", "(file)"),
+        (lambda root: (root / "meta/stats.json").write_text("{bad"), "meta/stats.json", "(file)"),
+        (_retype_episode_length, EPISODES, "length"),
+    ],
+)
+def test_broken_inputs_are_located_precisely(copy, edit, file, field, capsys):
+    edit(copy)
+    problems = [p for p in diagnose(copy) if p.severity == "error"]
+    assert problems
+    for p in problems:  # every record is complete and none is the catch-all "check could not run"
+        assert all(
+            getattr(p, f) not in ("", "-", "None") for f in ("file", "field", "expected", "found", "fix")
+        )
+        assert "could not run" not in p.problem
+    assert any(p.file == str((copy / file).resolve()) and p.field == field for p in problems), problems
+    assert main(["data", "doctor", str(copy)]) == 1
+    assert "Traceback" not in capsys.readouterr().out

@@ -233,3 +233,58 @@ def test_real_lerobot_loads_an_actlab_dataset(written):
     assert res["shapes"]["observation.images.wrist"] == [3, 24, 40]
     assert res["last_action_is_pad"] == [False, True, True, True, True]
     assert np.allclose(res["last_action"][0], eps[2]["action"][-1])
+
+
+def _copy_with(tiny_dataset, tmp_path, info_change=None, episodes_change=None):
+    import shutil
+
+    import pyarrow as pa
+
+    root = shutil.copytree(tiny_dataset, tmp_path / "copy")
+    if info_change:
+        info = json.loads((root / "meta/info.json").read_text())
+        info_change(info)
+        (root / "meta/info.json").write_text(json.dumps(info))
+    if episodes_change:
+        path = root / "meta/episodes/chunk-000/file-000.parquet"
+        table = pq.read_table(path)
+        for col, values in episodes_change.items():
+            table = table.set_column(table.column_names.index(col), col, pa.array(values, pa.int64()))
+        pq.write_table(table, path)
+    return root
+
+
+TOP = "observation.images.top"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda i: i.update(fps="30"), "fps"),
+        (lambda i: i.update(fps=29.97), "fps"),  # never silently truncated to 29
+        (lambda i: i["features"]["action"].update(shape=[6.0]), "features.action.shape"),
+        (lambda i: i["features"]["observation.images.top"].update(shape=[32, 32]), f"features.{TOP}.shape"),
+        (lambda i: i.update(video_path=7), "video_path"),
+    ],
+)
+def test_wrong_info_types_are_refused(tiny_dataset, tmp_path, change, field):
+    root = _copy_with(tiny_dataset, tmp_path, info_change=change)
+    with pytest.raises(ActlabError) as e:
+        open_dataset(root)
+    assert e.value.field == field and e.value.file.endswith("meta/info.json")
+
+
+def test_episode_ranges_must_tile_the_frames(tiny_dataset, tmp_path):
+    # A gap (frames 40..44 in no episode) would leave those frames' episode borders undefined.
+    root = _copy_with(tiny_dataset, tmp_path, episodes_change={"dataset_from_index": [0, 45, 80]})
+    with pytest.raises(ActlabError, match="does not continue") as e:
+        open_dataset(root)
+    assert "episode 1" in e.value.field
+
+
+def test_column_not_matching_its_spec_is_a_clear_error(tiny_dataset, tmp_path):
+    root = _copy_with(tiny_dataset, tmp_path, info_change=lambda i: i["features"]["action"].update(shape=[7]))
+    ds = open_dataset(root)
+    with pytest.raises(ActlabError, match="does not match its feature spec") as e:
+        ds.column("action")
+    assert e.value.field == "features.action"

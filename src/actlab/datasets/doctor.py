@@ -1,8 +1,9 @@
 """``actlab data doctor``: find what is wrong with a dataset, each problem with its fix.
 
-Every problem is a record (check, file, field, expected, found, fix). Checks: readable metadata, missing
-files, length mismatches (episodes vs data rows vs info totals), NaN/inf, non-monotonic or off-grid
-timestamps, video frame count vs episode length, video size vs info.json, missing or degenerate stats.
+Every problem is a record (check, file, field, expected, found, fix). Checks: readable metadata (info.json
+types included), the tasks table, missing files, length mismatches (episodes vs data rows vs info
+totals), NaN/inf, non-monotonic or off-grid timestamps, video frame count vs episode length, video size
+vs info.json, missing or degenerate stats.
 A check that cannot run because the dataset is too broken becomes a problem too; the doctor itself
 never raises on a broken dataset.
 """
@@ -10,7 +11,6 @@ never raises on a broken dataset.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ import numpy as np
 
 from actlab.datasets import format as fmt
 from actlab.errors import ActlabError
+from actlab.utils.io import read_json
 
 # Image std below this (in [0, 1] units) normalizes ordinary pixels to hundreds of standard deviations.
 IMAGE_STD_MIN = 0.01
@@ -56,6 +57,9 @@ class Problem:
         )
 
 
+# Columns of meta/episodes/*.parquet the checks (and the reader) need.
+_EPISODE_COLUMNS = ("episode_index", "length", "dataset_from_index", "dataset_to_index")
+
 REEXPORT = "re-export or re-record the dataset (or restore the file from a backup)"
 RESTATS = "recompute with `actlab data stats PATH --write-meta`"
 
@@ -89,7 +93,13 @@ class _Doctor:
             fn()
         except ActlabError as e:
             self.add(
-                name, e.problem, e.file or self.root, e.field or "-", e.expected, e.found, e.fix or REEXPORT
+                name,
+                e.problem,
+                e.file or self.root,
+                e.field or "(file)",
+                "a readable dataset" if e.expected is None else e.expected,
+                "unreadable" if e.found is None else e.found,
+                e.fix or REEXPORT,
             )
         except Exception as e:
             self.add(
@@ -111,7 +121,8 @@ class _Doctor:
 
     def check_episodes(self) -> None:
         import pyarrow as pa
-        import pyarrow.parquet as pq
+
+        from actlab.datasets.reader import _read_table
 
         files = sorted((self.root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
         if not files:
@@ -125,10 +136,35 @@ class _Doctor:
                 REEXPORT,
             )
             return
-        tables = [pq.read_table(f) for f in files]
-        rows = pa.concat_tables(tables, promote_options="default").to_pylist()
-        self.episodes = sorted(rows, key=lambda r: r["episode_index"])
+        tables = [_read_table(f, "episodes metadata") for f in files]
+        table = pa.concat_tables(tables, promote_options="default")
         ep_file = files[0]
+        missing = [c for c in _EPISODE_COLUMNS if c not in table.column_names]
+        if missing:
+            self.add(
+                "missing_column",
+                "episodes metadata lacks columns",
+                ep_file,
+                ", ".join(missing),
+                ", ".join(_EPISODE_COLUMNS),
+                "missing",
+                REEXPORT,
+            )
+            return
+        wrong = [c for c in _EPISODE_COLUMNS if not pa.types.is_integer(table.schema.field(c).type)]
+        if wrong:
+            self.add(
+                "missing_column",
+                "episodes metadata columns have the wrong type",
+                ep_file,
+                ", ".join(wrong),
+                "int64",
+                ", ".join(str(table.schema.field(c).type) for c in wrong),
+                REEXPORT,
+            )
+            return
+        rows = table.to_pylist()
+        self.episodes = sorted(rows, key=lambda r: r["episode_index"])
         expected_start = 0
         for r in self.episodes:
             e = r["episode_index"]
@@ -182,9 +218,8 @@ class _Doctor:
 
     def check_data(self) -> None:
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
-        from actlab.datasets.reader import _to_numpy
+        from actlab.datasets.reader import _read_table, _to_numpy
 
         tables, ok = [], True
         for path in self._data_files():
@@ -194,7 +229,11 @@ class _Doctor:
                 )
                 ok = False
                 continue
-            tables.append(pq.read_table(path))
+            try:
+                tables.append(_read_table(path, "data file"))
+            except ActlabError as e:
+                self.add("unreadable", e.problem, path, "(file)", e.expected, e.found, REEXPORT)
+                ok = False
         if not ok or not tables:
             return
         table = pa.concat_tables(tables, promote_options="default")
@@ -410,6 +449,50 @@ class _Doctor:
                             REEXPORT,
                         )
 
+    def check_tasks(self) -> None:
+        from actlab.datasets.reader import _read_table
+
+        path = self.root / fmt.TASKS_PATH
+        table = _read_table(path, "tasks file")
+        names = table.column_names
+        col = "task" if "task" in names else "__index_level_0__" if "__index_level_0__" in names else None
+        if col is None or "task_index" not in names:
+            self.add(
+                "missing_column",
+                "tasks.parquet lacks the task or task_index column",
+                path,
+                "columns",
+                "task (index) and task_index",
+                names,
+                REEXPORT,
+            )
+            return
+        tasks = set(table.column(col).to_pylist())
+        total = self.info.get("total_tasks")
+        if total is not None and total != len(tasks):
+            self.add(
+                "length_mismatch",
+                "info.json total_tasks disagrees with tasks.parquet",
+                self.root / fmt.INFO_PATH,
+                "total_tasks",
+                len(tasks),
+                total,
+                f"set total_tasks to {len(tasks)} in info.json",
+            )
+        for r in self.episodes:
+            unknown = [t for t in (r.get("tasks") or []) if t not in tasks]
+            if unknown:
+                self.add(
+                    "unknown_task",
+                    f"episode {r['episode_index']} names a task missing from tasks.parquet",
+                    path,
+                    "task",
+                    "one of the tasks in tasks.parquet",
+                    unknown[0],
+                    REEXPORT,
+                )
+                break
+
     def check_stats(self) -> None:
         path = self.root / fmt.STATS_PATH
         if not path.is_file():
@@ -417,7 +500,22 @@ class _Doctor:
                 "missing_stats", "meta/stats.json missing", path, "stats", "a stats file", "missing", RESTATS
             )
             return
-        stats = json.loads(path.read_text())
+        try:
+            stats = read_json(path, "stats file")
+        except ActlabError as e:
+            self.add("unreadable", e.problem, path, "(file)", "valid JSON", "a syntax error", RESTATS)
+            return
+        if not isinstance(stats, dict):
+            self.add(
+                "degenerate_stats",
+                "stats.json is not an object",
+                path,
+                "(top level)",
+                "{feature: {mean, std, min, max, ...}}",
+                type(stats).__name__,
+                RESTATS,
+            )
+            return
         for key, spec in self.info["features"].items():
             if key in fmt.DEFAULT_FEATURES or spec.get("dtype") == "string":
                 continue
@@ -426,6 +524,17 @@ class _Doctor:
                 self.add(check, f"no stats for {key!r}", path, key, "mean/std/min/max", "missing", RESTATS)
                 continue
             st = stats[key]
+            if not isinstance(st, dict):
+                self.add(
+                    "degenerate_stats",
+                    f"stats of {key!r} are not an object",
+                    path,
+                    key,
+                    "{mean, std, min, max, ...}",
+                    type(st).__name__,
+                    RESTATS,
+                )
+                continue
             missing = [s for s in ("mean", "std", "min", "max") if s not in st]
             if missing:
                 self.add(
@@ -438,7 +547,19 @@ class _Doctor:
                     RESTATS,
                 )
                 continue
-            mean, std = np.asarray(st["mean"], float), np.asarray(st["std"], float)
+            try:
+                mean, std = np.asarray(st["mean"], float), np.asarray(st["std"], float)
+            except (TypeError, ValueError):
+                self.add(
+                    "degenerate_stats",
+                    f"stats of {key!r} are not numbers",
+                    path,
+                    f"{key}.mean/std",
+                    "numbers or nested lists of numbers",
+                    f"{st['mean']!r}, {st['std']!r}"[:120],
+                    RESTATS,
+                )
+                continue
             if not (np.isfinite(mean).all() and np.isfinite(std).all()):
                 self.add(
                     "degenerate_stats",
@@ -532,5 +653,6 @@ def diagnose(path: str | Path) -> list[Problem]:
         return d.problems
     d.guarded("data", d.check_data)
     d.guarded("videos", d.check_videos)
+    d.guarded("tasks", d.check_tasks)
     d.guarded("stats", d.check_stats)
     return d.problems

@@ -15,6 +15,8 @@ EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.par
 INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
 TASKS_PATH = "meta/tasks.parquet"
+# Placeholders of the path templates in info.json.
+VIDEO_KEYS = ("video_key", "chunk_index", "file_index")
 
 # LeRobot accepts a video frame within this many seconds of the requested timestamp and raises otherwise.
 TIMESTAMP_TOLERANCE_S = 1e-4

@@ -61,6 +61,8 @@ def read_info(root: Path) -> dict[str, Any]:
     if (root / "meta" / "episodes.jsonl").is_file() and not (root / fmt.INFO_PATH).is_file():
         raise _v21_error(root, "v2.x (meta/episodes.jsonl)")
     info = read_json(root / fmt.INFO_PATH, "dataset info")
+    if not isinstance(info, dict):
+        raise _info_error(root, "info.json is not a JSON object", "(top level)", "{...}", type(info).__name__)
     version = str(info.get("codebase_version", "?"))
     if version.startswith("v2") or (root / "meta" / "episodes.jsonl").is_file():
         raise _v21_error(root, version)
@@ -82,18 +84,118 @@ def read_info(root: Path) -> dict[str, Any]:
                 found="missing",
                 fix="repair info.json or re-export the dataset",
             )
+    check_info_types(info, root)
     return info
+
+
+def _info_error(root: Path, problem: str, field: str, expected: Any, found: Any) -> ActlabError:
+    return ActlabError(
+        problem,
+        file=root / fmt.INFO_PATH,
+        field=field,
+        expected=expected,
+        found=found,
+        fix="repair info.json (LeRobot v3.0 types, docs/datasets.md) or re-export the dataset",
+    )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_info_types(info: Mapping[str, Any], root: Path) -> None:
+    """The types the reader relies on: fps a positive int, features ``{key: {dtype, shape, names}}``,
+    path templates that format; raises an :class:`ActlabError` naming the first bad field."""
+    fps = info["fps"]
+    if not ((_is_int(fps) or (isinstance(fps, float) and fps.is_integer())) and fps > 0):
+        raise _info_error(root, "fps must be a positive integer", "fps", "e.g. 30", repr(fps))
+    feats = info["features"]
+    if not isinstance(feats, dict) or not feats:
+        found = f"{type(feats).__name__} {feats!r}"[:80]
+        raise _info_error(
+            root, "features must be a non-empty object", "features", "{key: {dtype, shape}}", found
+        )
+    for key, spec in feats.items():
+        _check_feature(root, key, spec)
+    for key in ("total_episodes", "total_frames", "total_tasks", "chunks_size"):
+        if key in info and not (_is_int(info[key]) and info[key] >= 0):
+            raise _info_error(root, f"{key} must be a non-negative integer", key, "an int", repr(info[key]))
+    for key, names in (("data_path", ("chunk_index", "file_index")), ("video_path", fmt.VIDEO_KEYS)):
+        tmpl = info.get(key)
+        if tmpl is None:
+            continue
+        try:
+            if not isinstance(tmpl, str):
+                raise TypeError
+            tmpl.format(**dict.fromkeys(names, 0))
+        except (KeyError, IndexError, ValueError, TypeError):
+            want = ", ".join("{" + n + "}" for n in names)
+            raise _info_error(
+                root, f"{key} is not a usable path template", key, f"a string using {want}", repr(tmpl)
+            ) from None
+
+
+def _check_feature(root: Path, key: str, spec: Any) -> None:
+    where = f"features.{key}"
+    if not isinstance(spec, dict):
+        raise _info_error(
+            root, f"feature {key!r} is not an object", where, "{dtype, shape, names}", repr(spec)
+        )
+    dtype, shape = spec.get("dtype"), spec.get("shape")
+    if not isinstance(dtype, str):
+        found = "missing" if "dtype" not in spec else repr(dtype)
+        raise _info_error(
+            root, f"feature {key!r} has no dtype string", f"{where}.dtype", "e.g. float32", found
+        )
+    if dtype not in (*fmt.CAMERA_DTYPES, "string"):
+        try:
+            np.dtype(dtype)
+        except TypeError:
+            raise _info_error(
+                root,
+                f"feature {key!r} has an unknown dtype",
+                f"{where}.dtype",
+                "a numpy dtype (float32, int64, ...), video, image or string",
+                repr(dtype),
+            ) from None
+    if not (isinstance(shape, list) and shape and all(_is_int(n) and n > 0 for n in shape)):
+        found = "missing" if "shape" not in spec else repr(shape)
+        raise _info_error(
+            root, f"feature {key!r} has a bad shape", f"{where}.shape", "a list of positive ints", found
+        )
+    if dtype in fmt.CAMERA_DTYPES and len(shape) != 3:
+        raise _info_error(
+            root,
+            f"camera {key!r} needs shape [height, width, channels]",
+            f"{where}.shape",
+            "[H, W, C]",
+            shape,
+        )
 
 
 def _read_table(path: Path, what: str, columns: Sequence[str] | None = None):
     import pyarrow.parquet as pq
 
     if not path.is_file():
-        raise ActlabError(f"{what} missing", file=path, fix="restore the file or re-export the dataset")
+        raise ActlabError(
+            f"{what} missing",
+            file=path,
+            field="(file)",
+            expected="a parquet file",
+            found="missing",
+            fix="restore the file or re-export the dataset",
+        )
     try:
         return pq.read_table(path, columns=list(columns) if columns else None)
     except Exception as e:  # pyarrow raises several types for damaged files
-        raise ActlabError(f"cannot read {what}: {e}", file=path, fix="restore or re-export the file") from e
+        raise ActlabError(
+            f"cannot read {what}",
+            file=path,
+            field="(file)",
+            expected="a readable parquet file",
+            found=f"{type(e).__name__}: {e}",
+            fix="restore or re-export the file",
+        ) from e
 
 
 def _to_numpy(col, shape: Sequence[int], dtype: str) -> np.ndarray:
@@ -182,6 +284,15 @@ class LeRobotV3Dataset:
                     found="missing",
                     fix="re-export the dataset",
                 )
+            if not pa.types.is_integer(table.schema.field(col).type):
+                raise ActlabError(
+                    "episodes metadata column has the wrong type",
+                    file=files[0],
+                    field=col,
+                    expected="int64",
+                    found=str(table.schema.field(col).type),
+                    fix="re-export the dataset",
+                )
         rows = table.to_pylist()
         rows.sort(key=lambda r: r["episode_index"])
         out = []
@@ -190,7 +301,14 @@ class LeRobotV3Dataset:
             for key in self.video_keys:
                 chunk = r.get(f"videos/{key}/chunk_index")
                 if chunk is None:
-                    continue
+                    raise ActlabError(
+                        f"episode {r['episode_index']} has no video location for {key}",
+                        file=files[0],
+                        field=f"videos/{key}/chunk_index",
+                        expected="chunk_index, file_index, from_timestamp, to_timestamp of every episode",
+                        found="missing",
+                        fix="run `actlab data doctor`; re-export the dataset",
+                    )
                 rel = self.info.get("video_path") or fmt.VIDEO_PATH
                 path = rel.format(video_key=key, chunk_index=chunk, file_index=r[f"videos/{key}/file_index"])
                 videos[key] = (
@@ -212,7 +330,24 @@ class LeRobotV3Dataset:
                     data_file=data_rel,
                 )
             )
+        self._check_partition(out, files[0])
         return out
+
+    def _check_partition(self, episodes: list[EpisodeInfo], file: Path) -> None:
+        """Episodes must tile ``[0, N)`` in order: rows of the data table are global indices, and the
+        per-frame episode borders (windows, stats) are filled from these ranges."""
+        expected = 0
+        for e in episodes:
+            if e.start != expected or e.stop - e.start != e.length or e.length < 1:
+                raise ActlabError(
+                    f"episode {e.index} does not continue the frame range of the episodes before it",
+                    file=file,
+                    field=f"episode {e.index}: dataset_from_index/dataset_to_index/length",
+                    expected=f"from {expected}, to - from == length >= 1",
+                    found=f"from {e.start}, to {e.stop}, length {e.length}",
+                    fix="run `actlab data doctor` on the dataset; re-export it",
+                )
+            expected = e.stop
 
     def __len__(self) -> int:
         return self._n
@@ -288,7 +423,17 @@ class LeRobotV3Dataset:
                 fix="re-export the dataset",
             )
         spec = self.features[key]
-        arr = _to_numpy(self._table.column(key), spec["shape"], spec["dtype"])
+        try:
+            arr = _to_numpy(self._table.column(key), spec["shape"], spec["dtype"])
+        except (ValueError, TypeError) as e:  # e.g. 6 values per row where info.json says 7
+            raise ActlabError(
+                "data column does not match its feature spec in info.json",
+                file=self.root / fmt.INFO_PATH,
+                field=f"features.{key}",
+                expected=f"shape {spec['shape']}, dtype {spec['dtype']}",
+                found=str(e),
+                fix="run `actlab data doctor` on the dataset; repair info.json or re-export",
+            ) from e
         arr.setflags(write=False)
         return arr
 

@@ -200,14 +200,35 @@ def fit_size(height: int, width: int, image_size: int | None) -> tuple[int, int,
 
 def _open_input(path: Path):
     if not path.is_file():
-        raise ActlabError("video file missing", file=path, fix="restore the file or re-record the dataset")
+        raise ActlabError(
+            "video file missing",
+            file=path,
+            field="(file)",
+            expected="an mp4 file",
+            found="missing",
+            fix="restore the file or re-record the dataset",
+        )
     try:
         container = av.open(str(path))
     except av.error.FFmpegError as e:
-        raise ActlabError(f"cannot open video: {e}", file=path, fix="re-encode or re-record") from e
+        raise ActlabError(
+            "cannot open video",
+            file=path,
+            field="(file)",
+            expected="a readable mp4",
+            found=str(e),
+            fix="restore the file, re-encode it or re-record the dataset",
+        ) from e
     if not container.streams.video:
         container.close()
-        raise ActlabError("no video stream in file", file=path, fix="re-encode or re-record")
+        raise ActlabError(
+            "no video stream in file",
+            file=path,
+            field="(file)",
+            expected="one video stream",
+            found="none",
+            fix="restore the file, re-encode it or re-record the dataset",
+        )
     return container
 
 
