@@ -77,3 +77,48 @@ def test_pickled_code_is_refused(tmp_path, capsys):
         load_npy(path)
     assert "must never run" not in capsys.readouterr().out
     assert pickle.loads(pickle.dumps(1)) == 1  # the stdlib itself is untouched
+
+
+class _RunsShell:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+class _PlainRecord:
+    """An ordinary user class: unpickling it would import and instantiate arbitrary code."""
+
+    def __init__(self):
+        self.state = np.zeros(3)
+
+
+@pytest.mark.parametrize("payload", ["os.system", "instance", "global"])
+def test_restricted_unpickler_refuses_non_numpy_objects(tmp_path, payload):
+    marker = tmp_path / "pwned"
+    obj = {
+        "os.system": lambda: _RunsShell(marker),
+        "instance": _PlainRecord,
+        "global": lambda: np.save,  # a function reference is a global lookup too
+    }[payload]()
+    arr = np.empty(2, dtype=object)
+    arr[0], arr[1] = {"state": np.zeros(3)}, {"state": obj}
+    path = tmp_path / "observations.npy"
+    np.save(path, arr, allow_pickle=True)
+    with pytest.raises(ActlabError, match="refusing to load") as e:
+        load_npy(path)
+    assert not marker.exists()  # the shell command never ran
+    assert e.value.file == str(path) and e.value.found and e.value.fix
+
+
+def test_restricted_unpickler_still_reads_plain_object_arrays(tmp_path):
+    arr = np.empty(2, dtype=object)
+    arr[0] = {"state": np.arange(3, dtype=np.float32), "n": 1, "name": "a", "nested": [1.5, {"k": (1, 2)}]}
+    arr[1] = {"state": np.arange(3, dtype=np.float64), "n": np.int64(2), "name": "b", "nested": []}
+    np.save(tmp_path / "o.npy", arr, allow_pickle=True)
+    out = load_npy(tmp_path / "o.npy")
+    assert out.dtype == object and out[0]["nested"][1]["k"] == (1, 2) and out[1]["n"] == 2
+    assert np.array_equal(out[1]["state"], np.arange(3.0)) and out[1]["state"].dtype == np.float64
