@@ -55,6 +55,10 @@ def test_metadata_round_trip(written):
     assert info["codebase_version"] == "v3.0" and info["total_frames"] == 72 and info["total_tasks"] == 2
     vinfo = info["features"]["observation.images.top"]["info"]
     assert vinfo["video.codec"] == "av1" and vinfo["video.pix_fmt"] == "yuv420p" and vinfo["video.g"] == 2
+    # Types and names as lerobot 0.6.1 writes them.
+    assert (
+        vinfo["video.preset"] == 12 and vinfo["is_depth_map"] is False and "video.is_depth_map" not in vinfo
+    )
     # One row group per episode in the data parquet.
     assert pq.ParquetFile(path / "data/chunk-000/file-000.parquet").metadata.num_row_groups == 3
     # Episodes are concatenated per camera with exact from/to timestamps.
@@ -233,6 +237,13 @@ def test_real_lerobot_loads_an_actlab_dataset(written):
     assert res["shapes"]["observation.images.wrist"] == [3, 24, 40]
     assert res["last_action_is_pad"] == [False, True, True, True, True]
     assert np.allclose(res["last_action"][0], eps[2]["action"][-1])
+    ds = open_dataset(path)
+    for key, img in res["last_image"].items():  # lerobot decodes the same frame actlab does
+        ours = ds.read_frames(key, [len(ds) - 1])[0].transpose(2, 0, 1) / 255.0
+        assert np.abs(np.asarray(img) - ours).max() <= 2 / 255, key
+    for key in ds.camera_keys:
+        assert res["stats_shapes"][key]["mean"] == [3, 1, 1] and res["stats_shapes"][key]["q99"] == [3, 1, 1]
+    assert set(res["stats_shapes"]["action"]) >= {"min", "max", "mean", "std", "count", "q01", "q50", "q99"}
 
 
 def _copy_with(tiny_dataset, tmp_path, info_change=None, episodes_change=None):

@@ -47,6 +47,7 @@ def check(root: str) -> dict:
             items.append(int(i))
             shapes = {k: list(v.shape) for k, v in item.items() if hasattr(v, "shape")}
     last = ds[len(ds) - 1]
+    cams = list(ds.meta.camera_keys)
     return {
         "ok": True,
         "lerobot_version": getattr(lerobot, "__version__", "?"),
@@ -60,6 +61,9 @@ def check(root: str) -> dict:
         "last_action_is_pad": [bool(x) for x in last["action_is_pad"].tolist()],
         "last_action": last["action"].tolist(),
         "last_state": last["observation.state"].tolist(),
+        # Float [0, 1] CHW, as lerobot returns it: compared with actlab's own decode by the caller.
+        "last_image": {k: last[k].tolist() for k in cams},
+        "stats_shapes": {k: {s: list(v.shape) for s, v in st.items()} for k, st in ds.meta.stats.items()},
     }
 
 

@@ -228,13 +228,15 @@ class DatasetWriter:
             "video.width": shape[1],
             "video.codec": self.video.codec_name,
             "video.pix_fmt": self.video.pix_fmt,
-            "video.is_depth_map": False,
             "video.fps": self.fps,
             "video.channels": 3,
+            "has_audio": False,
             "video.g": self.video.gop,
             "video.crf": self.video.crf,
-            "video.preset": self.video.preset,
-            "has_audio": False,
+            # SVT-AV1 presets are numbers (lerobot writes 12); libx264 presets are names.
+            "video.preset": int(self.video.preset) if self.video.preset.isdigit() else self.video.preset,
+            # lerobot 0.6 reads "is_depth_map" ("video.is_depth_map" is its legacy name, migrated on load).
+            "is_depth_map": False,
         }
 
     def _check_episode(self, frames: Mapping[str, Any], task: str) -> tuple[int, dict[str, np.ndarray]]:
