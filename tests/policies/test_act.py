@@ -309,3 +309,24 @@ def test_features_errors():
     feats["observation.images.top"]["shape"] = [32, 32, 4]
     with pytest.raises(ActlabError, match="3 channels"):
         make_policy(tiny_act(), feats, make_stats())
+
+
+def test_inference_observation_errors_are_clear():
+    policy = build(tiny_act()).eval()
+    obs = observation(make_batch(policy, batch_size=2), policy)
+    top = obs["observation.images.top"]
+    cases = [
+        ({"observation.state": obs["observation.state"]}, "observation.images.top"),
+        (dict(obs, **{"observation.images.top": top.permute(0, 2, 3, 1)}), "observation.images.top"),  # HWC
+        (dict(obs, **{"observation.images.top": top[..., :16, :]}), "observation.images.top"),  # other size
+        (dict(obs, **{"observation.state": obs["observation.state"][:, :5]}), "observation.state"),
+        ({k: v for k, v in obs.items() if k != "observation.state"}, "observation.state"),
+    ]
+    for bad, field in cases:
+        with pytest.raises(ActlabError) as e:
+            policy.predict_action_chunk(bad)
+        assert e.value.field == field
+    # With downscale_img_square any image size is accepted (it is resized first).
+    policy = build(tiny_act(downscale_img_square=32)).eval()
+    small = dict(obs, **{"observation.images.top": top[..., :16, :24]})
+    assert policy.predict_action_chunk(small).shape == (2, 8, 6)

@@ -161,3 +161,11 @@ def test_feature_errors():
         make_policy(tiny_relative(), feats, make_stats())
     with pytest.raises(ActlabError, match="absolute_action_dims"):
         make_policy(tiny_relative(absolute_action_dims=(6,)), make_features(), make_stats())
+
+
+def test_prefix_for_another_batch_size_is_a_clear_error():
+    policy = build(tiny_relative(rtc_max_delay=3)).eval()
+    obs = observation(make_batch(policy, batch_size=4), policy)
+    with pytest.raises(ActlabError, match="batch") as e:
+        policy.predict_action_chunk(obs, prefix=torch.randn(1, 2, 6))
+    assert e.value.field == "prefix"

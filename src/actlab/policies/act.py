@@ -457,6 +457,43 @@ class ACTPolicy(nn.Module):
                 fix="train an act_relative policy with rtc_max_delay > 0 for prefix conditioning",
             )
 
+    def _check_obs(self, obs: dict[str, torch.Tensor], prefix: torch.Tensor | None) -> None:
+        """Inference input checks on Python ints (shapes only): clear errors instead of a conv/cat error."""
+        state = obs.get(STATE)
+        if state is None or state.ndim not in (2, 3) or state.shape[-1] != self.state_dim:
+            raise ActlabError(
+                "the observation has no usable 'observation.state'",
+                field=STATE,
+                expected=f"a tensor (B, {self.state_dim}) (or (B, T, {self.state_dim}) frames)",
+                found=None if state is None else tuple(state.shape),
+                fix="pass the robot's joint state, batch first",
+            )
+        size = self.config.downscale_img_square
+        for key in self.camera_keys:
+            if key + FEATURES_SUFFIX in obs:
+                continue
+            img = obs.get(key)
+            c, h, w = self.image_shapes[key]
+            ok = img is not None and img.ndim in (4, 5) and img.shape[-3] == c
+            if ok and size is None:
+                ok = tuple(img.shape[-2:]) == (h, w)  # token count and positions are fixed at build time
+            if not ok:
+                raise ActlabError(
+                    f"camera {key!r} is missing from the observation or has the wrong shape",
+                    field=key,
+                    expected=f"(B, {c}, {h}, {w}) uint8 or float in [0, 1] (channels first)"
+                    + ("" if size is None else f"; any H, W (resized to {size}x{size})"),
+                    found=None if img is None else tuple(img.shape),
+                    fix="convert HWC frames with .permute(0, 3, 1, 2) and resize them to the trained size",
+                )
+        if prefix is not None and prefix.ndim >= 1 and prefix.shape[0] != state.shape[0]:
+            raise ActlabError(
+                "the RTC prefix and the observation have different batch sizes",
+                field="prefix",
+                expected=f"batch {state.shape[0]}",
+                found=tuple(prefix.shape),
+            )
+
     def _observation(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Hook: the observation as the model reads it (act_relative adds its state window)."""
         return obs
@@ -473,6 +510,7 @@ class ACTPolicy(nn.Module):
         self.eval()
         try:
             self._check_prefix(prefix)
+            self._check_obs(obs, prefix)
             obs = self._observation(obs)
             pred, _, _ = self._predict_normalized(obs, prefix=prefix)
             return self._to_actions(pred, obs, prefix)

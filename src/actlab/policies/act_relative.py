@@ -184,7 +184,7 @@ class ACTRelativePolicy(ACTPolicy):
     def _normalized_prefix(self, prefix: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """Absolute committed actions (B, d, A) -> relative to the current state, normalized."""
         d = prefix.shape[1]
-        rel = to_relative(prefix.to(state.dtype), state, self.relative_mask)  # (B, d, A)
+        rel = to_relative(prefix.to(state), state, self.relative_mask)  # (B, d, A), state's device/dtype
         e = self.normalizer.get(REL)
         mean, std = (e.mean[:d], e.std[:d]) if self.config.relative_stats_per_step else (e.mean, e.std)
         return (rel - mean) / std
@@ -196,7 +196,7 @@ class ACTRelativePolicy(ACTPolicy):
         actions = to_absolute(rel, self._current_state(obs), self.relative_mask)
         if prefix is not None and prefix.shape[1] > 0:
             # RTC: the first d actions are the committed ones, exactly (they are executed regardless).
-            actions = torch.cat([prefix.to(actions.dtype), actions[:, prefix.shape[1] :]], dim=1)
+            actions = torch.cat([prefix.to(actions), actions[:, prefix.shape[1] :]], dim=1)
         return actions
 
     # ------------------------------------------------------------------------------------------ inference
