@@ -117,3 +117,34 @@ def test_aggregate_matches_pooled():
     allv = np.concatenate(parts)
     assert np.allclose(agg["mean"], allv.mean(0)) and np.allclose(agg["std"], allv.std(0))
     assert agg["count"][0] == len(allv)
+
+
+def test_stats_cache_follows_the_source_files(tiny_dataset, tmp_path, monkeypatch):
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import actlab.datasets.stats as stats_mod
+
+    root = shutil.copytree(tiny_dataset, tmp_path / "copy")
+    cache = tmp_path / "cache"
+    first = compute_stats(open_dataset(root), cache_dir=cache)
+
+    def no_recompute(*args, **kwargs):
+        raise AssertionError("stats recomputed for an unchanged dataset")
+
+    with monkeypatch.context() as m:  # unchanged files (reopened): served from the cache
+        m.setattr(stats_mod, "feature_stats", no_recompute)
+        again = compute_stats(open_dataset(root), cache_dir=cache)
+    assert np.array_equal(again["action"]["mean"], first["action"]["mean"])
+    # Rewrite the actions (+1): the data file changes, so the stats must be recomputed.
+    path = root / "data/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    i = table.column_names.index("action")
+    flat = np.asarray(table.column(i).combine_chunks().flatten()) + 1.0
+    shifted = pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.float32()), 6)
+    pq.write_table(table.set_column(i, table.schema.field(i), shifted), path, row_group_size=40)
+    changed = compute_stats(open_dataset(root), cache_dir=cache)
+    assert np.allclose(changed["action"]["mean"], first["action"]["mean"] + 1.0, atol=1e-5)
+    assert len(list(cache.glob("*.json"))) == 2
