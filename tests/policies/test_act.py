@@ -330,3 +330,56 @@ def test_inference_observation_errors_are_clear():
     policy = build(tiny_act(downscale_img_square=32)).eval()
     small = dict(obs, **{"observation.images.top": top[..., :16, :24]})
     assert policy.predict_action_chunk(small).shape == (2, 8, 6)
+
+
+def test_vae_encoder_output_ignores_padded_action_tokens():
+    # forward() zeroes padded targets first, so only a direct call shows that the attention mask works.
+    policy = build(tiny_act()).train()
+    batch = make_batch(policy, batch_size=2, n_pad=4)
+    keep = ~batch["action_is_pad"]
+    state_n = policy._state_input(batch)
+    targets = policy._action_targets(batch)
+    torch.manual_seed(0)
+    _, mu, logvar = policy._latent(state_n, targets, keep)
+    other = targets.clone()
+    other[~keep] = 100.0
+    torch.manual_seed(0)
+    _, mu2, logvar2 = policy._latent(state_n, other, keep)
+    torch.testing.assert_close(mu2, mu, rtol=0, atol=1e-6)
+    torch.testing.assert_close(logvar2, logvar, rtol=0, atol=1e-6)
+    other = targets.clone()
+    other[0, 0] += 1.0  # a real step changes the posterior
+    _, mu3, _ = policy._latent(state_n, other, keep)
+    assert not torch.allclose(mu3[0], mu[0])
+
+
+def test_reparameterized_latent_and_kl_formula():
+    policy = build(tiny_act(dropout=0.0)).train()
+    batch = make_batch(policy, batch_size=4)
+    seen = {}
+    h1 = policy.vae_encoder_latent_output_proj.register_forward_hook(
+        lambda m, a, out: seen.__setitem__("params", out.detach())
+    )
+    h2 = policy.encoder_latent_input_proj.register_forward_pre_hook(
+        lambda m, a: seen.__setitem__("latent", a[0].detach())
+    )
+    torch.manual_seed(11)
+    _, metrics = policy(batch)  # no dropout: the latent noise is the first draw of the generator
+    h1.remove()
+    h2.remove()
+    mu, logvar = seen["params"].chunk(2, dim=-1)  # (B, latent) each: mu and log(sigma^2)
+    torch.manual_seed(11)
+    eps = torch.randn(mu.shape)
+    torch.testing.assert_close(seen["latent"], mu + torch.exp(0.5 * logvar) * eps)
+    # KL(N(mu, sigma^2) || N(0, 1)) summed over latent dims, averaged over the batch (as LeRobot).
+    kl = (0.5 * (mu**2 + logvar.exp() - 1 - logvar)).sum(dim=1).mean()
+    torch.testing.assert_close(metrics["kld_loss"], kl)
+    torch.testing.assert_close(metrics["loss"], metrics["l1_loss"] + 10.0 * kl)
+    # Inference: the VAE encoder does not run and the latent is 0.
+    seen.clear()
+    h2 = policy.encoder_latent_input_proj.register_forward_pre_hook(
+        lambda m, a: seen.__setitem__("latent", a[0].detach())
+    )
+    policy.predict_action_chunk(observation(batch, policy))
+    h2.remove()
+    assert torch.equal(seen["latent"], torch.zeros(4, 8))

@@ -121,3 +121,29 @@ def test_cnn_small_channels_set_width_and_token_grid():
         return sum(p.numel() for p in m.parameters())
 
     assert count(net) < count(make_backbone("cnn_small"))
+
+
+def test_sinusoidal_tables_match_the_elementwise_formulas():
+    import math
+
+    from actlab.policies.layers import sinusoid_1d, sinusoid_2d
+
+    dim = 16
+    t1 = sinusoid_1d(7, dim)
+    for p in range(7):
+        for c in range(dim):
+            angle = p / 10000 ** (2 * (c // 2) / dim)
+            assert abs(t1[p, c] - (math.sin(angle) if c % 2 == 0 else math.cos(angle))) < 1e-6
+    # DETR / ACT 2-D: first half of the channels encodes the row, second half the column; coordinates
+    # (i + 1) / (n + 1e-6) * 2 pi; within a half, channel c uses frequency 10000^(2 (c // 2) / half).
+    h, w, half = 3, 5, dim // 2
+    t2 = sinusoid_2d(h, w, dim)
+    assert t2.shape == (h * w, dim)
+    for i in range(h):
+        for j in range(w):
+            for c in range(dim):
+                coord, n = (i, h) if c < half else (j, w)
+                k = c % half
+                angle = (coord + 1) / (n + 1e-6) * 2 * math.pi / 10000 ** (2 * (k // 2) / half)
+                expected = math.sin(angle) if k % 2 == 0 else math.cos(angle)
+                assert abs(t2[i * w + j, c] - expected) < 1e-5, (i, j, c)
