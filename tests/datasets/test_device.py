@@ -108,3 +108,28 @@ def test_gather_on_cuda_matches_cpu(data):
         gpu = DeviceData(ds, store, DELTAS, device="cuda", frames_on_device=placement)
         out = gpu.gather(torch.arange(0, 120, 7, device="cuda"))
         assert all(torch.equal(out[k].cpu(), cpu[k]) for k in cpu)
+
+
+@pytest.mark.parametrize("on_device", [True, False])
+def test_every_frame_and_key_matches_get_item(data, on_device):
+    """All frames, windows reaching past both borders for every kind of key (images, vectors, scalars)."""
+    ds, store = data
+    deltas = {
+        "observation.images.top": [-2, 0, 3],
+        "observation.state": [-5, -1, 0],
+        "action": list(range(-1, 45)),  # longer than an episode: padded at both ends
+        "timestamp": [-1, 0, 1],
+        "frame_index": [0],
+    }
+    dd = DeviceData(ds, store, deltas, device="cpu", frames_on_device=on_device)
+    idx = np.arange(len(ds))
+    batch = dd.gather(torch.as_tensor(idx))
+    assert torch.equal(batch["index"], torch.as_tensor(idx))
+    for i in idx:
+        item = ds.get_item(int(i), deltas)
+        for key in (*deltas, *(f"{k}_is_pad" for k, v in deltas.items() if v != [0])):
+            got = batch[key][i].numpy()
+            assert got.shape == item[key].shape and np.array_equal(got, item[key]), (int(i), key)
+    pad = batch["action_is_pad"]
+    lengths = (~pad).sum(1)  # (B,) real rows: frames left in the episode, +1 for offset -1 inside it
+    assert pad[0, 0] and not pad[1, 0] and lengths[39] == 2 and lengths[40] == 40

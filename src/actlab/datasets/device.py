@@ -96,6 +96,8 @@ class DeviceData:
                 self._tables[key] = torch.as_tensor(overrides[key]).to(self.device)
             elif not fmt.is_camera(ds.features[key]):
                 col = ds.column(key)
+                if key in fmt.DEFAULT_FEATURES and col.shape[1:] == (1,):
+                    col = col[:, 0]  # timestamp, frame_index, ...: scalars per frame, as in get_item
                 if np.issubdtype(col.dtype, np.floating):
                     col = col.astype(np.float32)
                 self._tables[key] = torch.tensor(col, device=self.device)  # a copy: columns are read-only
