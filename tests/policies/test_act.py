@@ -383,3 +383,10 @@ def test_reparameterized_latent_and_kl_formula():
     policy.predict_action_chunk(observation(batch, policy))
     h2.remove()
     assert torch.equal(seen["latent"], torch.zeros(4, 8))
+
+
+def test_ensembler_accumulates_in_a_dtype_the_device_has():
+    from actlab.policies.ensemble import accumulation_dtype
+
+    assert accumulation_dtype(torch.device("cpu")) == torch.float64
+    assert accumulation_dtype(torch.device("mps")) == torch.float32  # MPS has no float64

@@ -10,6 +10,11 @@ from __future__ import annotations
 import torch
 
 
+def accumulation_dtype(device: torch.device) -> torch.dtype:
+    """float64 for the running average where the device has it; MPS has no float64 (float32 there)."""
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
 class TemporalEnsembler:
     """Online running weighted average over overlapping chunks (O(H) work per step)."""
 
@@ -26,9 +31,10 @@ class TemporalEnsembler:
 
     def update(self, chunk: torch.Tensor) -> torch.Tensor:
         """Add the chunk predicted now (B, H, A); return the action to execute now (B, A)."""
-        w = self.weights.to(chunk.device)
-        wc = self.weights_cumsum.to(chunk.device)
-        chunk64 = chunk.to(torch.float64)
+        dtype = accumulation_dtype(chunk.device)
+        w = self.weights.to(chunk.device, dtype)
+        wc = self.weights_cumsum.to(chunk.device, dtype)
+        chunk64 = chunk.to(dtype)
         if self.actions is None:
             self.actions = chunk64.clone()
             self.counts = torch.ones(self.chunk_size, dtype=torch.long, device=chunk.device)
