@@ -148,3 +148,17 @@ def test_stats_cache_follows_the_source_files(tiny_dataset, tmp_path, monkeypatc
     changed = compute_stats(open_dataset(root), cache_dir=cache)
     assert np.allclose(changed["action"]["mean"], first["action"]["mean"] + 1.0, atol=1e-5)
     assert len(list(cache.glob("*.json"))) == 2
+
+
+def test_image_stats_cache_is_keyed_by_the_image_source(make_dataset, tmp_path):
+    from actlab.datasets import FrameStore
+
+    ds = open_dataset(make_dataset(tmp_path, episodes=2, length=12, cameras={"side": (24, 48)}))
+    store = FrameStore.build(ds, image_size=16, cache_dir=tmp_path / "fs", progress=False)  # black bars
+    key = "observation.images.side"
+    cache = tmp_path / "cache"
+    native = compute_stats(ds, cache_dir=cache)[key]["mean"]
+    padded = compute_stats(ds, store=store, cache_dir=cache)[key]["mean"]
+    direct = compute_stats(ds, store=store, use_cache=False)[key]["mean"]
+    assert np.array_equal(padded, direct)  # not the native stats served from the cache
+    assert (padded < native).all()

@@ -281,6 +281,11 @@ def compute_stats(
         "img": image_samples,
         "floor": [std_floor_frac, std_floor_abs],
         "keys": [action_key, state_key],
+        # Image size the image stats come from: a resized/padded FrameStore gives other values than the
+        # native frames (which a native FrameStore and the video decode share).
+        "img_size": {
+            k: store.image_size if store is not None and k in store.frames else None for k in ds.camera_keys
+        },
         "v": 1,
     }
     path = _cache_path(ds, args, Path(cache_dir) if cache_dir else None)
