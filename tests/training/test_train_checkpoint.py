@@ -78,3 +78,35 @@ def test_resume_bookkeeping(policy, tmp_path):
     (mgr.root / ".step_0000004.123.tmp").mkdir()
     mgr.clean_partial()
     assert not (mgr.root / ".step_0000004.123.tmp").exists()
+
+
+def test_resume_finishes_the_pointer_updates_a_kill_cut_short(policy, tmp_path, monkeypatch):
+    mgr = CheckpointManager(tmp_path, keep_last=2, keep_best=True)
+    for step, val in ((1, 3.0), (2, 2.0), (3, 2.5)):
+        _save(mgr, policy, step, val)
+    assert mgr.steps() == [2, 3]
+    # step 4 (the best so far) is renamed into place, then the process dies before the pointers and pruning
+    with monkeypatch.context() as m:
+        m.setattr(mgr, "_update_pointers", lambda *a: None)
+        m.setattr(mgr, "prune", lambda: None)
+        _save(mgr, policy, 4, 1.0)
+    assert json.loads((mgr.root / "last.json").read_text())["step"] == 3
+    assert mgr.last_step() == 4 and mgr.steps() == [2, 3, 4]
+    mgr.repair_pointers(mgr.last_step())  # what a resume does first
+    assert json.loads((mgr.root / "last.json").read_text()) == {"step": 4, "path": "step_0000004",
+                                                                "val_loss": 1.0}  # fmt: skip
+    assert json.loads((mgr.root / "best.json").read_text())["step"] == 4
+    assert mgr.steps() == [3, 4]  # retention ran: step 2 is neither among the newest two nor the best
+
+
+def test_a_best_pointer_never_names_a_deleted_checkpoint(policy, tmp_path):
+    mgr = CheckpointManager(tmp_path, keep_last=2, keep_best=True)
+    for step, val in ((1, 1.0), (2, 2.0), (3, 3.0)):
+        _save(mgr, policy, step, val)
+    assert mgr.steps() == [1, 2, 3]  # newest two + the best
+    # resumed with checkpoint.keep_best=false (an allowed change): the old best is pruned, and its pointer too
+    mgr = CheckpointManager(tmp_path, keep_last=2, keep_best=False)
+    _save(mgr, policy, 4, 0.5)
+    assert mgr.steps() == [3, 4]
+    assert not (mgr.root / "best.json").exists()
+    assert not [p for p in mgr.root.iterdir() if p.name.startswith(".")]  # no trash left behind

@@ -97,7 +97,7 @@ class CheckpointManager:
         return total
 
     def clean_partial(self) -> None:
-        """Delete temporary directories left by a run killed in the middle of a write."""
+        """Delete temporary directories left by a run killed in the middle of a write or a deletion."""
         if self.root.is_dir():
             for p in self.root.iterdir():
                 if p.name.startswith(".step_") and p.is_dir():
@@ -158,21 +158,48 @@ class CheckpointManager:
             atomic_write_json(self.root / "best.json", entry)
 
     def prune(self) -> None:
-        """Delete checkpoints that are neither among the newest ``keep_last`` nor the best."""
+        """Delete checkpoints that are neither among the newest ``keep_last`` nor the best.
+
+        A ``best.json`` left pointing at a deleted directory (``keep_best`` turned off on a resume) is
+        removed with it, so a pointer never names a checkpoint that is gone.
+        """
         steps = self.steps()
         keep = set(steps[-self.keep_last :])
-        best = self.pointer("best") if self.keep_best else None
-        if best is not None:
+        best = self.pointer("best")
+        if best is not None and self.keep_best:
             keep.add(int(best["step"]))
         for s in steps:
             if s not in keep:
-                shutil.rmtree(self.path(s), ignore_errors=True)
+                self._delete(s)
+        if best is not None and not self.path(int(best["step"])).is_dir():
+            (self.root / "best.json").unlink(missing_ok=True)
+
+    def _delete(self, step: int) -> None:
+        """Remove a checkpoint directory: renamed to a hidden temporary name first, so a kill in the middle
+        of the deletion leaves a directory that :meth:`clean_partial` removes, never a ``step_`` directory
+        with part of its files gone."""
+        path = self.path(step)
+        trash = self.root / f".{path.name}.{os.getpid()}.del"
+        try:
+            os.replace(path, trash)
+        except OSError:
+            trash = path
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def repair_pointers(self, step: int) -> None:
+        """On resume from ``step`` (the newest complete checkpoint): finish what a kill between the rename
+        of that checkpoint and the end of :meth:`save` left undone: ``last.json`` names it, ``best.json``
+        has seen its validation loss, retention has run."""
+        meta = read_json(self.path(step) / "training_state" / "state.json", "checkpoint state")
+        val = meta.get("val_loss")
+        self._update_pointers(step, float(val) if val is not None else None)
+        self.prune()
 
     def truncate_after(self, step: int) -> None:
         """On resume from ``step``: forget checkpoints a killed run wrote past it (they are recomputed)."""
         for s in self.steps():
             if s > step:
-                shutil.rmtree(self.path(s), ignore_errors=True)
+                self._delete(s)
         best = self.pointer("best")
         if best is not None and int(best["step"]) > step:
             (self.root / "best.json").unlink()

@@ -30,6 +30,7 @@ from actlab.training.config import (
 )
 from actlab.training.ddp import DistInfo
 from actlab.training.metrics_log import METRICS_FILE, MetricsLog, check_sinks
+from actlab.training.schedule import sync_lr
 from actlab.training.timing import PhaseTimer
 from actlab.utils.io import atomic_write_json, read_json
 
@@ -111,12 +112,22 @@ def _check_run_dir(cfg: TrainConfig, out: Path, resume: bool, ckpts: CheckpointM
     return _resume_step(cfg, out, ckpts) if resume else _check_fresh(out, ckpts)
 
 
-def _init_run_dir(cfg: TrainConfig, out: Path, start: int, ckpts: CheckpointManager, dist: DistInfo) -> None:
-    """Rank 0: drop partial writes and checkpoints past ``start``, write config.json; then all ranks sync."""
-    if dist.is_main:
-        out.mkdir(parents=True, exist_ok=True)
+def _prepare_resume(out: Path, start: int, ckpts: CheckpointManager, dist: DistInfo) -> None:
+    """Rank 0, on resume: drop partial writes and checkpoints past ``start`` and finish the pointer
+    updates and pruning a kill may have cut short; then all ranks sync. Runs before the disk preflight
+    so that leftovers of the killed run are not counted as checkpoints."""
+    if dist.is_main and start:
         ckpts.clean_partial()
         ckpts.truncate_after(start)
+        ckpts.repair_pointers(start)
+    ddp.barrier(dist)
+
+
+def _write_run_config(cfg: TrainConfig, out: Path, dist: DistInfo) -> None:
+    """Rank 0 creates the run directory and writes config.json (after the preflight: a refused run
+    leaves nothing behind); then all ranks sync."""
+    if dist.is_main:
+        out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(out / CONFIG_FILE, config_to_dict(cfg))
     ddp.barrier(dist)
 
@@ -169,12 +180,12 @@ def _train(
     dist: DistInfo,
     device,
 ) -> RunSummary:
-    _init_run_dir(cfg, out, start, ckpts, dist)
+    _prepare_resume(out, start, ckpts, dist)
     run = build_run(cfg, device, dist, out_dir=out, existing_checkpoint_bytes=ckpts.bytes_on_disk())
     log = None
     try:
-        if start:
-            _restore(run, ckpts, start)
+        _write_run_config(cfg, out, dist)
+        window = _restore(run, ckpts, start) if start else None
         log = MetricsLog(
             out,
             enabled=dist.is_main,
@@ -187,7 +198,7 @@ def _train(
             run_config=config_to_dict(cfg),
         )
         with _sigterm_flag() as stop_flag:
-            summary = Loop(run, ckpts, log, out, stop_flag).train_from(start)
+            summary = Loop(run, ckpts, log, out, stop_flag, window).train_from(start)
     finally:
         run.close()
         if log is not None:
@@ -220,8 +231,13 @@ def _plot(out: Path, cfg: TrainConfig) -> None:
         print(f"warning: could not draw {out / 'training.png'}: {e}", file=sys.stderr)
 
 
-def _restore(run: TrainRun, ckpts: CheckpointManager, step: int) -> None:
-    """Load weights, optimizer, schedule, sampler position and RNG of checkpoint ``step``."""
+def _restore(run: TrainRun, ckpts: CheckpointManager, step: int) -> tuple[dict[str, Any], int]:
+    """Load weights, optimizer, schedule, sampler position and RNG of checkpoint ``step``.
+
+    Returns this rank's metric sums and step count of the logging window the checkpoint was taken in
+    (a checkpoint in the middle of a window), so the first row after the resume averages the same steps
+    as an uninterrupted run's.
+    """
     from actlab.policies import load_policy
 
     state = ckpts.load(step, run.dist.rank)
@@ -239,7 +255,13 @@ def _restore(run: TrainRun, ckpts: CheckpointManager, step: int) -> None:
     run.policy.load_state_dict(loaded.state_dict())
     run.optimizer.load_state_dict(state.optimizer)
     run.scheduler.load_state_dict(state.scheduler)
-    run.load_rng_state(state.rng, state.meta["ranks"][run.dist.rank])
+    # The optimizer state carries the learning rate the saved schedule chose for the next step; recompute
+    # it from the current schedule (identical unless `steps` changed, which stretches the cosine).
+    sync_lr(run.scheduler)
+    rank_meta = state.meta["ranks"][run.dist.rank]
+    run.load_rng_state(state.rng, rank_meta)
+    sums = {k: v.to(run.device) for k, v in state.rng.get("metric_sums", {}).items()}
+    return sums, int(rank_meta.get("metric_steps", 0))
 
 
 @contextlib.contextmanager
@@ -273,11 +295,22 @@ def _due(step: int, every: int, total: int) -> bool:
 class Loop:
     """Runs steps and decides when to log, evaluate, checkpoint and stop."""
 
-    def __init__(self, run: TrainRun, ckpts: CheckpointManager, log: MetricsLog, out: Path, stop_flag):
+    def __init__(
+        self,
+        run: TrainRun,
+        ckpts: CheckpointManager,
+        log: MetricsLog,
+        out: Path,
+        stop_flag,
+        window: tuple[dict[str, Any], int] | None = None,
+    ):
         self.run, self.ckpts, self.log, self.out, self.stop_flag = run, ckpts, log, out, stop_flag
         self.cfg = run.cfg
         self.timer = PhaseTimer(run.device)
-        self.sums: dict[str, Any] = {}
+        # metric sums on the device and the number of steps they cover, since the last training row
+        # (restored from the checkpoint on resume: `window`)
+        self.sums: dict[str, Any] = dict(window[0]) if window else {}
+        self.count = window[1] if window else 0
         self.last_val: float | None = None
         self.best_val: float | None = None
         self.last_loss: float | None = None
@@ -351,6 +384,7 @@ class Loop:
         for k, v in metrics.items():
             v = v.detach().float()
             self.sums[k] = v if k not in self.sums else self.sums[k] + v
+        self.count += 1
 
     def _log_train(self, step: int) -> None:
         import torch
@@ -361,8 +395,9 @@ class Loop:
         values = torch.stack([sums[k] for k in keys]).cpu().tolist() if keys else []  # the host sync
         now = time.perf_counter()
         elapsed, self._t_log = now - self._t_log, now
-        n = max(n, 1)
-        row: dict[str, Any] = {"step": step, **{k: v / n for k, v in zip(keys, values)}, **self.run.lrs()}
+        n = max(n, 1)  # steps timed in this process since the last row (timing and samples/s)
+        count = max(self.count, 1)  # steps in the metric sums (a resumed window includes earlier ones)
+        row: dict[str, Any] = {"step": step, **{k: v / count for k, v in zip(keys, values)}, **self.run.lrs()}
         step_time = sum(times.values()) / n
         row.update(
             {
@@ -378,7 +413,7 @@ class Loop:
                 / max(1, self.run.split.train_frames),
             }
         )
-        self.sums = {}
+        self.sums, self.count = {}, 0
         self.last_loss = row.get("loss")
         self.log.log(row)
         self.log.progress(step, {"loss": self.last_loss, "lr": row["lr"]})
@@ -398,6 +433,10 @@ class Loop:
         t0 = time.perf_counter()
         run, dist = self.run, self.run.dist
         tensors, meta = run.rng_state()
+        # the open logging window (a checkpoint step need not be a logging step); .cpu() syncs, as the
+        # checkpoint write does anyway
+        tensors["metric_sums"] = {k: v.detach().cpu() for k, v in self.sums.items()}
+        meta["metric_steps"] = self.count
         gathered = ddp.all_gather_object((tensors, meta), dist)  # every rank's RNG + sampler position
         if dist.is_main:
             val = self.last_val if self._eval_due(step) else None

@@ -32,3 +32,19 @@ def build_scheduler(optimizer, total_steps: int, cfg: ScheduleConfig):
     import torch
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, total_steps, cfg))
+
+
+def sync_lr(scheduler) -> None:
+    """Set every param group's learning rate to what ``scheduler`` gives at its current step.
+
+    After ``optimizer.load_state_dict`` the groups hold the rate the *saved* schedule chose; when the
+    total number of steps changed on resume, the current schedule's rate differs. Same formula as
+    ``LambdaLR`` (``base_lr * factor``), so an unchanged schedule gives bitwise the same rate. A tensor
+    learning rate (CUDA graphs) is updated in place, because a captured graph holds its address.
+    """
+    for group, base, fn in zip(scheduler.optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas):
+        lr = base * fn(scheduler.last_epoch)
+        if hasattr(group["lr"], "fill_"):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
