@@ -162,3 +162,12 @@ def test_image_stats_cache_is_keyed_by_the_image_source(make_dataset, tmp_path):
     direct = compute_stats(ds, store=store, use_cache=False)[key]["mean"]
     assert np.array_equal(padded, direct)  # not the native stats served from the cache
     assert (padded < native).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"state_delta_frames": 0}, {"state_delta_frames": -3}, {"image_samples": 0}]
+)
+def test_bad_stats_arguments_are_refused(ds, tmp_path, kwargs):
+    with pytest.raises(ActlabError, match=">= 1") as e:
+        compute_stats(ds, cache_dir=tmp_path, **kwargs)
+    assert e.value.field == next(iter(kwargs))

@@ -126,10 +126,16 @@ def _run_stats(args) -> int:
     from actlab.datasets import compute_stats, open_dataset, parse_episodes, save_stats
     from actlab.datasets.format import DEFAULT_FEATURES, STATS_PATH
     from actlab.datasets.stats import stats_to_json
+    from actlab.errors import ActlabError
     from actlab.utils.table import table
 
     ds = open_dataset(args.path)
-    dims = parse_episodes(args.absolute_dims) or []
+    try:
+        dims = parse_episodes(args.absolute_dims) or []
+    except ActlabError as e:
+        raise ActlabError(
+            "cannot read the absolute dims", field="--absolute-dims", expected="e.g. 5 or 0,5", found=e.found
+        ) from e
     stats = compute_stats(
         ds,
         relative_action_horizon=args.relative_horizon,

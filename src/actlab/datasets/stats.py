@@ -288,6 +288,9 @@ def compute_stats(
         },
         "v": 1,
     }
+    for name, value in (("state_delta_frames", state_delta_frames), ("image_samples", image_samples)):
+        if value is not None and value < 1:  # a 0-frame delta is all zeros; negative ones look ahead
+            raise ActlabError(f"{name} must be >= 1", field=name, expected=">= 1", found=value)
     path = _cache_path(ds, args, Path(cache_dir) if cache_dir else None)
     if use_cache and path.is_file():
         try:
