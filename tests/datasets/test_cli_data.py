@@ -55,3 +55,17 @@ def test_bench_data_reports_side_by_side(tiny_dataset, tmp_path, capsys):
     m = res["metrics"]
     assert m["samples_per_s"] > 0 and m["baseline_samples_per_s"] > 0
     assert res["ratios"]["vs_baseline"] > 1
+
+
+def test_synth_refuses_bad_sizes_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "synth"
+    base = ["data", "synth", "--out", str(out), "--frames", "20", "--episodes", "2", "--image-size", "16"]
+    for extra, field in (
+        (["--episodes", "0"], "--episodes"),
+        (["--episodes", "10", "--frames", "5"], "--frames/--episodes"),
+        (["--image-size", "0"], "--image-size (top)"),
+        (["--state-dim", "0"], "--state-dim"),
+    ):
+        assert main([*base, *extra]) == 2, extra
+        assert f"field:    {field}" in capsys.readouterr().err
+        assert list(tmp_path.iterdir()) == []

@@ -299,3 +299,10 @@ def test_column_not_matching_its_spec_is_a_clear_error(tiny_dataset, tmp_path):
     with pytest.raises(ActlabError, match="does not match its feature spec") as e:
         ds.column("action")
     assert e.value.field == "features.action"
+
+
+def test_zero_sized_feature_is_refused(tmp_path):
+    with pytest.raises(ActlabError, match="empty dimension") as e:
+        DatasetWriter(tmp_path / "ds", 30, make_features(0, 2, {}))
+    assert e.value.field == "features.observation.state.shape"
+    assert _leftovers(tmp_path) == []

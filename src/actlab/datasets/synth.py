@@ -16,6 +16,7 @@ import numpy as np
 from actlab.datasets.format import make_features
 from actlab.datasets.video import VideoOptions
 from actlab.datasets.writer import DatasetWriter
+from actlab.errors import ActlabError
 
 ACTION_LEAD = 3  # frames the action leads the state
 
@@ -81,6 +82,19 @@ def episode_lengths(episodes: int, length: int | None = None, frames: int | None
     return [int(length or 40)] * episodes
 
 
+def _check_sizes(
+    episodes: int, state_dim: int, action_dim: int, cameras: Mapping[str, tuple[int, int]]
+) -> None:
+    for field, value, least in (
+        ("--episodes", episodes, 1),
+        ("--state-dim", state_dim, 1),
+        ("--action-dim", action_dim, 1),
+        *((f"--image-size ({name})", min(hw), 2) for name, hw in cameras.items()),
+    ):
+        if value < least:
+            raise ActlabError(f"{field} must be >= {least}", field=field, expected=f">= {least}", found=value)
+
+
 def synth_dataset(
     out: str | Path,
     episodes: int = 3,
@@ -101,7 +115,15 @@ def synth_dataset(
     ``frames`` (total) overrides ``length``; ``lengths`` gives each episode's length explicitly.
     """
     cameras = {"top": (32, 32)} if cameras is None else dict(cameras)
+    _check_sizes(episodes, state_dim, action_dim, cameras)
     lens = list(lengths) if lengths is not None else episode_lengths(episodes, length, frames)
+    if not lens or min(lens) < 1:
+        raise ActlabError(
+            "every episode needs at least one frame",
+            field="--frames/--episodes",
+            expected="frames >= episodes >= 1",
+            found=f"episode lengths {lens[:5]}{'...' if len(lens) > 5 else ''}",
+        )
     rng = np.random.default_rng(seed)
     features = make_features(state_dim, action_dim, cameras, fps)
     with DatasetWriter(out, fps, features, robot_type="synthetic", video=video, overwrite=overwrite) as w:

@@ -198,6 +198,13 @@ class DatasetWriter:
                         found=sorted(spec),
                     )
             spec["shape"] = [int(s) for s in spec["shape"]]
+            if not spec["shape"] or min(spec["shape"]) < 1:
+                raise ActlabError(
+                    f"feature {key!r} has an empty dimension",
+                    field=f"features.{key}.shape",
+                    expected="positive sizes, e.g. [6]",
+                    found=spec["shape"],
+                )
             spec.setdefault("names", None)
             if fmt.is_camera(spec):
                 if spec["dtype"] != "video":
