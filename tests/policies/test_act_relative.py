@@ -169,3 +169,21 @@ def test_prefix_for_another_batch_size_is_a_clear_error():
     with pytest.raises(ActlabError, match="batch") as e:
         policy.predict_action_chunk(obs, prefix=torch.randn(1, 2, 6))
     assert e.value.field == "prefix"
+
+
+def test_gripper_names_that_disagree_with_absolute_action_dims_warn():
+    import warnings
+
+    feats = make_features(dim=14, cameras=())
+    joints = ("waist", "a", "b", "c", "d", "e", "gripper")
+    names = [f"{side}_{j}" for side in ("left", "right") for j in joints]
+    feats["action"]["names"] = feats["observation.state"]["names"] = names
+    stats = make_stats(dim=14, cameras=())
+    with pytest.warns(UserWarning, match=r"grippers at \[6, 13\]"):
+        make_policy(tiny_relative(), feats, stats)  # default (5,) is the SO-101 gripper
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make_policy(tiny_relative(absolute_action_dims=(6, 13)), feats, stats)
+        so101 = make_features()
+        so101["action"]["names"] = ["shoulder_pan.pos", "a", "b", "c", "wrist_roll.pos", "gripper.pos"]
+        make_policy(tiny_relative(), so101, make_stats())

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import collections
+import warnings
 from typing import Any
 
 import torch
@@ -79,6 +80,18 @@ class ACTRelativePolicy(ACTPolicy):
                 found=list(self.config.absolute_action_dims),
                 fix="set absolute_action_dims to the gripper indices of this robot (or [] for none)",
             )
+        names = self.features[ACTION].get("names")
+        if isinstance(names, list) and len(names) == self.action_dim:
+            grippers = [i for i, n in enumerate(names) if "gripper" in str(n).lower()]
+            if grippers and set(grippers) != set(self.config.absolute_action_dims):
+                # The default (5,) is the SO-101 gripper: on another robot a joint would stay absolute
+                # and the grippers would become relative, silently.
+                warnings.warn(
+                    f"absolute_action_dims={list(self.config.absolute_action_dims)} but the action names put "
+                    f"grippers at {grippers} ({', '.join(str(names[i]) for i in grippers)}); "
+                    f"set policy.absolute_action_dims={grippers} unless this is intended",
+                    stacklevel=3,
+                )
 
     @property
     def n_extra_tokens(self) -> int:
