@@ -122,3 +122,19 @@ def test_restricted_unpickler_still_reads_plain_object_arrays(tmp_path):
     out = load_npy(tmp_path / "o.npy")
     assert out.dtype == object and out[0]["nested"][1]["k"] == (1, 2) and out[1]["n"] == 2
     assert np.array_equal(out[1]["state"], np.arange(3.0)) and out[1]["state"].dtype == np.float64
+
+
+@pytest.mark.parametrize(
+    ("image", "message"),
+    [
+        (np.full((20, 16, 24, 3), 1000, np.uint16), "out of range"),  # astype(uint8) would wrap
+        (np.full((20, 16, 24, 3), -0.5, np.float32), "out of range"),  # [-1, 1] normalized
+    ],
+)
+def test_images_that_cannot_be_cast_safely_are_refused(tmp_path, image, message, capsys):
+    _source(tmp_path / "src", "columns")
+    obs = np.load(tmp_path / "src/observations.npy", allow_pickle=True).item()
+    obs["image_left"] = image
+    np.save(tmp_path / "src/observations.npy", obs, allow_pickle=True)
+    assert main(["data", "convert", str(tmp_path / "src"), "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "out").exists()

@@ -111,8 +111,21 @@ def _to_hwc_uint8(img: np.ndarray, key: str, path: Path) -> np.ndarray:
         raise ActlabError(
             "camera images must be RGB", file=path, field=key, expected="3 channels", found=img.shape
         )
+    if not (np.issubdtype(img.dtype, np.floating) or np.issubdtype(img.dtype, np.integer)):
+        raise ActlabError("camera images must be numbers", file=path, field=key, found=str(img.dtype))
+    lo, hi = (float(img.min()), float(img.max())) if img.size else (0.0, 0.0)
+    if lo < 0 or hi > 255 or not np.isfinite([lo, hi]).all():
+        # Casting would wrap (uint16) or clip (normalized [-1, 1]) the pixels silently.
+        raise ActlabError(
+            "camera pixel values out of range",
+            file=path,
+            field=key,
+            expected="uint8 0..255, or floats in [0, 1] or [0, 255]",
+            found=f"{img.dtype} values in [{lo:g}, {hi:g}]",
+            fix="rescale the images to 0..255 (e.g. (img + 1) * 127.5 for [-1, 1]) and re-save",
+        )
     if np.issubdtype(img.dtype, np.floating):
-        if img.size and img.max() <= 1.0 + 1e-6:
+        if hi <= 1.0 + 1e-6:
             img = img * 255.0
         img = np.clip(np.round(img), 0, 255)
     return img.astype(np.uint8)
@@ -123,7 +136,12 @@ def read_npy_episodes(src: str | Path) -> tuple[list[dict[str, np.ndarray]], dic
     src = Path(src)
     obs_path, act_path, len_path = src / "observations.npy", src / "actions.npy", src / "rollout_length.npy"
     cols = _columns(load_npy(obs_path), obs_path)
-    actions = np.asarray(load_npy(act_path), dtype=np.float32)
+    try:
+        actions = np.asarray(load_npy(act_path), dtype=np.float32)
+    except (TypeError, ValueError) as e:
+        raise ActlabError(
+            "actions are not numeric", file=act_path, field="actions", expected="(T, A) numbers", found=str(e)
+        ) from e
     lengths = np.asarray(load_npy(len_path)).reshape(-1).astype(np.int64)
     if actions.ndim != 2:
         raise ActlabError("actions must be (T, A)", file=act_path, field="actions", found=actions.shape)
@@ -152,7 +170,12 @@ def read_npy_episodes(src: str | Path) -> tuple[list[dict[str, np.ndarray]], dic
             name = key.split("_", 1)[1] if "_" in key else key
             frames[f"observation.images.{name}"] = _to_hwc_uint8(arr, key, obs_path)
         elif key == "state":
-            frames["observation.state"] = np.asarray(arr, dtype=np.float32).reshape(total, -1)
+            try:
+                frames["observation.state"] = np.asarray(arr, dtype=np.float32).reshape(total, -1)
+            except (TypeError, ValueError) as e:
+                raise ActlabError(
+                    "state is not numeric", file=obs_path, field=key, expected="numbers", found=str(e)
+                ) from e
         else:
             ignored.append(key)
     if "observation.state" not in frames:
