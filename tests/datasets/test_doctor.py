@@ -209,3 +209,12 @@ def test_broken_inputs_are_located_precisely(copy, edit, file, field, capsys):
     assert any(p.file == str((copy / file).resolve()) and p.field == field for p in problems), problems
     assert main(["data", "doctor", str(copy)]) == 1
     assert "Traceback" not in capsys.readouterr().out
+
+
+def test_tasks_table_must_name_every_episode_task(copy):
+    from actlab.datasets.writer import _tasks_table
+
+    pq.write_table(_tasks_table(["something else", "and another"]), copy / "meta/tasks.parquet")
+    problems = {p.check: p for p in diagnose(copy)}
+    assert problems["unknown_task"].found == "move the square"
+    assert problems["length_mismatch"].field == "total_tasks" and problems["length_mismatch"].found == "1"
