@@ -69,3 +69,9 @@ def test_synth_refuses_bad_sizes_and_writes_nothing(tmp_path, capsys):
         assert main([*base, *extra]) == 2, extra
         assert f"field:    {field}" in capsys.readouterr().err
         assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_data_refuses_bad_arguments(tiny_dataset, capsys):
+    for extra in (["--workers", "-1"], ["--seconds", "0"]):
+        assert main(["bench", "data", str(tiny_dataset), *extra]) == 2
+        assert "--workers must be >= 0" in capsys.readouterr().err

@@ -189,6 +189,12 @@ def bench_data(
             field="--batch-size/--action-horizon",
             found=(batch_size, action_horizon),
         )
+    if workers < 0 or seconds <= 0 or baseline_seconds <= 0:
+        raise ActlabError(
+            "--workers must be >= 0 and --seconds/--baseline-seconds > 0",
+            field="--workers/--seconds/--baseline-seconds",
+            found=(workers, seconds, baseline_seconds),
+        )
     ds = open_dataset(path)
     cams = {k: ds.features[k]["shape"] for k in ds.camera_keys}
     mine = bench_actlab(ds, batch_size, action_horizon, seconds, image_size, cache_dir, seed)
