@@ -40,6 +40,27 @@ def test_linear_forward_backward_flops_match_the_formula():
     assert count_flops(lambda: layer(x).sum().backward()) == 3 * 2 * B * i * o
 
 
+def test_attention_flops_are_counted_on_cpu_too():
+    # Hand count: scores q @ k^T and out = p @ v are 2 matmuls of 2*L*S*E FLOPs per (batch, head) forward;
+    # backward recomputes the scores and does 4 more (grad of p, v, q, k): 5 matmuls.
+    B, H, L, S, E = 2, 3, 5, 7, 8
+    q, k, v = (torch.randn(B, H, n, E, requires_grad=True) for n in (L, S, S))
+    mm = 2 * B * H * L * S * E
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    assert count_flops(lambda: sdpa(q, k, v)) == 2 * mm
+    assert count_flops(lambda: sdpa(q, k, v).sum().backward()) == 2 * mm + 5 * mm
+    mask = torch.ones(L, S, dtype=torch.bool)  # a key-padding style mask takes the same kernel
+    assert count_flops(lambda: sdpa(q, k, v, attn_mask=mask)) == 2 * mm
+
+
+def test_conv_flops_match_the_formula():
+    # forward 2*N*Cout*Ho*Wo*Cin*k*k; backward without an input gradient: the weight gradient, the same
+    B, cin, cout, hw, kk = 2, 3, 4, 8, 3
+    conv = nn.Conv2d(cin, cout, kk, padding=1, bias=False)
+    x = torch.randn(B, cin, hw, hw)
+    assert count_flops(lambda: conv(x).sum().backward()) == 2 * (2 * B * cout * hw * hw * cin * kk * kk)
+
+
 def test_train_step_flops_counts_and_leaves_no_gradients():
     B, d_in, h = 8, 20, 30
     model = _TwoLayer(d_in, h)

@@ -87,7 +87,10 @@ examples:
 
 model_only_step_ms: the step on a batch already on the device (repeated); full_step_ms: sample +
 gather + augment + step, as `actlab train` runs it. Blocks of each alternate in one run;
-data_stall_frac = 1 - model_only / full.
+data_stall_frac = 1 - model_only / full. gflops_per_step: model FLOPs of one forward + backward
+(counted on the real policy and batch); achieved_tflops_* = FLOPs / step time; on CUDA mfu_* =
+achieved / the device's datasheet peak in the step's precision (--peak-tflops overrides it, and gives
+an MFU on a CPU, which has no tabled peak).
 """
 
 
@@ -114,6 +117,12 @@ def _register_train(g) -> None:
     p.add_argument("--device", metavar="DEV", help="device (default: the preset's)")
     p.add_argument("--steps", type=int, default=10, metavar="N", help="steps per timed block (default 10)")
     p.add_argument("--rounds", type=int, default=10, metavar="R", help="block pairs (default 10)")
+    p.add_argument(
+        "--peak-tflops",
+        type=float,
+        metavar="T",
+        help="peak TFLOP/s for MFU instead of the datasheet table (e.g. a measured matmul peak)",
+    )
     add_json_flag(p)
     p.set_defaults(_run=_run_train)
 
@@ -131,10 +140,13 @@ def _run_train(args) -> int:
         raise ActlabError(
             "--steps and --rounds must be >= 1", field="--steps/--rounds", found=(args.steps, args.rounds)
         )
+    if args.peak_tflops is not None and not args.peak_tflops > 0:
+        raise ActlabError("--peak-tflops must be > 0", field="--peak-tflops", found=args.peak_tflops)
     cfg = apply_train_overrides(get_preset(args.preset), args.overrides)
     if args.device:
         cfg = dataclasses.replace(cfg, device=args.device)
-    emit(run_bench(cfg, args.dataset, steps=args.steps, rounds=args.rounds), args.json)
+    result = run_bench(cfg, args.dataset, steps=args.steps, rounds=args.rounds, peak_tflops=args.peak_tflops)
+    emit(result, args.json)
     return 0
 
 

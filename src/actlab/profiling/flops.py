@@ -41,11 +41,41 @@ PEAK_TFLOPS: dict[str, dict[str, float | None]] = {
 PRECISIONS = ("bf16", "fp16", "tf32", "fp32")
 
 
+def _cpu_attention_formulas() -> dict[Any, Callable[..., int]]:
+    """FLOP formulas for the CPU fused attention kernels, which FlopCounterMode does not know.
+
+    ``F.scaled_dot_product_attention`` on a CPU runs ``_scaled_dot_product_flash_attention_for_cpu``
+    (and its backward); without these entries the attention matmuls of every policy count as 0 on CPU.
+    The formulas are torch's own ones for the CUDA kernels (2 matmuls forward, 5 backward).
+    """
+    import torch
+    from torch.utils import flop_counter
+
+    aten = torch.ops.aten
+
+    def forward(query, key, value, *args, out_shape=None, **kwargs) -> int:
+        return flop_counter.sdpa_flop_count(query, key, value)
+
+    def backward(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
+        return flop_counter.sdpa_backward_flop_count(grad_out, query, key, value)
+
+    out: dict[Any, Callable[..., int]] = {}
+    for name, fn in (
+        ("_scaled_dot_product_flash_attention_for_cpu", forward),
+        ("_scaled_dot_product_flash_attention_for_cpu_backward", backward),
+    ):
+        op = getattr(aten, name, None)
+        if op is not None and op not in flop_counter.flop_registry:
+            out[op] = fn
+    return out
+
+
 def count_flops(step: Callable[[], Any]) -> int:
-    """FLOPs performed by ``step()`` (e.g. a forward and a backward) as counted by FlopCounterMode."""
+    """FLOPs performed by ``step()`` (e.g. a forward and a backward) as counted by FlopCounterMode
+    (with the CPU attention kernels added, see :func:`_cpu_attention_formulas`)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False, custom_mapping=_cpu_attention_formulas()) as counter:
         step()
     return int(counter.get_total_flops())
 
@@ -150,7 +180,10 @@ def throughput_metrics(
         if peak_tflops is not None:
             peak_source = f"datasheet peak for {key} ({precision}, dense)"
         elif getattr(device, "type", str(device)) != "cuda":
-            notes.append(f"no MFU on {name}: a CPU has no tabled peak; pass a measured peak to get one")
+            notes.append(
+                f"no MFU on {name}: a CPU has no tabled peak; pass a measured peak (e.g. bench train "
+                "--peak-tflops) to get one"
+            )
         elif key is not None:
             notes.append(f"no MFU: the table has no {precision} peak for {key}; pass a measured peak")
         else:

@@ -9,6 +9,10 @@ Two loops over the same built run (same policy, optimizer, device):
 
 The blocks alternate (model-only, full, model-only, full, ...) so that machine noise hits both alike.
 The data-stall fraction ``1 - model_only / full`` is the share of a training step spent waiting on data.
+
+Model FLOPs per step are counted once on the real policy and batch (``actlab.profiling.flops``), and
+turned into achieved FLOP/s for both step times and, on CUDA, into MFU against the device's peak in the
+precision the step runs in (on a CPU there is no peak, and the notes say so).
 """
 
 from __future__ import annotations
@@ -50,9 +54,19 @@ def _block(run, steps: int, batch: dict[str, Any] | None) -> float:
 
 
 def bench_train(
-    cfg: TrainConfig, *, steps: int = 20, rounds: int = 3, warmup: int = 3, device: Any = None
+    cfg: TrainConfig,
+    *,
+    steps: int = 20,
+    rounds: int = 3,
+    warmup: int = 3,
+    device: Any = None,
+    peak_tflops: float | None = None,
 ) -> dict[str, Any]:
-    """Measure model-only and full step times for ``cfg`` (``data.path`` set); returns a report dict."""
+    """Measure model-only and full step times for ``cfg`` (``data.path`` set); returns a report dict.
+
+    ``peak_tflops`` (e.g. from ``measure_peak_tflops``) replaces the datasheet peak for MFU, and gives
+    one where the table has none (a CPU, an unlisted GPU).
+    """
     from actlab.training.build import build_run
 
     run = build_run(cfg, device)
@@ -69,6 +83,17 @@ def bench_train(
         stall = 1.0 - statistics.median(m / f for m, f in zip(model_s, full_s))
         on_device = bool(run.device_data.frames_on_device)
         n_params = sum(p.numel() for p in run.policy.parameters())
+        flops, precision = _count_step_flops(run, fixed)
+        tp = dict(flops=flops, precision=precision, batch_size=cfg.batch_size, peak_tflops=peak_tflops)
+        model_tp, notes = _throughput(run, seconds=statistics.median(model_s), **tp)
+        full_tp, _ = _throughput(run, seconds=statistics.median(full_s), **tp)
+        mfu = {}
+        if "mfu" in model_tp:
+            mfu = {
+                "peak_tflops": model_tp["peak_tflops"],
+                "mfu_model_only": model_tp["mfu"],
+                "mfu_full": full_tp["mfu"],
+            }
         return {
             "benchmark": "train",
             "device": str(run.device),
@@ -83,6 +108,7 @@ def bench_train(
                 "amp": str(run.amp_dtype).replace("torch.", "") if run.amp_dtype is not None else "off",
                 "compile": cfg.compile,
                 "cuda_graphs": cfg.cuda_graphs,
+                "precision": precision,
                 "steps_timed": f"{rounds} alternating block pairs x {steps} steps",
                 "dataset": cfg.data.path,
             },
@@ -94,6 +120,10 @@ def bench_train(
                 "full_step_ms_fastest": 1000 * min(full_s),
                 "samples_per_s_model_only": 1000 * cfg.batch_size / model_ms,
                 "samples_per_s_full": 1000 * cfg.batch_size / full_ms,
+                "gflops_per_step": model_tp["gflops_per_step"],
+                "achieved_tflops_model_only": model_tp["achieved_tflops"],
+                "achieved_tflops_full": full_tp["achieved_tflops"],
+                **mfu,
             },
             "ratios": {"full_vs_model_only": full_ms / model_ms},
             "notes": [
@@ -101,10 +131,45 @@ def bench_train(
                 "augment + step each time; blocks alternate so noise hits both",
                 "step times: medians over blocks (fastest block beside them); data_stall_frac = 1 - median "
                 "over adjacent block pairs of model_only/full (a negative value is measurement noise)",
+                "gflops_per_step: model FLOPs of one forward + backward of the policy on one batch; "
+                "achieved TFLOP/s = that / the median step time",
+                *notes,
             ],
         }
     finally:
         run.close()
+
+
+def _count_step_flops(run, batch: dict[str, Any]) -> tuple[int, str]:
+    """(FLOPs of one forward + backward of the bare policy on ``batch``, the matmul precision name).
+
+    Counted under the step's autocast (the count does not depend on the dtype; the memory does).
+    Gradients left by the count are dropped, and the global RNG is forked so the count draws no dropout
+    or latent samples from the training streams.
+    """
+    import torch
+
+    from actlab.profiling.flops import precision_name, train_step_flops
+    from actlab.training.step import autocast
+
+    fork_devices = [run.device] if run.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=fork_devices), autocast(run.device, run.amp_dtype):
+        flops = train_step_flops(run.policy, batch)
+    return flops, precision_name(run.amp_dtype or torch.float32, run.device)
+
+
+def _throughput(run, *, flops: int, precision: str, seconds: float, batch_size: int, peak_tflops):
+    from actlab.profiling.flops import throughput_metrics
+
+    return throughput_metrics(
+        flops_per_step=flops,
+        seconds_per_step=seconds,
+        batch_size=batch_size,
+        device=run.device,
+        precision=precision,
+        peak_tflops=peak_tflops,
+        peak_source="the peak given with --peak-tflops" if peak_tflops is not None else None,
+    )
 
 
 def run_bench(
@@ -114,14 +179,16 @@ def run_bench(
     steps: int,
     rounds: int,
     device: Any = None,
+    peak_tflops: float | None = None,
 ) -> dict[str, Any]:
     """``bench_train`` on ``dataset``, or on a synthetic dataset built in a temporary directory."""
     if dataset:
         cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, path=str(dataset)))
-        return bench_train(cfg, steps=steps, rounds=rounds, device=device)
+        return bench_train(cfg, steps=steps, rounds=rounds, device=device, peak_tflops=peak_tflops)
     with tempfile.TemporaryDirectory(prefix="actlab-bench-train-") as tmp:
         path = synth_for(cfg, Path(tmp) / "synth")
         data = dataclasses.replace(cfg.data, path=str(path), cache_dir=str(Path(tmp) / "cache"))
-        result = bench_train(dataclasses.replace(cfg, data=data), steps=steps, rounds=rounds, device=device)
+        cfg = dataclasses.replace(cfg, data=data)
+        result = bench_train(cfg, steps=steps, rounds=rounds, device=device, peak_tflops=peak_tflops)
         result["config"]["dataset"] = "synthetic (temporary, 8 episodes x 60 frames)"
         return result
