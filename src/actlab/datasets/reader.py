@@ -158,7 +158,7 @@ def _check_feature(root: Path, key: str, spec: Any) -> None:
                 "a numpy dtype (float32, int64, ...), video, image or string",
                 repr(dtype),
             ) from None
-    if not (isinstance(shape, list) and shape and all(_is_int(n) and n > 0 for n in shape)):
+    if not (isinstance(shape, list) and all(_is_int(n) and n > 0 for n in shape)):
         found = "missing" if "shape" not in spec else repr(shape)
         raise _info_error(
             root, f"feature {key!r} has a bad shape", f"{where}.shape", "a list of positive ints", found
