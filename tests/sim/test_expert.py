@@ -83,12 +83,20 @@ def test_policy_wrapper_accepts_torch_batches(blind_env):
 
 def test_noise_varies_demonstrations_and_still_succeeds(blind_env):
     plain = run_expert_episode(blind_env, ExpertPolicy(blind_env), 4)
-    noisy_policy = ExpertPolicy(blind_env, ExpertConfig(noise=1.0), seed=123)
-    noisy = [run_expert_episode(blind_env, noisy_policy, 4) for _ in range(2)]
+    # Noise is drawn per (policy seed, episode seed): another policy seed varies the same episode ...
+    noisy = [
+        run_expert_episode(blind_env, ExpertPolicy(blind_env, ExpertConfig(noise=1.0), seed=s), 4)
+        for s in (123, 124)
+    ]
     assert all(ep["success"] for ep in noisy)
     a0, a1 = noisy[0]["frames"]["action"], noisy[1]["frames"]["action"]
     assert a0.shape != plain["frames"]["action"].shape or not np.allclose(a0, plain["frames"]["action"])
     assert a0.shape != a1.shape or not np.allclose(a0, a1)
+    # ... and one instance replays an episode exactly, whatever it ran in between (worker-independent).
+    policy = ExpertPolicy(blind_env, ExpertConfig(noise=1.0), seed=123)
+    run_expert_episode(blind_env, policy, 7)
+    again = run_expert_episode(blind_env, policy, 4)
+    np.testing.assert_array_equal(again["frames"]["action"], a0)
 
 
 def test_bad_expert_config():

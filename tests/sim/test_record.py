@@ -93,3 +93,53 @@ def test_workers_give_the_same_dataset_as_one_process(tmp_path, recorded):
     a, b = open_dataset(out), open_dataset(parallel.path)
     np.testing.assert_array_equal(a.column("action"), b.column("action"))
     np.testing.assert_array_equal(a.column("episode_index"), b.column("episode_index"))
+
+
+def test_noisy_expert_recording_is_the_same_for_any_number_of_workers(tmp_path):
+    """The expert's noise is drawn per episode seed, not per worker's episode count: with two workers the
+    episodes land on different processes, and the dataset must still be the one a single process writes."""
+    from actlab.datasets import open_dataset
+
+    cfg = RecordConfig(episodes=3, seed=20, image_size=16, workers=0, expert_noise=1.0)
+    one = record_dataset(tmp_path / "one", cfg, progress=False)
+    two = record_dataset(tmp_path / "two", RecordConfig(**{**cfg.__dict__, "workers": 2}), progress=False)
+    a, b = open_dataset(one.path), open_dataset(two.path)
+    assert len(a) == len(b)
+    np.testing.assert_array_equal(a.column("action"), b.column("action"))
+    np.testing.assert_array_equal(a.column("observation.state"), b.column("observation.state"))
+
+
+_KILL_A_WORKER = """
+import sys
+import psutil
+from actlab.errors import ActlabError
+from actlab.sim.record import RecordConfig, record_dataset
+
+def kill_one_worker(episode):
+    if not getattr(kill_one_worker, "done", False):
+        kids = [p for p in psutil.Process().children() if "resource_tracker" not in " ".join(p.cmdline())]
+        kids[-1].kill()  # SIGKILL, what the kernel's OOM killer does
+        kids[-1].wait(30)  # dead before any further episode: the recording cannot complete
+        kill_one_worker.done = True
+
+try:
+    record_dataset(sys.argv[1], RecordConfig(episodes=8, image_size=16, workers=2), progress=False,
+                   on_episode=kill_one_worker)
+except ActlabError as e:
+    print("ActlabError:", e.problem)
+    sys.exit(3)
+"""
+
+
+def test_a_dead_worker_fails_the_recording_instead_of_hanging(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "ds"
+    # A dead worker used to leave multiprocessing.Pool waiting forever for its episode.
+    run = subprocess.run(
+        [sys.executable, "-c", _KILL_A_WORKER, str(out)], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 3, run.stderr[-2000:]
+    assert "worker process died" in run.stdout
+    assert not out.exists()  # nothing partial written

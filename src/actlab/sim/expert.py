@@ -196,13 +196,26 @@ class ExpertPolicy:
         self.expert = ScriptedExpert(env, config)
         self._seed = seed
         self._episode = 0
+        self._episode_seed: int | None = None
         self._plan: np.ndarray | None = None
         self._t = 0
 
-    def reset(self) -> None:
-        """Forget the current plan; the next ``select_action`` plans for the env's new scene."""
+    def reset(self, seed: int | None = None) -> None:
+        """Forget the current plan; the next ``select_action`` plans for the env's new scene.
+
+        ``seed`` (the episode's ``env.reset`` seed) fixes the noise of the next plan to the episode: it is
+        then drawn from (policy seed, episode seed), whatever episodes this instance ran before, so a
+        recording is the same in any number of worker processes. Without it the noise follows the
+        instance's own episode count."""
         self._plan = None
         self._t = 0
+        self._episode_seed = seed
+
+    def _noise_seed(self) -> tuple[int, ...] | None:
+        if self._episode_seed is not None:
+            # A stream of its own (tag 1): not the numbers the env drew for the cube from the same seed.
+            return (1, 0 if self._seed is None else self._seed, self._episode_seed)
+        return None if self._seed is None else (self._seed, self._episode)
 
     @property
     def done(self) -> bool:
@@ -214,8 +227,7 @@ class ExpertPolicy:
         if self._plan is None:
             rng = None
             if self.expert.config.noise > 0:
-                seed = None if self._seed is None else (self._seed, self._episode)
-                rng = np.random.default_rng(seed)
+                rng = np.random.default_rng(self._noise_seed())
             self._plan = self.expert.plan(rng)
             self._episode += 1
         action = self._plan[min(self._t, len(self._plan) - 1)]

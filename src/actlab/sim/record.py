@@ -10,6 +10,7 @@ number of workers. Episode ``i`` of the attempt sequence uses ``env.reset(seed=s
 from __future__ import annotations
 
 import collections
+import concurrent.futures as cf
 import dataclasses
 import multiprocessing
 import os
@@ -118,7 +119,7 @@ def run_expert_episode(env, policy, seed: int, keep_frames: bool = True) -> dict
     (T, H, W, 3) uint8. Row t is the observation before action t.
     """
     obs, info = env.reset(seed=seed)
-    policy.reset()
+    policy.reset(seed=seed)  # the expert's optional noise is drawn per episode seed (worker-independent)
     rows: dict[str, list[np.ndarray]] = collections.defaultdict(list)
     steps = 0
     while True:
@@ -168,18 +169,35 @@ def _episodes_in_order(config: RecordConfig, max_attempts: int) -> Iterator[dict
         finally:
             _WORKER.pop("env").close()
         return
-    # spawn, not fork: a forked child would inherit the parent's OpenGL/EGL state.
+    # spawn, not fork: a forked child would inherit the parent's OpenGL/EGL state. ProcessPoolExecutor, not
+    # multiprocessing.Pool: a Pool whose worker dies (OOM killer, a crash in the GL driver, a failing
+    # initializer) replaces the process and waits forever for the lost episode; the executor fails instead.
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(config.workers, initializer=_worker_init, initargs=(config,)) as pool:
+    pool = cf.ProcessPoolExecutor(
+        config.workers, mp_context=ctx, initializer=_worker_init, initargs=(config,)
+    )
+    try:
         # A bounded window of episodes in flight keeps memory flat (an episode's frames are ~10-20 MB).
         window = 2 * config.workers
         pending: collections.deque = collections.deque()
         for s in seeds:
-            pending.append(pool.apply_async(_worker_episode, (s,)))
+            pending.append(pool.submit(_worker_episode, s))
             if len(pending) >= window:
-                yield pending.popleft().get()
+                yield pending.popleft().result()
         while pending:
-            yield pending.popleft().get()
+            yield pending.popleft().result()
+    except cf.process.BrokenProcessPool as e:  # from submit() or result(); a worker's own errors pass as is
+        raise ActlabError(
+            "a recording worker process died (killed, out of memory, or crashed while starting)",
+            field="--workers",
+            found=f"{config.workers} spawned workers; {e}",
+            fix="free memory or use fewer --workers (--workers 0 records in this process and shows a crash "
+            "there); a script that records with workers needs `if __name__ == '__main__':` (spawned "
+            "workers re-import it)",
+        ) from e
+    finally:
+        # Episodes still queued are dropped; the ones running finish (each takes about a second).
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def dataset_features(config: RecordConfig) -> dict[str, dict[str, Any]]:
@@ -231,22 +249,24 @@ def record_dataset(
             total=config.episodes, unit="ep", desc="recording", disable=not progress, dynamic_ncols=True
         )
         episodes = _episodes_in_order(config, max_attempts)
-        for episode in episodes:
-            attempts += 1
-            successes += episode["success"]
-            if not episode["success"]:
-                failed.append(episode["seed"])
-            if episode["success"] or config.keep_failures:
-                writer.add_episode(episode["frames"], task=TASK_TEXT)
-                frames += episode["length"]
-                written += 1
-                bar.update(1)
-            bar.set_postfix(expert=f"{successes}/{attempts}")
-            if on_episode is not None:
-                on_episode(episode)
-            if written >= config.episodes:
-                break
-        episodes.close()  # stops the worker pool (episodes still in flight are dropped)
+        try:
+            for episode in episodes:
+                attempts += 1
+                successes += episode["success"]
+                if not episode["success"]:
+                    failed.append(episode["seed"])
+                if episode["success"] or config.keep_failures:
+                    writer.add_episode(episode["frames"], task=TASK_TEXT)
+                    frames += episode["length"]
+                    written += 1
+                    bar.update(1)
+                bar.set_postfix(expert=f"{successes}/{attempts}")
+                if on_episode is not None:
+                    on_episode(episode)
+                if written >= config.episodes:
+                    break
+        finally:
+            episodes.close()  # stops the worker pool now, also on an error (episodes in flight are dropped)
         if written < config.episodes:
             bar.close()
             raise ActlabError(
