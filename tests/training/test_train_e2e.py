@@ -219,15 +219,23 @@ def test_overfit_mode_fails_loudly_when_the_threshold_is_not_reached(tiny_datase
         (["--preset", "tiny", "--set", "batch_size=0"], "batch_size"),
         (["--preset", "tiny", "--set", "policy.type=act_relatve"], "did you mean 'act_relative'"),
         (["--resume"], "run config not found"),
+        (["--preset", "tiny", "--dataset", "d", "--out-is-a-file"], "the output path is a file"),
     ],
 )
 def test_bad_presets_and_keys_fail_before_anything_runs(args, message, tmp_path, capsys):
     from actlab.cli import main
 
+    out_is_a_file = "--out-is-a-file" in args
+    if out_is_a_file:
+        args = [a for a in args if a != "--out-is-a-file"]
+        (tmp_path / "x").write_text("not a run directory")
     assert main(["train", "--out", str(tmp_path / "x"), *args]) == 2
     err = capsys.readouterr().err
     assert message in err, err
-    assert not (tmp_path / "x").exists()
+    if out_is_a_file:
+        assert (tmp_path / "x").read_text() == "not a run directory"
+    else:
+        assert not (tmp_path / "x").exists()
 
 
 def test_sigterm_writes_a_checkpoint_and_stops(tiny_dataset, tmp_path):

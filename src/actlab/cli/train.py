@@ -153,8 +153,10 @@ def _print_summary(summary) -> None:
         f"final loss:      {summary.final_loss:.5g}" if summary.final_loss is not None else "final loss: -",
         f"samples/s:       {summary.samples_per_s:.1f}",
     ]
-    if summary.best_val_loss is not None:
-        lines.append(f"best val loss:   {summary.best_val_loss:.5g} ({summary.best_checkpoint})")
+    if summary.best_val_loss is not None:  # lowest seen; validations between checkpoints count too
+        lines.append(f"best val loss:   {summary.best_val_loss:.5g}")
+    if summary.best_checkpoint:  # lowest among the saved checkpoints (checkpoints/best.json)
+        lines.append(f"best checkpoint: {summary.best_checkpoint}")
     if summary.last_checkpoint:
         lines.append(f"last checkpoint: {summary.last_checkpoint}")
     if summary.overfit_step is not None:

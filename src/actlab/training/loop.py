@@ -109,6 +109,13 @@ def overfit_config(cfg: TrainConfig, samples: int) -> TrainConfig:
 # ------------------------------------------------------------------------------------------ run dir
 def _check_run_dir(cfg: TrainConfig, out: Path, resume: bool, ckpts: CheckpointManager) -> int:
     """The step to resume from (0 for a new run); refuses a used directory or a changed config."""
+    if out.exists() and not out.is_dir():
+        raise ActlabError(
+            "the output path is a file, not a run directory",
+            file=out,
+            expected="a new or existing run directory",
+            fix="choose another --out",
+        )
     return _resume_step(cfg, out, ckpts) if resume else _check_fresh(out, ckpts)
 
 
