@@ -73,3 +73,33 @@ def test_camera_that_the_dataset_lacks_is_named(tiny_dataset):
     with pytest.raises(ActlabError, match="did you mean 'observation.images.top'") as e:
         build_run(_cfg(tiny_dataset, 'policy.cameras=["observation.images.tpo"]'))
     assert "policy.cameras" in str(e.value)
+
+
+def test_resume_on_another_device_type_reseeds_the_augmentation_stream_and_says_so(tiny_dataset):
+    # A checkpoint written on a GPU holds a CUDA generator state (16 bytes: seed + offset) where a CPU
+    # run's generator holds a Mersenne-Twister state: it cannot be loaded, and must not crash the resume.
+    run = build_run(_cfg(tiny_dataset))
+    try:
+        run.step(run.next_batch())
+        tensors, meta = run.rng_state()
+        sampler_state = meta["sampler"]
+        cuda_like = {
+            **tensors,
+            "augment": torch.zeros(16, dtype=torch.uint8),
+            "torch_cuda": tensors["torch_cpu"],
+        }
+        with pytest.warns(UserWarning, match="not bit for bit"):
+            run.load_rng_state(cuda_like, meta)
+        assert run.batches.state()[0] == sampler_state  # the sampler position carried over
+        state = run.aug_generator.get_state()
+        with pytest.warns(UserWarning, match="not bit for bit"):
+            run.load_rng_state(cuda_like, meta)  # deterministic: the same reseed every time
+        assert torch.equal(run.aug_generator.get_state(), state)
+        run.step(run.next_batch())
+        # the same device type: restored exactly, no warning
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            run.load_rng_state(tensors, meta)
+        assert torch.equal(run.aug_generator.get_state(), tensors["augment"])
+    finally:
+        run.close()

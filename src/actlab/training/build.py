@@ -13,6 +13,8 @@ schedule. ``actlab train``, ``actlab bench train`` and the batch-size finder all
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import random
 import warnings
 from pathlib import Path
@@ -165,12 +167,29 @@ class TrainRun:
         return tensors, meta
 
     def load_rng_state(self, tensors: dict[str, Any], meta: dict[str, Any]) -> None:
+        """Restore what :meth:`rng_state` saved. Resumed on another device type (allowed: ``device`` may
+        change), the CUDA streams and the augmentation generator cannot carry over (a CUDA generator's
+        state is not a CPU one's): they are reseeded deterministically and a warning says the
+        continuation is not bitwise the uninterrupted run's."""
         import torch
 
         torch.set_rng_state(tensors["torch_cpu"])
         if self.device.type == "cuda" and "torch_cuda" in tensors:
             torch.cuda.set_rng_state(tensors["torch_cuda"], self.device)
-        self.batches.load_state(meta["sampler"], tensors["augment"])
+        aug = tensors["augment"]
+        carried = aug.numel() == self.aug_generator.get_state().numel()
+        if not carried or (self.device.type == "cuda") != ("torch_cuda" in tensors):
+            warnings.warn(
+                f"resumed on {self.device.type} from a checkpoint written on another device type: the "
+                "CUDA and augmentation random streams are reseeded, so the run continues but not bit for "
+                "bit as it would have",
+                stacklevel=2,
+            )
+        if not carried:
+            position = hashlib.sha256(json.dumps(meta["sampler"], sort_keys=True).encode()).digest()
+            self.aug_generator.manual_seed(int.from_bytes(position[:7], "little"))
+            aug = self.aug_generator.get_state()
+        self.batches.load_state(meta["sampler"], aug)
         kind, keys, pos, has_gauss, cached = meta["numpy"]
         np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
         version, state, gauss = meta["python"]
