@@ -103,3 +103,34 @@ def test_resume_on_another_device_type_reseeds_the_augmentation_stream_and_says_
         assert torch.equal(run.aug_generator.get_state(), tensors["augment"])
     finally:
         run.close()
+
+
+def test_validation_is_eval_mode_on_fixed_batches_and_leaves_every_training_stream_alone(tiny_dataset):
+    # eval.every may change on resume, so validation must not shift what training draws next
+    run = build_run(_cfg(tiny_dataset))  # tiny: dropout 0.1, CVAE, random shift: all draw random numbers
+    try:
+        assert run.split.val_ranges and not set(run.split.val_episodes) & set(run.split.train_episodes)
+        run.step(run.next_batch())
+        cpu, aug, pos = torch.get_rng_state(), run.aug_generator.get_state(), run.batches.state()[0]
+        first = run.evaluate()
+        assert torch.equal(torch.get_rng_state(), cpu) and torch.equal(run.aug_generator.get_state(), aug)
+        assert run.batches.state()[0] == pos and run.policy.training
+        assert run.evaluate() == first  # the same batches, no dropout, latent 0: the same number
+        # eval mode: the loss is the L1 of what inference predicts (no KL term, no sampled latent)
+        from actlab.training.build import VAL_SEED_OFFSET
+        from actlab.training.data import BatchSource, make_sampler
+
+        sampler = make_sampler(run.split.val_ranges, run.cfg.seed + VAL_SEED_OFFSET)
+        source = BatchSource(run.device_data, sampler, run.cfg.batch_size, prefetch=1)
+        run.policy.eval()
+        with torch.no_grad():
+            losses = []
+            for _ in range(run.cfg.eval.batches):
+                loss, metrics = run.policy(prepare_images(source.next(), run.image_keys, None, None))
+                assert loss == metrics["l1_loss"]
+                losses.append(loss)
+        run.policy.train()
+        source.close()
+        assert sum(losses).item() / len(losses) == pytest.approx(first, rel=1e-6)
+    finally:
+        run.close()
