@@ -108,3 +108,13 @@ def test_cli_input_errors(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert main(["eval", "--expert", "--task", "gym_pusht/PushT-v0"]) == 2
     assert "scripted expert" in capsys.readouterr().err
+
+
+def test_eval_bench_modes_differ_only_in_processes_and_batching():
+    from actlab.evaluation.bench import bench_modes
+
+    modes = bench_modes(episodes=8, seed=3, workers=2, batch_envs=4)
+    layout = {name: (c.workers, c.batch_envs, c.threads_per_worker) for name, c in modes.items()}
+    assert layout == {"serial": (1, 1, 1), "workers2": (2, 1, 1), "batched4": (1, 4, 1)}
+    assert {(c.episodes, c.seed) for c in modes.values()} == {(8, 3)}
+    assert list(bench_modes(8, 3, 2, 4, batched=False)) == ["serial", "workers2"]

@@ -76,3 +76,45 @@ def test_holding_the_cube_until_the_end_is_timeout():
     )
     assert [e.outcome for e in ev.episodes] == ["timeout", "timeout"]
     assert all(e.steps == 130 for e in ev.episodes)
+
+
+_KILL_A_WORKER = """
+import sys
+import time
+import psutil
+from actlab.errors import ActlabError
+from actlab.evaluation import EnvSpec, EvalConfig, run_eval
+from actlab.evaluation.experts import expert_source
+
+def wait_dead(proc):
+    # Dead, but not reaped: reaping is the pool's job (a psutil wait() would hide the death from it).
+    try:
+        while proc.status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.01)
+    except psutil.NoSuchProcess:
+        pass
+
+
+def kill_one_worker(source, result):
+    if not getattr(kill_one_worker, "done", False):
+        kids = [p for p in psutil.Process().children() if "resource_tracker" not in " ".join(p.cmdline())]
+        kids[-1].kill()  # SIGKILL, what the kernel's OOM killer does
+        wait_dead(kids[-1])
+        kill_one_worker.done = True
+
+try:
+    run_eval([expert_source()], EnvSpec("so101_pick_place", cameras=(), max_steps=30),
+             EvalConfig(episodes=12, workers=2), on_episode=kill_one_worker)
+except ActlabError as e:
+    print("ActlabError:", e.problem)
+    sys.exit(3)
+"""
+
+
+def test_a_dead_rollout_worker_is_an_error_not_a_hang():
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _KILL_A_WORKER], capture_output=True, text=True, timeout=180)
+    assert run.returncode == 3, run.stderr[-2000:]
+    assert "rollout worker process died" in run.stdout

@@ -111,15 +111,25 @@ def test_noisy_expert_recording_is_the_same_for_any_number_of_workers(tmp_path):
 
 _KILL_A_WORKER = """
 import sys
+import time
 import psutil
 from actlab.errors import ActlabError
 from actlab.sim.record import RecordConfig, record_dataset
+
+def wait_dead(proc):
+    # Dead, but not reaped: reaping is the pool's job (a psutil wait() would hide the death from it).
+    try:
+        while proc.status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.01)
+    except psutil.NoSuchProcess:
+        pass
+
 
 def kill_one_worker(episode):
     if not getattr(kill_one_worker, "done", False):
         kids = [p for p in psutil.Process().children() if "resource_tracker" not in " ".join(p.cmdline())]
         kids[-1].kill()  # SIGKILL, what the kernel's OOM killer does
-        kids[-1].wait(30)  # dead before any further episode: the recording cannot complete
+        wait_dead(kids[-1])
         kill_one_worker.done = True
 
 try:

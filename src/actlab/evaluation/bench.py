@@ -24,6 +24,23 @@ def _timed(source: Any, spec: EnvSpec, cfg: EvalConfig) -> tuple[float, Any]:
     return time.perf_counter() - t0, ev
 
 
+def bench_modes(
+    episodes: int, seed: int, workers: int, batch_envs: int, batched: bool = True
+) -> dict[str, EvalConfig]:
+    """The configs the bench compares: serial (1 process, B = 1), ``workers<W>`` (W processes, B = 1) and,
+    for policies that take a batch, ``batched<B>`` (1 process, B envs in lockstep). One torch thread per
+    process everywhere, so the modes differ only in processes and batching."""
+
+    def cfg(w: int, b: int) -> EvalConfig:
+        return EvalConfig(episodes=episodes, seed=seed, workers=w, batch_envs=b, threads_per_worker=1)
+
+    # batch_envs is explicit in every mode (EvalConfig's default of 4 would batch "serial" too).
+    modes = {"serial": cfg(1, 1), f"workers{workers}": cfg(workers, 1)}
+    if batched:
+        modes[f"batched{batch_envs}"] = cfg(1, batch_envs)
+    return modes
+
+
 def bench_eval(
     path: str,
     task: str = "so101_pick_place",
@@ -42,20 +59,12 @@ def bench_eval(
         source = path
     spec = EnvSpec(task=task, max_steps=max_steps)
     cores = os.cpu_count() or 1
-    # One torch thread everywhere: the modes then differ only in processes and batching.
-    serial_cfg = EvalConfig(episodes=episodes, seed=seed, workers=1, threads_per_worker=1)
-    modes = {
-        "serial": serial_cfg,
-        f"workers{workers}": EvalConfig(episodes=episodes, seed=seed, workers=workers, threads_per_worker=1),
-    }
-    if path != "expert":
-        modes[f"batched{batch_envs}"] = EvalConfig(
-            episodes=episodes, seed=seed, workers=1, batch_envs=batch_envs, threads_per_worker=1
-        )
+    modes = bench_modes(episodes, seed, workers, batch_envs, batched=path != "expert")
     seconds, outcomes, steps = {}, {}, {}
     for name, cfg in modes.items():
         seconds[name], ev = _timed(source, spec, cfg)
-        outcomes[name] = [e.outcome for e in ev.episodes]
+        # Outcome, length and lift per episode: the modes must agree on each episode, not just its class.
+        outcomes[name] = [(e.outcome, e.steps, e.max_lift_m) for e in ev.episodes]
         steps[name] = sum(e.steps for e in ev.episodes)
     metrics: dict[str, float] = {}
     for name in modes:

@@ -365,13 +365,24 @@ def _run_pool(sources, spec, cfg, video_root, collect) -> None:
         cfg.workers, mp_context=ctx, initializer=_init_worker, initargs=(threads,)
     ) as pool:
         futures = {}
-        for src in sources:  # submitted checkpoint by checkpoint: each worker loads each checkpoint once
-            vdir = video_root / src.name if video_root is not None else None
-            for item in _items(src, spec, cfg, vdir):
-                futures[pool.submit(_worker_run, item)] = src
         try:
+            for src in sources:  # submitted checkpoint by checkpoint: each worker loads each checkpoint once
+                vdir = video_root / src.name if video_root is not None else None
+                for item in _items(src, spec, cfg, vdir):
+                    futures[pool.submit(_worker_run, item)] = src
             for fut in cf.as_completed(futures):
                 collect(futures[fut], fut.result())
+        except cf.process.BrokenProcessPool as e:  # a worker's own exceptions are re-raised as they are
+            for fut in futures:
+                fut.cancel()
+            raise ActlabError(
+                "a rollout worker process died (killed, out of memory, or crashed while starting)",
+                field="--workers",
+                found=f"{cfg.workers} spawned workers; {e}",
+                fix="free memory or use fewer --workers (--workers 1 runs in this process and shows a crash "
+                "there); a script that evaluates with workers needs `if __name__ == '__main__':` (spawned "
+                "workers re-import it)",
+            ) from e
         except BaseException:
             for fut in futures:
                 fut.cancel()
