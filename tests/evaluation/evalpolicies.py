@@ -129,3 +129,27 @@ class FreezePolicy(EarlyReleasePolicy):
             return self.frozen
         self.t += 1
         return self.frozen.clone()
+
+
+class RedSteerPolicy:
+    """A batched policy that steers the shoulder towards the red cube in the overhead image: each row's
+    action depends only on that row's observation (so a batch of B rows must act exactly like B separate
+    B = 1 runs), and differs between episodes (the cube moves with the seed)."""
+
+    def __init__(self) -> None:
+        self.resets = 0
+        self.calls = 0
+
+    def reset(self) -> None:
+        self.resets += 1
+
+    def select_action(self, obs: dict) -> torch.Tensor:
+        self.calls += 1
+        img = obs["observation.images.top"].float()  # (B, 3, H, W) uint8 -> float
+        red = (img[:, 0] > 150) & (img[:, 1] < 70) & (img[:, 2] < 70)  # (B, H, W)
+        cols = torch.arange(img.shape[-1], dtype=torch.float32)
+        col = (red.float().sum(1) * cols).sum(1) / red.float().sum((1, 2)).clamp(min=1)  # (B,)
+        action = obs["observation.state"].clone()  # (B, 6) degrees
+        action[:, 0] += 0.2 * (col - img.shape[-1] / 2)
+        action[:, 1] += 1.5  # and lean forward a little every step
+        return action

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import pytest
 from evalpolicies import EarlyReleasePolicy, FreezePolicy, RandomPolicy
 
@@ -118,3 +119,35 @@ def test_a_dead_rollout_worker_is_an_error_not_a_hang():
     run = subprocess.run([sys.executable, "-c", _KILL_A_WORKER], capture_output=True, text=True, timeout=180)
     assert run.returncode == 3, run.stderr[-2000:]
     assert "rollout worker process died" in run.stdout
+
+
+def test_lockstep_batch_acts_like_separate_episodes_and_stops_finished_envs():
+    """B envs with different step limits in one lockstep rollout: each ends at its own limit (a finished
+    env is never stepped again nor recorded twice) and ends exactly where a B = 1 rollout of it ends."""
+    from evalpolicies import RedSteerPolicy
+
+    from actlab.evaluation.policy_io import ObsAdapter
+    from actlab.evaluation.rollout import rollout
+    from actlab.sim import make_env
+
+    limits, seeds = (6, 11, 3), (4, 5, 6)
+
+    def envs():
+        return [make_env(image_size=32, cameras=("top",), max_steps=k) for k in limits]
+
+    batch_envs, single_envs = envs(), envs()
+    try:
+        policy = RedSteerPolicy()
+        traces = rollout(policy, batch_envs, seeds, ObsAdapter(None))
+        assert policy.resets == 1 and policy.calls == max(limits)
+        assert [t.steps for t in traces] == list(limits)
+        for env, single, seed, trace in zip(batch_envs, single_envs, seeds, traces):
+            (alone,) = rollout(RedSteerPolicy(), [single], [seed], ObsAdapter(None))
+            assert alone.infos == trace.infos
+            np.testing.assert_array_equal(env.joint_positions(), single.joint_positions())
+            np.testing.assert_array_equal(env.get_state().physics, single.get_state().physics)
+        finals = [env.joint_positions()[0] for env in batch_envs]
+        assert len({round(float(f), 3) for f in finals}) == 3  # the rows really differ
+    finally:
+        for env in batch_envs + single_envs:
+            env.close()

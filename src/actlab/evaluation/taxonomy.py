@@ -57,7 +57,7 @@ class PhaseRecord:
     lifted: np.ndarray | None = None  # (T,) bool: cube above the lift threshold
     in_goal: np.ndarray | None = None  # (T,) bool: cube inside the goal region
     near_goal: np.ndarray | None = None  # (T,) bool: cube above or beside the goal (xy near the goal)
-    cube_height: np.ndarray | None = None  # (T,) float: cube height in metres (world z of its centre)
+    cube_height: np.ndarray | None = None  # (T,) float: cube height in metres (sim: bottom above the table)
 
     def __post_init__(self) -> None:
         n = len(self.is_success)
