@@ -123,3 +123,24 @@ def test_expert_succeeds_with_cube_rotation_and_bowl_jitter():
     finally:
         env.close()
     assert ok >= 27
+
+
+def test_a_cube_still_held_in_the_bowl_is_never_a_success(blind_env):
+    """The expert's plan, lowered until the cube presses on the bowl floor (in_goal), jaws never opened:
+    the cube is in the goal region while held, and is_success must stay False throughout."""
+    from actlab.sim.scene import GRIPPER_CLOSED
+
+    obs, _ = blind_env.reset(seed=3)
+    policy = ExpertPolicy(blind_env, ExpertConfig(release_height=0.015))
+    policy.reset()
+    closed, in_goal_held = float(np.degrees(GRIPPER_CLOSED)), 0
+    has_closed = False
+    while not policy.done:
+        action = policy.select_action(obs).copy()
+        has_closed |= bool(action[5] <= closed + 1e-3)
+        if has_closed:
+            action[5] = closed  # once the jaws closed on the cube, never let go
+        obs, _, _, _, info = blind_env.step(action)
+        in_goal_held += info["in_goal"] and info["grasped"]
+        assert not info["is_success"], info["steps"]
+    assert in_goal_held > 5  # the case really happened: the cube sat in the goal region, held
