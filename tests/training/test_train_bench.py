@@ -9,7 +9,9 @@ def test_bench_train_reports_model_only_full_and_stall_in_one_run(tiny_dataset):
     cmd = [sys.executable, "-m", "actlab.cli", "bench", "train", "--preset", "tiny",
            "--dataset", str(tiny_dataset), "--steps", "2", "--rounds", "2",
            "--set", "data.frames_on_device=true", "--json"]  # fmt: skip
-    r = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    r = subprocess.run(
+        cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout)
     assert result["benchmark"] == "train" and result["device"] == "cpu"

@@ -62,6 +62,7 @@ def test_killed_run_resumes_on_the_same_loss_curve_bitwise(tiny_dataset, tmp_pat
         env=_env(),
         capture_output=True,
         text=True,
+        timeout=300,
     )
     _, err_a = a.communicate(timeout=300)
     assert a.returncode == 0, err_a
@@ -106,7 +107,7 @@ def test_a_kill_in_the_middle_of_a_logging_window_resumes_with_the_same_rows(tin
     a = subprocess.Popen(_train_cmd(tiny_dataset, straight, *base), env=_env(), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)  # fmt: skip
     b = subprocess.run(_train_cmd(tiny_dataset, killed, *base, "--set", "kill_at_step=6"), env=_env(),
-                       capture_output=True, text=True)  # fmt: skip
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
     _, err_a = a.communicate(timeout=300)
     assert a.returncode == 0, err_a
     assert b.returncode == -signal.SIGKILL, b.stderr
@@ -127,7 +128,9 @@ def test_resume_refuses_a_changed_config_with_a_diff(tiny_dataset, tmp_path, cap
 
     out = tmp_path / "run"
     base = ["--preset", "tiny", "--set", "steps=2", "--set", "checkpoint.every=1", "--set", "eval.every=0"]
-    r = subprocess.run(_train_cmd(tiny_dataset, out, *base), env=_env(), capture_output=True, text=True)
+    r = subprocess.run(
+        _train_cmd(tiny_dataset, out, *base), env=_env(), capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr
     # The refusals happen before torch is imported, so they run in this process.
     # A fresh run into the same directory is refused:
@@ -139,7 +142,8 @@ def test_resume_refuses_a_changed_config_with_a_diff(tiny_dataset, tmp_path, cap
     assert "optim.lr" in err and "0.001 -> 0.5" in err
     # extending the run (more steps) is allowed, from the saved config alone
     r = subprocess.run([sys.executable, "-m", "actlab.cli", "train", "--out", str(out), "--resume", "--set",
-                        "steps=3", "--json"], env=_env(), capture_output=True, text=True)  # fmt: skip
+                        "steps=3", "--json"], env=_env(), capture_output=True, text=True,
+                       timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["step"] == 3
     rows = read_metrics(out)
@@ -165,7 +169,7 @@ def test_preflight_refuses_checkpoints_that_cannot_fit(tiny_dataset, tmp_path):
     # ~4.3 MB per checkpoint x (100 kept + best + 1 being written) cannot fit in 200 MB.
     args = ["--preset", "tiny", "--set", f"data.cache_dir={cache}", "--disk-limit", "200MB"]
     r = subprocess.run(_train_cmd(tiny_dataset, out, *args, "--set", "checkpoint.keep_last=100"), env=_env(),
-                       capture_output=True, text=True)  # fmt: skip
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 2, r.stderr
     assert "not enough disk space" in r.stderr and "102 checkpoints alive" in r.stderr
     assert "disk_limit_bytes" in r.stderr and "keep_last" in r.stderr
@@ -187,6 +191,7 @@ def test_overfit_mode_reaches_its_threshold_on_8_samples(tiny_dataset, tmp_path)
         env=_env(),
         capture_output=True,
         text=True,
+        timeout=300,
     )
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
@@ -205,6 +210,7 @@ def test_overfit_mode_fails_loudly_when_the_threshold_is_not_reached(tiny_datase
         env=_env(),
         capture_output=True,
         text=True,
+        timeout=300,
     )
     assert r.returncode == 2
     assert "overfit check failed" in r.stderr and "in 3 steps" in r.stderr
