@@ -48,9 +48,21 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     html = (out / "report.html").read_text()
     assert all(f'src="{rel}"' in html for rel in images)
 
-    # A second run reuses every stage.
+    # The summary and the report say what the sweep's results.json says about the best checkpoint.
+    sweep = json.loads((out / "eval" / "sweep" / "results.json").read_text())
+    best = next(c for c in sweep["checkpoints"] if c["name"] == sweep["best"])
+    assert s["best_checkpoint"] == best["path"] and s["best_step"] == best["step"]
+    assert s["success_rate"] == best["summary"]["success_rate"]
+    assert s["outcomes"] == best["summary"]["outcomes"]
+    assert [c["success_rate"] for c in s["checkpoints"]] == [
+        c["summary"]["success_rate"] for c in sweep["checkpoints"]
+    ]
+    n, k = best["summary"]["episodes"], best["summary"]["successes"]
+    assert f"{best['name']} (step {best['step']}), put the cube in the bowl in {k} of {n}" in md
+
+    # A second run reuses every stage, also with another number of workers (same results for any).
     capsys.readouterr()
-    assert _demo(out, "--set", "steps=20") == 0
+    assert _demo(out, "--set", "steps=20", "--workers", "2") == 0
     assert _summary(out)["reused_stages"] == ["record", "train", "eval"]
     assert "reusing the finished run" in capsys.readouterr().err
 
@@ -79,3 +91,16 @@ def test_fresh_refuses_to_delete_a_directory_the_demo_did_not_make(tmp_path, cap
     assert _demo(tmp_path, "--fresh") == 2
     assert "did not create" in capsys.readouterr().err
     assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+def test_a_plain_run_never_writes_into_a_directory_the_demo_did_not_make(tmp_path, capsys):
+    # A user's own dataset in data/ and run in run/: a demo run would replace both.
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "info.json").write_text("mine")
+    (tmp_path / "run").mkdir()
+    assert _demo(tmp_path) == 2
+    assert "did not create" in capsys.readouterr().err
+    assert (tmp_path / "data" / "info.json").read_text() == "mine" and (tmp_path / "run").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "run"]
+    (tmp_path / "file").write_text("x")
+    assert _demo(tmp_path / "file") == 2

@@ -12,7 +12,9 @@ Four stages, each writing its own directory under the demo's output directory::
 ``DIR/demo_state.json`` records each finished stage with the settings it ran with. A re-run reuses every
 stage whose settings are unchanged and whose outputs are still there, redoes the first stage that
 changed (and everything after it), and resumes an interrupted training run from its last checkpoint.
-``--fresh`` starts over.
+``--fresh`` starts over. The number of workers is not a setting of any stage (recordings and evaluations
+are identical for any). A non-empty directory without the state file is refused: the demo never writes
+into (or deletes) a directory it did not make.
 """
 
 from __future__ import annotations
@@ -158,6 +160,7 @@ def _record(cfg: DemoConfig, plan: dict, out: Path, state: dict, log: StageLog) 
     data = out / "data"
     rec = RecordConfig(episodes=cfg.episodes, image_size=plan["image_size"], workers=cfg.workers)
     settings = json.loads(json.dumps(dataclasses.asdict(rec)))
+    del settings["workers"]  # the recording is identical for any number of workers: not a reason to redo
     t0 = log.start("record", f"recording {cfg.episodes} scripted-expert demonstrations -> {data}")
     if _stage_current(state, "record", settings, [data / "meta" / "info.json"]):
         log.reuse("record", f"the dataset in {data}", state["record"])
@@ -224,12 +227,8 @@ def _evaluate(cfg: DemoConfig, out: Path, state: dict, log: StageLog) -> dict:
     from actlab.evaluation.sweep import best_checkpoint, resolve_paths
 
     run, sweep_dir, best_dir = out / "run", out / "eval" / "sweep", out / "eval" / "best"
-    settings = {
-        "episodes": cfg.eval_episodes,
-        "seed": EVAL_SEED,
-        "videos": cfg.videos,
-        "workers": cfg.workers,
-    }
+    # Not the number of workers: the outcomes are the same for any (tested in tests/evaluation).
+    settings = {"episodes": cfg.eval_episodes, "seed": EVAL_SEED, "videos": cfg.videos}
     t0 = log.start(
         "eval", f"evaluating every checkpoint on {cfg.eval_episodes} held-out episodes -> {sweep_dir}"
     )
@@ -290,11 +289,16 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     wall0 = time.perf_counter()
     out = Path(cfg.out)
     plan = resolve(cfg)  # config errors surface before anything is written
-    if cfg.fresh and out.exists():
+    if out.exists():
+        # Both --fresh (deletes everything) and a plain run (replaces data/, run/, eval/) destroy files:
+        # only in a directory the demo made.
         _check_is_demo_dir(out)
+    if cfg.fresh and out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     state = _load_state(out)
+    if not (out / STATE_FILE).is_file():
+        atomic_write_json(out / STATE_FILE, state)  # marks the directory as the demo's from the start
     log = StageLog()
     print(
         f"actlab demo -> {out}  (device {plan['device']}, preset {plan['preset']}, "
@@ -314,11 +318,15 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
 
 
 def _check_is_demo_dir(out: Path) -> None:
-    # --fresh deletes a directory: only one that a demo made (or an empty one).
+    """Refuse an --out that is not a directory, or a non-empty one without the demo's state file: a run
+    replaces data/, run/ and eval/ in it and --fresh deletes it."""
+    if not out.is_dir():
+        raise ActlabError("the demo's output path is not a directory", file=out, fix="choose another --out")
     if any(out.iterdir()) and not (out / STATE_FILE).is_file():
         raise ActlabError(
-            "refusing to delete a directory that actlab demo did not create",
+            "refusing to write into (or delete) a directory that actlab demo did not create",
             file=out,
-            expected=f"a demo output directory (with {STATE_FILE})",
+            expected=f"a new or empty directory, or a demo output directory (with {STATE_FILE})",
+            found="a non-empty directory without it",
             fix="choose another --out",
         )
