@@ -73,6 +73,18 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     assert [c["step"] for c in s["checkpoints"]] == [10, 20, 30]
     assert "resuming the interrupted run from step 20" in capsys.readouterr().err
 
+    # Fewer steps than the run already has: "resuming" would train nothing and report the 30-step model
+    # as the requested one, so the run starts over; more steps resume.
+    import io
+
+    from actlab.demo import DemoConfig, StageLog, _can_resume, resolve
+
+    def can_resume(steps: int) -> bool:
+        cfg = DemoConfig(out=str(out), device="cpu", episodes=4, overrides=(f"steps={steps}",))
+        return _can_resume(out / "run", resolve(cfg)["train"], StageLog(stream=io.StringIO()))
+
+    assert can_resume(40) and can_resume(30) and not can_resume(20)
+
 
 def test_killed_demo_resumes_training_where_it_stopped(tmp_path):
     out = tmp_path / "demo"

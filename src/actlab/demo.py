@@ -218,6 +218,13 @@ def _can_resume(run: Path, train_cfg: Any, log: StageLog) -> bool:
     if diff:
         print(f"      the earlier run differs in {', '.join(diff)}: starting it over", file=log.stream)
         return False
+    if last > train_cfg.steps:
+        # Resuming would train nothing and report the longer run as this one (its schedule ran to more steps).
+        print(
+            f"      the earlier run went past steps={train_cfg.steps} (to {last}): starting it over",
+            file=log.stream,
+        )
+        return False
     print(f"      resuming the interrupted run from step {last}", file=log.stream, flush=True)
     return True
 
