@@ -118,3 +118,30 @@ def test_eval_bench_modes_differ_only_in_processes_and_batching():
     assert layout == {"serial": (1, 1, 1), "workers2": (2, 1, 1), "batched4": (1, 4, 1)}
     assert {(c.episodes, c.seed) for c in modes.values()} == {(8, 3)}
     assert list(bench_modes(8, 3, 2, 4, batched=False)) == ["serial", "workers2"]
+
+
+@pytest.mark.parametrize(
+    "whiskers, task, match",
+    [
+        ({"every": 0}, "so101_pick_place", "every"),
+        ({"episode": -1}, "so101_pick_place", "episode"),
+        ({"evry": 2}, "so101_pick_place", "unknown whiskers option"),
+        ({"every": 1}, "gym_pusht/PushT-v0", "forward-simulate"),
+    ],
+)
+def test_bad_whiskers_options_fail_before_the_evaluation_runs(tmp_path, whiskers, task, match):
+    # The whiskers video is made after every episode of every checkpoint: a late error wasted them all.
+    from evalpolicies import HoldPolicy
+
+    from actlab.evaluation import run_eval
+
+    policy = HoldPolicy(np.zeros(6))
+    spec = EnvSpec(task, cameras=(), max_steps=2) if "/" not in task else EnvSpec(task, max_steps=2)
+    with pytest.raises(ActlabError, match=match):
+        run_eval([policy], spec, EvalConfig(episodes=1, workers=1), tmp_path / "out", whiskers=whiskers)
+    assert policy.calls == 0 and not (tmp_path / "out").exists()
+
+
+def test_cli_refuses_whiskers_of_the_scripted_expert(tmp_path, capsys):
+    assert main(["eval", "--expert", "--whiskers", "--out", str(tmp_path / "o")]) == 2
+    assert "predicts action chunks" in capsys.readouterr().err

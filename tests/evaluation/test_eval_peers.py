@@ -71,6 +71,17 @@ def test_failures_are_timeouts_and_seeds_give_identical_episodes(tmp_path):
     assert a.episodes[1].video is None
 
 
+def test_an_action_of_the_wrong_size_is_a_clear_error():
+    env = make_eval_env(EnvSpec(TASK, max_steps=5))
+    try:
+        env.reset(seed=0)
+        with pytest.raises(ActlabError, match="action space") as e:
+            env.step(np.zeros(6))  # a 6-joint arm policy on the 2-D PushT
+        assert "(2,)" in str(e.value) and "(6,)" in str(e.value)
+    finally:
+        env.close()
+
+
 def test_unknown_and_missing_peers_are_clear_errors():
     with pytest.raises(ActlabError, match="not installed") as e:
         make_peer_env("gym_aloha_not_here/Nope-v0")

@@ -93,9 +93,12 @@ def _run(args: argparse.Namespace) -> int:
     else:
         sources = resolve_paths(args.paths)
     whiskers = {"episode": args.whiskers_episode, "every": args.whiskers_every} if args.whiskers else None
-    if whiskers is not None and args.whiskers_episode < 0:
+    if whiskers is not None and args.expert:
         raise ActlabError(
-            "episode index must be >= 0", field="--whiskers-episode", found=args.whiskers_episode
+            "whiskers need a policy that predicts action chunks; the scripted expert does not",
+            field="--whiskers",
+            found="--expert",
+            fix="pass a checkpoint PATH for --whiskers",
         )
     progress = _progress(len(sources) * cfg.episodes, quiet=args.json)
     report = run_eval(sources, spec, cfg, args.out, args.overwrite, whiskers, on_episode=progress)

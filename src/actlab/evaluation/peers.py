@@ -136,6 +136,14 @@ class PeerEnv:
     def step(self, action: np.ndarray):
         space = self.action_space
         action = np.asarray(action, dtype=space.dtype if space.dtype is not None else np.float32)
+        if space.shape is not None and action.size != int(np.prod(space.shape)):
+            raise ActlabError(
+                "the policy's action does not fit the environment's action space",
+                field="action",
+                expected=f"shape {tuple(space.shape)} ({type(self.env.unwrapped).__name__})",
+                found=f"shape {tuple(action.shape)}",
+                fix="evaluate the policy on the task it was trained for (its action dimension)",
+            )
         action = action.reshape(space.shape)
         if hasattr(space, "low"):
             action = np.clip(action, space.low, space.high)

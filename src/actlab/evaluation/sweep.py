@@ -139,6 +139,10 @@ def run_eval(
     ...) to also write a whiskers video of the last policy; None for none.
     """
     sources = [as_source(p) for p in policies]
+    if whiskers is not None:
+        from actlab.evaluation.whiskers import check_whiskers_options
+
+        check_whiskers_options(whiskers, spec)  # before the evaluation, not after it
     meta = {
         "task": spec.task,
         "episodes": cfg.episodes,

@@ -14,6 +14,7 @@ size)`` (actlab's sim) and a policy with ``predict_action_chunk``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ ACTUAL = (255, 0, 255)  # the path the grasp point really took: magenta
 OUTLINE = (0, 0, 0)
 
 ENV_API = ("forecast_grasp_positions", "grasp_position", "project", "render")
+# Keyword arguments of whiskers_video that run_eval passes through (its ``whiskers`` dict).
+WHISKER_OPTIONS = ("episode", "every", "style", "still")
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,28 @@ def draw_whiskers(
                 [end[0] - w, end[1] - w, end[0] + w, end[1] + w], fill=(*CURRENT, 255), outline=OUTLINE
             )
     return np.asarray(Image.alpha_composite(base, layer).convert("RGB"))
+
+
+def check_whiskers_options(options: Mapping[str, Any], spec: EnvSpec) -> None:
+    """Refuse bad whiskers options up front: the whiskers video is made after the whole evaluation, and a
+    late error would throw the evaluation away."""
+    unknown = sorted(set(options) - set(WHISKER_OPTIONS))
+    if unknown:
+        raise ActlabError(
+            "unknown whiskers option", field="whiskers", expected=", ".join(WHISKER_OPTIONS), found=unknown
+        )
+    if int(options.get("every", 1)) < 1:
+        raise ActlabError("every must be >= 1", field="--whiskers-every", found=options["every"])
+    if int(options.get("episode", 0)) < 0:
+        raise ActlabError("episode index must be >= 0", field="--whiskers-episode", found=options["episode"])
+    if spec.is_peer:
+        raise ActlabError(
+            "whiskers need an env that can forward-simulate and project the grasp point",
+            field="--whiskers",
+            expected="actlab's sim (" + ", ".join(ENV_API) + ")",
+            found=spec.task,
+            fix="use --task so101_pick_place for whiskers",
+        )
 
 
 def _numpy(x: Any) -> np.ndarray:
