@@ -45,3 +45,10 @@ def test_view_upscale_repeats_the_rendered_pixels(tmp_path):
     a, b = (np.asarray(Image.open(tmp_path / n)) for n in ("a.png", "b.png"))
     assert b.shape == (2 * a.shape[0], 2 * a.shape[1], 3)
     assert np.array_equal(b[::2, ::2], a)
+
+
+def test_sim_expert_and_bench_refuse_zero_counts(capsys):
+    assert main(["sim", "expert", "--episodes", "0"]) == 2
+    assert "episodes must be at least 1" in capsys.readouterr().err
+    assert main(["sim", "bench", "--frames", "0"]) == 2
+    assert "frames must be at least 2" in capsys.readouterr().err

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from actlab.errors import ActlabError
+
 
 def expert_success(
     task: str = "so101_pick_place",
@@ -28,6 +30,7 @@ def expert_success(
     from actlab.sim import ExpertConfig, ExpertPolicy, make_env
     from actlab.sim.record import run_expert_episode
 
+    _at_least(1, episodes=episodes)
     env = make_env(task, **{"cameras": (), **env_overrides, "terminate_on_success": False})
     policy = ExpertPolicy(env, ExpertConfig(noise=noise), seed=seed)
     failed, lengths, grasped, lifted = [], [], 0, 0
@@ -58,6 +61,12 @@ def expert_success(
     }
 
 
+def _at_least(low: int, **values: int) -> None:
+    for name, value in values.items():
+        if value < low:
+            raise ActlabError(f"{name} must be at least {low}", field=f"--{name}", found=value)
+
+
 def _render_fps(env, cameras: tuple[str, ...], frames: int) -> float:
     """Frames per second of rendering the env's cameras while the arm moves (one frame = one camera)."""
     env.reset(seed=0)
@@ -77,6 +86,8 @@ def _render_fps(env, cameras: tuple[str, ...], frames: int) -> float:
 def bench_sim(image_size: int = 128, frames: int = 400, episodes: int = 3) -> dict[str, Any]:
     """Render speed of the fast settings vs MuJoCo's usual ones (shadows, 4x MSAA) measured in one run,
     plus physics and whole-episode speed."""
+    _at_least(1, episodes=episodes)
+    _at_least(2, frames=frames)  # one frame of each of the two cameras
     os.environ.setdefault("MUJOCO_GL", "egl")
     from actlab.sim import ExpertPolicy, make_env, task_config
     from actlab.sim.record import run_expert_episode
