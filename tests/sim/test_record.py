@@ -153,3 +153,27 @@ def test_a_dead_worker_fails_the_recording_instead_of_hanging(tmp_path):
     assert run.returncode == 3, run.stderr[-2000:]
     assert "worker process died" in run.stdout
     assert not out.exists()  # nothing partial written
+
+
+def test_workers_that_cannot_start_fail_the_recording_instead_of_hanging(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    # Every worker's initializer fails (here: an invalid MUJOCO_GL, as a broken EGL would): a Pool used to
+    # respawn them forever. The worker's own error is printed, the recording stops with an ActlabError.
+    code = (
+        "import sys\nfrom actlab.errors import ActlabError\n"
+        "from actlab.sim.record import RecordConfig, record_dataset\n"
+        "try:\n"
+        "    cfg = RecordConfig(episodes=2, image_size=16, workers=2)\n"
+        "    record_dataset(sys.argv[1], cfg, progress=False)\n"
+        "except ActlabError:\n"
+        "    sys.exit(3)\n"
+    )
+    env = {**os.environ, "MUJOCO_GL": "not-a-backend"}
+    cmd = [sys.executable, "-c", code, str(tmp_path / "ds")]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 3, run.stderr[-2000:]
+    assert "not-a-backend" in run.stderr  # the cause, from the worker
+    assert not (tmp_path / "ds").exists()
