@@ -104,8 +104,9 @@ def kill_one_worker(source, result):
         kill_one_worker.done = True
 
 try:
-    run_eval([expert_source()], EnvSpec("so101_pick_place", cameras=(), max_steps=30),
-             EvalConfig(episodes=12, workers=2), on_episode=kill_one_worker)
+    # 40 whole expert episodes: plenty still to run when the first result arrives and a worker is killed
+    run_eval([expert_source()], EnvSpec("so101_pick_place", cameras=()),
+             EvalConfig(episodes=40, workers=2), on_episode=kill_one_worker)
 except ActlabError as e:
     print("ActlabError:", e.problem)
     sys.exit(3)
