@@ -306,3 +306,22 @@ def test_zero_sized_feature_is_refused(tmp_path):
         DatasetWriter(tmp_path / "ds", 30, make_features(0, 2, {}))
     assert e.value.field == "features.observation.state.shape"
     assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("threaded", [True, False])
+def test_aborted_writer_drains_its_encoders(tmp_path, capfd, threaded):
+    # An SVT-AV1 encoder freed without end-of-stream can block forever in its deinit (a hung recorder).
+    eps = _episodes([12])
+    video = VideoOptions(threaded=threaded)
+    with (
+        pytest.raises(RuntimeError, match="stop"),
+        DatasetWriter(tmp_path / "ds", 30, make_features(5, 5, CAMS), video=video) as w,
+    ):
+        w.add_episode(eps[0], task="x")
+        raise RuntimeError("stop")
+    import gc
+
+    del w  # the encoders are freed here (deinit), after the abort
+    gc.collect()
+    assert "without sending EOS" not in capfd.readouterr().err
+    assert _leftovers(tmp_path) == []

@@ -114,7 +114,15 @@ class VideoEncoder:
         self._container.close()
 
     def abort(self) -> None:
-        with contextlib.suppress(Exception):  # the file is deleted with the temp dir anyway
+        """Stop without finishing the file (it is deleted with the temp dir anyway).
+
+        The encoder is still drained first: SVT-AV1 freed without end-of-stream prints "deinit called
+        without sending EOS" and can block forever inside its deinit (seen as a hung process).
+        """
+        with contextlib.suppress(Exception):
+            for _packet in self._stream.encode():  # send EOS; the packets are dropped
+                pass
+        with contextlib.suppress(Exception):
             self._container.close()
 
 
