@@ -48,17 +48,24 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     html = (out / "report.html").read_text()
     assert all(f'src="{rel}"' in html for rel in images)
 
-    # The summary and the report say what the sweep's results.json says about the best checkpoint.
+    # The summary and the report say what the sweep's results.json says about the best checkpoint, and
+    # lead with the confirmation of that checkpoint on other (fresh) seeds in eval/best/results.json.
     sweep = json.loads((out / "eval" / "sweep" / "results.json").read_text())
     best = next(c for c in sweep["checkpoints"] if c["name"] == sweep["best"])
     assert s["best_checkpoint"] == best["path"] and s["best_step"] == best["step"]
-    assert s["success_rate"] == best["summary"]["success_rate"]
-    assert s["outcomes"] == best["summary"]["outcomes"]
+    assert s["sweep"]["best_success_rate"] == best["summary"]["success_rate"]
     assert [c["success_rate"] for c in s["checkpoints"]] == [
         c["summary"]["success_rate"] for c in sweep["checkpoints"]
     ]
-    n, k = best["summary"]["episodes"], best["summary"]["successes"]
-    assert f"{best['name']} (step {best['step']}), put the cube in the bowl in {k} of {n}" in md
+    confirm = json.loads((out / "eval" / "best" / "results.json").read_text())
+    (c,) = confirm["checkpoints"]
+    assert c["path"] == best["path"] and confirm["seed"] >= sweep["seed"] + sweep["episodes"]
+    assert s["success_rate"] == c["summary"]["success_rate"] and s["outcomes"] == c["summary"]["outcomes"]
+    assert s["eval_episodes"] == c["summary"]["episodes"] == 2
+    n, k = c["summary"]["episodes"], c["summary"]["successes"]
+    assert f"{best['name']} (step {best['step']}), put the cube in the bowl in {k} of {n} fresh" in md
+    k0, n0 = best["summary"]["successes"], best["summary"]["episodes"]
+    assert f"best of the sweep below with {k0} of {n0} on other seeds" in md
 
     # A second run reuses every stage, also with another number of workers (same results for any).
     capsys.readouterr()

@@ -10,8 +10,8 @@ _EPILOG = """\
 stages (each reused on a re-run when its settings are unchanged; --fresh starts over):
   1. record   scripted-expert demonstrations in the built-in SO-101 sim  -> DIR/data
   2. train    the so101_sim_cpu preset (CPU) or so101_sim (GPU)          -> DIR/run
-  3. eval     every checkpoint on the same held-out episodes, then rollout videos and a whiskers
-              video of the best one                                        -> DIR/eval
+  3. eval     every checkpoint on the same held-out episodes, then the best one again on fresh
+              seeds (the unbiased success rate), with rollout videos and whiskers -> DIR/eval
   4. report   DIR/report.md, DIR/report.html, DIR/summary.json
 
 examples:
