@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +26,7 @@ def _summary(out) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
-def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, capsys):
+def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, capsys, monkeypatch):
     out = tmp_path / "demo"
     assert _demo(out, "--set", "steps=20") == 0
     s = _summary(out)
@@ -79,6 +80,12 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     assert s["reused_stages"] == ["record"]
     assert [c["step"] for c in s["checkpoints"]] == [10, 20, 30]
     assert "resuming the interrupted run from step 20" in capsys.readouterr().err
+
+    # The same directory named another way (relative instead of absolute): still every stage reused.
+    monkeypatch.chdir(tmp_path)
+    assert _demo(Path("demo"), "--set", "steps=30") == 0
+    assert _summary(out)["reused_stages"] == ["record", "train", "eval"]
+    assert _summary(out)["train"]["samples_per_s"] > 0
 
     # Fewer steps than the run already has: "resuming" would train nothing and report the 30-step model
     # as the requested one, so the run starts over; more steps resume.

@@ -186,6 +186,9 @@ def _train(plan: dict, out: Path, state: dict, log: StageLog) -> dict:
     run = out / "run"
     train_cfg = plan["train"]
     settings = to_dict(train_cfg)
+    # Where the data and cache are follows from --out (absolute or relative, or a moved directory):
+    # not a setting that changes the run.
+    settings["data"] = {k: v for k, v in settings["data"].items() if k not in ("path", "cache_dir")}
     t0 = log.start("train", f"training preset {plan['preset']} on {plan['device']} -> {run}")
     if _stage_current(state, "train", settings, [run / "checkpoints"]):
         log.reuse("train", f"the finished run in {run}", state["train"])
@@ -229,7 +232,10 @@ def _can_resume(run: Path, train_cfg: Any, log: StageLog) -> bool:
             file=log.stream,
         )
         return False
-    print(f"      resuming the interrupted run from step {last}", file=log.stream, flush=True)
+    if last == train_cfg.steps:
+        print(f"      the run already reached step {last}: reusing it", file=log.stream, flush=True)
+    else:
+        print(f"      resuming the interrupted run from step {last}", file=log.stream, flush=True)
     return True
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -145,3 +147,16 @@ def test_bad_whiskers_options_fail_before_the_evaluation_runs(tmp_path, whiskers
 def test_cli_refuses_whiskers_of_the_scripted_expert(tmp_path, capsys):
     assert main(["eval", "--expert", "--whiskers", "--out", str(tmp_path / "o")]) == 2
     assert "predicts action chunks" in capsys.readouterr().err
+
+
+def test_bench_eval_cli_times_the_modes_and_checks_their_outcomes_agree(capsys):
+    # The scripted expert cannot be batched: serial and "workers1" (B = 1, in this process) only.
+    argv = ["bench", "eval", "expert", "--episodes", "2", "--max-steps", "20", "--workers", "1", "--json"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["benchmark"] == "eval" and result["config"]["episodes"] == 2
+    assert set(result["ratios"]) == {"workers1_vs_serial"} and result["ratios"]["workers1_vs_serial"] > 0
+    assert result["metrics"]["serial_env_steps_per_s"] > 0
+    assert "outcomes identical across modes" in result["notes"]
+    assert main(["bench", "eval", "expert", "--episodes", "0"]) == 2
+    assert "episodes" in capsys.readouterr().err

@@ -156,6 +156,16 @@ def test_resume_refuses_a_changed_config_with_a_diff(tiny_dataset, tmp_path, cap
         "step_0000002",
         "step_0000003",
     ]
+    # Resuming the finished run at the step it reached trains nothing and reports that run's summary
+    # (loss, throughput), not a zero-step "run" with 0 samples/s; metrics and checkpoints are untouched.
+    saved = json.loads((out / "summary.json").read_text())
+    assert saved["step"] == 3 and saved["samples_per_s"] > 0 and saved["final_loss"] is not None
+    capsys.readouterr()
+    assert main(["train", "--out", str(out), "--resume", "--set", "steps=3", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == saved and "already finished at step 3" in captured.err
+    assert read_metrics(out) == rows
+
     # the checkpoint is a policy bundle that evaluation can load alone
     from actlab.policies import load_policy
 

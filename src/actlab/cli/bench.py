@@ -150,5 +150,49 @@ def _run_train(args) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------------ bench eval
+
+_EVAL_EPILOG = """\
+examples:
+  actlab bench eval runs/pick/checkpoints/step_0005000 --episodes 24 --max-steps 100
+  actlab bench eval expert --episodes 16 --max-steps 200     # the scripted expert (B = 1 only)
+
+The same seeded episodes are rolled out three ways, one torch thread per process in each: serial (one
+process, one env), workers<W> (W spawned processes, their start-up included), batched<B> (one process,
+B envs stepped in lockstep with one policy call per step). The report says whether every episode's
+outcome agreed across the modes.
+"""
+
+
+def _register_eval(g) -> None:
+    p = g.add_parser(
+        "eval",
+        help="rollout env steps/s: serial vs worker processes vs lockstep-batched envs",
+        description="Time evaluation rollouts of one policy three ways on the same seeded episodes.",
+        epilog=_EVAL_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("path", metavar="PATH", help="policy bundle directory, or 'expert'")
+    p.add_argument("--task", default="so101_pick_place", help="env (default so101_pick_place)")
+    p.add_argument("--episodes", type=int, default=8, help="episodes per mode (default 8)")
+    p.add_argument("--max-steps", type=int, default=100, help="step limit per episode (default 100)")
+    p.add_argument("--workers", type=int, default=2, help="processes of the workers mode (default 2)")
+    p.add_argument("--batch-envs", type=int, default=4, help="envs of the batched mode (default 4)")
+    p.add_argument("--seed", type=int, default=0, help="seed of episode 0 (default 0)")
+    add_json_flag(p)
+    p.set_defaults(_run=_run_eval)
+
+
+def _run_eval(args) -> int:
+    from actlab.evaluation.bench import bench_eval
+    from actlab.profiling.report import emit
+
+    result = bench_eval(
+        args.path, args.task, args.episodes, args.max_steps, args.workers, args.batch_envs, args.seed
+    )
+    emit(result, args.json)
+    return 0
+
+
 # Add a benchmark: write _register_<name>(g) + _run_<name>(args) above and list it here.
-_SUBCOMMANDS = [_register_data, _register_train]
+_SUBCOMMANDS = [_register_data, _register_train, _register_eval]

@@ -1,16 +1,14 @@
 """Evaluation throughput, measured side by side in one run: serial rollouts vs worker processes vs
 lockstep-batched envs (one policy call for B envs), on the same seeded episodes.
 
-Run as ``python -m actlab.evaluation.bench PATH [--episodes N] [--max-steps T] [--json]`` (PATH: a policy
-bundle, or ``expert`` for the scripted expert, which cannot be batched). Prints the report format of
+Run as ``actlab bench eval PATH [--episodes N] [--max-steps T] [--json]`` (PATH: a policy bundle, or
+``expert`` for the scripted expert, which cannot be batched). Prints the report format of
 ``actlab.profiling.report``. The three modes must agree on every episode's outcome; the report says so.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import time
 from typing import Any
 
@@ -95,37 +93,3 @@ def bench_eval(
         "ratios": ratios,
         "notes": notes,
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry: ``python -m actlab.evaluation.bench PATH ...``."""
-    from actlab.errors import ActlabError
-    from actlab.profiling.report import emit
-
-    p = argparse.ArgumentParser(
-        prog="python -m actlab.evaluation.bench",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("path", metavar="PATH", help="policy bundle directory, or 'expert'")
-    p.add_argument("--task", default="so101_pick_place")
-    p.add_argument("--episodes", type=int, default=8)
-    p.add_argument("--max-steps", type=int, default=100)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--batch-envs", type=int, default=4)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
-    try:
-        result = bench_eval(
-            args.path, args.task, args.episodes, args.max_steps, args.workers, args.batch_envs, args.seed
-        )
-    except ActlabError as e:
-        print(f"error: {e.render()}", file=sys.stderr)
-        return 2
-    emit(result, args.json)
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -35,6 +35,8 @@ from actlab.training.timing import PhaseTimer
 from actlab.utils.io import atomic_write_json, read_json
 
 CONFIG_FILE = "config.json"
+# The RunSummary of the last run of this directory that returned (written by rank 0 at the end).
+SUMMARY_FILE = "summary.json"
 
 
 @dataclasses.dataclass
@@ -82,12 +84,34 @@ def train(
     out = Path(out_dir)
     ckpts = CheckpointManager(out, cfg.checkpoint.keep_last, cfg.checkpoint.keep_best)
     start = _check_run_dir(cfg, out, resume, ckpts)  # refusals come before torch is even imported
+    if resume and start == cfg.steps:
+        finished = _finished_summary(out, start)
+        if finished is not None:  # nothing to train: report the run that reached this step
+            print(f"the run already finished at step {start}: nothing to train", file=sys.stderr)
+            return finished
     check_sinks(tensorboard=cfg.log.tensorboard, wandb=cfg.log.wandb)  # not after decoding the FrameStore
     device = ddp.setup(dist, cfg.device)
     try:
-        return _train(cfg, out, start, ckpts, dist, device)
+        summary = _train(cfg, out, start, ckpts, dist, device)
     finally:
         ddp.teardown(dist)
+    if dist.is_main:
+        atomic_write_json(out / SUMMARY_FILE, summary.as_dict())
+    return summary
+
+
+def _finished_summary(out: Path, step: int) -> RunSummary | None:
+    """The saved summary of a run that completed exactly at ``step`` (None if there is none: an older or
+    killed run; it is then resumed as usual, which trains nothing and measures no throughput)."""
+    path = out / SUMMARY_FILE
+    if not path.is_file():
+        return None
+    try:
+        saved = read_json(path, "run summary")
+        summary = RunSummary(**{f.name: saved[f.name] for f in dataclasses.fields(RunSummary)})
+    except (ActlabError, KeyError, TypeError):
+        return None
+    return summary if summary.step == step and summary.stopped == "completed" else None
 
 
 def overfit_config(cfg: TrainConfig, samples: int) -> TrainConfig:

@@ -106,8 +106,8 @@ def _build(plan, record, train, sweep, media, best, summary) -> Report:
         f"The best checkpoint, {best['name']} (step {best['step']}), put the cube in the bowl in "
         f"{c['successes']} of {c['episodes']} fresh held-out episodes ({_pct(c['success_rate'])}, "
         f"95% interval {_pct(c['ci_low'])}-{_pct(c['ci_high'])}; seeds {media['seed']}.."
-        f"{media['seed'] + c['episodes'] - 1}). It was chosen as the best of the sweep below with "
-        f"{s['successes']} of {s['episodes']} on other seeds; the fresh episodes make "
+        f"{media['seed'] + c['episodes'] - 1}){_failures(c['outcomes'])}. It was chosen as the best of the "
+        f"sweep below with {s['successes']} of {s['episodes']} on other seeds; the fresh episodes make "
         f"the rate above free of that choice. Preset {plan['preset']} on {plan['device']}, "
         f"{plan['image_size']} px cameras."
     )
@@ -127,6 +127,12 @@ def _build(plan, record, train, sweep, media, best, summary) -> Report:
         "   # the best checkpoint on the fresh seeds"
     )
     return r
+
+
+def _failures(outcomes: dict[str, int]) -> str:
+    """``; failures: 2 never picked up, 1 timeout`` (empty when every episode succeeded)."""
+    parts = [f"{n} {k.replace('_', ' ')}" for k, n in outcomes.items() if k != "success" and n]
+    return f"; failures: {', '.join(parts)}" if parts else ""
 
 
 def _time_table(r: Report, summary: dict) -> None:
