@@ -58,15 +58,14 @@ def write_report(
     render_strip(out / "scene.png", seed=0, image_size=plan["image_size"], frames=8, upscale=2)
     sweep, media = evaluation["sweep"], evaluation["media"]
     best = next(c for c in sweep["checkpoints"] if c["name"] == evaluation["best"])
-    confirm = media["checkpoints"][0]
-    c = confirm["summary"]
+    conf = media["checkpoints"][0]["summary"]
     summary = {
         # The best checkpoint on fresh seeds: unbiased, unlike its rate on the seeds it was chosen on.
-        "success_rate": c["success_rate"],
-        "success_ci95": [c["ci_low"], c["ci_high"]],
-        "eval_episodes": c["episodes"],
+        "success_rate": conf["success_rate"],
+        "success_ci95": [conf["ci_low"], conf["ci_high"]],
+        "eval_episodes": conf["episodes"],
         "eval_seeds": media["seeds"],
-        "outcomes": c["outcomes"],
+        "outcomes": conf["outcomes"],
         "best_checkpoint": best["path"],
         "best_step": best["step"],
         "sweep": {
