@@ -62,10 +62,17 @@ def group(sub, name: str, help: str) -> argparse._SubParsersAction:
     return p.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND")
 
 
-def subcommand(g: argparse._SubParsersAction, name: str, help: str, epilog: str) -> argparse.ArgumentParser:
-    """A subcommand of a group whose ``--help`` ends with the group's examples (kept as written)."""
+def subcommand(
+    g: argparse._SubParsersAction, name: str, help: str, epilog: str, description: str | None = None
+) -> argparse.ArgumentParser:
+    """A subcommand of a group whose ``--help`` ends with its examples (kept as written); the description
+    defaults to the one-line help."""
     return g.add_parser(
-        name, help=help, description=help, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
+        name,
+        help=help,
+        description=description or help,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
 
 

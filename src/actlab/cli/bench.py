@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from actlab.cli import add_json_flag, group
+from actlab.cli import add_json_flag, group, subcommand
 
 ORDER = 50
 
@@ -37,12 +37,12 @@ same run.
 
 
 def _register_data(g) -> None:
-    p = g.add_parser(
+    p = subcommand(
+        g,
         "data",
-        help="training-sampler samples/s vs a LeRobot-style per-sample-decode loader",
+        "training-sampler samples/s vs a LeRobot-style per-sample-decode loader",
+        _DATA_EPILOG,
         description="Measure actlab's training sampler and a LeRobot-style loader on one dataset.",
-        epilog=_DATA_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("path", metavar="PATH", help="LeRobot v3.0 dataset directory")
     p.add_argument("--batch-size", type=int, default=8)
@@ -95,14 +95,14 @@ an MFU on a CPU, which has no tabled peak).
 
 
 def _register_train(g) -> None:
-    p = g.add_parser(
+    p = subcommand(
+        g,
         "train",
-        help="model-only vs full training step time and the data-stall fraction",
+        "model-only vs full training step time and the data-stall fraction",
+        _TRAIN_EPILOG,
         description="Build a training run for a preset and time, in one run, the step on a batch already "
         "on the device and the full step. Without --dataset a small synthetic LeRobot v3 dataset is "
         "written to a temporary directory.",
-        epilog=_TRAIN_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--preset", default="tiny", metavar="NAME", help="training preset (default tiny)")
     p.add_argument("--dataset", metavar="PATH", help="LeRobot v3 dataset (default: synthetic)")
@@ -165,12 +165,12 @@ outcome agreed across the modes.
 
 
 def _register_eval(g) -> None:
-    p = g.add_parser(
+    p = subcommand(
+        g,
         "eval",
-        help="rollout env steps/s: serial vs worker processes vs lockstep-batched envs",
+        "rollout env steps/s: serial vs worker processes vs lockstep-batched envs",
+        _EVAL_EPILOG,
         description="Time evaluation rollouts of one policy three ways on the same seeded episodes.",
-        epilog=_EVAL_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("path", metavar="PATH", help="policy bundle directory, or 'expert'")
     p.add_argument("--task", default="so101_pick_place", help="env (default so101_pick_place)")
