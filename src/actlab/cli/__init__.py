@@ -76,6 +76,11 @@ def subcommand(
     )
 
 
+def add_set_flag(p: argparse.ArgumentParser, help: str) -> None:
+    """The repeatable ``--set KEY=VALUE`` config override, collected in ``args.overrides``."""
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help)
+
+
 def add_json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from actlab.cli import add_json_flag, group, subcommand
+from actlab.cli import add_json_flag, add_set_flag, group, subcommand
 
 ORDER = 50
 
@@ -106,14 +106,7 @@ def _register_train(g) -> None:
     )
     p.add_argument("--preset", default="tiny", metavar="NAME", help="training preset (default tiny)")
     p.add_argument("--dataset", metavar="PATH", help="LeRobot v3 dataset (default: synthetic)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key (repeatable), e.g. --set batch_size=64",
-    )
+    add_set_flag(p, "override a config key (repeatable), e.g. --set batch_size=64")
     p.add_argument("--device", metavar="DEV", help="device (default: the preset's)")
     p.add_argument("--steps", type=int, default=10, metavar="N", help="steps per timed block (default 10)")
     p.add_argument("--rounds", type=int, default=10, metavar="R", help="block pairs (default 10)")

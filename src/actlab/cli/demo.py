@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from actlab.cli import add_set_flag, subcommand
+
 ORDER = 0
 
 _EPILOG = """\
@@ -22,13 +24,13 @@ examples:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = subcommand(
+        sub,
         "demo",
-        help="record demos in the built-in sim, train, evaluate a checkpoint sweep, write a report",
+        "record demos in the built-in sim, train, evaluate a checkpoint sweep, write a report",
+        _EPILOG,
         description="Record demonstrations in the built-in SO-101 simulator, train a policy, evaluate "
         "every checkpoint on held-out episodes and write a report with pictures and videos.",
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", default="runs/demo", metavar="DIR", help="output directory (runs/demo)")
     p.add_argument(
@@ -40,14 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-episodes", type=int, default=50, help="evaluation episodes per checkpoint (50)")
     p.add_argument("--videos", type=int, default=3, help="rollout videos of the best checkpoint (3)")
     p.add_argument("--workers", type=int, default=2, help="simulation and rollout processes (2)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="training config override, as in actlab train (repeatable)",
-    )
+    add_set_flag(p, "training config override, as in actlab train (repeatable)")
     p.add_argument("--fresh", action="store_true", help="discard previous results in --out and start over")
     p.add_argument("--json", action="store_true", help="print summary.json to stdout at the end")
     p.set_defaults(_run=_run)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from actlab.cli import add_json_flag
+from actlab.cli import add_json_flag, subcommand
 
 ORDER = 30
 
@@ -27,13 +27,13 @@ and drop rates, mean steps of successful episodes, max lift height (docs/evaluat
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = subcommand(
+        sub,
         "eval",
-        help="evaluate checkpoints: success with 95%% CI, failure taxonomy, sweeps, videos, whiskers",
+        "evaluate checkpoints: success with 95%% CI, failure taxonomy, sweeps, videos, whiskers",
+        _EPILOG,
         description="Roll out policy bundles (or every checkpoint of a run directory) on seeded episodes "
         "and report success with a 95% confidence interval and the failure taxonomy.",
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("paths", nargs="*", metavar="PATH", help="checkpoint bundle(s) or run directory(ies)")
     p.add_argument("--expert", action="store_true", help="evaluate the sim's scripted expert (no PATH)")

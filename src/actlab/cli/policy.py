@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from actlab.cli import add_json_flag, group
+from actlab.cli import add_json_flag, add_set_flag, group, subcommand
 
 ORDER = 30
 
@@ -20,12 +20,12 @@ examples:
 
 def register(sub: argparse._SubParsersAction) -> None:
     g = group(sub, "policy", "inspect policies: parameter counts per module")
-    p = g.add_parser(
+    p = subcommand(
+        g,
         "info",
-        help="parameter count per top-level module of a policy type or a saved bundle",
+        "parameter count per top-level module of a policy type or a saved bundle",
+        _INFO_EPILOG,
         description="Build a policy (default config + --set overrides) or load a bundle; count parameters.",
-        epilog=_INFO_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "target", metavar="NAME|PATH", help="policy type (act, act_relative) or a bundle directory"
@@ -43,14 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar=("H", "W"),
         help="camera image height and width (default 480 640)",
     )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="overrides",
-        help="override a config field, e.g. --set dim_model=256 (repeatable)",
-    )
+    add_set_flag(p, "override a config field, e.g. --set dim_model=256 (repeatable)")
     add_json_flag(p)
     p.set_defaults(_run=_run_info)
     _register_bench(g)
@@ -91,22 +84,15 @@ examples:
 
 
 def _register_bench(g) -> None:
-    p = g.add_parser(
+    p = subcommand(
+        g,
         "bench",
-        help="training-step time of policy variants, measured side by side",
+        "training-step time of policy variants, measured side by side",
+        _BENCH_EPILOG,
         description="Time forward + backward + optimizer steps of config variants in one process.",
-        epilog=_BENCH_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("type", metavar="NAME", help="policy type (act, act_relative)")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="overrides",
-        help="override the base config (repeatable)",
-    )
+    add_set_flag(p, "override the base config (repeatable)")
     p.add_argument(
         "--variant",
         action="append",

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from actlab.cli import add_json_flag
+from actlab.cli import add_json_flag, add_set_flag, subcommand
 
 ORDER = 40
 
@@ -35,14 +35,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _register_monitor(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = subcommand(
+        sub,
         "monitor",
-        help="run any command and record GPU/CPU utilization and memory while it runs",
+        "run any command and record GPU/CPU utilization and memory while it runs",
+        _MONITOR_EPILOG,
         description="Run CMD, sample every GPU (NVML: utilization, memory, SM clock, power, temperature) "
         "and CMD's process tree (CPU %%, RSS) every --interval seconds, and print a summary of the steady "
         "part (warm-up detected and excluded). Without a GPU, CPU and RAM are still recorded.",
-        epilog=_MONITOR_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--interval", default="0.5", metavar="S", help="seconds between samples (default 0.5)")
     p.add_argument("--out", metavar="FILE.csv", help="write every sample to this CSV (header + one row each)")
@@ -116,15 +116,15 @@ def _run_monitor(args: argparse.Namespace) -> int:
 
 
 def _register_find_batch_size(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = subcommand(
+        sub,
         "find-batch-size",
-        help="find the largest batch size whose training step fits in memory (with a safety margin)",
+        "find the largest batch size whose training step fits in memory (with a safety margin)",
+        _FBS_EPILOG,
         description="Double the batch size, then bisect, running real training steps of the preset on the "
         "dataset, until the step no longer fits: on a GPU in its memory (peak reserved by the allocator), "
         "on CPU in --memory-limit (peak resident memory of a fresh process per batch size). Prints the "
         "memory measured for every batch size tried and the largest that fits with the margin.",
-        epilog=_FBS_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--preset", required=True, help="training preset (actlab train --list-presets)")
     p.add_argument("--dataset", required=True, metavar="PATH", help="LeRobot v3 dataset directory")
@@ -146,14 +146,7 @@ def _register_find_batch_size(sub: argparse._SubParsersAction) -> None:
         help="stop bisecting when the gap is within this fraction of the best fit (default 0.05; 0: exact)",
     )
     p.add_argument("--steps", type=int, default=2, help="training steps run per batch size (default 2)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key as in actlab train, e.g. --set policy.chunk_size=50 (repeatable)",
-    )
+    add_set_flag(p, "override a config key as in actlab train, e.g. --set policy.chunk_size=50 (repeatable)")
     add_json_flag(p)
     p.set_defaults(_run=_run_find_batch_size)
 

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from actlab.cli import add_set_flag, subcommand
+
 ORDER = 20
 
 _EPILOG = """\
@@ -24,26 +26,19 @@ loadable by `actlab eval`), with checkpoints/last.json and best.json pointing at
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
+    p = subcommand(
+        sub,
         "train",
-        help="train a policy (presets, overrides, resume, overfit check, DDP under torchrun)",
+        "train a policy (presets, overrides, resume, overfit check, DDP under torchrun)",
+        _EPILOG,
         description="Train a policy on a LeRobot v3 dataset. Frames are decoded once into a FrameStore "
         "and gathered on the training device; checkpoints are atomic, resumable bit for bit on CPU, and "
         "a disk preflight refuses runs whose checkpoints cannot fit.",
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--preset", metavar="NAME", help="starting config (see --list-presets)")
     p.add_argument("--dataset", metavar="PATH", help="LeRobot v3 dataset directory (sets data.path)")
     p.add_argument("--out", metavar="DIR", help="run directory (created; must be new unless --resume)")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set optim.lr=3e-4 (repeatable)",
-    )
+    add_set_flag(p, "override a config key, e.g. --set optim.lr=3e-4 (repeatable)")
     p.add_argument(
         "--resume",
         action="store_true",
