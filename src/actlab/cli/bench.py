@@ -187,5 +187,63 @@ def _run_eval(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------- bench encode
+
+_ENCODE_EPILOG = """\
+examples:
+  actlab bench encode --encodes 200                          # a quick look (about a minute)
+  actlab bench encode --encodes 2000 --json                  # the figure in docs/benchmarks.md
+  actlab bench encode --encodes 2000 --frames 150 --image-size 96 --workers 2   # recorder-sized
+
+Worker processes write real datasets through DatasetWriter (one encoder thread and mp4 per camera, as a
+recording does) while --burners busy processes load the CPU. A worker that finishes no episode for
+--hang-seconds is counted as a hang (its thread stacks go into the notes), killed and replaced; writer
+errors are counted with their message. encodes = episodes x cameras.
+"""
+
+
+def _register_encode(g) -> None:
+    p = subcommand(
+        g,
+        "encode",
+        "video-writer stress: hangs and errors over thousands of encodes under CPU contention",
+        _ENCODE_EPILOG,
+        description="Encode many short episodes in parallel under CPU contention; count hangs and errors.",
+    )
+    p.add_argument("--encodes", type=int, default=2000, help="episode-camera encodes in all (default 2000)")
+    p.add_argument("--workers", type=int, default=4, help="writer processes at once (default 4)")
+    p.add_argument("--burners", type=int, default=-1, help="busy processes (default: one per core)")
+    p.add_argument("--cameras", type=int, default=2, help="cameras per dataset (default 2)")
+    p.add_argument("--frames", type=int, default=30, help="frames per episode (default 30)")
+    p.add_argument("--image-size", type=int, default=64, help="square frame side, even (default 64)")
+    p.add_argument("--episodes-per-dataset", type=int, default=10, help="episodes per file (default 10)")
+    p.add_argument("--hang-seconds", type=float, default=60.0, help="no episode for this long = hung")
+    p.add_argument("--codec", default="libsvtav1", help="libsvtav1 (default) or libx264")
+    add_json_flag(p)
+    p.set_defaults(_run=_run_encode)
+
+
+def _run_encode(args) -> int:
+    from actlab.datasets.encode_bench import EncodeStressConfig, run_encode_stress
+    from actlab.datasets.video import VideoOptions
+    from actlab.profiling.report import emit
+
+    video = VideoOptions(codec=args.codec, preset="veryfast" if args.codec == "libx264" else "12")
+    cfg = EncodeStressConfig(
+        encodes=args.encodes,
+        workers=args.workers,
+        burners=args.burners,
+        cameras=args.cameras,
+        frames=args.frames,
+        image_size=args.image_size,
+        episodes_per_dataset=args.episodes_per_dataset,
+        hang_s=args.hang_seconds,
+        video=video,
+    )
+    result = run_encode_stress(cfg, progress=not args.json)
+    emit(result, args.json)
+    return 1 if result["metrics"]["hangs"] or result["metrics"]["errors"] else 0
+
+
 # Add a benchmark: write _register_<name>(g) + _run_<name>(args) above and list it here.
-_SUBCOMMANDS = [_register_data, _register_train, _register_eval]
+_SUBCOMMANDS = [_register_data, _register_train, _register_eval, _register_encode]

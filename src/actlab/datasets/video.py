@@ -11,6 +11,7 @@ import fractions
 import os
 import queue
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,11 @@ class VideoOptions:
     crf: int = 30
     # Encoder speed preset: 12 is SVT-AV1's fastest (libx264 takes names such as "veryfast").
     preset: str = "12"
-    # Encode each camera on a background thread so recording overlaps encoding.
+    # Let recording overlap encoding (up to 4 episodes queued per camera); False waits for each episode.
+    # Either way the encoder runs on a watched thread (see EncoderThread).
     threaded: bool = True
+    # Seconds without a frame encoded after which the encoder counts as hung (an ActlabError).
+    stall_s: float = 120.0
 
     def __post_init__(self) -> None:
         if self.codec not in _CODEC_NAMES:
@@ -53,6 +57,10 @@ class VideoOptions:
             raise ActlabError("gop must be >= 1", field="gop", expected=">= 1", found=self.gop)
         if not 0 <= self.crf <= 63:
             raise ActlabError("crf out of range", field="crf", expected="0..63", found=self.crf)
+        if not self.stall_s > 0:
+            raise ActlabError(
+                "stall_s must be > 0", field="stall_s", expected="seconds, e.g. 120", found=self.stall_s
+            )
 
     @property
     def codec_name(self) -> str:
@@ -127,69 +135,147 @@ class VideoEncoder:
 
 
 class EncoderThread:
-    """Runs a sequence of :class:`VideoEncoder` on one background thread, fed through a bounded queue.
+    """Runs a sequence of :class:`VideoEncoder` on one background thread, fed through a bounded queue,
+    with a watchdog.
 
-    Why: AV1 encoding releases the GIL, so a recorder (or the sim) keeps producing the next episode while
-    this thread encodes the previous one. Errors surface at the next call or at ``close``.
+    Why a thread: AV1 encoding releases the GIL, so a recorder (or the sim) keeps producing the next
+    episode while this thread encodes the previous one (``max_pending`` items may wait; 0 makes every
+    call wait until its item is encoded). Errors surface at the next call or at ``finish``.
+
+    Why a watchdog: SVT-AV1 3.x can deadlock inside ``svt_av1_enc_send_picture`` (every encoder thread
+    waiting on a semaphore, CPU at 0; public reports against 3.1.x, seen here as hung recordings). The
+    encoding thread records a heartbeat after every frame; a caller that waits on it (a full queue,
+    ``finish``) raises :class:`ActlabError` naming the file once the current item has made no progress
+    for ``stall_s`` seconds. A thread stuck in C cannot be stopped: it is abandoned (a daemon thread,
+    which never touches the files again) and everything after that call fails at once.
     """
 
-    def __init__(self, max_pending: int = 4) -> None:
-        self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
+    # How often a waiting caller wakes to look at the heartbeat.
+    _POLL_S = 0.25
+
+    def __init__(self, max_pending: int = 4, stall_s: float = 120.0) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_pending))
+        self._sync = max_pending == 0
+        self._stall_s = stall_s
         self._error: BaseException | None = None
+        self._stalled: ActlabError | None = None
         self._encoder: VideoEncoder | None = None
+        self._file: Path | None = None  # the file the current item writes (for the error message)
+        self._busy = False  # an item is being processed
+        self._beat = time.monotonic()  # last sign of progress of the current item
+        self._submitted = 0  # items put on the queue (by the one caller thread)
+        self._done = 0  # items processed (finished, failed or skipped)
+        self._changed = threading.Condition()  # notified after every item
         self._thread = threading.Thread(target=self._run, name="actlab-encoder", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while True:
             item = self._queue.get()
+            if item is not None:
+                self._beat, self._busy = time.monotonic(), True
+                try:
+                    if self._error is None:  # after a failure the rest is skipped
+                        self._process(*item)
+                except BaseException as e:
+                    self._error = e
+            if item is None and self._encoder is not None:  # aborted with a file open: drain, drop it
+                self._encoder.abort()
+                self._encoder = None
+            with self._changed:
+                self._busy = False
+                self._done += 1
+                self._changed.notify_all()
             if item is None:
                 return
-            if self._error is not None:
-                continue  # drain after a failure
-            try:
-                kind, payload = item
-                if kind == "open":
-                    self._encoder = VideoEncoder(*payload)
-                elif kind == "frames":
-                    assert self._encoder is not None
-                    self._encoder.encode(payload)
-                elif kind == "close":
-                    assert self._encoder is not None
-                    self._encoder.close()
-                    self._encoder = None
-            except BaseException as e:
-                self._error = e
 
-    def _put(self, item: Any) -> None:
-        self.raise_error()
-        self._queue.put(item)
+    def _process(self, kind: str, payload: Any) -> None:
+        if kind == "open":
+            self._file = Path(payload[0])
+            self._encoder = VideoEncoder(*payload)
+        elif kind == "frames":
+            assert self._encoder is not None
+            for i in range(len(payload)):  # one frame at a time: a heartbeat per frame
+                self._encoder.encode(payload[i : i + 1])
+                self._beat = time.monotonic()
+        elif kind == "close":
+            assert self._encoder is not None
+            self._encoder.close()
+            self._encoder = None
+
+    def _check_stall(self) -> None:
+        """Raise the watchdog's error if the current item has stopped making progress."""
+        if self._stalled is None and self._busy and time.monotonic() - self._beat > self._stall_s:
+            self._stalled = ActlabError(
+                f"the video encoder made no progress for {self._stall_s:g} s",
+                file=self._file,
+                field="video encoder",
+                expected="a frame encoded every few milliseconds",
+                found="blocked inside the encoder library (a known SVT-AV1 deadlock); nothing was written",
+                fix="run the command again (the output was left as it was before); if it recurs, upgrade "
+                "PyAV (`pip install -U av`: av >= 17 bundles SVT-AV1 4.x) or write h264 "
+                "(VideoOptions(codec='libx264'))",
+            )
+        if self._stalled is not None:
+            raise self._stalled
 
     def raise_error(self) -> None:
+        """Raise the encoding error or the watchdog's, if any."""
+        self._check_stall()
         if self._error is not None:
             raise self._error
 
+    def _wait_for(self, items: int) -> None:
+        """Block until ``items`` items are processed, waking every _POLL_S to run the watchdog."""
+        with self._changed:
+            while self._done < items and self._thread.is_alive():
+                self._check_stall()
+                self._changed.wait(self._POLL_S)
+
+    def _put(self, item: Any) -> None:
+        while True:
+            self._check_stall()
+            try:
+                self._queue.put(item, timeout=self._POLL_S)
+                break
+            except queue.Full:
+                continue
+        self._submitted += 1
+        if self._sync:
+            self._wait_for(self._submitted)
+
+    def _submit(self, item: Any) -> None:
+        self.raise_error()
+        self._put(item)
+        self.raise_error()
+
     def open(self, path: Path, height: int, width: int, fps: int, options: VideoOptions) -> None:
-        self._put(("open", (path, height, width, fps, options)))
+        self._submit(("open", (path, height, width, fps, options)))
 
     def encode(self, frames: np.ndarray) -> None:
-        self._put(("frames", frames))
+        self._submit(("frames", frames))
 
     def close_file(self) -> None:
-        self._put(("close", None))
+        self._submit(("close", None))
 
     def finish(self) -> None:
-        """Wait for all queued work; re-raise an encoding error."""
-        self._queue.put(None)
-        self._thread.join()
+        """Wait for all queued work; re-raise an encoding error or the watchdog's."""
+        self._put(None)
+        self._wait_for(self._submitted)
+        self._thread.join()  # it has returned (or is returning) after processing the None
         self.raise_error()
 
     def abort(self) -> None:
+        """Stop without finishing the current file; never waits on a stalled encoder."""
         self._error = self._error or RuntimeError("aborted")
-        self._queue.put(None)
-        self._thread.join()
-        if self._encoder is not None:
-            self._encoder.abort()
+        if not self._thread.is_alive():  # finished (or aborted) already
+            return
+        try:
+            self._put(None)  # the queue drains fast: every item after an error is skipped
+            self._wait_for(self._submitted)
+        except ActlabError:  # the watchdog fired: abandon the stuck thread; if it ever wakes, it stops
+            with contextlib.suppress(queue.Full):
+                self._queue.put_nowait(None)
 
 
 def fit_size(height: int, width: int, image_size: int | None) -> tuple[int, int, int, int]:

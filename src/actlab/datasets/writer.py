@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from actlab.datasets import format as fmt
 from actlab.datasets.stats import aggregate_stats, feature_stats, image_stats, stats_to_json
-from actlab.datasets.video import EncoderThread, VideoEncoder, VideoOptions, check_even
+from actlab.datasets.video import EncoderThread, VideoOptions, check_even
 from actlab.errors import ActlabError
 from actlab.utils.config import did_you_mean
 from actlab.utils.io import atomic_dir, atomic_write_json
@@ -72,15 +72,14 @@ def _tasks_table(tasks: list[str]) -> pa.Table:
 
 
 class _CameraStream:
-    """One camera's current mp4 file: which file, how many frames, its encoder (threaded or inline)."""
+    """One camera's current mp4 file: which file, how many frames, its watched encoder thread."""
 
     def __init__(self, key: str, height: int, width: int, fps: int, options: VideoOptions) -> None:
         self.key, self.height, self.width, self.fps, self.options = key, height, width, fps, options
         self.position = -1  # index of the current file in the sequence (chunk, file)
         self.frames = 0  # frames in the current file
         self.path: Path | None = None
-        self._inline: VideoEncoder | None = None
-        self._thread = EncoderThread() if options.threaded else None
+        self._thread = EncoderThread(max_pending=4 if options.threaded else 0, stall_s=options.stall_s)
 
     def open_next(self, root: Path, chunks_size: int) -> None:
         self.close_file()
@@ -89,44 +88,27 @@ class _CameraStream:
         rel = fmt.VIDEO_PATH.format(video_key=self.key, chunk_index=chunk, file_index=file)
         self.path = root / rel
         self.frames = 0
-        args = (self.path, self.height, self.width, self.fps, self.options)
-        if self._thread is not None:
-            self._thread.open(*args)
-        else:
-            self._inline = VideoEncoder(*args)
+        self._thread.open(self.path, self.height, self.width, self.fps, self.options)
 
     def encode(self, frames: np.ndarray) -> None:
-        if self._thread is not None:
-            self._thread.encode(frames)
-        else:
-            assert self._inline is not None
-            self._inline.encode(frames)
+        self._thread.encode(frames)
         self.frames += len(frames)
 
     def size_mb(self) -> float:
-        # Threaded: the file lags the queue a little; rotation by size is approximate by design.
+        # The file lags the queue a little (threaded); rotation by size is approximate by design.
         return self.path.stat().st_size / 1e6 if self.path is not None and self.path.exists() else 0.0
 
     def close_file(self) -> None:
-        if self.path is None:
-            return
-        if self._thread is not None:
+        if self.path is not None:
             self._thread.close_file()
-        elif self._inline is not None:
-            self._inline.close()
-            self._inline = None
-        self.path = None
+            self.path = None
 
     def finish(self) -> None:
         self.close_file()
-        if self._thread is not None:
-            self._thread.finish()
+        self._thread.finish()
 
     def abort(self) -> None:
-        if self._thread is not None:
-            self._thread.abort()
-        elif self._inline is not None:
-            self._inline.abort()
+        self._thread.abort()
 
 
 class DatasetWriter:

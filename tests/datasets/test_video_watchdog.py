@@ -1,0 +1,112 @@
+"""The encoder watchdog: an encoder that stops making progress is an ActlabError naming its file, never a
+hang, and the dataset being written is left as it was before.
+
+The SVT-AV1 deadlock itself cannot be provoked on demand, so the fault is planted: the encoder blocks on
+an event inside its per-frame call, as a deadlocked ``svt_av1_enc_send_picture`` blocks. The event is set
+at the end so the planted thread finishes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from actlab.datasets import DatasetWriter, VideoOptions, make_features, open_dataset
+from actlab.datasets import video as video_mod
+from actlab.datasets.synth import synth_episode
+from actlab.errors import ActlabError
+
+CAMS = {"top": (32, 32), "wrist": (24, 40)}
+
+
+def _episodes(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return [synth_episode(rng, 12, 5, 5, CAMS, 30) for _ in range(n)]
+
+
+class _Stall:
+    """Once armed, the next frame encoded for the wrist camera blocks until the test ends."""
+
+    def __init__(self) -> None:
+        self.armed = threading.Event()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+
+@pytest.fixture
+def stall_once(monkeypatch):
+    stall = _Stall()
+    real = video_mod.VideoEncoder.encode
+
+    def encode(self, frames):
+        if "wrist" in str(self.path) and stall.armed.is_set() and not stall.entered.is_set():
+            stall.entered.set()
+            stall.release.wait(60)  # stuck inside the encoder, as the SVT-AV1 deadlock is
+        return real(self, frames)
+
+    monkeypatch.setattr(video_mod.VideoEncoder, "encode", encode)
+    yield stall
+    stall.release.set()
+
+
+@pytest.mark.parametrize("threaded", [True, False])
+def test_stalled_encoder_is_an_error_naming_the_file_and_leaves_no_dataset(tmp_path, stall_once, threaded):
+    video = VideoOptions(stall_s=0.5, threaded=threaded)
+    stall_once.armed.set()
+    start = time.monotonic()
+    with (
+        pytest.raises(ActlabError, match="no progress for 0.5 s") as e,
+        DatasetWriter(tmp_path / "ds", 30, make_features(5, 5, CAMS), video=video) as w,
+    ):
+        for ep in _episodes(3):
+            w.add_episode(ep, task="x")
+    assert stall_once.entered.is_set()
+    assert "observation.images.wrist" in str(e.value.file) and str(e.value.file).endswith(".mp4")
+    assert "run the command again" in e.value.fix
+    assert time.monotonic() - start < 30  # bounded by the watchdog, not by the blocked encoder
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no dataset, no temp directory
+
+
+def test_a_stall_while_replacing_keeps_the_old_dataset_and_a_rerun_succeeds(tmp_path, stall_once):
+    root = tmp_path / "ds"
+    feats = make_features(5, 5, CAMS)
+    with DatasetWriter(root, 30, feats) as w:
+        w.add_episode(_episodes(1, seed=5)[0], task="old")
+    assert open_dataset(root).tasks == ["old"]
+    stall_once.armed.set()
+    with (
+        pytest.raises(ActlabError, match="no progress"),
+        DatasetWriter(root, 30, feats, video=VideoOptions(stall_s=0.5), overwrite=True) as w,
+    ):
+        for ep in _episodes(2):
+            w.add_episode(ep, task="new")
+    assert stall_once.entered.is_set()
+    assert open_dataset(root).tasks == ["old"]  # left as it was before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+    with DatasetWriter(root, 30, feats, video=VideoOptions(stall_s=0.5), overwrite=True) as w:
+        for ep in _episodes(2):
+            w.add_episode(ep, task="new")  # the re-run: the stall was a one-off, as the deadlock is
+    assert open_dataset(root).tasks == ["new"] and len(open_dataset(root)) == 24
+
+
+def test_watchdog_does_not_fire_on_slow_progress(tmp_path, monkeypatch):
+    # Progress is per frame: an episode that takes longer than stall_s in total is not a stall.
+    real = video_mod.VideoEncoder.encode
+
+    def slow(self, frames):
+        time.sleep(0.1)
+        return real(self, frames)
+
+    monkeypatch.setattr(video_mod.VideoEncoder, "encode", slow)
+    rng = np.random.default_rng(0)
+    with DatasetWriter(tmp_path / "ds", 30, make_features(5, 5, CAMS), video=VideoOptions(stall_s=1.5)) as w:
+        w.add_episode(synth_episode(rng, 25, 5, 5, CAMS, 30), task="x")  # 25 x 0.1 s per camera > stall_s
+    assert len(open_dataset(tmp_path / "ds")) == 25
+
+
+def test_stall_seconds_must_be_positive():
+    with pytest.raises(ActlabError, match="stall_s"):
+        VideoOptions(stall_s=0)
