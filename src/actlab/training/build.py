@@ -332,7 +332,9 @@ def _check_speed_options(cfg: TrainConfig, device, dist: DistInfo) -> None:
 
 
 def open_data(cfg: TrainConfig):
-    """Open ``cfg.data.path`` (a clear error when it is unset)."""
+    """Open ``cfg.data.path`` and run the dataset's cheap checks (those of ``actlab data doctor`` that
+    read no video): a dataset the doctor calls wrong is refused here, before anything is built, with an
+    ActlabError naming the check, the file and the fix. A clear error too when the path is unset."""
     from actlab.datasets import open_dataset
 
     if not cfg.data.path:
@@ -342,7 +344,9 @@ def open_data(cfg: TrainConfig):
             expected="a LeRobot v3 dataset directory",
             fix="pass --dataset PATH (or --set data.path=PATH)",
         )
-    return open_dataset(cfg.data.path)
+    ds = open_dataset(cfg.data.path)  # metadata checks (info, tasks, episodes)
+    ds.check_data()  # rows vs episodes, column types, order, timestamps, NaN/inf
+    return ds
 
 
 def select_features(ds, cfg: TrainConfig) -> dict[str, Any]:
