@@ -18,12 +18,13 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from actlab.datasets import format as fmt
 from actlab.errors import ActlabError
 
 if TYPE_CHECKING:
@@ -86,9 +87,42 @@ def _build_lock(path: Path, progress: bool) -> Iterator[None]:
         f.close()
 
 
+# Key in a camera feature's "info" that records how the FrameStore resized the frames; evaluation reads it
+# (through the policy bundle's features.json) to resize observations the same way.
+RESIZE_INFO = "actlab.resize"
+# The resize FrameStore.build does with an image_size: longer side to image_size, black centred padding.
+RESIZE_MODE = "fit_pad"
+
+
+def stored_features(
+    features: Mapping[str, Mapping[str, Any]], image_size: int | None, keys: Sequence[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """The features as a FrameStore built with ``image_size`` holds them, hence as batches carry them.
+
+    Cameras in ``keys`` (default: every camera) get shape ``[image_size, image_size, C]`` and
+    ``info["actlab.resize"] = {"mode": "fit_pad", "from_shape": [H, W, C], "image_size": S}``; every
+    other feature is copied as is. A policy built from these features expects the images it is trained
+    on, and its bundle tells evaluation how to resize observations (see ``actlab.evaluation.policy_io``).
+    """
+    out = {k: dict(v) for k, v in features.items()}
+    if image_size is None:
+        return out
+    for key in keys if keys is not None else [k for k, f in features.items() if fmt.is_camera(f)]:
+        spec = out[key]
+        h, w, c = spec["shape"]
+        spec["shape"] = [image_size, image_size, c]
+        spec["names"] = ["height", "width", "channels"]
+        spec["info"] = {
+            **dict(spec.get("info") or {}),
+            RESIZE_INFO: {"mode": RESIZE_MODE, "from_shape": [h, w, c], "image_size": image_size},
+        }
+    return out
+
+
 def _frame_shape(ds: LeRobotV3Dataset, key: str, image_size: int | None) -> tuple[int, int, int]:
-    h, w, c = ds.features[key]["shape"]
-    return (c, h, w) if image_size is None else (c, image_size, image_size)
+    """(C, H, W) of the stored frames of camera ``key``."""
+    h, w, c = stored_features({key: ds.features[key]}, image_size)[key]["shape"]
+    return c, h, w
 
 
 class FrameStore:
