@@ -86,3 +86,23 @@ def test_so101_sim_cpu_trains_on_a_32px_recording(make_dataset, tmp_path):
         assert torch.isfinite(metrics["loss"])
     finally:
         run.close()
+
+
+def test_a_damaged_frame_store_is_rebuilt_not_trained_on(tiny_dataset, tmp_path, capsys):
+    from actlab.datasets import FrameStore, open_dataset
+
+    ds = open_dataset(tiny_dataset)
+    store = FrameStore.build(ds, image_size=32, progress=False)  # the store tiny trains from
+    good = np.array(store.frames["observation.images.top"])
+    frames = np.load(store.root / "cam0.npy", mmap_mode="r+")
+    frames[:] = 0  # every frame black, the file's size unchanged
+    frames.flush()
+    del frames
+    out = tmp_path / "run"
+    assert (
+        main(["train", "--preset", "tiny", "--dataset", str(ds.root), "--out", str(out), "--set", "steps=1"])
+        == 0
+    )
+    assert "rebuilding" in capsys.readouterr().err
+    again = FrameStore.open(FrameStore.path_for(ds, 32))
+    assert np.array_equal(again.frames["observation.images.top"], good)
