@@ -288,6 +288,7 @@ _OPEN_FAULTS = {  # found by the metadata checks at open_dataset
     "gap": _episode_index_gap,
     "total_frames": _edit_info(total_frames=7),
     "unknown_task": lambda root: pq.write_table(_tasks_table(["other"]), root / "meta/tasks.parquet"),
+    "no_tasks": lambda root: (root / "meta/tasks.parquet").unlink(),
 }
 _DATA_FAULTS = {  # found by the checks on the data rows (check_data, or the first column read)
     "strings": _action_as_strings,

@@ -167,7 +167,7 @@ class Layout:
     root: Path
     # meta/info.json, types checked
     info: dict[str, Any]
-    # task strings ordered by task_index (empty when meta/tasks.parquet is absent)
+    # task strings ordered by task_index (empty when meta/tasks.parquet is unusable: doctor only)
     tasks: list[str]
     # episodes ordered by episode_index
     episodes: list[EpisodeInfo]
@@ -400,10 +400,10 @@ def parse(root: str | Path, report: Report) -> Layout | None:
     info = report.stage("info", lambda: read_info(root))
     if info is None:
         return None
-    tasks = report.stage("tasks", lambda: read_tasks(root, info, report))
     parsed = report.stage("episodes", lambda: read_episodes(root, info, report))
     if parsed is None:
         return None
+    tasks = report.stage("tasks", lambda: read_tasks(root, info, report))
     episodes, episodes_file = parsed
     layout = Layout(root, info, tasks or [], episodes, episodes_file)
     if tasks is not None:
@@ -412,11 +412,14 @@ def parse(root: str | Path, report: Report) -> Layout | None:
 
 
 def read_tasks(root: Path, info: Mapping[str, Any], report: Report) -> list[str] | None:
-    """Task strings ordered by ``task_index``; [] without meta/tasks.parquet; None when its columns are
-    wrong."""
+    """Task strings ordered by ``task_index``; None when meta/tasks.parquet is missing (lerobot cannot
+    load such a dataset) or its columns are wrong."""
     path = root / fmt.TASKS_PATH
     if not path.is_file():
-        return []
+        report.add(
+            "missing_file", "tasks file missing", path, "(file)", "a parquet file", "missing", REEXPORT
+        )
+        return None
     table = read_table(path, "tasks file")
     names = table.column_names
     # lerobot writes the task strings as the pandas index of the table
@@ -440,8 +443,6 @@ def read_tasks(root: Path, info: Mapping[str, Any], report: Report) -> list[str]
 def check_tasks(layout: Layout, report: Report) -> None:
     """``total_tasks`` agrees with tasks.parquet and every episode's tasks are in it."""
     path = layout.root / fmt.TASKS_PATH
-    if not path.is_file():
-        return
     known = set(layout.tasks)
     total = layout.info.get("total_tasks")
     if total is not None and total != len(known):
