@@ -13,6 +13,7 @@ import pytest
 from actlab.cli import main
 from actlab.datasets.doctor import diagnose
 from actlab.datasets.video import VideoEncoder, VideoOptions, iter_decode
+from actlab.datasets.writer import _tasks_table
 
 DATA = "data/chunk-000/file-000.parquet"
 VIDEO = "videos/observation.images.top/chunk-000/file-000.mp4"
@@ -212,9 +213,115 @@ def test_broken_inputs_are_located_precisely(copy, edit, file, field, capsys):
 
 
 def test_tasks_table_must_name_every_episode_task(copy):
-    from actlab.datasets.writer import _tasks_table
-
     pq.write_table(_tasks_table(["something else", "and another"]), copy / "meta/tasks.parquet")
     problems = {p.check: p for p in diagnose(copy)}
     assert problems["unknown_task"].found == "move the square"
     assert problems["length_mismatch"].field == "total_tasks" and problems["length_mismatch"].found == "1"
+
+
+# ---- faults the doctor used to miss, and the reader refusing what the doctor calls an error ----------
+
+
+def _set_int_column(path, column, fn):
+    table = pq.read_table(path)
+    i = table.column_names.index(column)
+    values = fn(np.asarray(table.column(i).to_pylist(), dtype=np.int64))
+    pq.write_table(table.set_column(i, table.schema.field(i), pa.array(values, pa.int64())), path)
+
+
+def _action_as_strings(root):
+    table = pq.read_table(root / DATA)
+    i = table.column_names.index("action")
+    text = [[repr(float(x)) for x in row] for row in table.column(i).to_pylist()]  # "0.25", numbers as text
+    pq.write_table(table.set_column(i, "action", pa.array(text, pa.list_(pa.string()))), root / DATA)
+
+
+def _episode_index_gap(root):
+    # episodes 0, 1, 3: renumbered consistently in the episodes metadata and in the data rows
+    for rel in (EPISODES, DATA):
+        _set_int_column(root / rel, "episode_index", lambda e: np.where(e == 2, 3, e))
+
+
+def _unlisted_column(root):
+    table = pq.read_table(root / DATA)
+    effort = pa.array(np.ones(table.num_rows, dtype=np.float32))
+    pq.write_table(table.append_column("observation.effort", effort), root / DATA)
+
+
+def _rows_reversed_in_episode_1(root):
+    table = pq.read_table(root / DATA)
+    order = np.arange(table.num_rows)
+    order[40:80] = order[40:80][::-1]
+    pq.write_table(table.take(order), root / DATA)
+
+
+def _rows_of_two_episodes_swapped(root):
+    # every row keeps its own frame_index/timestamp; episode 1's rows now sit where episode 0's belong
+    table = pq.read_table(root / DATA)
+    pq.write_table(table.take(np.r_[40:80, 0:40, 80:120]), root / DATA)
+
+
+def test_numbers_stored_as_text_are_found(copy):
+    _action_as_strings(copy)
+    (p,) = [p for p in diagnose(copy) if p.severity == "error"]
+    assert (p.check, p.field) == ("dtype", "action") and "string" in p.found and p.file.endswith(DATA)
+
+
+def test_gap_in_episode_indices_is_found(copy):
+    _episode_index_gap(copy)
+    (p,) = [p for p in diagnose(copy) if p.severity == "error"]
+    assert p.check == "episode_index" and "gap at episode 3" in p.problem and p.file.endswith(EPISODES)
+
+
+def test_column_missing_from_info_json_is_found(copy):
+    _unlisted_column(copy)
+    (p,) = [p for p in diagnose(copy) if p.severity == "error"]
+    assert (p.check, p.field) == ("unlisted_column", "observation.effort") and "info.json" in p.fix
+
+
+def test_rows_of_another_episode_are_found(copy):
+    _rows_of_two_episodes_swapped(copy)
+    assert "row_order" in _checks(copy)
+
+
+_OPEN_FAULTS = {  # found by the metadata checks at open_dataset
+    "gap": _episode_index_gap,
+    "total_frames": _edit_info(total_frames=7),
+    "unknown_task": lambda root: pq.write_table(_tasks_table(["other"]), root / "meta/tasks.parquet"),
+    "no_tasks": lambda root: (root / "meta/tasks.parquet").unlink(),
+}
+_DATA_FAULTS = {  # found by the checks on the data rows (check_data, or the first column read)
+    "strings": _action_as_strings,
+    "unlisted": _unlisted_column,
+    "reversed": _rows_reversed_in_episode_1,
+    "swapped": _rows_of_two_episodes_swapped,
+    "truncated": lambda root: pq.write_table(pq.read_table(root / DATA).slice(0, 100), root / DATA),
+    "nan": lambda root: _rewrite_column(root, "action", lambda r: [*r[:7], [float("inf")] * 6, *r[8:]]),
+    "off_grid": lambda root: _rewrite_column(root, "timestamp", lambda t: [*t[:50], t[50] + 0.01, *t[51:]]),
+}
+
+
+@pytest.mark.parametrize("name", [*_OPEN_FAULTS, *_DATA_FAULTS])
+def test_the_reader_refuses_what_the_doctor_calls_an_error(copy, name):
+    from actlab.datasets import open_dataset
+    from actlab.errors import ActlabError
+
+    (_OPEN_FAULTS | _DATA_FAULTS)[name](copy)
+    errors = _checks(copy)
+    assert errors
+    with pytest.raises(ActlabError) as e:
+        ds = open_dataset(copy)
+        assert name in _DATA_FAULTS  # metadata faults raise at open
+        ds.check_data()
+    # the reader's first error is one the doctor reports: the same check on the same parse
+    assert len([c for c in errors if f"check `{c}`" in e.value.problem]) == 1
+    assert str(copy.resolve()) in e.value.problem and "actlab data doctor" in e.value.fix
+    assert e.value.file.startswith(str(copy.resolve())) and e.value.field
+
+
+def test_a_clean_dataset_opens_and_checks(tiny_dataset):
+    from actlab.datasets import open_dataset
+
+    ds = open_dataset(tiny_dataset)
+    ds.check_data()
+    assert ds.column("action").shape == (120, 6)

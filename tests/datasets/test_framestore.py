@@ -96,12 +96,16 @@ print(json.dumps({"root": str(store.root), "inode": inode,
 """
 
 
-def test_concurrent_builders_never_delete_a_finished_store(tiny_dataset, tmp_path):
+@pytest.mark.parametrize("start", ["empty", "damaged"])
+def test_concurrent_builders_never_delete_a_finished_store(tiny_dataset, tmp_path, start):
     import json
     import subprocess
     import sys
 
     cache = tmp_path / "cache"
+    if start == "damaged":  # both processes find it damaged; one rebuilds, the other opens the result
+        old = FrameStore.build(open_dataset(tiny_dataset), cache_dir=cache, progress=False)
+        (old.root / "cam0.npy").write_bytes(b"")
     flags = [str(tmp_path / "a.started"), str(tmp_path / "b.started")]
     cmds = [
         [sys.executable, "-c", _RACE_SCRIPT, str(tiny_dataset), str(cache), flags[i], flags[1 - i]]
@@ -128,3 +132,86 @@ def test_rebuild_replaces_the_store_in_place(tiny_dataset, tmp_path):
     key = "observation.images.top"
     assert np.array_equal(first.frames[key], again.frames[key])  # the old mapping still reads
     assert [p.name for p in tmp_path.iterdir()] == [first.root.name]  # nothing moved aside is left
+
+
+# ---- integrity: cheap checks at every open, checksums at build / verify / after a file changed ------
+
+TOP = "observation.images.top"
+
+
+def _damage(store_root, frames, keep_mtime=False):
+    """Zero frames of the camera file in place (its size unchanged), optionally restoring its mtime."""
+    file = store_root / "cam0.npy"
+    st = os.stat(file)
+    arr = np.load(file, mmap_mode="r+")
+    arr[frames] = 0
+    arr.flush()
+    del arr
+    if keep_mtime:  # silent corruption: nothing in the file's stat says it changed
+        os.utime(file, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_empty_frame_file_is_refused_by_open_and_rebuilt_by_build(tiny_dataset, tmp_path, capsys):
+    ds = open_dataset(tiny_dataset)
+    store = FrameStore.build(ds, cache_dir=tmp_path, progress=False)
+    good = np.array(store.frames[TOP])
+    (store.root / "cam0.npy").write_bytes(b"")  # used to be an EOFError traceback until --rebuild
+    with pytest.raises(ActlabError, match="wrong size") as e:
+        FrameStore.open(store.root)
+    assert e.value.found == "0 bytes" and f"actlab data cache {ds.root} --rebuild" in e.value.fix
+    again = FrameStore.build(ds, cache_dir=tmp_path, progress=False)
+    assert "rebuilding" in capsys.readouterr().err
+    assert np.array_equal(again.frames[TOP], good)
+
+
+def test_frames_zeroed_in_place_are_found_at_the_next_open_and_rebuilt(make_dataset, tmp_path, capsys):
+    ds = open_dataset(make_dataset(tmp_path, episodes=4, length=100))
+    store = FrameStore.build(ds, cache_dir=tmp_path / "c", progress=False)
+    good = np.array(store.frames[TOP])
+    _damage(store.root, slice(50, 350))  # 300 frames zeroed; the file's size is unchanged
+    with pytest.raises(ActlabError, match="changed since the store was built") as e:
+        FrameStore.open(store.root)
+    assert e.value.file.endswith("cam0.npy") and TOP in e.value.field and "--rebuild" in e.value.fix
+    again = FrameStore.build(ds, cache_dir=tmp_path / "c", progress=False)
+    assert "rebuilding" in capsys.readouterr().err
+    assert np.array_equal(again.frames[TOP], good)
+    assert FrameStore.open(again.root).frames[TOP].shape == (400, 3, 32, 32)  # intact: opens
+
+
+def test_silent_corruption_is_caught_by_the_sampled_check_at_open(tiny_dataset, tmp_path, monkeypatch):
+    from actlab.datasets import framestore
+
+    monkeypatch.setattr(framestore, "CHUNK_BYTES", 10 * 3 * 32 * 32)  # 10 frames a chunk: 12 chunks
+    store = FrameStore.build(open_dataset(tiny_dataset), cache_dir=tmp_path, progress=False)
+    assert len(store.meta["keys"][TOP]["checksums"]) == 12
+    assert not FrameStore.open(store.root).fully_verified  # an intact, unchanged store: sampled only
+    _damage(store.root, slice(5, None, 10), keep_mtime=True)  # one frame in every chunk, stat unchanged
+    with pytest.raises(
+        ActlabError, match=f"{framestore.SAMPLE_CHUNKS} of {framestore.SAMPLE_CHUNKS} checked"
+    ):
+        FrameStore.open(store.root)
+
+
+def test_verify_finds_one_damaged_chunk_and_the_next_open_refuses_it(
+    tiny_dataset, tmp_path, monkeypatch, capsys
+):
+    from actlab.cli import main
+    from actlab.datasets import framestore
+
+    monkeypatch.setattr(framestore, "CHUNK_BYTES", 10 * 3 * 32 * 32)
+    cache = tmp_path / "cache"
+    args = ["data", "cache", str(tiny_dataset), "--cache-dir", str(cache)]
+    assert main([*args, "--verify"]) == 2  # nothing built yet
+    assert "no frame store of this dataset" in capsys.readouterr().err
+    assert main(args) == 0
+    assert main([*args, "--verify"]) == 0
+    assert " ok " in capsys.readouterr().out
+    (root,) = [p for p in cache.iterdir() if p.is_dir()]
+    _damage(root, slice(42, 43), keep_mtime=True)  # one frame, stat unchanged: only a full check sees it
+    assert main([*args, "--verify"]) == 2
+    err = capsys.readouterr().err
+    assert "frames 40..49" in err and "--rebuild" in err
+    with pytest.raises(ActlabError, match="changed since"):  # verify failed: the next open checks it all
+        FrameStore.open(root)
+    assert main([*args, "--rebuild"]) == 0
+    assert main([*args, "--verify"]) == 0

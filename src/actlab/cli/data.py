@@ -18,6 +18,7 @@ examples:
   actlab data stats data/pick --relative-horizon 100 --absolute-dims 5 --state-delta 5 --out stats.json
   actlab data convert npy_dir --out data/pick --fps 30 --task "pick the cube"
   actlab data cache data/pick --image-size 224     # decode every frame once (FrameStore)
+  actlab data cache data/pick --verify             # check every checksum of the dataset's stores
   actlab data synth --episodes 20 --frames 4000 --image-size 224 --out data/bench224
 """
 
@@ -215,6 +216,12 @@ def _cache(g) -> None:
         "--cache-dir", default=None, help="default: $ACTLAB_CACHE/frames or ~/.cache/actlab/frames"
     )
     p.add_argument("--rebuild", action="store_true", help="rebuild even if a valid store exists")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="check every checksum of this dataset's stores (all camera sets; only --image-size's if "
+        "given) instead of building; exit 2 naming damaged frames",
+    )
     add_json_flag(p)
     p.set_defaults(_run=_run_cache)
 
@@ -226,6 +233,8 @@ def _run_cache(args) -> int:
 
     ds = open_dataset(args.path)
     t0 = time.perf_counter()
+    if args.verify:
+        return _verify_cache(args, ds, t0)
     store = FrameStore.build(ds, image_size=args.image_size, cache_dir=args.cache_dir, rebuild=args.rebuild)
     out = {
         "store": str(store.root),
@@ -237,6 +246,29 @@ def _run_cache(args) -> int:
         _print_json(out)
     else:
         print(f"{out['store']}  {out['bytes'] / 1e6:.1f} MB  {out['frames']}  ({out['seconds']} s)")
+    return 0
+
+
+def _verify_cache(args, ds, t0: float) -> int:
+    import time
+
+    from actlab.datasets.framestore import verify_stores
+    from actlab.errors import ActlabError
+
+    if args.rebuild:
+        raise ActlabError(
+            "--verify checks stores, --rebuild replaces one", field="--verify", fix="pass one of them"
+        )
+    results = verify_stores(ds, image_size=args.image_size, cache_dir=args.cache_dir)
+    seconds = round(time.perf_counter() - t0, 2)
+    if args.json:
+        _print_json({"stores": [r.as_dict() for r in results], "seconds": seconds})
+    else:
+        for r in results:
+            print(f"{r.path}  {'ok' if r.ok else 'DAMAGED'}  {r.detail}")
+    damaged = [r for r in results if not r.ok]
+    if damaged:
+        raise damaged[0].error
     return 0
 
 

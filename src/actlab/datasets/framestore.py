@@ -7,30 +7,52 @@ the fingerprint changes whenever a source file changes, so an edited dataset get
 stale one of the same dataset is deleted). Stores are built in a temp dir and renamed into place, one
 builder at a time (a lock file beside the store): a second process building the same store waits and then
 opens the finished one, so a finished store is never deleted by a concurrent builder.
+
+Integrity: ``store.json`` records, per camera file, its size, its npy header and a blake2b checksum of every
+chunk of frames (about ``CHUNK_BYTES``). Every open checks the sizes and headers, and the checksums of
+``SAMPLE_CHUNKS`` random chunks per camera; all checksums are checked when the store is built, on
+``FrameStore.open(path, verify="full")`` (``actlab data cache PATH --verify``), and whenever a file's size or
+mtime differs from the one recorded at the last full check (``verified.json``): writing into a file
+changes its mtime, so frames zeroed in place are caught at the next open. ``FrameStore.build`` (and so
+training) rebuilds a damaged store from the dataset, with a warning; ``FrameStore.open`` refuses it with
+the command that rebuilds it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from actlab.datasets import format as fmt
 from actlab.errors import ActlabError
 
 if TYPE_CHECKING:
     from actlab.datasets.reader import LeRobotV3Dataset
 
 _META = "store.json"
-_VERSION = 1
+# Stat (size, mtime) of each frame file when its checksums were last all verified.
+_VERIFIED = "verified.json"
+# 2: checksums per chunk of frames in store.json (stores of version 1 are rebuilt, then deleted).
+_VERSION = 2
+# Checksum of a chunk of frames: blake2b (hashlib, stdlib), 16-byte digest.
+_HASH = "blake2b-128"
+# Frames are checksummed in chunks of about this many bytes: a sampled check reads little, a full check
+# of a large store makes few hash calls (each releases the GIL, so chunks hash on several threads).
+CHUNK_BYTES = 4 << 20
+# Chunks per camera whose checksums every open verifies, drawn at random so that repeated opens cover the
+# whole store over time (reads about 8 MiB per camera: milliseconds).
+SAMPLE_CHUNKS = 2
 
 
 def cache_root() -> Path:
@@ -86,9 +108,42 @@ def _build_lock(path: Path, progress: bool) -> Iterator[None]:
         f.close()
 
 
+# Key in a camera feature's "info" that records how the FrameStore resized the frames; evaluation reads it
+# (through the policy bundle's features.json) to resize observations the same way.
+RESIZE_INFO = "actlab.resize"
+# The resize FrameStore.build does with an image_size: longer side to image_size, black centred padding.
+RESIZE_MODE = "fit_pad"
+
+
+def stored_features(
+    features: Mapping[str, Mapping[str, Any]], image_size: int | None, keys: Sequence[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """The features as a FrameStore built with ``image_size`` holds them, hence as batches carry them.
+
+    Cameras in ``keys`` (default: every camera) get shape ``[image_size, image_size, C]`` and
+    ``info["actlab.resize"] = {"mode": "fit_pad", "from_shape": [H, W, C], "image_size": S}``; every
+    other feature is copied as is. A policy built from these features expects the images it is trained
+    on, and its bundle tells evaluation how to resize observations (see ``actlab.evaluation.policy_io``).
+    """
+    out = {k: dict(v) for k, v in features.items()}
+    if image_size is None:
+        return out
+    for key in keys if keys is not None else [k for k, f in features.items() if fmt.is_camera(f)]:
+        spec = out[key]
+        h, w, c = spec["shape"]
+        spec["shape"] = [image_size, image_size, c]
+        spec["names"] = ["height", "width", "channels"]
+        spec["info"] = {
+            **dict(spec.get("info") or {}),
+            RESIZE_INFO: {"mode": RESIZE_MODE, "from_shape": [h, w, c], "image_size": image_size},
+        }
+    return out
+
+
 def _frame_shape(ds: LeRobotV3Dataset, key: str, image_size: int | None) -> tuple[int, int, int]:
-    h, w, c = ds.features[key]["shape"]
-    return (c, h, w) if image_size is None else (c, image_size, image_size)
+    """(C, H, W) of the stored frames of camera ``key``."""
+    h, w, c = stored_features({key: ds.features[key]}, image_size)[key]["shape"]
+    return c, h, w
 
 
 class FrameStore:
@@ -99,6 +154,8 @@ class FrameStore:
         self.meta = meta
         self.frames = frames
         self.image_size: int | None = meta.get("image_size")
+        # True when every checksum was verified by the open that returned this store.
+        self.fully_verified = False
 
     @property
     def nbytes(self) -> int:
@@ -131,25 +188,61 @@ class FrameStore:
         return base / f"{ds.fingerprint}-{image_size or 'native'}-{opts}"
 
     @classmethod
-    def open(cls, path: str | Path) -> FrameStore:
-        """Open an existing store directory (memory-mapped, read-only)."""
+    def open(cls, path: str | Path, verify: str = "auto") -> FrameStore:
+        """Open an existing store directory (memory-mapped, read-only) after checking its integrity.
+
+        ``verify="auto"``: sizes, npy headers and shapes against ``store.json``, and the checksums of
+        ``SAMPLE_CHUNKS`` random chunks per camera; all checksums when a file's size or mtime changed
+        since the last full check. ``verify="full"``: all checksums. A damaged store raises an
+        ActlabError naming the file, the frames and the command that rebuilds it.
+        """
+        if verify not in ("auto", "full"):
+            raise ValueError(f"verify must be 'auto' or 'full', not {verify!r}")
         path = Path(path)
         from actlab.utils.io import read_json
 
         meta = read_json(path / _META, "frame store metadata")
-        frames = {}
-        for key, entry in meta["keys"].items():
-            arr = np.load(path / entry["file"], mmap_mode="r")
-            if tuple(arr.shape) != tuple(entry["shape"]):
-                raise ActlabError(
-                    "frame store file has the wrong shape",
-                    file=path / entry["file"],
-                    expected=entry["shape"],
-                    found=arr.shape,
-                    fix=f"delete {path} and rebuild it with `actlab data cache`",
+        try:
+            if not isinstance(meta, dict) or meta.get("version") != _VERSION:
+                found = meta.get("version") if isinstance(meta, dict) else type(meta).__name__
+                raise _damaged(
+                    path,
+                    meta,
+                    "frame store of another format version",
+                    path / _META,
+                    "version",
+                    _VERSION,
+                    found,
                 )
-            frames[key] = arr
-        return cls(path, meta, frames)
+            frames = {key: _open_frames(path, meta, key, entry) for key, entry in meta["keys"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as e:  # store.json of the wrong shape
+            raise _damaged(
+                path,
+                meta,
+                "frame store metadata is incomplete",
+                path / _META,
+                "keys",
+                "file, shape, offset, bytes, chunk_frames, checksums per camera",
+                f"{type(e).__name__}: {e}",
+            ) from e
+        full = verify == "full" or _changed_since_verified(path, meta)
+        try:
+            for key, entry in meta["keys"].items():
+                _verify_chunks(path, meta, key, entry, None if full else SAMPLE_CHUNKS)
+        except ActlabError:
+            with contextlib.suppress(OSError):  # the next open checks everything again
+                (path / _VERIFIED).unlink()
+            raise
+        if full:
+            _write_verified(path, meta)
+        store = cls(path, meta, frames)
+        store.fully_verified = full
+        return store
+
+    def verify_summary(self) -> dict[str, int]:
+        """Frames, checksummed chunks and bytes of the store (what a full check reads)."""
+        chunks = sum(len(e["checksums"]) for e in self.meta["keys"].values())
+        return {"frames": int(self.meta["frames"]), "chunks": chunks, "bytes": self.nbytes}
 
     @classmethod
     def build(
@@ -175,26 +268,34 @@ class FrameStore:
         if image_size is not None and image_size < 2:
             raise ActlabError("image_size must be >= 2", field="image_size", found=image_size)
         path = cls.path_for(ds, image_size, keys, cache_dir)
-        if not rebuild and (store := cls._try_open(path)) is not None:
+        if not rebuild and (store := cls._try_open(path)[0]) is not None:
             return store
         path.parent.mkdir(parents=True, exist_ok=True)
         # One builder at a time per store: a second process waits here, then opens the finished store
         # instead of decoding again (and never deletes a store another process has just finished).
         with _build_lock(path, progress):
-            if not rebuild and (store := cls._try_open(path)) is not None:
-                return store
+            if not rebuild:
+                store, damage = cls._try_open(path)
+                if store is not None:
+                    return store
+                if damage is not None:  # said even without progress output: the cache was damaged
+                    print(f"FrameStore: {damage}; rebuilding {path} from the dataset", file=sys.stderr)
             meta = cls._build_locked(ds, path, keys, image_size, progress)
         cls._remove_stale(path, meta)
         return cls.open(path)
 
     @classmethod
-    def _try_open(cls, path: Path) -> FrameStore | None:
-        """The finished store at ``path``, or None when there is none or it is damaged."""
+    def _try_open(cls, path: Path) -> tuple[FrameStore | None, str | None]:
+        """(the finished store at ``path``, None), or (None, None) when there is none, or (None, what is
+        wrong) when it is damaged."""
         if not path.is_dir():
-            return None
-        with contextlib.suppress(ActlabError, OSError, ValueError, KeyError):
-            return cls.open(path)
-        return None
+            return None, None
+        try:
+            return cls.open(path), None
+        except ActlabError as e:
+            return None, f"{e.problem} ({e.file}: {e.found})"
+        except (OSError, ValueError, KeyError, EOFError) as e:  # e.g. vanished while being replaced
+            return None, f"{type(e).__name__}: {e}"
 
     @classmethod
     def _build_locked(
@@ -223,6 +324,7 @@ class FrameStore:
             from actlab.utils.io import atomic_write_json
 
             atomic_write_json(tmp / _META, meta)
+            _write_verified(tmp, meta)  # the checksums were just computed from these files
             old = None
             if path.exists():  # rebuild, or a damaged store: move it aside first, delete it after
                 old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
@@ -244,6 +346,7 @@ class FrameStore:
         n = len(ds)
         meta: dict[str, Any] = {
             "version": _VERSION,
+            "hash": _HASH,
             "source": str(ds.root),
             "fingerprint": ds.fingerprint,
             "image_size": image_size,
@@ -282,7 +385,8 @@ class FrameStore:
                     )
                 mm.flush()
                 del mm
-                meta["keys"][key] = {"file": fname, "shape": list(shape)}
+                meta["keys"][key] = _checksum_entry(tmp / fname, shape)
+                meta["keys"][key]["file"] = fname
         finally:
             bar.close()
         return meta
@@ -294,11 +398,248 @@ class FrameStore:
         for other in path.parent.iterdir():
             if other == path or not other.is_dir() or other.name.startswith("."):
                 continue
-            if other.name.split("-", 1)[-1] != suffix:
-                continue
             try:
                 with open(other / _META) as f:
-                    if json.load(f).get("source") == meta["source"]:
-                        shutil.rmtree(other, ignore_errors=True)
-            except (OSError, ValueError):
+                    theirs = json.load(f)
+                same_options = other.name.split("-", 1)[-1] == suffix
+                older = theirs.get("version", 0) < _VERSION  # superseded format (its path differs)
+                if theirs.get("source") == meta["source"] and (same_options or older):
+                    shutil.rmtree(other, ignore_errors=True)
+            except (OSError, ValueError, AttributeError, TypeError):
                 continue
+
+
+# ------------------------------------------------------------------------------------------- integrity
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyResult:
+    """The outcome of a full check of one store (:func:`verify_stores`)."""
+
+    # store directory
+    path: Path
+    # True when every checksum matched
+    ok: bool
+    # what was checked ("400 frames, 1 chunk(s), 1.2 MiB") or what is wrong
+    detail: str
+    # the damage, as the error FrameStore.open raises (None when ok)
+    error: ActlabError | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "ok": self.ok,
+            "detail": self.detail,
+            "error": None if self.error is None else self.error.as_dict(),
+        }
+
+
+def verify_stores(
+    ds: LeRobotV3Dataset, image_size: int | None = None, cache_dir: str | Path | None = None
+) -> list[VerifyResult]:
+    """Check every checksum of each store of ``ds`` (this version of the dataset, any camera set; only
+    stores of ``image_size`` when given). A damaged store's next open checks it fully again (so training
+    rebuilds it). An ActlabError when there is no store to check."""
+    base = Path(cache_dir) if cache_dir is not None else cache_root() / "frames"
+    size = None if image_size is None else str(image_size)
+    paths = sorted(
+        p
+        for p in base.glob(f"{ds.fingerprint}-*")
+        if p.is_dir() and (size is None or p.name.split("-")[1] == size)
+    )
+    if not paths:
+        flag = "" if image_size is None else f" --image-size {image_size}"
+        raise ActlabError(
+            "no frame store of this dataset to verify",
+            file=base,
+            expected=f"a directory {ds.fingerprint}-{size or '*'}-*",
+            found="none",
+            fix=f"build one: `actlab data cache {ds.root}{flag}`",
+        )
+    out = []
+    for path in paths:
+        try:
+            info = FrameStore.open(path, verify="full").verify_summary()
+        except ActlabError as e:
+            out.append(VerifyResult(path, False, f"{e.problem}: {e.found}", e))
+            continue
+        detail = f"{info['frames']} frames, {info['chunks']} chunk(s), {human_bytes(info['bytes'])}"
+        out.append(VerifyResult(path, True, detail))
+    return out
+
+
+def _damaged(path: Path, meta: Any, problem: str, file: Path, field: str, expected: Any, found: Any):
+    """The error for a damaged store, with the command that rebuilds it."""
+    source = meta.get("source") if isinstance(meta, dict) else None
+    size = meta.get("image_size") if isinstance(meta, dict) else None
+    cmd = (
+        f"actlab data cache {source or 'DATASET'}" + (f" --image-size {size}" if size else "") + " --rebuild"
+    )
+    return ActlabError(
+        f"damaged frame store: {problem}",
+        file=file,
+        field=field,
+        expected=expected,
+        found=found,
+        fix=f"rebuild it from the dataset: `{cmd}` (or delete {path}; training rebuilds a missing store)",
+    )
+
+
+def _npy_header(file: Path) -> tuple[int, tuple[int, ...], np.dtype]:
+    """(data offset, shape, dtype) from a .npy header; ValueError/EOFError when it is not one."""
+    with open(file, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        read = (
+            np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        )
+        shape, fortran, dtype = read(f)
+        if fortran:
+            raise ValueError("Fortran-ordered array")
+        return f.tell(), tuple(shape), dtype
+
+
+def _checksum_entry(file: Path, shape: tuple[int, ...]) -> dict[str, Any]:
+    """What store.json records of a frame file just written: shape, layout, size and chunk checksums."""
+    offset, _, _ = _npy_header(file)
+    frame_bytes = int(np.prod(shape[1:]))
+    chunk_frames = max(1, CHUNK_BYTES // frame_bytes)
+    chunks = range((shape[0] + chunk_frames - 1) // chunk_frames)
+    return {
+        "shape": list(shape),
+        "offset": offset,
+        "bytes": (file.stat().st_size),
+        "chunk_frames": chunk_frames,
+        "checksums": _digests(file, offset, frame_bytes, shape[0], chunk_frames, chunks),
+    }
+
+
+def _digests(file: Path, offset: int, frame_bytes: int, n: int, chunk_frames: int, chunks) -> list[str]:
+    """blake2b digests of the given chunks of frames, hashed on a few threads (hashlib releases the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(c: int) -> str:
+        lo, hi = c * chunk_frames, min(n, (c + 1) * chunk_frames)
+        with open(file, "rb") as f:
+            f.seek(offset + lo * frame_bytes)
+            data = f.read((hi - lo) * frame_bytes)
+        return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+    chunks = list(chunks)
+    if len(chunks) <= 1:
+        return [one(c) for c in chunks]
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1, len(chunks))) as pool:
+        return list(pool.map(one, chunks))
+
+
+def _open_frames(path: Path, meta: dict, key: str, entry: dict) -> np.ndarray:
+    """Cheap checks of one frame file (size, npy header, shape against store.json), then its memmap."""
+    file = path / entry["file"]
+    shape = tuple(int(x) for x in entry["shape"])
+    want_bytes = int(entry["offset"]) + int(np.prod(shape))
+    if not file.is_file():
+        raise _damaged(path, meta, f"frame file of {key} missing", file, key, "a file", "missing")
+    size = file.stat().st_size
+    if size != int(entry["bytes"]) or size != want_bytes:
+        raise _damaged(
+            path,
+            meta,
+            f"frame file of {key} has the wrong size (truncated or overwritten)",
+            file,
+            key,
+            f"{entry['bytes']} bytes",
+            f"{size} bytes",
+        )
+    try:
+        offset, header_shape, dtype = _npy_header(file)
+    except (ValueError, EOFError, OSError) as e:
+        raise _damaged(
+            path,
+            meta,
+            f"frame file of {key} has no valid npy header",
+            file,
+            key,
+            "an .npy header",
+            f"{type(e).__name__}: {e}",
+        ) from e
+    if (offset, header_shape, dtype) != (int(entry["offset"]), shape, np.dtype(np.uint8)):
+        raise _damaged(
+            path,
+            meta,
+            f"frame file of {key} disagrees with store.json",
+            file,
+            key,
+            f"uint8 {shape} at byte {entry['offset']}",
+            f"{dtype} {header_shape} at byte {offset}",
+        )
+    if shape[0] != int(meta["frames"]):
+        raise _damaged(
+            path,
+            meta,
+            f"{key} holds another number of frames than the store",
+            path / _META,
+            f"keys.{key}.shape",
+            meta["frames"],
+            shape[0],
+        )
+    return np.load(file, mmap_mode="r")
+
+
+def _verify_chunks(path: Path, meta: dict, key: str, entry: dict, sample: int | None) -> None:
+    """Compare the checksums of all chunks (``sample`` None) or of ``sample`` random ones."""
+    file = path / entry["file"]
+    shape = tuple(int(x) for x in entry["shape"])
+    sums = list(entry["checksums"])
+    chunk_frames = int(entry["chunk_frames"])
+    if len(sums) != (shape[0] + chunk_frames - 1) // chunk_frames:
+        raise _damaged(
+            path,
+            meta,
+            "store.json lacks checksums",
+            path / _META,
+            f"keys.{key}.checksums",
+            f"one per {chunk_frames} frames",
+            f"{len(sums)}",
+        )
+    chunks = range(len(sums))
+    if sample is not None and sample < len(sums):
+        # A fresh unseeded generator: different chunks at each open (coverage over time), no global state.
+        chunks = sorted(np.random.default_rng().choice(len(sums), size=sample, replace=False).tolist())
+    chunks = list(chunks)
+    got = _digests(file, int(entry["offset"]), int(np.prod(shape[1:])), shape[0], chunk_frames, chunks)
+    bad = [c for c, d in zip(chunks, got) if d != sums[c]]
+    if bad:
+        lo, hi = bad[0] * chunk_frames, min(shape[0], (bad[0] + 1) * chunk_frames)
+        raise _damaged(
+            path,
+            meta,
+            f"frames of {key} changed since the store was built",
+            file,
+            f"{key} frames {lo}..{hi - 1}",
+            f"the {_HASH} checksums recorded at build",
+            f"{len(bad)} of {len(chunks)} checked chunk(s) differ (first: frames {lo}..{hi - 1})",
+        )
+
+
+def _file_stats(path: Path, meta: dict) -> dict[str, list[int]]:
+    out = {}
+    for key, entry in meta["keys"].items():
+        st = (path / entry["file"]).stat()
+        out[key] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def _changed_since_verified(path: Path, meta: dict) -> bool:
+    """True when a frame file's size or mtime differs from the last full check (or none is recorded)."""
+    try:
+        with open(path / _VERIFIED) as f:
+            return json.load(f) != _file_stats(path, meta)
+    except (OSError, ValueError):
+        return True
+
+
+def _write_verified(path: Path, meta: dict) -> None:
+    """Record the files' stat after a full check (atomic; skipped when the store is read-only)."""
+    from actlab.utils.io import atomic_write_json
+
+    with contextlib.suppress(OSError):
+        atomic_write_json(path / _VERIFIED, _file_stats(path, meta))

@@ -4,7 +4,9 @@ policy's actions back to numpy.
 The expected inputs of a policy (which keys, which image size) come from the bundle's ``features.json``
 (the dataset features the policy was trained on, images ``[H, W, C]``) or from the policy object's
 ``features`` attribute. Images of a different size are resized here (bilinear with antialiasing, as an
-image library would), but the harness first tries to make the sim render at the trained size.
+image library would), but the harness first tries to make the sim render at the trained size. A camera
+whose training frames the FrameStore resized (``info["actlab.resize"]`` in features.json, mode
+``fit_pad``) is resized the same way: longer side to the trained size, black centred padding to a square.
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ import numpy as np
 
 from actlab.errors import ActlabError
 
+# How the FrameStore records a resize in a camera feature's "info" (actlab.datasets.framestore
+# .stored_features writes it; the bundle's features.json carries it): {"mode": "fit_pad", ...}.
+RESIZE_INFO = "actlab.resize"
+RESIZE_MODE = "fit_pad"
+
 
 @dataclass(frozen=True)
 class PolicyInputs:
@@ -26,6 +33,7 @@ class PolicyInputs:
 
     state_keys: tuple[str, ...]  # float features, e.g. ("observation.state",)
     image_hw: dict[str, tuple[int, int]]  # camera key -> (H, W) the policy was trained on
+    fit_pad: frozenset[str] = frozenset()  # cameras trained on frames fitted into a padded square
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -38,11 +46,14 @@ def _is_image(key: str, feat: Mapping) -> bool:
 
 def inputs_from_features(features: Mapping[str, Mapping]) -> PolicyInputs:
     """Read the observation inputs from a LeRobot-style features dict (images ``[H, W, C]``)."""
-    state, images = [], {}
+    state, images, fit_pad = [], {}, set()
     for key, feat in features.items():
         if not key.startswith("observation."):
             continue
         if _is_image(key, feat):
+            resize = (feat.get("info") or {}).get(RESIZE_INFO)
+            if isinstance(resize, Mapping) and resize.get("mode") == RESIZE_MODE:
+                fit_pad.add(key)
             shape = list(feat["shape"])
             names = list(feat.get("names") or [])
             if names[:1] == ["channels"] or (len(shape) == 3 and shape[0] == 3 and shape[-1] != 3):
@@ -51,7 +62,7 @@ def inputs_from_features(features: Mapping[str, Mapping]) -> PolicyInputs:
                 images[key] = (int(shape[0]), int(shape[1]))  # LeRobot convention HWC
         else:
             state.append(key)
-    return PolicyInputs(tuple(state), images)
+    return PolicyInputs(tuple(state), images, frozenset(fit_pad))
 
 
 def _read_json(f: Path) -> Any:
@@ -65,7 +76,8 @@ def _read_json(f: Path) -> Any:
 def _only_cameras(inputs: PolicyInputs, cameras: Sequence[str] | None) -> PolicyInputs:
     if not cameras:
         return inputs
-    return PolicyInputs(inputs.state_keys, {k: v for k, v in inputs.image_hw.items() if k in cameras})
+    images = {k: v for k, v in inputs.image_hw.items() if k in cameras}
+    return PolicyInputs(inputs.state_keys, images, inputs.fit_pad & set(images))
 
 
 def bundle_inputs(path: str | Path) -> PolicyInputs | None:
@@ -96,7 +108,7 @@ def policy_inputs(policy: Any) -> PolicyInputs | None:
     cams, shapes = getattr(policy, "camera_keys", None), getattr(policy, "image_shapes", None)
     if isinstance(shapes, Mapping) and cams is not None:
         images = {k: (int(shapes[k][-2]), int(shapes[k][-1])) for k in cams}
-        return PolicyInputs(inputs.state_keys, images)
+        return PolicyInputs(inputs.state_keys, images, inputs.fit_pad & set(images))
     return inputs
 
 
@@ -151,21 +163,36 @@ class ObsAdapter:
                 # (B, H, W, C) uint8 -> (B, C, H, W) uint8; the policy normalizes images itself.
                 t = torch.from_numpy(np.ascontiguousarray(arr)).permute(0, 3, 1, 2)
                 if self.inputs is not None and key in self.inputs.image_hw:
-                    t = resize_images(t, self.inputs.image_hw[key])
+                    t = resize_images(t, self.inputs.image_hw[key], fit_pad=key in self.inputs.fit_pad)
                 batch[key] = t.contiguous().to(self.device)
             else:
                 batch[key] = torch.from_numpy(arr.astype(np.float32)).to(self.device)  # (B, D)
         return batch
 
 
-def resize_images(images: Any, hw: tuple[int, int]) -> Any:
-    """Resize a (B, C, H, W) uint8 tensor to ``hw`` (bilinear, antialiased); unchanged when already there."""
+def resize_images(images: Any, hw: tuple[int, int], fit_pad: bool = False) -> Any:
+    """Resize a (B, C, H, W) uint8 tensor to ``hw`` (bilinear, antialiased); unchanged when already there.
+
+    ``fit_pad`` (a square ``hw``): keep the aspect ratio as the FrameStore does, longer side to the
+    target, the shorter side padded with black, centred (``actlab.datasets.video.fit_size``).
+    """
     import torch.nn.functional as F
 
     if tuple(images.shape[-2:]) == tuple(hw):
         return images
-    out = F.interpolate(images.float(), size=hw, mode="bilinear", antialias=True, align_corners=False)
-    return out.round().clamp(0, 255).to(images.dtype)  # (B, C, h, w)
+    top = left = 0
+    size = tuple(hw)
+    if fit_pad and hw[0] == hw[1]:
+        from actlab.datasets.video import fit_size
+
+        new_h, new_w, top, left = fit_size(int(images.shape[-2]), int(images.shape[-1]), int(hw[0]))
+        size = (new_h, new_w)
+    out = F.interpolate(images.float(), size=size, mode="bilinear", antialias=True, align_corners=False)
+    out = out.round().clamp(0, 255).to(images.dtype)  # (B, C, h, w)
+    if size != tuple(hw):
+        bottom, right = hw[0] - size[0] - top, hw[1] - size[1] - left
+        out = F.pad(out, (left, right, top, bottom))  # black bars, centred: (B, C, H, W)
+    return out
 
 
 def actions_to_numpy(actions: Any, batch: int) -> np.ndarray:

@@ -232,6 +232,7 @@ def build_run(
     if out_dir is not None:
         _preflight(cfg, policy, ds, store, out_dir, existing_checkpoint_bytes)
     store = store if store is not None else _build_store(ds, cfg, dist)
+    check_store_matches(store, features)
     seed_streams(cfg.seed, dist.rank)
     return _assemble(cfg, device, dist, ds, store, stats, features, policy)
 
@@ -332,7 +333,9 @@ def _check_speed_options(cfg: TrainConfig, device, dist: DistInfo) -> None:
 
 
 def open_data(cfg: TrainConfig):
-    """Open ``cfg.data.path`` (a clear error when it is unset)."""
+    """Open ``cfg.data.path`` and run the dataset's cheap checks (those of ``actlab data doctor`` that
+    read no video): a dataset the doctor calls wrong is refused here, before anything is built, with an
+    ActlabError naming the check, the file and the fix. A clear error too when the path is unset."""
     from actlab.datasets import open_dataset
 
     if not cfg.data.path:
@@ -342,13 +345,39 @@ def open_data(cfg: TrainConfig):
             expected="a LeRobot v3 dataset directory",
             fix="pass --dataset PATH (or --set data.path=PATH)",
         )
-    return open_dataset(cfg.data.path)
+    ds = open_dataset(cfg.data.path)  # metadata checks (info, tasks, episodes)
+    ds.check_data()  # rows vs episodes, column types, order, timestamps, NaN/inf
+    return ds
 
 
 def select_features(ds, cfg: TrainConfig) -> dict[str, Any]:
-    """The dataset's features without the cameras the policy does not use (their frames are never decoded)."""
-    used = set(camera_keys(ds, cfg))
-    return {k: v for k, v in ds.features.items() if k not in ds.camera_keys or k in used}
+    """The features the policy is built from, exactly as batches carry them: the dataset's features
+    without the cameras the policy does not use (their frames are never decoded), and the used cameras
+    at the size the FrameStore stores them (``data.image_size``, with the resize recorded so that the
+    bundle's features.json tells evaluation how to resize observations)."""
+    from actlab.datasets.framestore import stored_features
+
+    used = camera_keys(ds, cfg)
+    kept = {k: v for k, v in ds.features.items() if k not in ds.camera_keys or k in used}
+    return stored_features(kept, cfg.data.image_size, used)
+
+
+def check_store_matches(store, features: dict[str, Any]) -> None:
+    """The frames of ``store`` have the shape the policy was built for (the FrameStore and
+    :func:`select_features` size images the same way; a store that disagrees is refused, never fed)."""
+    for key, frames in ({} if store is None else store.frames).items():
+        if key not in features:
+            continue
+        h, w, c = features[key]["shape"]
+        if tuple(frames.shape[1:]) != (c, h, w):
+            raise ActlabError(
+                "the frame store holds images of another size than the policy was built for",
+                file=store.root,
+                field=key,
+                expected=f"(N, {c}, {h}, {w})",
+                found=tuple(frames.shape),
+                fix="rebuild the store: `actlab data cache DATASET --image-size SIZE --rebuild`",
+            )
 
 
 def camera_keys(ds, cfg: TrainConfig) -> list[str]:
