@@ -1,0 +1,18 @@
+"""`actlab bench encode` runs real writer processes and counts every encode it asked for."""
+
+from __future__ import annotations
+
+import json
+
+from actlab.cli import main
+
+
+def test_bench_encode_counts_encodes_hangs_and_errors(capsys):
+    argv = ["bench", "encode", "--encodes", "6", "--workers", "2", "--burners", "1", "--frames", "4"]
+    rc = main([*argv, "--image-size", "16", "--episodes-per-dataset", "2", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert result["benchmark"] == "encode"
+    assert result["metrics"]["encodes"] == 6  # 3 episodes x 2 cameras, split over 2 workers
+    assert result["metrics"]["hangs"] == 0 and result["metrics"]["errors"] == 0
+    assert result["config"]["codec"] == "libsvtav1" and result["config"]["burners"] == 1
