@@ -61,6 +61,20 @@ def test_bad_overrides_name_the_key(override, message):
         apply_train_overrides(get_preset("tiny"), [override])
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [["optim.lr=inf"], ["optim.lr=nan"], ["optim.backbone_lr=inf"], ["optim.weight_decay=inf"],
+     ["optim.eps=inf"], ["optim.grad_clip=inf"], ["overfit.loss_threshold=inf"], ["policy.kl_weight=inf"],
+     ["policy.std_floor=inf"], ["policy.n_action_steps=1", "policy.temporal_ensemble_coeff=inf"]],
+)  # fmt: skip
+def test_nan_and_inf_are_refused_in_every_float_field(overrides):
+    # inf passed `lr > 0` and trained NaN checkpoints; every float field of every section is checked
+    key = overrides[-1].split("=")[0]
+    with pytest.raises(ActlabError, match="a finite number") as e:
+        apply_train_overrides(get_preset("tiny"), overrides)
+    assert e.value.field == key
+
+
 def test_unknown_preset_has_did_you_mean():
     with pytest.raises(ActlabError, match="did you mean 'so101_sim'"):
         get_preset("so101_sm")

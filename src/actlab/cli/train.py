@@ -37,7 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--preset", metavar="NAME", help="starting config (see --list-presets)")
     p.add_argument("--dataset", metavar="PATH", help="LeRobot v3 dataset directory (sets data.path)")
-    p.add_argument("--out", metavar="DIR", help="run directory (created; must be new unless --resume)")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="run directory: new or empty (a run that stopped before its first checkpoint starts over); "
+        "an existing run needs --resume; locked while a run trains in it",
+    )
     add_set_flag(p, "override a config key, e.g. --set optim.lr=3e-4 (repeatable)")
     p.add_argument(
         "--resume",

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
-from actlab.utils.io import _fsync_dir, atomic_write_json, read_json
+from actlab.utils.io import _fsync_dir, atomic_write_bytes, atomic_write_json, read_json
 
 STEP_DIR = re.compile(r"^step_(\d{7,})$")
 
@@ -116,35 +116,39 @@ class CheckpointManager:
         bundle_extra: dict[str, Any] | None = None,
     ) -> Path:
         """Write checkpoint ``step`` atomically, update ``last.json``/``best.json``, prune old ones."""
-        import torch
-
         from actlab.policies import write_bundle
 
-        self.root.mkdir(parents=True, exist_ok=True)
         final = self.path(step)
         tmp = self.root / f".{final.name}.{os.getpid()}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
         try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
             write_bundle(policy, tmp, extra=bundle_extra)  # the files of save_policy's bundle
             state_dir = tmp / "training_state"
             state_dir.mkdir()
-            torch.save(
-                {"optimizer": optimizer_state, "scheduler": scheduler_state}, state_dir / "optimizer.pt"
-            )
+            optim = {"optimizer": optimizer_state, "scheduler": scheduler_state}
+            _save_torch(optim, state_dir / "optimizer.pt")
             for rank, rng in enumerate(rng_per_rank):
-                torch.save(rng, state_dir / f"rng_rank{rank}.pt")
+                _save_torch(rng, state_dir / f"rng_rank{rank}.pt")
             full_meta = {**meta, "step": step, "val_loss": val_loss, "written_at": time.time()}
             atomic_write_json(state_dir / "state.json", full_meta)
             if final.exists():  # a resumed run re-reaching a step it had written before being killed
                 shutil.rmtree(final)
             os.replace(tmp, final)
             _fsync_dir(self.root)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException as e:
+            shutil.rmtree(tmp, ignore_errors=True)  # the previous checkpoints are untouched
+            if isinstance(e, OSError) and e.filename is None:
+                e.filename = str(final)  # a failed write() names no file: name the checkpoint
             raise
-        self._update_pointers(step, val_loss)
-        self.prune()
+        try:
+            self._update_pointers(step, val_loss)
+            self.prune()
+        except OSError as e:  # e.g. a full disk: the new checkpoint is complete, resume repairs the rest
+            if e.filename is None:
+                e.filename = str(self.root / "last.json")
+            raise
         return final
 
     def _update_pointers(self, step: int, val_loss: float | None) -> None:
@@ -168,6 +172,9 @@ class CheckpointManager:
         best = self.pointer("best")
         if best is not None and self.keep_best:
             keep.add(int(best["step"]))
+        last = self.pointer("last")
+        if last is not None:  # never the checkpoint last.json names, whatever the listing says
+            keep.add(int(last["step"]))
         for s in steps:
             if s not in keep:
                 self._delete(s)
@@ -228,6 +235,19 @@ class CheckpointManager:
         return ResumeState(
             step=step, path=path, meta=meta, optimizer=opt["optimizer"], scheduler=opt["scheduler"], rng=rng
         )
+
+
+def _save_torch(obj: Any, path: Path) -> None:
+    """``torch.save`` into memory, then one plain file write. Why: torch's own file writer reports a
+    failed write (a full disk) as a RuntimeError without errno ("unexpected pos ..."); a Python write
+    raises OSError(ENOSPC) that the trainer can name. The buffer is the size of the file."""
+    import io
+
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    atomic_write_bytes(path, buf.getbuffer())
 
 
 def jsonable(obj: Any) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import typing
 from typing import Any, Literal
 
@@ -24,6 +25,22 @@ def _check(ok: bool, field: str, expected: str, found: object) -> None:
         raise ActlabError(
             f"invalid training config value for {field}", field=field, expected=expected, found=found
         )
+
+
+def _check_finite(section: Any, prefix: str) -> None:
+    """Every float of ``section`` (fields and the items of tuple fields) is finite. Why: ``inf`` passes
+    range checks such as ``lr > 0`` and trains garbage; no field of any section means anything by it."""
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        items = value if isinstance(value, tuple) else (value,)
+        if any(isinstance(v, float) and not math.isfinite(v) for v in items):
+            raise ActlabError(
+                f"invalid training config value for {prefix}{f.name}",
+                field=f"{prefix}{f.name}",
+                expected="a finite number",
+                found=value,
+                fix="nan and inf are not valid values: give a finite number",
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +62,7 @@ class DataConfig:
     cache_dir: str | None = None
 
     def __post_init__(self) -> None:
+        _check_finite(self, "data.")
         _check(
             self.image_size is None or self.image_size >= 8,
             "data.image_size",
@@ -70,6 +88,7 @@ class AugmentConfig:
     contrast: float = 0.0
 
     def __post_init__(self) -> None:
+        _check_finite(self, "augment.")
         _check(self.shift_pad >= 0, "augment.shift_pad", ">= 0", self.shift_pad)
         _check(0.0 <= self.brightness < 1.0, "augment.brightness", "0 <= x < 1", self.brightness)
         _check(0.0 <= self.contrast < 1.0, "augment.contrast", "0 <= x < 1", self.contrast)
@@ -95,6 +114,7 @@ class OptimConfig:
     grad_clip: float = 10.0
 
     def __post_init__(self) -> None:
+        _check_finite(self, "optim.")
         _check(self.lr > 0, "optim.lr", "> 0", self.lr)
         _check(self.backbone_lr >= 0, "optim.backbone_lr", ">= 0", self.backbone_lr)
         _check(self.weight_decay >= 0, "optim.weight_decay", ">= 0", self.weight_decay)
@@ -118,6 +138,7 @@ class ScheduleConfig:
     min_lr_ratio: float = 0.0
 
     def __post_init__(self) -> None:
+        _check_finite(self, "schedule.")
         _check(self.warmup_steps >= 0, "schedule.warmup_steps", ">= 0", self.warmup_steps)
         _check(0.0 <= self.min_lr_ratio <= 1.0, "schedule.min_lr_ratio", "0 <= x <= 1", self.min_lr_ratio)
 
@@ -130,6 +151,7 @@ class EvalConfig:
     batches: int = 8
 
     def __post_init__(self) -> None:
+        _check_finite(self, "eval.")
         _check(self.every >= 0, "eval.every", ">= 0", self.every)
         _check(self.batches >= 1, "eval.batches", ">= 1", self.batches)
 
@@ -146,6 +168,7 @@ class CheckpointConfig:
     disk_limit_bytes: int | None = None
 
     def __post_init__(self) -> None:
+        _check_finite(self, "checkpoint.")
         _check(self.every >= 0, "checkpoint.every", ">= 0", self.every)
         _check(self.keep_last >= 1, "checkpoint.keep_last", ">= 1", self.keep_last)
         _check(
@@ -172,6 +195,7 @@ class LogConfig:
     plot: bool = True
 
     def __post_init__(self) -> None:
+        _check_finite(self, "log.")
         _check(self.every >= 1, "log.every", ">= 1", self.every)
 
 
@@ -185,6 +209,7 @@ class OverfitConfig:
     max_steps: int = 2000
 
     def __post_init__(self) -> None:
+        _check_finite(self, "overfit.")
         _check(self.samples >= 0, "overfit.samples", ">= 0", self.samples)
         _check(self.loss_threshold > 0, "overfit.loss_threshold", "> 0", self.loss_threshold)
         _check(self.max_steps >= 1, "overfit.max_steps", ">= 1", self.max_steps)
@@ -236,6 +261,7 @@ class TrainConfig:
     kill_at_step: int | None = None
 
     def __post_init__(self) -> None:
+        _check_finite(self, "")
         _check(self.steps >= 1, "steps", ">= 1", self.steps)
         _check(self.batch_size >= 1, "batch_size", ">= 1", self.batch_size)
         _check(self.num_threads >= 0, "num_threads", ">= 0", self.num_threads)
@@ -246,6 +272,8 @@ class TrainConfig:
             "an actlab.policies config dataclass",
             type(self.policy).__name__,
         )
+        if self.policy is not None:
+            _check_finite(self.policy, "policy.")
 
     @property
     def policy_type(self) -> str | None:

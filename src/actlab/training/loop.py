@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
+import math
 import os
 import signal
 import sys
@@ -29,14 +31,18 @@ from actlab.training.config import (
     resume_diff,
 )
 from actlab.training.ddp import DistInfo
-from actlab.training.metrics_log import METRICS_FILE, MetricsLog, check_sinks
+from actlab.training.metrics_log import METRICS_FILE, MetricsLog, check_sinks, read_metrics
+from actlab.training.preflight import free_bytes, human
 from actlab.training.schedule import sync_lr
 from actlab.training.timing import PhaseTimer
 from actlab.utils.io import atomic_write_json, read_json
+from actlab.utils.lock import LOCK_FILE, DirLock
 
 CONFIG_FILE = "config.json"
 # The RunSummary of the last run of this directory that returned (written by rank 0 at the end).
 SUMMARY_FILE = "summary.json"
+# errno values of a full disk: no space left (ENOSPC) and disk quota exceeded (EDQUOT)
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
 @dataclasses.dataclass
@@ -77,27 +83,111 @@ def train(
 ) -> RunSummary:
     """Train ``cfg`` into ``out_dir`` (rank 0 writes); with ``resume`` continue from its last checkpoint.
 
-    Raises ActlabError before step 1 for a bad config, a missing dataset, a resume mismatch or too
-    little disk space; in overfit mode (``cfg.overfit.samples > 0``) also when the threshold is not met.
+    Rank 0 holds the run lock (:data:`actlab.utils.lock.LOCK_FILE` in ``out_dir``) from before it reads
+    the directory until the summary is written, so a second ``actlab train`` on the same directory (a new
+    run or a ``--resume``) fails at once instead of pruning checkpoints from a stale view.
+
+    Raises ActlabError before step 1 for a bad config, a missing dataset, a resume mismatch, a locked
+    directory or too little disk space; during training for a non-finite loss (divergence), a full disk
+    or a batch that does not fit in memory; in overfit mode (``cfg.overfit.samples > 0``) also when the
+    threshold is not met.
     """
     dist = dist or ddp.dist_info_from_env()
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ActlabError(
+            "the output path is a file, not a run directory",
+            file=out,
+            expected="a new or existing run directory",
+            fix="choose another --out",
+        )
+    lock = DirLock(out, "run directory", fix=_LOCKED_FIX) if dist.is_main else contextlib.nullcontext()
+    with lock:
+        return _train_locked(cfg, out, resume, dist)
+
+
+# What to do when the run directory is locked by another process.
+_LOCKED_FIX = (
+    "wait for that run to finish, or stop it (kill -TERM {pid} writes a checkpoint first) and then continue "
+    "it with --resume; to train something else, choose another --out"
+)
+
+
+def _train_locked(cfg: TrainConfig, out: Path, resume: bool, dist: DistInfo) -> RunSummary:
     ckpts = CheckpointManager(out, cfg.checkpoint.keep_last, cfg.checkpoint.keep_best)
     start = _check_run_dir(cfg, out, resume, ckpts)  # refusals come before torch is even imported
     if resume and start == cfg.steps:
-        finished = _finished_summary(out, start)
-        if finished is not None:  # nothing to train: report the run that reached this step
-            print(f"the run already finished at step {start}: nothing to train", file=sys.stderr)
-            return finished
+        finished = _finished_summary(out, start) or _rebuilt_summary(out, ckpts, start, dist)
+        print(f"the run already finished at step {start}: nothing to train", file=sys.stderr)
+        return finished
     check_sinks(tensorboard=cfg.log.tensorboard, wandb=cfg.log.wandb)  # not after decoding the FrameStore
     device = ddp.setup(dist, cfg.device)
     try:
-        summary = _train(cfg, out, start, ckpts, dist, device)
+        # Rank 0 read the directory under the run lock; the other ranks follow its view.
+        start = ddp.broadcast_object(start, dist)
+        try:
+            summary = _train(cfg, out, start, ckpts, dist, device)
+            if dist.is_main:
+                atomic_write_json(out / SUMMARY_FILE, summary.as_dict())
+        except Exception as e:
+            fault = _user_fault(e, cfg, out, ckpts, device)
+            if fault is None:
+                raise
+            raise fault from e
     finally:
         ddp.teardown(dist)
-    if dist.is_main:
-        atomic_write_json(out / SUMMARY_FILE, summary.as_dict())
     return summary
+
+
+def _user_fault(
+    e: Exception, cfg: TrainConfig, out: Path, ckpts: CheckpointManager, device
+) -> ActlabError | None:
+    """The ActlabError for a failure a user fixes outside the code (a full disk, a batch too large for
+    memory), or None for anything else (re-raised as it is)."""
+    if isinstance(e, ActlabError):
+        return None
+    last = ckpts.last_step()
+    if isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS:
+        where = (
+            f"checkpoint {ckpts.path(last)} is intact: resume continues from it"
+            if last is not None
+            else "no checkpoint was written yet: the same command starts the run over"
+        )
+        full = Path(e.filename) if e.filename else out
+        return ActlabError(
+            f"the disk is full: training stopped ({where})",
+            file=full,
+            found=f"[Errno {e.errno}] {os.strerror(e.errno)}",
+            fix=f"free space on the disk holding {full} ({human(free_bytes(full))} free now), or lower "
+            f"checkpoint.keep_last; then `actlab train --out {out} --resume`",
+        )
+    if _out_of_memory(e):
+        where = (
+            "no checkpoint was written yet, so the same --out restarts with the new batch size"
+            if last is None
+            else "batch_size cannot change on --resume: train the new batch size into a new --out"
+        )
+        return ActlabError(
+            f"out of memory at batch_size {cfg.batch_size}",
+            field="batch_size",
+            expected="a batch that fits in the training device's memory",
+            found=str(e).strip().splitlines()[0][:300],
+            fix="find the largest batch that fits with `actlab find-batch-size --preset "
+            f"{cfg.name} --dataset {cfg.data.path}"
+            + (" --device cpu --memory-limit SIZE" if device.type == "cpu" else f" --device {device}")
+            + f"` (with your --set options), then train with --set batch_size=N ({where}); a "
+            "smaller data.image_size or fewer policy.cameras also lowers the memory a step needs",
+        )
+    return None
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    """torch.OutOfMemoryError (CUDA, "CUDA out of memory"), MPS "out of memory", the CPU allocator's
+    "DefaultCPUAllocator: can't allocate memory" RuntimeError and numpy's MemoryError."""
+    if isinstance(e, MemoryError):
+        return True
+    text = str(e)
+    return isinstance(e, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
 
 
 def _finished_summary(out: Path, step: int) -> RunSummary | None:
@@ -132,14 +222,9 @@ def overfit_config(cfg: TrainConfig, samples: int) -> TrainConfig:
 
 # ------------------------------------------------------------------------------------------ run dir
 def _check_run_dir(cfg: TrainConfig, out: Path, resume: bool, ckpts: CheckpointManager) -> int:
-    """The step to resume from (0 for a new run); refuses a used directory or a changed config."""
-    if out.exists() and not out.is_dir():
-        raise ActlabError(
-            "the output path is a file, not a run directory",
-            file=out,
-            expected="a new or existing run directory",
-            fix="choose another --out",
-        )
+    """The step to resume from (0 for a new run); refuses a used directory or a changed config.
+
+    Called under the run lock, so what it reads cannot change before the run starts."""
     return _resume_step(cfg, out, ckpts) if resume else _check_fresh(out, ckpts)
 
 
@@ -147,10 +232,14 @@ def _prepare_resume(out: Path, start: int, ckpts: CheckpointManager, dist: DistI
     """Rank 0, on resume: drop partial writes and checkpoints past ``start`` and finish the pointer
     updates and pruning a kill may have cut short; then all ranks sync. Runs before the disk preflight
     so that leftovers of the killed run are not counted as checkpoints."""
-    if dist.is_main and start:
+    if dist.is_main:
         ckpts.clean_partial()
-        ckpts.truncate_after(start)
-        ckpts.repair_pointers(start)
+        if start:
+            ckpts.truncate_after(start)
+            ckpts.repair_pointers(start)
+        else:  # a run started over: pointers left by a damaged run name checkpoints that do not exist
+            for name in ("last.json", "best.json"):
+                (ckpts.root / name).unlink(missing_ok=True)
     ddp.barrier(dist)
 
 
@@ -163,12 +252,38 @@ def _write_run_config(cfg: TrainConfig, out: Path, dist: DistInfo) -> None:
     ddp.barrier(dist)
 
 
+def _is_run_dir(out: Path) -> bool:
+    """Whether ``out`` holds (the start of) an actlab training run: checkpoints, metrics, or a saved
+    TrainConfig (a policy bundle's config.json has no ``steps``)."""
+    if (out / "checkpoints").is_dir() or (out / METRICS_FILE).is_file():
+        return True
+    try:
+        saved = read_json(out / CONFIG_FILE, "run config")
+    except ActlabError:
+        return False
+    return isinstance(saved, dict) and {"steps", "optim", "checkpoint"} <= saved.keys()
+
+
 def _check_fresh(out: Path, ckpts: CheckpointManager) -> int:
-    if ckpts.steps() or (out / METRICS_FILE).is_file():
+    if ckpts.steps():
         raise ActlabError(
             "the output directory already holds a training run",
             file=out,
             fix="pass --resume to continue it, or choose another --out",
+        )
+    if _is_run_dir(out):
+        # Nothing of value is lost: the run stopped (crash, kill, out of memory) before its first checkpoint.
+        print(f"{out} holds a run that stopped before its first checkpoint: starting it over from step 0",
+              file=sys.stderr)  # fmt: skip
+        return 0
+    other = sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE) if out.is_dir() else []
+    if other:
+        raise ActlabError(
+            "the output directory is not empty and is not an actlab training run",
+            file=out,
+            expected="a new or empty directory (or a run directory, with --resume)",
+            found=", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else ""),
+            fix="choose a new --out directory: actlab train never writes into a directory it did not make",
         )
     return 0
 
@@ -176,11 +291,16 @@ def _check_fresh(out: Path, ckpts: CheckpointManager) -> int:
 def _resume_step(cfg: TrainConfig, out: Path, ckpts: CheckpointManager) -> int:
     step = ckpts.last_step()
     if step is None:
-        raise ActlabError(
-            "nothing to resume: the run directory has no complete checkpoint",
-            file=out / "checkpoints",
-            fix="start without --resume",
-        )
+        if not _is_run_dir(out):
+            raise ActlabError(
+                "nothing to resume: the directory is not an actlab training run",
+                file=out,
+                fix="start without --resume (--preset NAME --dataset PATH)",
+            )
+        # A run that died before its first checkpoint has computed nothing: it restarts from step 0.
+        print(f"{out} has no checkpoint (the run stopped before its first): starting it over from step 0",
+              file=sys.stderr)  # fmt: skip
+        return 0
     saved = load_run_config(out)
     diff = resume_diff(saved, cfg)
     if diff:
@@ -194,7 +314,44 @@ def _resume_step(cfg: TrainConfig, out: Path, ckpts: CheckpointManager) -> int:
             fix="resume with the saved config (omit --preset/--set for these keys); only steps, logging, "
             "eval/checkpoint cadence and device may change",
         )
+    if step > cfg.steps:
+        raise ActlabError(
+            "the run is already past the requested number of steps",
+            file=ckpts.path(step),
+            field="steps",
+            expected=f">= {step} (its last checkpoint)",
+            found=cfg.steps,
+            fix=f"resume with --set steps={step} or more, or evaluate the checkpoint as it is",
+        )
     return step
+
+
+def _rebuilt_summary(out: Path, ckpts: CheckpointManager, step: int, dist: DistInfo) -> RunSummary:
+    """The summary of a run that completed ``step`` but was killed before writing summary.json, read
+    from its final checkpoint (loss, throughput and wall time of the loop that wrote it) and pointers;
+    rank 0 writes it."""
+    meta = read_json(ckpts.path(step) / "training_state" / "state.json", "checkpoint state")
+    loop = meta.get("loop") or {}
+    best = ckpts.pointer("best")
+    try:
+        vals = [r["val_loss"] for r in read_metrics(out) if isinstance(r.get("val_loss"), float)]
+    except ActlabError:
+        vals = []
+    summary = RunSummary(
+        run_dir=str(out),
+        step=step,
+        final_loss=meta.get("train_loss"),
+        best_val_loss=_min_none(best.get("val_loss") if best else None, *vals),
+        best_checkpoint=str(ckpts.root / best["path"]) if best else None,
+        last_checkpoint=str(ckpts.path(step)),
+        wall_s=float(loop.get("wall_s", 0.0)),
+        samples_per_s=float(loop.get("samples_per_s", 0.0)),
+    )
+    if dist.is_main:
+        print(f"{out / SUMMARY_FILE} is missing (killed after its last checkpoint): rebuilt from it",
+              file=sys.stderr)  # fmt: skip
+        atomic_write_json(out / SUMMARY_FILE, summary.as_dict())
+    return summary
 
 
 def load_run_config(out: str | Path) -> TrainConfig:
@@ -346,10 +503,17 @@ class Loop:
         self.best_val: float | None = None
         self.last_loss: float | None = None
         self.last_ckpt: str | None = None
+        # loss + grad_norm of each step of the open logging window, on the device (read only to name the
+        # step a divergence began), and how many of its entries are filled
+        self.hist: Any = None
+        self.hist_n = 0
+        # loop start time and step (throughput recorded with each checkpoint)
+        self._t0, self._start = time.perf_counter(), 0
 
     def train_from(self, start: int) -> RunSummary:
         cfg = self.cfg
-        t0 = self._t_log = time.perf_counter()
+        t0 = self._t0 = self._t_log = time.perf_counter()
+        self._start = start
         step, stopped, overfit_step = start, "completed", None
         for step in range(start + 1, cfg.steps + 1):
             self.timer.start()
@@ -390,6 +554,11 @@ class Loop:
             overfit_step=overfit_step,
         )
 
+    def _throughput(self, step: int) -> dict[str, float]:
+        wall = time.perf_counter() - self._t0
+        samples = (step - self._start) * self.cfg.batch_size * self.run.dist.world_size
+        return {"wall_s": wall, "samples_per_s": samples / wall if wall > 0 else 0.0}
+
     # ---------------------------------------------------------------------------------- decisions
     def _eval_due(self, step: int) -> bool:
         if not self.run.split.val_ranges or self.cfg.eval.every == 0:
@@ -411,11 +580,23 @@ class Loop:
 
     # ---------------------------------------------------------------------------------- actions
     def _accumulate(self, metrics: dict[str, Any]) -> None:
+        import torch
+
         # Why: summing on the device keeps the step free of host syncs; read back on logging steps only.
         for k, v in metrics.items():
             v = v.detach().float()
             self.sums[k] = v if k not in self.sums else self.sums[k] + v
         self.count += 1
+        # Divergence costs no sync either: the sums above turn non-finite with the first bad step and are
+        # checked on logging and checkpoint steps. To name that step, each step's loss + grad_norm goes
+        # into a device buffer (one kernel), read back only when a check fails.
+        if self.hist is None or self.hist_n == self.hist.numel():
+            grown = torch.empty(max(self.cfg.log.every, 2 * self.hist_n, 1), device=self.run.device)
+            if self.hist is not None:
+                grown[: self.hist_n] = self.hist
+            self.hist = grown
+        torch.add(metrics["loss"].detach(), metrics["grad_norm"], out=self.hist[self.hist_n])
+        self.hist_n += 1
 
     def _log_train(self, step: int) -> None:
         import torch
@@ -444,25 +625,91 @@ class Loop:
                 / max(1, self.run.split.train_frames),
             }
         )
-        self.sums, self.count = {}, 0
+        watched = {k: row[k] for k in ("loss", "grad_norm") if k in row}
+        # (made before the window is reset: it reads the window to name the first bad step)
+        diverged = None if all(math.isfinite(v) for v in watched.values()) else self._diverged(step, watched)
+        self.sums, self.count, self.hist_n = {}, 0, 0
         self.last_loss = row.get("loss")
         self.log.log(row)
         self.log.progress(step, {"loss": self.last_loss, "lr": row["lr"]})
+        if diverged is not None:
+            raise diverged
 
     def _log_val(self, step: int) -> None:
         t0 = time.perf_counter()
         val = self.run.evaluate()
         if val is None:
             return
-        self.last_val = val
-        self.best_val = val if self.best_val is None else min(self.best_val, val)
         self.log.log({"step": step, "val_loss": val, "time_eval_s": time.perf_counter() - t0})
         self.log.message(f"step {step}: val_loss {val:.5g}")
+        if not math.isfinite(val):
+            raise self._diverged(step, {"val_loss": val})
+        self.last_val = val
+        self.best_val = val if self.best_val is None else min(self.best_val, val)
         self._t_log = time.perf_counter()  # samples/s measures training, not evaluation
+
+    def _check_finite_weights(self, step: int) -> None:
+        """Raise before a checkpoint would save a non-finite weight, or after steps whose loss or gradient
+        norm (in the open logging window) was not finite. One host sync, on checkpoint steps only (the
+        write that follows syncs anyway); the flag is reduced over ranks so that all of them stop."""
+        import torch
+
+        flags = [torch.isfinite(p.detach()).all() for p in self.run.policy.parameters()]
+        flags += [torch.isfinite(self.sums[k]).reshape(()) for k in ("loss", "grad_norm") if k in self.sums]
+        bad = (~torch.stack(flags).all()).float()
+        if ddp.all_reduce_mean({"bad": bad}, self.run.dist)["bad"].item() == 0:
+            return
+        count = max(self.count, 1)
+        window = {k: float(self.sums[k].item()) / count for k in ("loss", "grad_norm") if k in self.sums}
+        if all(math.isfinite(v) for v in window.values()):
+            window = {"weights": math.nan}  # finite losses, but the last update made a weight NaN/inf
+        raise self._diverged(step, window)
+
+    def _diverged(self, step: int, found: dict[str, float]) -> ActlabError:
+        """The error that stops a run whose loss, gradient norm or weights stopped being finite."""
+        import torch
+
+        # Earlier windows were checked clean, so the first bad entry of this one is the first overall
+        # (none: the bad value came before a resume, or only the last update broke a weight).
+        bad = [] if not self.hist_n else (~torch.isfinite(self.hist[: self.hist_n].cpu())).nonzero()
+        at = step - self.hist_n + 1 + int(bad[0]) if len(bad) else step
+        last = self.ckpts.last_step()
+        kept = (
+            f"checkpoints/last.json still names {self.ckpts.path(last).name}, the last checkpoint "
+            "with finite weights"
+            if last is not None
+            else "no checkpoint had been written yet"
+        )
+        values = ", ".join(f"{k} {v:.4g}" for k, v in found.items())
+        return ActlabError(
+            f"training diverged: not finite from step {at} on (found at step {step}); the run is stopped "
+            f"and {kept}",
+            file=self.out / METRICS_FILE,
+            field="optim.lr",
+            expected="a finite loss, gradient norm and weights",
+            found=f"{values}; learning rate {self._lr_at(at):.4g} at step {at} (peak optim.lr "
+            f"{self.cfg.optim.lr:g}, schedule.warmup_steps {self.cfg.schedule.warmup_steps})",
+            fix="lower optim.lr (e.g. 10x), lengthen schedule.warmup_steps, keep optim.grad_clip > 0, and "
+            "check the data with `actlab data doctor`; then "
+            + (
+                "train into a new --out (optim.lr cannot change on --resume)"
+                if last is not None
+                else "run again: this --out has no checkpoint, so the same --out starts over"
+            ),
+        )
+
+    def _lr_at(self, step: int) -> float:
+        """The learning rate optimizer step ``step`` (1-based) used for the non-backbone parameters:
+        LambdaLR's factor of step ``step - 1`` times the group's peak."""
+        sched = self.run.scheduler
+        groups = sched.optimizer.param_groups
+        i = next((j for j, g in enumerate(groups) if "backbone" not in str(g.get("name", ""))), 0)
+        return float(sched.base_lrs[i]) * sched.lr_lambdas[i](step - 1)
 
     def _checkpoint(self, step: int) -> None:
         t0 = time.perf_counter()
         run, dist = self.run, self.run.dist
+        self._check_finite_weights(step)
         tensors, meta = run.rng_state()
         # the open logging window (a checkpoint step need not be a logging step); .cpu() syncs, as the
         # checkpoint write does anyway
@@ -481,6 +728,8 @@ class Loop:
                     "world_size": dist.world_size,
                     "ranks": [m for _, m in gathered],
                     "train_loss": self.last_loss,
+                    # this process's loop so far: what summary.json reports if it is killed right after
+                    "loop": self._throughput(step),
                 },
                 rng_per_rank=[t for t, _ in gathered],
                 val_loss=val,

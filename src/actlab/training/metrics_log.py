@@ -97,8 +97,12 @@ class MetricsLog:
         if not self.enabled:
             return
         row = {k: _clean(v) for k, v in row.items()}
-        self._file.write(json.dumps(row) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(row) + "\n")
+            self._file.flush()
+        except OSError as e:  # e.g. a full disk: name the file (a failed write names none)
+            e.filename = e.filename or str(self.path)
+            raise
         step = int(row["step"])
         numeric = {k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float))}
         if self._tb is not None:
@@ -127,8 +131,12 @@ class MetricsLog:
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            f, self._file = self._file, None
+            try:
+                f.close()  # flushes what a failed write left in the buffer: it can fail the same way
+            except OSError as e:
+                e.filename = e.filename or str(self.path)
+                raise
         if self._bar is not None:
             self._bar.close()
             self._bar = None
