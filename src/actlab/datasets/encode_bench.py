@@ -2,9 +2,10 @@
 
 Worker processes write real LeRobot v3 datasets through :class:`DatasetWriter` (several cameras, short
 episodes, the writer's own encoder settings) while busy processes load every core, as a recording on a
-shared machine does. A worker that finishes no episode for ``hang_s`` seconds is hung: its Python stacks
-are dumped (faulthandler), it is killed and a fresh one takes over its remaining episodes. Writer errors
-(an ``ActlabError`` from the encoder watchdog included) are counted per dataset with their message.
+shared machine does. A worker that finishes no episode for ``hang_s`` seconds *and* used less than a
+second of CPU in that time is hung (a deadlocked encoder idles; a starved one still computes): its Python
+stacks are dumped (faulthandler), it is killed and a fresh one takes over its remaining episodes. Writer
+errors (an ``ActlabError`` from the encoder watchdog included) are counted per dataset with their message.
 
 Why a benchmark and not a test: the SVT-AV1 deadlock it looks for is rare (a few per thousand encoder
 runs at worst), so only thousands of encodes under contention say anything about its rate.
@@ -51,7 +52,8 @@ class EncodeStressConfig:
     image_size: int = 64
     # Episodes per dataset: a new DatasetWriter (new encoders, new files) after this many.
     episodes_per_dataset: int = 10
-    # A worker that finishes no episode for this long is hung: stacks dumped, killed, replaced.
+    # A worker that finishes no episode for this long while idle (< 1 s of CPU) is hung: stacks dumped,
+    # killed, replaced.
     hang_s: float = 60.0
     # Encoder settings under test (the writer's defaults unless overridden).
     video: VideoOptions = dataclasses.field(default_factory=VideoOptions)
@@ -112,9 +114,21 @@ def _worker(wid: int, episodes: int, cfg: EncodeStressConfig, out: Path, report)
 
 
 def _burn(stop) -> None:
-    x = np.random.default_rng(0).random((256, 256))
+    # Elementwise numpy only: one thread per burner (a BLAS matmul would start a thread per core).
+    x = np.random.default_rng(0).random(1 << 18)
     while not stop.is_set():
-        x = np.tanh(x @ x.T / 256.0)
+        x = np.sin(x) + 0.5
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads); 0 once it is gone."""
+    import psutil
+
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return 0.0
+    return t.user + t.system
 
 
 def _hung_frames(stack_file: Path) -> str:
@@ -144,7 +158,8 @@ def run_encode_stress(cfg: EncodeStressConfig, progress: bool = True) -> dict[st
     share = [cfg.episodes // cfg.workers + (i < cfg.episodes % cfg.workers) for i in range(cfg.workers)]
     left = {wid: n for wid, n in enumerate(share) if n}
     procs: dict[int, Any] = {}
-    last: dict[int, float] = {}
+    last: dict[int, float] = {}  # when each worker last reported (or was found busy)
+    cpu: dict[int, float] = {}  # its CPU seconds then
     hangs: list[str] = []
     errors: list[str] = []
     episodes = 0
@@ -156,6 +171,7 @@ def run_encode_stress(cfg: EncodeStressConfig, progress: bool = True) -> dict[st
             procs[wid] = ctx.Process(target=_worker, args=(wid, left[wid], cfg, out, report), daemon=True)
             procs[wid].start()
             last[wid] = time.monotonic()
+            cpu[wid] = _cpu_seconds(procs[wid].pid)
 
         for p in burn:
             p.start()
@@ -168,7 +184,9 @@ def run_encode_stress(cfg: EncodeStressConfig, progress: bool = True) -> dict[st
                 with contextlib.suppress(queue.Empty):
                     msg = report.get(timeout=0.5)
                     wid = msg[1]
-                    last[wid] = time.monotonic()
+                    if wid not in procs:  # from a worker already killed as hung: its share was handed on
+                        continue
+                    last[wid], cpu[wid] = time.monotonic(), _cpu_seconds(procs[wid].pid)
                     if msg[0] == "episode":
                         episodes += 1
                         left[wid] -= 1
@@ -178,6 +196,11 @@ def run_encode_stress(cfg: EncodeStressConfig, progress: bool = True) -> dict[st
                     elif msg[0] == "done":
                         procs.pop(wid).join(timeout=30)
                 for wid, p in list(procs.items()):
+                    if p.is_alive() and time.monotonic() - last[wid] > cfg.hang_s:
+                        used = _cpu_seconds(p.pid) - cpu[wid]
+                        if used >= 1.0:  # slow, not stuck: starved by the load; look again later
+                            last[wid], cpu[wid] = time.monotonic(), cpu[wid] + used
+                            continue
                     if time.monotonic() - last[wid] > cfg.hang_s or not p.is_alive():
                         if p.is_alive():
                             os.kill(p.pid, signal.SIGUSR1)  # stacks of every thread into stacks-<wid>.txt
