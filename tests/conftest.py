@@ -14,7 +14,6 @@ import itertools
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -115,7 +114,7 @@ def _is_lifetime_helper(p) -> bool:
 
 
 def _session_processes(since: float = 0.0) -> list:
-    """Running processes of this test run started at unix time ``since`` or later (helpers excluded)."""
+    """Running processes of this test run started at ``since`` (procs.clock) or later, helpers excluded."""
     found = procs.marked(procs.SESSION_ENV, os.environ[procs.SESSION_ENV], since)
     return [p for p in found if not _is_lifetime_helper(p)]
 
@@ -150,7 +149,7 @@ def pytest_timeout_set_timer(item, settings):
         return None  # `-o timeout_method=thread`: the plugin's own timer alone
     done = threading.Event()
     item.stash[_BACKSTOP] = done
-    args = (item, settings, done, time.time())
+    args = (item, settings, done, procs.clock())
     threading.Thread(target=_backstop, args=args, name="actlab-timeout-backstop", daemon=True).start()
     stderr = item.config.stash[_STDERR_FD]
     faulthandler.dump_traceback_later(settings.timeout + 3 * GRACE_S, exit=True, file=stderr)
@@ -217,7 +216,7 @@ def pytest_unconfigure(config):
 @pytest.fixture(autouse=True)
 def _no_process_left_behind():
     """A test whose processes outlive it fails (they are killed)."""
-    since = time.time()
+    since = procs.clock()
     yield
     left = procs.wait_gone(_session_processes(since), 10.0)  # exiting ones finish
     if left:

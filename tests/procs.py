@@ -34,12 +34,22 @@ CALL_ENV = "ACTLAB_TEST_CALL"
 TAIL_CHARS = 4000
 # How long a killed process may take to disappear (SIGKILL is not instant for a process in the kernel).
 _KILL_WAIT_S = 30.0
+# How long descendants may take to exit after the command did, before they count as left behind.
+LEFTOVER_GRACE_S = 10.0
+
+
+def clock() -> float:
+    """Now, on the clock of psutil's ``create_time``: on Linux the boot time from /proc/stat (whole
+    seconds) plus the time since boot, which runs up to a second behind ``time.time()``."""
+    if hasattr(time, "CLOCK_BOOTTIME"):
+        return psutil.boot_time() + time.clock_gettime(time.CLOCK_BOOTTIME)
+    return time.time() - 1.0
 
 
 def marked(name: str, value: str, since: float = 0.0) -> list[psutil.Process]:
-    """Running processes (zombies excluded) started at unix time ``since`` or later whose environment has
-    ``name=value``, this one excluded. Reading a process's environment costs ~0.2 ms (its start time
-    ~0.01 ms), so only the ones started since then are read."""
+    """Running processes (zombies excluded) started at :func:`clock` time ``since`` or later whose
+    environment has ``name=value``, this one excluded. Reading a process's environment costs ~0.2 ms
+    (its start time ~0.01 ms), so only the ones started since then are read."""
     since -= 0.05  # start times are counted in clock ticks (10 ms) and rounded down
     found = []
     for p in psutil.process_iter(["create_time"]):
@@ -130,7 +140,7 @@ def started(
 ) -> Iterator[subprocess.Popen]:
     """Start ``cmd`` (text stdout/stderr piped, stdin closed) in a session of its own. Whatever is still
     running from it when the block ends (normally, by an error or by the test's timeout) is killed."""
-    call, since = uuid.uuid4().hex, time.time()
+    call, since = uuid.uuid4().hex, clock()
     env = {**(os.environ if env is None else env), CALL_ENV: call}
     proc = subprocess.Popen(
         list(map(str, cmd)),
@@ -163,17 +173,19 @@ def finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
         kill_family(proc)
         raise
     if timed_out:
+        code = proc.poll()
         n = kill_family(proc)
         try:
             out, err = proc.communicate(timeout=_KILL_WAIT_S)  # what it wrote before it was killed
         except subprocess.TimeoutExpired:
             out = err = "(not readable: a killed process still holds the pipe)"
+        what = "timed out" if code is None else f"exited ({code}), but what it started held its output"
         pytest.fail(
-            f"timed out after {timeout:g} s, killed {n} process(es): {' '.join(map(str, proc.args))}\n"
+            f"{what} after {timeout:g} s, killed {n} process(es): {' '.join(map(str, proc.args))}\n"
             f"--- stdout (end) ---\n{_tail(out)}\n--- stderr (end) ---\n{_tail(err)}",
             pytrace=False,
         )
-    leftovers = wait_gone(_family(proc), 10.0)  # descendants that outlive it are a bug in the command
+    leftovers = wait_gone(_family(proc), LEFTOVER_GRACE_S)  # outliving it is a bug in the command
     if leftovers:
         listing = describe(leftovers)
         kill_processes(leftovers)
