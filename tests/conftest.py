@@ -9,10 +9,21 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 # Two cores on CI: keep torch from oversubscribing when tests run subprocesses.
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
+import faulthandler
 import itertools
+import subprocess
+import sys
+import threading
+import uuid
 from pathlib import Path
 
 import pytest
+
+import procs
+
+# Everything this test run starts (also the worker pools that code under test starts in this process)
+# inherits the marker, so a process left behind is found by pid even after it left its parent's session.
+os.environ[procs.SESSION_ENV] = uuid.uuid4().hex
 
 _dataset_counter = itertools.count()
 
@@ -68,3 +79,147 @@ def tiny_dataset(tmp_path_factory) -> Path:
 
     Shared by many tests: do not modify it (copy it with shutil.copytree first)."""
     return _make_dataset(tmp_path_factory.mktemp("tiny"))
+
+
+# ------------------------------------------------------------------------------------------------------
+# No test may hang, and none may leave a process behind.
+#
+# pytest-timeout (the `timeout` in pyproject.toml) with the signal method fails the test with SIGALRM:
+# the test's `finally` blocks and fixtures run (procs.started kills its processes) and the suite goes on.
+# A signal handler only runs when the main thread executes Python, so a main thread blocked in C code
+# (a codec's pthread_join, a native lock) never sees it. For that case a thread here kills the processes
+# the test started once GRACE_S has passed after the timeout, and if the test is still stuck after another
+# GRACE_S it ends the run the way pytest-timeout's thread method does (stacks dumped, os._exit). A thread
+# needs the GIL; C code that blocks while holding the GIL is ended by faulthandler's watchdog (a C
+# thread) after a third GRACE_S, and the watchdog process started below kills what is left.
+
+GRACE_S = 30.0  # after a timeout, before the next, harsher measure
+# Tests marked slow (run with -m slow: 100 expert episodes, inductor compiles) without a timeout of their own.
+SLOW_TIMEOUT_S = 1200
+_BACKSTOP = pytest.StashKey[threading.Event]()
+# Helpers started once and kept for the life of the process that uses them (they end with pytest): the
+# servers of multiprocessing, and torch inductor's pool of compile workers.
+_LIFETIME_HELPERS = (
+    "multiprocessing.resource_tracker",
+    "multiprocessing.forkserver",
+    "torch._inductor.compile_worker",
+)
+
+
+def _is_lifetime_helper(p) -> bool:
+    try:
+        return any(s in " ".join(p.cmdline()) for s in _LIFETIME_HELPERS)
+    except Exception:
+        return False
+
+
+def _session_processes(since: float = 0.0) -> list:
+    """Running processes of this test run started at ``since`` (procs.clock) or later, helpers excluded."""
+    found = procs.marked(procs.SESSION_ENV, os.environ[procs.SESSION_ENV], since)
+    return [p for p in found if not _is_lifetime_helper(p)]
+
+
+def _backstop(item, settings, done: threading.Event, since: float) -> None:
+    import pytest_timeout
+
+    if done.wait(settings.timeout + GRACE_S) or pytest_timeout.SUPPRESS_TIMEOUT:  # finished, or in pdb
+        return
+    started = _session_processes(since)
+    sys.__stderr__.write(
+        f"\n{item.nodeid}: still running {GRACE_S:g} s after its {settings.timeout:g} s timeout (the main "
+        f"thread is blocked outside Python); killing the {len(started)} process(es) it started:\n"
+        f"{procs.describe(started)}\n"
+    )
+    procs.kill_processes(started)
+    if done.wait(GRACE_S):
+        return
+    procs.kill_processes(_session_processes())
+    pytest_timeout.timeout_timer(item, settings)  # dumps every thread's stack, then os._exit(1)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item, settings):
+    if settings.method != "signal":
+        return None  # `-o timeout_method=thread`: the plugin's own timer alone
+    done = threading.Event()
+    item.stash[_BACKSTOP] = done
+    args = (item, settings, done, procs.clock())
+    threading.Thread(target=_backstop, args=args, name="actlab-timeout-backstop", daemon=True).start()
+    stderr = item.config.stash[_STDERR_FD]
+    faulthandler.dump_traceback_later(settings.timeout + 3 * GRACE_S, exit=True, file=stderr)
+    return None  # pytest-timeout installs its SIGALRM timer
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_cancel_timer(item):
+    done = item.stash.get(_BACKSTOP, None)
+    if done is not None:
+        done.set()
+        faulthandler.cancel_dump_traceback_later()
+    return None
+
+
+_STDERR_FD = pytest.StashKey[int]()
+_WATCHDOG = pytest.StashKey[subprocess.Popen]()
+
+# Runs beside pytest without the marker: once pytest is gone, however it ended (os._exit above,
+# faulthandler, SIGKILL from a CI runner), it kills every process that still carries the marker.
+_WATCHDOG_CODE = """
+import sys, time, psutil
+pytest_pid, marker, value = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+try:
+    pytest = psutil.Process(pytest_pid)
+    while pytest.is_running() and pytest.status() != psutil.STATUS_ZOMBIE:
+        time.sleep(0.5)
+except psutil.Error:
+    pass
+helpers = sys.argv[4:]
+names = []
+for p in psutil.process_iter():
+    try:
+        if p.environ().get(marker) != value:
+            continue
+        cmd = " ".join(p.cmdline())
+        p.kill()
+    except psutil.Error:
+        continue
+    if not any(s in cmd for s in helpers):  # these end with pytest anyway
+        names.append(f"  pid {p.pid}: {cmd[:200]}")
+if names:
+    sys.stderr.write("tests: killed processes the test run left behind:\\n" + "\\n".join(names) + "\\n")
+"""
+
+
+def pytest_configure(config):
+    # The terminal's stderr (capture is suspended during configure), for faulthandler's watchdog.
+    config.stash[_STDERR_FD] = os.dup(sys.stderr.fileno())
+    env = {k: v for k, v in os.environ.items() if k != procs.SESSION_ENV}
+    config.stash[_WATCHDOG] = subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG_CODE, str(os.getpid()), procs.SESSION_ENV,
+         os.environ[procs.SESSION_ENV], *_LIFETIME_HELPERS],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # outlives a kill of pytest's process group
+    )  # fmt: skip
+
+
+def pytest_unconfigure(config):
+    os.close(config.stash[_STDERR_FD])
+
+
+@pytest.fixture(autouse=True)
+def _no_process_left_behind():
+    """A test whose processes outlive it fails (they are killed)."""
+    since = procs.clock()
+    yield
+    left = procs.wait_gone(_session_processes(since), 10.0)  # exiting ones finish
+    if left:
+        listing = procs.describe(left)
+        procs.kill_processes(left)
+        pytest.fail(f"the test left processes running (now killed):\n{listing}")

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from actlab.cli import main
+from procs import run_cli
 
 pytest.importorskip("mujoco")
 
@@ -26,6 +25,7 @@ def _summary(out) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
+@pytest.mark.timeout(900)  # five demo runs: 57 s on 2 cores at a load average of 9, 440 s at 12-16
 def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, capsys, monkeypatch):
     out = tmp_path / "demo"
     assert _demo(out, "--set", "steps=20") == 0
@@ -100,13 +100,14 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     assert can_resume(40) and can_resume(30) and not can_resume(20)
 
 
+@pytest.mark.timeout(600)  # two demo processes: 39 s on 2 cores at a load average of 9, 174 s at 12-16
 def test_killed_demo_resumes_training_where_it_stopped(tmp_path):
     out = tmp_path / "demo"
-    cmd = [sys.executable, "-m", "actlab.cli", "demo", "--out", str(out), *TOY, "--set", "steps=20"]
-    killed = subprocess.run([*cmd, "--set", "kill_at_step=10"], capture_output=True, text=True)
+    args = ["demo", "--out", out, *TOY, "--set", "steps=20"]
+    killed = run_cli(*args, "--set", "kill_at_step=10", timeout=280)
     assert killed.returncode == -9, killed.stderr  # SIGKILL right after the step-10 checkpoint
     assert not (out / "summary.json").exists()
-    resumed = subprocess.run(cmd, capture_output=True, text=True)
+    resumed = run_cli(*args, timeout=280)
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming the interrupted run from step 10" in resumed.stderr
     assert _summary(out)["reused_stages"] == ["record"]

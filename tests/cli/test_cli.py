@@ -1,5 +1,4 @@
-import subprocess
-import sys
+from procs import run_python
 
 
 def test_help_does_not_import_torch():
@@ -13,7 +12,7 @@ def test_help_does_not_import_torch():
         "heavy = [m for m in ('torch', 'mujoco', 'av', 'pyarrow', 'matplotlib') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    out = run_python(code, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "actlab" in out.stdout
 
@@ -29,5 +28,5 @@ def test_every_subcommand_help_is_light():
             f"try:\n    main([{name!r}, '--help'])\nexcept SystemExit:\n    pass\n"
             "assert 'torch' not in sys.modules\n"
         )
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        out = run_python(code, timeout=60)
         assert out.returncode == 0, (name, out.stderr)

@@ -74,22 +74,35 @@ import json, os, sys, time
 from pathlib import Path
 from actlab.datasets import FrameStore, open_dataset
 
-root, cache, me, other = sys.argv[1:5]
+root, cache, flags, me, other = sys.argv[1:6]
+
+def flag(name, who):
+    return Path(flags) / f"{name}-{who}"
+
+def wait_for(name, who):  # no deadline: the test's timeout bounds it
+    while not flag(name, who).exists():
+        time.sleep(0.01)
+
 fill = FrameStore._fill
 
 def slow_fill(*args, **kwargs):
     # Both builders decode at the same time when nothing serializes them: announce, then wait a little
-    # for the other one to start decoding too (it never does when the builds are serialized).
-    Path(me).touch()
+    # for the other one to start decoding too. It never does when the builds are serialized, so this
+    # wait has a bound; both called build() at the same moment, so 2 s is ample when they are not.
+    flag("decoding", me).touch()
     deadline = time.monotonic() + 2.0
-    while not Path(other).exists() and time.monotonic() < deadline:
+    while not flag("decoding", other).exists() and time.monotonic() < deadline:
         time.sleep(0.01)
     return fill(*args, **kwargs)
 
 FrameStore._fill = staticmethod(slow_fill)
-store = FrameStore.build(open_dataset(root), cache_dir=cache)
+ds = open_dataset(root)
+flag("ready", me).touch()
+wait_for("ready", other)  # both start building together, however long each took to start
+store = FrameStore.build(ds, cache_dir=cache)
 inode = os.stat(store.root / "store.json").st_ino
-time.sleep(0.5)  # still using the store when the other process finishes
+flag("built", me).touch()
+wait_for("built", other)  # still using the store when the other process finishes building
 arr = store.frames["observation.images.top"]
 print(json.dumps({"root": str(store.root), "inode": inode,
                   "sum": int(arr[:].sum()), "exists": store.root.is_dir()}))
@@ -99,20 +112,22 @@ print(json.dumps({"root": str(store.root), "inode": inode,
 @pytest.mark.parametrize("start", ["empty", "damaged"])
 def test_concurrent_builders_never_delete_a_finished_store(tiny_dataset, tmp_path, start):
     import json
-    import subprocess
     import sys
 
-    cache = tmp_path / "cache"
+    from procs import finish, started
+
+    cache, flags = tmp_path / "cache", tmp_path / "flags"
+    flags.mkdir()
     if start == "damaged":  # both processes find it damaged; one rebuilds, the other opens the result
         old = FrameStore.build(open_dataset(tiny_dataset), cache_dir=cache, progress=False)
         (old.root / "cam0.npy").write_bytes(b"")
-    flags = [str(tmp_path / "a.started"), str(tmp_path / "b.started")]
     cmds = [
-        [sys.executable, "-c", _RACE_SCRIPT, str(tiny_dataset), str(cache), flags[i], flags[1 - i]]
-        for i in range(2)
+        [sys.executable, "-c", _RACE_SCRIPT, tiny_dataset, cache, flags, me, other]
+        for me, other in ("ab", "ba")
     ]
-    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
-    outs = [p.communicate(timeout=120) for p in procs]
+    with started(cmds[0]) as a, started(cmds[1]) as b:
+        outs = [finish(a, timeout=240), finish(b, timeout=240)]
+    procs = [a, b]
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
     res = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
     assert res[0]["root"] == res[1]["root"] and res[0]["exists"] and res[1]["exists"]

@@ -220,17 +220,15 @@ LEROBOT_PYTHON = os.environ.get("ACTLAB_LEROBOT_PYTHON", "/work/lerobot-venv/bin
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists(LEROBOT_PYTHON), reason="no lerobot 0.6.1 venv (docs/datasets.md)")
 def test_real_lerobot_loads_an_actlab_dataset(written):
-    import subprocess
     from pathlib import Path
 
     import actlab.datasets
+    from procs import run
 
     path, eps = written
     probe = Path(actlab.datasets.__file__).with_name("lerobot_probe.py")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    out = subprocess.run(
-        [LEROBOT_PYTHON, str(probe), "check", str(path)], capture_output=True, text=True, env=env
-    )
+    out = run([LEROBOT_PYTHON, probe, "check", path], env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["frames"] == 72 and res["episodes"] == 3 and res["items_read"] == 6

@@ -117,10 +117,9 @@ print("finished without error; results seen:", kill_one_worker.seen)
 
 
 def test_a_dead_rollout_worker_is_an_error_not_a_hang():
-    import subprocess
-    import sys
+    from procs import run_python
 
-    run = subprocess.run([sys.executable, "-c", _KILL_A_WORKER], capture_output=True, text=True, timeout=180)
+    run = run_python(_KILL_A_WORKER, timeout=240)
     assert run.returncode == 3, (run.stdout, run.stderr[-2000:])
     assert "rollout worker process died" in run.stdout
 

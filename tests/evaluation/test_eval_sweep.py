@@ -4,8 +4,6 @@ tables, JSON, the success-per-step plot, rollout videos and a whiskers video wit
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,6 +12,7 @@ from actlab.cli import main
 from actlab.errors import ActlabError
 from actlab.evaluation import EnvSpec, EvalConfig, evaluate, resolve_paths
 from actlab.evaluation.video import read_video
+from procs import run_cli
 
 pytest.importorskip("mujoco")
 
@@ -28,10 +27,9 @@ def tiny_run(tmp_path_factory):
     data = root / "data"
     record_dataset(data, RecordConfig(episodes=4, image_size=32, workers=0), progress=False)
     run = root / "run"
-    cmd = [sys.executable, "-m", "actlab.cli", "train", "--preset", "tiny", "--dataset", str(data)]
-    cmd += ["--out", str(run), "--set", "steps=30", "--set", "checkpoint.every=10"]
-    cmd += ["--set", "checkpoint.keep_last=3"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    args = ["train", "--preset", "tiny", "--dataset", data, "--out", run, "--set", "steps=30"]
+    args += ["--set", "checkpoint.every=10", "--set", "checkpoint.keep_last=3"]
+    out = run_cli(*args, timeout=240)
     assert out.returncode == 0, out.stderr
     return run
 

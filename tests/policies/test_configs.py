@@ -1,12 +1,11 @@
 import dataclasses
-import subprocess
-import sys
 
 import pytest
 
 from actlab.errors import ActlabError
 from actlab.policies import POLICY_TYPES, ACTConfig, ACTRelativeConfig, config_classes, get_config_class
 from actlab.utils.config import apply_overrides, field_docs, from_dict, to_dict
+from procs import run_python
 
 
 def test_defaults_are_lerobot_act_defaults():
@@ -138,7 +137,7 @@ def test_camera_keys_from_features():
 
 def test_configs_import_without_torch():
     code = "import sys, actlab.policies as p; p.ACTConfig(); assert 'torch' not in sys.modules"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    out = run_python(code, timeout=60)
     assert out.returncode == 0, out.stderr
 
 

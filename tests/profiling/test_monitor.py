@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -16,14 +14,28 @@ import pytest
 from actlab.cli import main
 from actlab.profiling.monitor import BASE_COLUMNS, ProcessTreeSampler, read_monitor_csv, run_monitored
 from actlab.profiling.nvml import open_gpus
+from procs import finish, started
 
-# Allocates ~100 MB (touched, so resident), spins for ~2 s, writes its own CPU time to argv[1], exits 3.
-CHILD = textwrap.dedent(
+# Code for a monitored child: `rows(csv_path)` counts the rows the monitor has written so far. The monitor
+# writes its CSV to a temporary file beside --out, a row at a time, flushed (renamed at the end).
+ROWS = textwrap.dedent(
+    """
+    import glob, os
+    def rows(csv_path):
+        d, name = os.path.split(csv_path)
+        files = glob.glob(os.path.join(glob.escape(d), glob.escape("." + name) + ".*.tmp"))
+        return max((sum(1 for _ in open(f)) - 1 for f in files), default=0)
+    """
+)
+
+# Allocates ~100 MB (touched, so resident), spins for 2 s and until the monitor has sampled it 20 times
+# (however loaded the machine is), writes its own CPU time to argv[1], exits 3.
+CHILD = ROWS + textwrap.dedent(
     """
     import sys, time
     block = b"x" * (100 * 2**20)
     t0 = time.time()
-    while time.time() - t0 < 2.0:
+    while time.time() - t0 < 2.0 or rows(sys.argv[2]) < 20:
         pass
     with open(sys.argv[1], "w") as f:
         f.write(str(time.process_time()))
@@ -41,7 +53,7 @@ def test_monitor_records_csv_summary_and_passes_exit_code(tmp_path, capsys):
     out, plot, js = tmp_path / "m.csv", tmp_path / "m.png", tmp_path / "s.json"
     argv = ["monitor", "--interval", "0.1", "--out", str(out), "--plot", str(plot)]
     cpu_file = tmp_path / "cpu.txt"
-    argv += ["--summary-json", str(js), "--", sys.executable, "-c", CHILD, str(cpu_file)]
+    argv += ["--summary-json", str(js), "--", sys.executable, "-c", CHILD, str(cpu_file), str(out)]
     t0 = time.monotonic()
     code = main(argv)
     wall = time.monotonic() - t0
@@ -52,19 +64,23 @@ def test_monitor_records_csv_summary_and_passes_exit_code(tmp_path, capsys):
     header, body = rows[0], rows[1:]
     assert header[: len(BASE_COLUMNS)] == list(BASE_COLUMNS)
     assert all(len(r) == len(header) for r in body)
-    # ~2 s at 0.1 s: about 20 rows; a loaded machine stretches the run, never shrinks it below 2 s.
-    assert 12 <= len(body) <= wall / 0.1 + 2, (len(body), wall)
+    # The child ran until the 20th row; never more rows than ticks of the 0.1 s schedule.
+    assert 20 <= len(body) <= wall / 0.1 + 2, (len(body), wall)
     col = {name: [r[i] for r in body] for i, name in enumerate(header)}
     elapsed = [float(v) for v in col["elapsed_s"]]
-    assert elapsed == sorted(elapsed) and elapsed[-1] >= 1.7
+    assert elapsed == sorted(elapsed) and elapsed[-1] >= 1.9  # row k is sampled at k * 0.1 s or later
     assert all(col["timestamp"]) and all(float(u) > 1e9 for u in col["unix_time"])
     # Empty cells only where the tree could not be read (the child exiting): never most of the run.
     rss = [float(v) for v in col["proc_rss_mib"] if v]
     assert len(rss) >= len(body) - 2 and max(rss) > 80  # the 100 MB block is seen
     # CPU % integrated over the sample windows gives back the child's own CPU time (however loaded the
-    # machine is): each row covers the time since the previous one; only the last window is unseen.
+    # machine is): each row covers the time since the previous one; unseen are the start of the child
+    # (before the first row) and the end (it exits right after the last row it waited for, or within 0.1 s).
+    # The windows are told by unix_time, read just before the CPU times; elapsed_s is stamped after the
+    # whole sample, which on a loaded machine can come a good part of a second later.
     cpu = [float(v) if v else 0.0 for v in col["proc_cpu_pct"]]
-    integrated = sum(c / 100 * (t1 - t0) for c, t0, t1 in zip(cpu[1:], elapsed, elapsed[1:]))
+    unix = [float(v) for v in col["unix_time"]]
+    integrated = sum(c / 100 * (t1 - t0) for c, t0, t1 in zip(cpu[1:], unix, unix[1:]))
     own = float(cpu_file.read_text())
     assert own - 0.25 - 0.3 * own <= integrated <= own + 0.1, (integrated, own)
 
@@ -111,68 +127,49 @@ def test_sigterm_to_monitor_is_forwarded_to_the_child(tmp_path):
             sys.exit(7)
         signal.signal(signal.SIGTERM, bye)
         print("ready", flush=True)
-        time.sleep(30)
+        time.sleep(600)  # only the forwarded signal ends it
         """
     )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "actlab.cli",
-            "monitor",
-            "--interval",
-            "0.1",
-            "--",
-            sys.executable,
-            "-c",
-            child,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # no terminal: SIGINT would be forwarded too, but we test SIGTERM
-    )
-    try:
+    # In a session of its own (no terminal: SIGINT would be forwarded too, but we test SIGTERM).
+    with started([sys.executable, "-m", "actlab.cli", "monitor", "--interval", "0.1", "--",
+                  sys.executable, "-c", child]) as proc:  # fmt: skip
         assert proc.stdout.readline().strip() == "ready"
         proc.send_signal(signal.SIGTERM)  # to the monitor only, not the child
-        _, err = proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        _, err = finish(proc, timeout=60)
     assert marker.exists(), err  # the child's own handler ran
     assert proc.returncode == 7, err  # and its exit code came back through the monitor
     assert "exited with code 7" in err
 
 
 def test_process_tree_sums_descendants():
-    grandchild = "import time; b = b'x' * (60 * 2**20); time.sleep(20)"
+    grandchild = "import time; b = b'x' * (60 * 2**20); time.sleep(600)"
     spawn = f"subprocess.Popen([sys.executable, '-c', {grandchild!r}])"
-    parent = f"import subprocess, sys, time; {spawn}; time.sleep(20)"
-    proc = subprocess.Popen([sys.executable, "-c", parent], start_new_session=True)
-    try:
+    parent = f"import subprocess, sys, time; {spawn}; time.sleep(600)"
+    with started([sys.executable, "-c", parent]) as proc:  # both killed when the block ends
         sampler = ProcessTreeSampler(proc.pid)
-        deadline = time.monotonic() + 15
         best = (0.0, 0.0, 0)
-        while time.monotonic() < deadline:
+        # Until the grandchild is up with its 60 MB, however long that takes (the test's timeout bounds it).
+        while not (best[2] == 2 and best[1] > 60):
             time.sleep(0.1)
             best = sampler.sample()
-            if best[2] == 2 and best[1] > 60:
-                break
         cpu, rss, count = best
         assert count == 2 and rss > 60, best
         assert cpu is not None and cpu >= 0
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def test_csv_reads_back_as_sampled(tmp_path):
     out = tmp_path / "r.csv"
-    run = run_monitored([sys.executable, "-c", "import time; time.sleep(0.5)"], 0.1, csv_path=out)
+    # The child ends once the monitor has written 3 rows (however long that takes).
+    wait = ROWS + "import sys, time\nwhile rows(sys.argv[1]) < 3:\n    time.sleep(0.05)\n"
+    run = run_monitored([sys.executable, "-c", wait, str(out)], 0.1, csv_path=out)
     columns, rows = read_monitor_csv(out)
     assert columns == run.columns and len(rows) == len(run.rows) >= 3
-    i = columns.index("proc_rss_mib")
-    assert [round(r[i], 2) for r in rows] == [round(r[i], 2) for r in run.rows]
+    i = columns.index("proc_rss_mib")  # empty (None) in a row taken while the child was exiting
+
+    def rss(rows):
+        return [None if r[i] is None else round(r[i], 2) for r in rows]
+
+    assert rss(rows) == rss(run.rows)
 
 
 @pytest.mark.parametrize(

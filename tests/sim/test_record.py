@@ -142,14 +142,11 @@ except ActlabError as e:
 
 
 def test_a_dead_worker_fails_the_recording_instead_of_hanging(tmp_path):
-    import subprocess
-    import sys
+    from procs import run_python
 
     out = tmp_path / "ds"
     # A dead worker used to leave multiprocessing.Pool waiting forever for its episode.
-    run = subprocess.run(
-        [sys.executable, "-c", _KILL_A_WORKER, str(out)], capture_output=True, text=True, timeout=120
-    )
+    run = run_python(_KILL_A_WORKER, str(out), timeout=240)
     assert run.returncode == 3, run.stderr[-2000:]
     assert "worker process died" in run.stdout
     assert not out.exists()  # nothing partial written
@@ -157,8 +154,8 @@ def test_a_dead_worker_fails_the_recording_instead_of_hanging(tmp_path):
 
 def test_workers_that_cannot_start_fail_the_recording_instead_of_hanging(tmp_path):
     import os
-    import subprocess
-    import sys
+
+    from procs import run_python
 
     # Every worker's initializer fails (here: an invalid MUJOCO_GL, as a broken EGL would): a Pool used to
     # respawn them forever. The worker's own error is printed, the recording stops with an ActlabError.
@@ -172,8 +169,7 @@ def test_workers_that_cannot_start_fail_the_recording_instead_of_hanging(tmp_pat
         "    sys.exit(3)\n"
     )
     env = {**os.environ, "MUJOCO_GL": "not-a-backend"}
-    cmd = [sys.executable, "-c", code, str(tmp_path / "ds")]
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    run = run_python(code, str(tmp_path / "ds"), env=env, timeout=240)
     assert run.returncode == 3, run.stderr[-2000:]
     assert "not-a-backend" in run.stderr  # the cause, from the worker
     assert not (tmp_path / "ds").exists()

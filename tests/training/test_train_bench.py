@@ -1,17 +1,14 @@
 import json
 import os
-import subprocess
-import sys
+
+from procs import run_cli
 
 
 def test_bench_train_reports_model_only_full_and_stall_in_one_run(tiny_dataset):
     # frames_on_device=true: the whole FrameStore is copied into the training device's memory (RAM here)
-    cmd = [sys.executable, "-m", "actlab.cli", "bench", "train", "--preset", "tiny",
-           "--dataset", str(tiny_dataset), "--steps", "2", "--rounds", "2",
-           "--set", "data.frames_on_device=true", "--json"]  # fmt: skip
-    r = subprocess.run(
-        cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300
-    )
+    args = ["bench", "train", "--preset", "tiny", "--dataset", tiny_dataset, "--steps", "2", "--rounds", "2",
+            "--set", "data.frames_on_device=true", "--json"]  # fmt: skip
+    r = run_cli(*args, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=240)
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout)
     assert result["benchmark"] == "train" and result["device"] == "cpu"

@@ -1,30 +1,12 @@
 """DDP with two CPU processes (gloo) under torchrun: disjoint samples, replicas in sync, rank 0 writes."""
 
-import contextlib
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+import procs
 from actlab.training.metrics_log import read_metrics
-
-
-def _kill_tree(proc: subprocess.Popen) -> None:
-    """SIGKILL torchrun and every worker. torchrun starts each worker in a session of its own, so killing
-    torchrun's process group would orphan them (blocked in a collective until gloo's 30-minute timeout):
-    the workers are found as torchrun's descendants before it dies."""
-    import psutil
-
-    try:
-        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-    except psutil.Error:
-        tree = []
-    for p in tree:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    psutil.wait_procs(tree, timeout=10)
-    proc.communicate()
 
 
 def test_two_cpu_processes_sample_disjoint_shares_and_stay_in_sync(tiny_dataset, tmp_path):
@@ -35,15 +17,10 @@ def test_two_cpu_processes_sample_disjoint_shares_and_stay_in_sync(tiny_dataset,
     # --standalone: torchrun picks a free port for the rendezvous on this machine
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
            str(worker), str(tiny_dataset), str(tmp_path)]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # fmt: skip
-    try:
-        _, err = proc.communicate(timeout=240)
-    except BaseException:
-        _kill_tree(proc)  # a hang or an interrupted test leaves no worker behind
-        raise
-    assert proc.returncode == 0, err[-4000:]
+    # torchrun starts each worker in a session of its own: on a timeout `run` kills them too (a worker
+    # left alone would block in a collective until gloo's 30-minute timeout).
+    proc = procs.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["world_size"] == 2
 

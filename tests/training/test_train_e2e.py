@@ -4,18 +4,21 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 from actlab.training import preflight
 from actlab.training.metrics_log import read_metrics
+from procs import cli, finish, run_cli, started
+
+# Each `actlab train` below takes 3-12 s on 2 cores at a load average of 9, up to ~40 s at 12-16; the
+# test's own limit is the suite's 300 s.
+TRAIN_TIMEOUT_S = 200
 
 
-def _train_cmd(dataset, out, *args):
-    return [sys.executable, "-m", "actlab.cli", "train", "--dataset", str(dataset), "--out", str(out), *args]
+def _train_args(dataset, out, *args):
+    return ["train", "--dataset", dataset, "--out", out, *args]
 
 
 def _env():
@@ -39,32 +42,16 @@ def test_killed_run_resumes_on_the_same_loss_curve_bitwise(tiny_dataset, tmp_pat
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     _build_framestore(tiny_dataset)  # decoded once here, not by the two concurrent runs below
     # Both runs at once (2 cores): 20 steps straight, and one that SIGKILLs itself after step 10.
-    a = subprocess.Popen(
-        _train_cmd(tiny_dataset, straight, "--preset", "tiny"),
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    # The killed run reads frames from the memory-mapped FrameStore through DeviceData's prefetch thread,
-    # the straight one from a RAM copy (CPU "auto"): the same batches must come out of both paths.
-    b = subprocess.run(
-        _train_cmd(
-            tiny_dataset,
-            killed,
-            "--preset",
-            "tiny",
-            "--set",
-            "kill_at_step=10",
-            "--set",
-            "data.frames_on_device=false",
-        ),
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    _, err_a = a.communicate(timeout=300)
+    with started(cli(*_train_args(tiny_dataset, straight, "--preset", "tiny")), env=_env()) as a:
+        # The killed run reads frames from the memory-mapped FrameStore through DeviceData's prefetch
+        # thread, the straight one from a RAM copy (CPU "auto"): the same batches must come out of both.
+        b = run_cli(
+            *_train_args(tiny_dataset, killed, "--preset", "tiny"),
+            *["--set", "kill_at_step=10", "--set", "data.frames_on_device=false"],
+            env=_env(),
+            timeout=TRAIN_TIMEOUT_S,
+        )
+        _, err_a = finish(a, TRAIN_TIMEOUT_S)
     assert a.returncode == 0, err_a
     assert b.returncode == -signal.SIGKILL, b.stderr
     ckpts = killed / "checkpoints"
@@ -73,13 +60,7 @@ def test_killed_run_resumes_on_the_same_loss_curve_bitwise(tiny_dataset, tmp_pat
     assert max(_losses(killed)[0]) == 10
 
     # Resume from the run directory alone (its saved config), in a fresh process.
-    c = subprocess.run(
-        [sys.executable, "-m", "actlab.cli", "train", "--out", str(killed), "--resume", "--json"],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    c = run_cli("train", "--out", killed, "--resume", "--json", env=_env(), timeout=TRAIN_TIMEOUT_S)
     assert c.returncode == 0, c.stderr
     summary = json.loads(c.stdout)
     assert summary["step"] == 20 and summary["stopped"] == "completed"
@@ -104,15 +85,13 @@ def test_a_kill_in_the_middle_of_a_logging_window_resumes_with_the_same_rows(tin
     _build_framestore(tiny_dataset)
     base = ["--preset", "tiny", "--set", "steps=8", "--set", "log.every=4", "--set", "checkpoint.every=6",
             "--set", "eval.every=0", "--set", "log.plot=false"]  # fmt: skip
-    a = subprocess.Popen(_train_cmd(tiny_dataset, straight, *base), env=_env(), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)  # fmt: skip
-    b = subprocess.run(_train_cmd(tiny_dataset, killed, *base, "--set", "kill_at_step=6"), env=_env(),
-                       capture_output=True, text=True, timeout=300)  # fmt: skip
-    _, err_a = a.communicate(timeout=300)
+    with started(cli(*_train_args(tiny_dataset, straight, *base)), env=_env()) as a:
+        b = run_cli(*_train_args(tiny_dataset, killed, *base, "--set", "kill_at_step=6"), env=_env(),
+                    timeout=TRAIN_TIMEOUT_S)  # fmt: skip
+        _, err_a = finish(a, TRAIN_TIMEOUT_S)
     assert a.returncode == 0, err_a
     assert b.returncode == -signal.SIGKILL, b.stderr
-    c = subprocess.run([sys.executable, "-m", "actlab.cli", "train", "--out", str(killed), "--resume"],
-                       env=_env(), capture_output=True, text=True, timeout=300)  # fmt: skip
+    c = run_cli("train", "--out", killed, "--resume", env=_env(), timeout=TRAIN_TIMEOUT_S)
     assert c.returncode == 0, c.stderr
 
     def rows(run):
@@ -128,9 +107,7 @@ def test_resume_refuses_a_changed_config_with_a_diff(tiny_dataset, tmp_path, cap
 
     out = tmp_path / "run"
     base = ["--preset", "tiny", "--set", "steps=2", "--set", "checkpoint.every=1", "--set", "eval.every=0"]
-    r = subprocess.run(
-        _train_cmd(tiny_dataset, out, *base), env=_env(), capture_output=True, text=True, timeout=300
-    )
+    r = run_cli(*_train_args(tiny_dataset, out, *base), env=_env(), timeout=TRAIN_TIMEOUT_S)
     assert r.returncode == 0, r.stderr
     # The refusals happen before torch is imported, so they run in this process.
     # A fresh run into the same directory is refused:
@@ -141,9 +118,8 @@ def test_resume_refuses_a_changed_config_with_a_diff(tiny_dataset, tmp_path, cap
     err = capsys.readouterr().err
     assert "optim.lr" in err and "0.001 -> 0.5" in err
     # extending the run (more steps) is allowed, from the saved config alone
-    r = subprocess.run([sys.executable, "-m", "actlab.cli", "train", "--out", str(out), "--resume", "--set",
-                        "steps=3", "--json"], env=_env(), capture_output=True, text=True,
-                       timeout=300)  # fmt: skip
+    r = run_cli("train", "--out", out, "--resume", "--set", "steps=3", "--json", env=_env(),
+                timeout=TRAIN_TIMEOUT_S)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["step"] == 3
     rows = read_metrics(out)
@@ -178,8 +154,8 @@ def test_preflight_refuses_checkpoints_that_cannot_fit(tiny_dataset, tmp_path):
     # Nothing is faked: the real parameter count, the real FrameStore estimate, a real limit option.
     # ~4.3 MB per checkpoint x (100 kept + best + 1 being written) cannot fit in 200 MB.
     args = ["--preset", "tiny", "--set", f"data.cache_dir={cache}", "--disk-limit", "200MB"]
-    r = subprocess.run(_train_cmd(tiny_dataset, out, *args, "--set", "checkpoint.keep_last=100"), env=_env(),
-                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    r = run_cli(*_train_args(tiny_dataset, out, *args, "--set", "checkpoint.keep_last=100"), env=_env(),
+                timeout=TRAIN_TIMEOUT_S)  # fmt: skip
     assert r.returncode == 2, r.stderr
     assert "not enough disk space" in r.stderr and "102 checkpoints alive" in r.stderr
     assert "disk_limit_bytes" in r.stderr and "keep_last" in r.stderr
@@ -194,14 +170,11 @@ def test_preflight_refuses_checkpoints_that_cannot_fit(tiny_dataset, tmp_path):
 
 def test_overfit_mode_reaches_its_threshold_on_8_samples(tiny_dataset, tmp_path):
     out = tmp_path / "overfit"
-    r = subprocess.run(
-        _train_cmd(
-            tiny_dataset, out, "--preset", "tiny", "--overfit", "8", "--set", "policy.dropout=0.0", "--json"
-        ),
+    r = run_cli(
+        *_train_args(tiny_dataset, out, "--preset", "tiny", "--overfit", "8"),
+        *["--set", "policy.dropout=0.0", "--json"],
         env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
+        timeout=TRAIN_TIMEOUT_S,
     )
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
@@ -213,14 +186,11 @@ def test_overfit_mode_reaches_its_threshold_on_8_samples(tiny_dataset, tmp_path)
 
 
 def test_overfit_mode_fails_loudly_when_the_threshold_is_not_reached(tiny_dataset, tmp_path):
-    r = subprocess.run(
-        _train_cmd(
-            tiny_dataset, tmp_path / "o", "--preset", "tiny", "--overfit", "8", "--set", "overfit.max_steps=3"
-        ),
+    r = run_cli(
+        *_train_args(tiny_dataset, tmp_path / "o", "--preset", "tiny", "--overfit", "8"),
+        *["--set", "overfit.max_steps=3"],
         env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
+        timeout=TRAIN_TIMEOUT_S,
     )
     assert r.returncode == 2
     assert "overfit check failed" in r.stderr and "in 3 steps" in r.stderr
@@ -258,16 +228,13 @@ def test_sigterm_writes_a_checkpoint_and_stops(tiny_dataset, tmp_path):
     out = tmp_path / "run"
     args = ["--preset", "tiny", "--set", "steps=100000", "--set", "checkpoint.every=0",
             "--set", "eval.every=0", "--json"]  # fmt: skip
-    proc = subprocess.Popen(_train_cmd(tiny_dataset, out, *args), env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
     metrics = out / "metrics.jsonl"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if metrics.is_file() and len(metrics.read_text().splitlines()) >= 3:
-            break
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=120)
+    with started(cli(*_train_args(tiny_dataset, out, *args)), env=_env()) as proc:
+        # Three logged steps, however long they take (no deadline: the test's timeout bounds the wait).
+        while proc.poll() is None and not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 3):
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = finish(proc, TRAIN_TIMEOUT_S)
     assert proc.returncode == 143, stderr
     assert "--resume" in stderr
     summary = json.loads(stdout)
