@@ -219,7 +219,13 @@ def build_run(
     from actlab.utils.device import resolve_device
 
     dist = dist or DistInfo()
-    device = resolve_device(cfg.device) if device is None else torch.device(device)
+    # resolved in every case (a "cuda" string or torch.device("cuda") becomes indexed, cuda:LOCAL_RANK)
+    device = resolve_device(
+        cfg.device if device is None else str(device),
+        local_rank=dist.local_rank if dist.distributed else None,
+        distributed=dist.distributed,
+        field="device",
+    )
     _check_speed_options(cfg, device, dist)
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
