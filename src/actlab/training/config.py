@@ -228,8 +228,9 @@ class TrainConfig:
     channels_last: bool = False
     # torch.compile the policy's forward
     compile: bool = False
-    # capture forward+backward+optimizer in a CUDA graph (CUDA only; needs static shapes and no host syncs)
-    cuda_graphs: bool = False
+    # capture forward+backward+optimizer in a CUDA graph: "auto" (on CUDA in a single process, with a warning
+    # saying why when a config cannot be captured; off elsewhere), true (an error if it cannot), false
+    cuda_graphs: bool | Literal["auto"] = "auto"
     # torch CPU threads for this process (0 leaves torch's default)
     num_threads: int = 0
     # testing aid: SIGKILL this process right after step N is complete (and checkpointed if due)
@@ -240,6 +241,8 @@ class TrainConfig:
         _check(self.batch_size >= 1, "batch_size", ">= 1", self.batch_size)
         _check(self.num_threads >= 0, "num_threads", ">= 0", self.num_threads)
         _check(self.kill_at_step is None or self.kill_at_step >= 1, "kill_at_step", ">= 1", self.kill_at_step)
+        graphs = self.cuda_graphs
+        _check(graphs in (True, False, "auto"), "cuda_graphs", "auto, true or false", graphs)
         _check(
             self.policy is None or dataclasses.is_dataclass(self.policy),
             "policy",

@@ -60,6 +60,10 @@ def train_step(model, batch, optimizer, scheduler, params, *, grad_clip, device,
     return out
 
 
+class CaptureError(RuntimeError):
+    """Capturing the step failed (not for lack of memory); the weights and optimizer state are as before."""
+
+
 class GraphedStep:
     """The whole step (forward, backward, clip, AdamW) captured once in a CUDA graph and replayed.
 
@@ -87,32 +91,56 @@ class GraphedStep:
         return out
 
     def _capture(self, batch: dict[str, Any]) -> None:
+        """Warm up, capture, and put the weights and optimizer state back as they were.
+
+        Raises CaptureError (state restored) when the step cannot be captured; a CUDA out-of-memory
+        error propagates unchanged (the batch is too large whether captured or not).
+        """
         import torch
 
-        self.static_batch = {k: v.clone() for k, v in batch.items()}
         saved_model = copy.deepcopy(self.model.state_dict())
         saved_optim = {
             p: {k: v.clone() for k, v in st.items() if torch.is_tensor(v)}
             for p, st in self.optimizer.state.items()
         }
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(self.warmup):
-                self._body()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        self.optimizer.zero_grad(set_to_none=True)  # grads get allocated from the graph's pool
-        with torch.cuda.graph(self.graph):
-            self.static_out = self._body()
+        try:
+            self.static_batch = {k: v.clone() for k, v in batch.items()}
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(self.warmup):
+                    self._body()
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            self.optimizer.zero_grad(set_to_none=True)  # grads get allocated from the graph's pool
+            with torch.cuda.graph(self.graph):
+                self.static_out = self._body()
+        except torch.cuda.OutOfMemoryError:
+            self._restore(saved_model, saved_optim)
+            raise
+        except Exception as e:  # a host sync, a CPU tensor, an unsupported op ... inside the step
+            self._restore(saved_model, saved_optim)
+            first_line = (str(e).strip().splitlines() or [""])[0]
+            raise CaptureError(f"{type(e).__name__}: {first_line}") from e
         # The warmup and the capture ran real updates: put weights and AdamW moments back, in place,
         # because the graph holds the addresses of these very tensors.
+        self._restore(saved_model, saved_optim, keep_graph=True)
+
+    def _restore(self, saved_model, saved_optim, keep_graph: bool = False) -> None:
+        import torch
+
+        if not keep_graph:
+            # a failed warmup may still be running on the side stream: finish it before writing back
+            with contextlib.suppress(Exception):  # (no CUDA at all: nothing is running)
+                torch.cuda.synchronize(self.device)
+            self.graph, self.static_batch, self.static_out = None, None, None
+            self.optimizer.zero_grad(set_to_none=True)
         with torch.no_grad():
             self.model.load_state_dict(saved_model)
             for p, st in self.optimizer.state.items():
                 for k, v in st.items():
                     if torch.is_tensor(v):
-                        v.copy_(saved_optim[p][k]) if p in saved_optim else v.zero_()
+                        v.copy_(saved_optim[p][k]) if p in saved_optim and k in saved_optim[p] else v.zero_()
 
     def __call__(self, batch, scheduler, timer=None) -> dict[str, Any]:
         if self.graph is None:
