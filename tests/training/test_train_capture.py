@@ -131,3 +131,16 @@ def test_learning_rates_follow_the_run_across_a_checkpoint(tiny_dataset):
         run.step(run.next_batch())  # a non-capturable AdamW would refuse a tensor learning rate
     finally:
         run.close()
+
+
+def test_a_resized_framestore_trains_a_policy_built_for_its_size(make_dataset, tmp_path):
+    """data.image_size different from the recording: the policy is built for the stored size (its image
+    tokens and positions), not the dataset's native one."""
+    path = make_dataset(tmp_path, episodes=2, length=20, cameras={"top": (48, 64)})
+    cfg = apply_train_overrides(_cfg(path), ["data.image_size=32", f"data.cache_dir={tmp_path / 'cache'}"])
+    run = build_run(cfg)
+    try:
+        assert run.policy.image_shapes["observation.images.top"] == (3, 32, 32)
+        assert torch.isfinite(run.step(run.next_batch())["loss"])
+    finally:
+        run.close()

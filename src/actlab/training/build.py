@@ -353,9 +353,26 @@ def open_data(cfg: TrainConfig):
 
 
 def select_features(ds, cfg: TrainConfig) -> dict[str, Any]:
-    """The dataset's features without the cameras the policy does not use (their frames are never decoded)."""
+    """The dataset's features without the cameras the policy does not use (their frames are never decoded).
+
+    With ``data.image_size`` the cameras' shapes are the FrameStore's (``S x S``: the longer side resized,
+    padded to a square), which is what the policy sees in every batch and at evaluation.
+    """
     used = set(camera_keys(ds, cfg))
-    return {k: v for k, v in ds.features.items() if k not in ds.camera_keys or k in used}
+    out = {}
+    for k, v in ds.features.items():
+        if k in ds.camera_keys and k not in used:
+            continue
+        out[k] = _stored_shape(v, cfg.data.image_size) if k in used else v
+    return out
+
+
+def _stored_shape(feature: dict[str, Any], size: int | None) -> dict[str, Any]:
+    if size is None:
+        return feature
+    channels_first = list(feature.get("names") or [])[:1] in (["channels"], ["channel"])
+    c = feature["shape"][0] if channels_first else feature["shape"][-1]
+    return {**feature, "shape": [c, size, size] if channels_first else [size, size, c]}
 
 
 def camera_keys(ds, cfg: TrainConfig) -> list[str]:
