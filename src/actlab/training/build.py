@@ -12,6 +12,7 @@ schedule. ``actlab train``, ``actlab bench train`` and the batch-size finder all
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -89,6 +90,8 @@ class TrainRun:
     graphed: GraphedStep | None = None
     # why the step is not captured although cuda_graphs asked for it (None: captured, or not wanted)
     graphs_off_reason: str | None = None
+    # EMA of the weights (ema_decay > 0), else None
+    ema: Any = None
 
     # ------------------------------------------------------------------------------------ the step
     def next_batch(self) -> dict[str, Any]:
@@ -99,10 +102,12 @@ class TrainRun:
         """One optimizer step; returns 0-dim device tensors ``loss``, policy terms, ``grad_norm``."""
         if self.graphed is not None:
             try:
-                return self.graphed(batch, self.scheduler, timer)
+                out = self.graphed(batch, self.scheduler, timer)
             except CaptureError as e:
                 self._capture_failed(str(e))  # weights and optimizer untouched: this step runs eagerly
-        return train_step(
+            else:
+                return self._after_step(out)
+        out = train_step(
             self.model,
             batch,
             self.optimizer,
@@ -113,6 +118,37 @@ class TrainRun:
             amp_dtype=self.amp_dtype,
             timer=timer,
         )
+        return self._after_step(out)
+
+    def _after_step(self, out: dict[str, Any]) -> dict[str, Any]:
+        if self.ema is not None:
+            self.ema.update()  # queued after the step's kernels: no sync
+        return out
+
+    def averaged_weights(self):
+        """Context: the EMA weights in ``policy`` (checkpoints, validation); a no-op without EMA."""
+        return self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext()
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """What a checkpoint saves as the optimizer state: AdamW's, plus with EMA the raw weights and the
+        EMA update count (the checkpoint's bundle holds the averaged weights)."""
+        state = self.optimizer.state_dict()
+        return {**state, **self.ema.state_for_checkpoint()} if self.ema is not None else state
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`optimizer_state`; call after loading the checkpoint's weights into ``policy``."""
+        from actlab.training.ema import RAW_WEIGHTS_KEY, UPDATES_KEY
+
+        extra = {k: state[k] for k in (RAW_WEIGHTS_KEY, UPDATES_KEY) if k in state}
+        self.optimizer.load_state_dict({k: v for k, v in state.items() if k not in extra})
+        if self.ema is not None:
+            if not extra:
+                raise ActlabError(
+                    "the checkpoint has no raw weights to continue an EMA run from",
+                    field="ema_decay",
+                    fix="resume with the ema_decay the run was started with",
+                )
+            self.ema.restore_from_checkpoint(extra)
 
     def _capture_failed(self, why: str) -> None:
         """The first step could not be captured: ``cuda_graphs=auto`` warns once and trains eagerly from
@@ -157,7 +193,7 @@ class TrainRun:
         was_training = self.policy.training
         self.policy.eval()
         try:
-            with torch.no_grad(), torch.random.fork_rng(devices=fork_devices):
+            with torch.no_grad(), torch.random.fork_rng(devices=fork_devices), self.averaged_weights():
                 for _ in range(self.cfg.eval.batches):
                     batch = prepare_images(source.next(), self.image_keys, None, None, self.cfg.channels_last)
                     with autocast(self.device, self.amp_dtype):
@@ -322,7 +358,16 @@ def _assemble(cfg, device, dist, ds, store, stats, features, policy, graphs: Gra
         amp_dtype=amp_dtype,
         graphed=graphed,
         graphs_off_reason=graphs.reason,
+        ema=_ema(cfg, policy),
     )
+
+
+def _ema(cfg: TrainConfig, policy):
+    if cfg.ema_decay <= 0:
+        return None
+    from actlab.training.ema import WeightEMA
+
+    return WeightEMA(policy, cfg.ema_decay)
 
 
 def seed_streams(seed: int, rank: int) -> None:

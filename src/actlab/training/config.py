@@ -231,6 +231,9 @@ class TrainConfig:
     # capture forward+backward+optimizer in a CUDA graph: "auto" (on CUDA in a single process, with a warning
     # saying why when a config cannot be captured; off elsewhere), true (an error if it cannot), false
     cuda_graphs: bool | Literal["auto"] = "auto"
+    # EMA of the weights (decay per step, e.g. 0.999): checkpoints and validation use the averaged weights,
+    # training continues from the raw ones; 0 disables
+    ema_decay: float = 0.0
     # torch CPU threads for this process (0 leaves torch's default)
     num_threads: int = 0
     # testing aid: SIGKILL this process right after step N is complete (and checkpointed if due)
@@ -241,6 +244,7 @@ class TrainConfig:
         _check(self.batch_size >= 1, "batch_size", ">= 1", self.batch_size)
         _check(self.num_threads >= 0, "num_threads", ">= 0", self.num_threads)
         _check(self.kill_at_step is None or self.kill_at_step >= 1, "kill_at_step", ">= 1", self.kill_at_step)
+        _check(0.0 <= self.ema_decay < 1.0, "ema_decay", "0 (off) or 0 < x < 1", self.ema_decay)
         graphs = self.cuda_graphs
         _check(graphs in (True, False, "auto"), "cuda_graphs", "auto, true or false", graphs)
         _check(
