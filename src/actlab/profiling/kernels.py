@@ -5,8 +5,8 @@
   step), and the share of the step's wall time during which at least one kernel was running (the union
   of kernel intervals over the window: the profiler's own view of what NVML's utilization.gpu samples).
 - On a CPU there are no kernels: the count is of the torch operators that do the work (``aten::`` ops
-  calling no other op), and the busy share is the union of top-level operator intervals over the wall
-  time (the rest is Python and the framework).
+  that compute, calling no other computing op: allocations and views do not count), and the busy share
+  is the union of top-level operator intervals over the wall time (the rest is Python and the framework).
 
 Both report the tensor dtype casts per step: ``aten::_to_copy`` calls on tensors of more than one element
 (what ``.to(dtype)`` and autocast's weight casts call; Python scalars wrapped into tensors by the
@@ -24,6 +24,23 @@ from typing import Any
 # Host-side CUDA runtime / driver calls that start device work (one per kernel, or one per graph).
 _LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx",
                  "cudaGraphLaunch", "cudaLaunchCooperativeKernel")  # fmt: skip
+
+
+# Operators that allocate or re-describe memory without computing anything (not counted as work on a CPU).
+_METADATA_OPS = frozenset(
+    "aten::" + n
+    for n in (
+        "empty", "empty_like", "empty_strided", "view", "_unsafe_view", "as_strided", "resize_", "detach",
+        "detach_", "t", "transpose", "expand", "slice", "select", "unsqueeze", "squeeze", "permute", "alias",
+        "lift_fresh", "unbind", "split", "chunk", "narrow", "reshape", "flatten", "unflatten", "view_as",
+        "expand_as", "split_with_sizes", "contiguous", "to", "set_", "result_type",
+    )
+)  # fmt: skip
+
+
+def does_work(name: str) -> bool:
+    """True for a torch operator that computes (not an allocation or a view)."""
+    return name.startswith("aten::") and name not in _METADATA_OPS
 
 
 def _union_us(intervals: list[tuple[float, float]]) -> float:
@@ -47,7 +64,7 @@ def summarize_events(
     """Counts per step and the busy share from plain event records (pure; tested alone).
 
     ``events``: ``{"name", "device" ("cpu" | "cuda"), "start", "end" (us), "top" (no CPU parent), "leaf"
-    (no CPU child), "numel" (elements of the first input, None when unknown)}``.
+    (computes and calls no other computing op), "numel" (elements of the first input, None if unknown)}``.
     """
     per = max(steps, 1)
     casts = sum(
@@ -99,6 +116,10 @@ def profile_step(fn: Callable[[], Any], device: Any, steps: int = 3) -> dict[str
             fn()
         synchronize(device)  # the last step's kernels are inside the window
         window_us = (time.perf_counter() - t0) * 1e6
+
+    def computes_below(e) -> bool:
+        return any(does_work(c.name) or computes_below(c) for c in e.cpu_children)
+
     records = []
     for e in prof.events():
         shapes = getattr(e, "input_shapes", None) or []
@@ -110,7 +131,7 @@ def profile_step(fn: Callable[[], Any], device: Any, steps: int = 3) -> dict[str
                 "start": float(e.time_range.start),
                 "end": float(e.time_range.end),
                 "top": e.cpu_parent is None,
-                "leaf": not e.cpu_children,
+                "leaf": does_work(e.name) and not computes_below(e),
                 "numel": int(torch.Size(first).numel()) if first is not None else None,
             }
         )
