@@ -269,7 +269,7 @@ class ACTPolicy(nn.Module):
     # ------------------------------------------------------------------------------------------ images
     def _prep_images(self, key: str, images: torch.Tensor) -> torch.Tensor:
         """uint8 [0, 255] or float [0, 1] (N, 3, H, W) -> normalized float, resized if configured."""
-        dtype = self.encoder_img_feat_input_proj.weight.dtype
+        dtype = self.encoder_cam_pos.dtype  # the model's dtype (a buffer: not a bf16 working weight copy)
         x = images.to(dtype) * (1.0 / 255.0) if images.dtype == torch.uint8 else images.to(dtype)
         size = self.config.downscale_img_square
         if size is not None and tuple(x.shape[-2:]) != (size, size):

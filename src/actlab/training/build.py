@@ -38,7 +38,7 @@ from actlab.training.data import (
     split_episodes,
 )
 from actlab.training.ddp import DistInfo
-from actlab.training.step import CaptureError, GraphedStep, autocast, train_step
+from actlab.training.step import CaptureError, GraphedStep, WorkingWeights, autocast, train_step
 
 # Batch key of cached backbone features for a camera (the policies' contract for freeze_backbone).
 FEATURES_SUFFIX = ".features"
@@ -92,6 +92,8 @@ class TrainRun:
     graphs_off_reason: str | None = None
     # EMA of the weights (ema_decay > 0), else None
     ema: Any = None
+    # bf16 working weight copies (bf16 autocast with bf16_weights, one process, no compile), else None
+    weights: WorkingWeights | None = None
 
     # ------------------------------------------------------------------------------------ the step
     def next_batch(self) -> dict[str, Any]:
@@ -117,6 +119,7 @@ class TrainRun:
             device=self.device,
             amp_dtype=self.amp_dtype,
             timer=timer,
+            weights=self.weights,
         )
         return self._after_step(out)
 
@@ -330,11 +333,15 @@ def _assemble(cfg, device, dist, ds, store, stats, features, policy, graphs: Gra
 
     batches = PreparedBatches(source, prepare, gen)
     amp_dtype = torch.bfloat16 if _amp_on(cfg, device) else None
+    weights = None
+    if amp_dtype is not None and cfg.bf16_weights and not dist.distributed and not cfg.compile:
+        weights = WorkingWeights(policy, amp_dtype)
     graphed = None
     if graphs.enabled:
         graphed = GraphedStep(
-            model, optimizer, params, grad_clip=cfg.optim.grad_clip, device=device, amp_dtype=amp_dtype
-        )
+            model, optimizer, params, grad_clip=cfg.optim.grad_clip, device=device, amp_dtype=amp_dtype,
+            weights=weights,
+        )  # fmt: skip
     elif graphs.reason is not None and dist.is_main:
         announce_fallback(graphs.reason)
     return TrainRun(
@@ -359,6 +366,7 @@ def _assemble(cfg, device, dist, ds, store, stats, features, policy, graphs: Gra
         graphed=graphed,
         graphs_off_reason=graphs.reason,
         ema=_ema(cfg, policy),
+        weights=weights,
     )
 
 

@@ -224,6 +224,9 @@ class TrainConfig:
     device: str = "auto"
     # mixed precision: "auto" (bf16 autocast on CUDA, off elsewhere), "bf16", "off"
     amp: Literal["auto", "bf16", "off"] = "auto"
+    # with bf16 autocast: bf16 working copies of the matmul/conv weights, written once per step from the fp32
+    # weights, instead of autocast casting every weight at every use (single process, not with compile)
+    bf16_weights: bool = True
     # keep image tensors in channels_last memory format (faster convolutions on GPUs)
     channels_last: bool = False
     # torch.compile the policy's forward
