@@ -147,3 +147,30 @@ def test_sinusoidal_tables_match_the_elementwise_formulas():
                 angle = (coord + 1) / (n + 1e-6) * 2 * math.pi / 10000 ** (2 * (k // 2) / half)
                 expected = math.sin(angle) if k % 2 == 0 else math.cos(angle)
                 assert abs(t2[i * w + j, c] - expected) < 1e-5, (i, j, c)
+
+
+def test_frozen_batchnorm_is_one_fused_op_with_the_formula_s_result():
+    """One inference batch-norm kernel instead of the written-out formula's ~7; same values in fp32, and
+    under bf16 autocast the output stays bf16 (no fp32 activation for the next conv to cast back)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from actlab.policies.backbones import FrozenBatchNorm2d
+    from actlab.profiling.kernels import does_work
+
+    torch.manual_seed(0)
+    bn = FrozenBatchNorm2d(8)
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.normal_()
+        bn.running_mean.normal_()
+        bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(2, 8, 6, 6)
+    scale = bn.weight * (bn.running_var + bn.eps).rsqrt()
+    formula = x * scale.view(1, -1, 1, 1) + (bn.bias - bn.running_mean * scale).view(1, -1, 1, 1)
+    torch.testing.assert_close(bn(x), formula, rtol=1e-6, atol=1e-6)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        bn(x)
+    computing = [e.name for e in prof.events() if does_work(e.name)]
+    assert computing and all("batch_norm" in n for n in computing), computing
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert bn(x.bfloat16()).dtype == torch.bfloat16

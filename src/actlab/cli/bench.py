@@ -84,13 +84,19 @@ _TRAIN_EPILOG = """\
 examples:
   actlab bench train --preset tiny                                   # synthetic dataset in a temp dir
   actlab bench train --preset so101_sim --dataset data/sim --set batch_size=64 --json
+  actlab bench train --preset so101_sim --dataset data/bench224 --device cuda \
+      --lerobot-python /work/lerobot-venv/bin/python                 # lerobot 0.6.1's own step beside it
 
 model_only_step_ms: the step on a batch already on the device (repeated); full_step_ms: sample +
 gather + augment + step, as `actlab train` runs it. Blocks of each alternate in one run;
 data_stall_frac = 1 - model_only / full. gflops_per_step: model FLOPs of one forward + backward
 (counted on the real policy and batch); achieved_tflops_* = FLOPs / step time; on CUDA mfu_* =
 achieved / the device's datasheet peak in the step's precision (--peak-tflops overrides it, and gives
-an MFU on a CPU, which has no tabled peak).
+an MFU on a CPU, which has no tabled peak). kernels_per_step and device_busy_frac come from
+torch.profiler (CUDA kernels on a GPU, torch operators on a CPU: the report says which);
+inference_ms_per_chunk is predict_action_chunk at batch 1, eager and CUDA-graph replayed;
+nvml_util_median_pct is NVML utilization.gpu (n/a without a GPU). --lerobot-python runs lerobot's own
+ACT training step on the same dataset, device and config in a child process, after actlab's run.
 """
 
 
@@ -116,6 +122,9 @@ def _register_train(g) -> None:
         metavar="T",
         help="peak TFLOP/s for MFU instead of the datasheet table (e.g. a measured matmul peak)",
     )
+    p.add_argument("--lerobot-python", metavar="PY", help="python of a lerobot 0.6.1 venv: time its step too")
+    p.add_argument("--lerobot-workers", type=int, default=4, metavar="N", help="its DataLoader workers (4)")
+    p.add_argument("--lerobot-steps", type=int, default=30, metavar="N", help="its timed steps (30)")
     add_json_flag(p)
     p.set_defaults(_run=_run_train)
 
@@ -138,7 +147,22 @@ def _run_train(args) -> int:
     cfg = apply_train_overrides(get_preset(args.preset), args.overrides)
     if args.device:
         cfg = dataclasses.replace(cfg, device=args.device)
-    result = run_bench(cfg, args.dataset, steps=args.steps, rounds=args.rounds, peak_tflops=args.peak_tflops)
+    if args.lerobot_steps < 1 or args.lerobot_workers < 0:
+        raise ActlabError(
+            "--lerobot-steps must be >= 1 and --lerobot-workers >= 0",
+            field="--lerobot-steps/--lerobot-workers",
+            found=(args.lerobot_steps, args.lerobot_workers),
+        )
+    result = run_bench(
+        cfg,
+        args.dataset,
+        steps=args.steps,
+        rounds=args.rounds,
+        peak_tflops=args.peak_tflops,
+        lerobot_python=args.lerobot_python,
+        lerobot_workers=args.lerobot_workers,
+        lerobot_steps=args.lerobot_steps,
+    )
     emit(result, args.json)
     return 0
 

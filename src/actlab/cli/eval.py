@@ -71,11 +71,9 @@ def _run(args: argparse.Namespace) -> int:
             found=f"{len(args.paths)} path(s), --expert={args.expert}",
             fix="actlab eval RUN_DIR ... or actlab eval --expert",
         )
-    device = args.device
-    if device == "auto":
-        from actlab.utils.device import resolve_device
+    from actlab.utils.device import resolve_device
 
-        device = str(resolve_device("auto"))
+    device = str(resolve_device(args.device))  # every spelling checked here; CUDA always indexed
     spec = EnvSpec(task=args.task, image_size=args.image_size, max_steps=args.max_steps)
     cfg = EvalConfig(
         episodes=args.episodes,

@@ -14,6 +14,7 @@ _EPILOG = """\
 examples:
   actlab train --preset so101_sim_cpu --dataset data/sim --out runs/demo
   actlab train --preset so101_sim --dataset data/sim --out runs/full --set batch_size=64 --set compile=true
+  actlab train --preset so101_sim --dataset data/sim --out runs/gpu1 --device cuda:1
   actlab train --out runs/full --resume                      # continue from the last checkpoint
   actlab train --out runs/full --resume --set steps=200000   # ... and train longer
   actlab train --preset tiny --dataset data/sim --out runs/check --overfit 8
@@ -44,6 +45,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "an existing run needs --resume; locked while a run trains in it",
     )
     add_set_flag(p, "override a config key, e.g. --set optim.lr=3e-4 (repeatable)")
+    p.add_argument(
+        "--device",
+        metavar="DEV",
+        help="auto, cpu, cuda, cuda:N (default: the preset's; sets the config key device)",
+    )
     p.add_argument(
         "--resume",
         action="store_true",
@@ -125,6 +131,8 @@ def _resolve_config(args: argparse.Namespace):
     if args.dataset:
         cfg = with_dataset(cfg, args.dataset)
     cfg = apply_train_overrides(cfg, args.overrides)
+    if args.device:
+        cfg = dataclasses.replace(cfg, device=args.device)
     if args.disk_limit:
         from actlab.profiling.batch_size import parse_bytes
 

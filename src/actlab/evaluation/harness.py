@@ -194,6 +194,9 @@ class _Cache:
                 from actlab.policies import load_policy
 
                 self.policy = load_policy(src.path, device=device)
+                # On CUDA, chunks are replayed from CUDA graphs (no per-call launch overhead); a no-op on CPU.
+                if callable(getattr(self.policy, "use_cuda_graphs", None)):
+                    self.policy.use_cuda_graphs("auto")
             self.policy_key = key
         return self.policy
 

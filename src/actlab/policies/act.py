@@ -30,6 +30,7 @@ from actlab.errors import ActlabError
 from actlab.policies.backbones import IMAGENET_MEAN, IMAGENET_STD, load_imagenet_weights, make_backbone
 from actlab.policies.configs import ACTConfig
 from actlab.policies.ensemble import TemporalEnsembler
+from actlab.policies.inference import GraphedInference, plan_inference_graphs
 from actlab.policies.layers import Decoder, Encoder, sinusoid_1d, sinusoid_2d
 from actlab.policies.normalize import Normalizer, mean_std
 
@@ -126,6 +127,7 @@ class ACTPolicy(nn.Module):
             if config.freeze_backbone:
                 self.backbone.requires_grad_(False)
         self._action_queue: collections.deque = collections.deque()
+        self._graphed_inference: GraphedInference | None = None  # set by use_cuda_graphs
         self._ensembler = (
             TemporalEnsembler(config.temporal_ensemble_coeff, config.chunk_size)
             if config.temporal_ensemble_coeff is not None
@@ -267,7 +269,7 @@ class ACTPolicy(nn.Module):
     # ------------------------------------------------------------------------------------------ images
     def _prep_images(self, key: str, images: torch.Tensor) -> torch.Tensor:
         """uint8 [0, 255] or float [0, 1] (N, 3, H, W) -> normalized float, resized if configured."""
-        dtype = self.encoder_img_feat_input_proj.weight.dtype
+        dtype = self.encoder_cam_pos.dtype  # the model's dtype (a buffer: not a bf16 working weight copy)
         x = images.to(dtype) * (1.0 / 255.0) if images.dtype == torch.uint8 else images.to(dtype)
         size = self.config.downscale_img_square
         if size is not None and tuple(x.shape[-2:]) != (size, size):
@@ -512,10 +514,28 @@ class ACTPolicy(nn.Module):
             self._check_prefix(prefix)
             self._check_obs(obs, prefix)
             obs = self._observation(obs)
-            pred, _, _ = self._predict_normalized(obs, prefix=prefix)
-            return self._to_actions(pred, obs, prefix)
+            run = self._graphed_inference or self._chunk
+            return run(obs, prefix)
         finally:
             self.train(was_training)
+
+    def _chunk(self, obs: dict[str, torch.Tensor], prefix: torch.Tensor | None) -> torch.Tensor:
+        """The tensor math of one inference call (what a CUDA graph captures): (B, H, A) absolute."""
+        pred, _, _ = self._predict_normalized(obs, prefix=prefix)
+        return self._to_actions(pred, obs, prefix)
+
+    def use_cuda_graphs(self, mode: bool | str = "auto") -> str | None:
+        """Replay ``predict_action_chunk`` (and so ``select_action``) from CUDA graphs.
+
+        ``"auto"``: on CUDA (one graph per input signature, captured at its first call), eager
+        elsewhere; ``False`` turns it off. Returns why it is off when ``mode`` asked for it (else None).
+        Call it after moving the policy to its device.
+        """
+        tensors = [*self.parameters(), *self.buffers()]
+        device_type = tensors[0].device.type if tensors else "cpu"
+        on, why = plan_inference_graphs(mode, device_type)
+        self._graphed_inference = GraphedInference(self, self._chunk) if on else None
+        return why
 
     @torch.no_grad()
     def select_action(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -89,7 +89,9 @@ def bench_policy(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Median training-step time per variant and its speed-up over the first; a profiling.report dict."""
-    dev = torch.device(device)
+    from actlab.utils.device import resolve_device
+
+    dev = resolve_device(device)
     base = apply_config_overrides(get_config_class(type_name)(), list(overrides))
     features = synthetic_features(state_dim, action_dim, cameras, image_shape)
     runs = {}

@@ -107,3 +107,55 @@ def open_gpus() -> GpuSet:
 def gpu_columns(count: int) -> list[str]:
     """CSV column names for ``count`` GPUs: ``gpu0_util_pct, gpu0_mem_util_pct, ...``."""
     return [f"gpu{i}_{f}" for i in range(count) for f in GPU_FIELDS]
+
+
+class UtilSampler:
+    """NVML ``utilization.gpu`` of one GPU sampled on a background thread, kept with wall-clock times.
+
+    ``median(t0, t1)`` is the median over the samples taken in a window (``time.time()`` seconds), so one
+    sampler can measure several phases of a run (actlab's steps, then a child process's). Without NVML or
+    a GPU it samples nothing and every median is None (print "n/a"); ``reason`` says why.
+    """
+
+    def __init__(self, index: int = 0, interval_s: float = 0.1) -> None:
+        import threading
+
+        self.index, self.interval_s = index, interval_s
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._gpus = open_gpus()
+        self.reason = self._gpus.reason
+        if self.reason is None and index >= self._gpus.count:
+            self.reason = f"NVML sees {self._gpus.count} GPU(s), not index {index}"
+        self._thread = None
+        if self.reason is None:
+            self._thread = threading.Thread(target=self._run, name="nvml-util", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        import time
+
+        while not self._stop.is_set():
+            util = self._gpus.read(self.index).get("util_pct")
+            if util is not None:
+                self.samples.append((time.time(), util))
+            self._stop.wait(self.interval_s)
+
+    def median(self, t0: float, t1: float) -> float | None:
+        """Median utilization (%) of the samples taken between ``t0`` and ``t1``; None without any."""
+        import statistics
+
+        inside = [u for t, u in list(self.samples) if t0 <= t <= t1]
+        return statistics.median(inside) if inside else None
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._gpus.close()
+
+    def __enter__(self) -> UtilSampler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

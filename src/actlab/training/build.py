@@ -12,6 +12,7 @@ schedule. ``actlab train``, ``actlab bench train`` and the batch-size finder all
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -25,6 +26,7 @@ import numpy as np
 from actlab.errors import ActlabError
 from actlab.training import ddp, preflight
 from actlab.training.augment import prepare_images
+from actlab.training.capture import GraphPlan, announce_fallback, plan_cuda_graphs
 from actlab.training.checkpoint import jsonable
 from actlab.training.config import TrainConfig
 from actlab.training.data import (
@@ -36,7 +38,7 @@ from actlab.training.data import (
     split_episodes,
 )
 from actlab.training.ddp import DistInfo
-from actlab.training.step import GraphedStep, autocast, train_step
+from actlab.training.step import CaptureError, GraphedStep, WorkingWeights, autocast, train_step
 
 # Batch key of cached backbone features for a camera (the policies' contract for freeze_backbone).
 FEATURES_SUFFIX = ".features"
@@ -84,8 +86,14 @@ class TrainRun:
     aug_generator: Any
     # autocast dtype, or None for full precision
     amp_dtype: Any
-    # CUDA-graph step (cuda_graphs=True), else None
+    # CUDA-graph step (cuda_graphs true, or auto on CUDA), else None (eager steps)
     graphed: GraphedStep | None = None
+    # why the step is not captured although cuda_graphs asked for it (None: captured, or not wanted)
+    graphs_off_reason: str | None = None
+    # EMA of the weights (ema_decay > 0), else None
+    ema: Any = None
+    # bf16 working weight copies (bf16 autocast with bf16_weights, one process, no compile), else None
+    weights: WorkingWeights | None = None
 
     # ------------------------------------------------------------------------------------ the step
     def next_batch(self) -> dict[str, Any]:
@@ -95,8 +103,13 @@ class TrainRun:
     def step(self, batch: dict[str, Any], timer=None) -> dict[str, Any]:
         """One optimizer step; returns 0-dim device tensors ``loss``, policy terms, ``grad_norm``."""
         if self.graphed is not None:
-            return self.graphed(batch, self.scheduler, timer)
-        return train_step(
+            try:
+                out = self.graphed(batch, self.scheduler, timer)
+            except CaptureError as e:
+                self._capture_failed(str(e))  # weights and optimizer untouched: this step runs eagerly
+            else:
+                return self._after_step(out)
+        out = train_step(
             self.model,
             batch,
             self.optimizer,
@@ -106,7 +119,53 @@ class TrainRun:
             device=self.device,
             amp_dtype=self.amp_dtype,
             timer=timer,
+            weights=self.weights,
         )
+        return self._after_step(out)
+
+    def _after_step(self, out: dict[str, Any]) -> dict[str, Any]:
+        if self.ema is not None:
+            self.ema.update()  # queued after the step's kernels: no sync
+        return out
+
+    def averaged_weights(self):
+        """Context: the EMA weights in ``policy`` (checkpoints, validation); a no-op without EMA."""
+        return self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext()
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """What a checkpoint saves as the optimizer state: AdamW's, plus with EMA the raw weights and the
+        EMA update count (the checkpoint's bundle holds the averaged weights)."""
+        state = self.optimizer.state_dict()
+        return {**state, **self.ema.state_for_checkpoint()} if self.ema is not None else state
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`optimizer_state`; call after loading the checkpoint's weights into ``policy``."""
+        from actlab.training.ema import RAW_WEIGHTS_KEY, UPDATES_KEY
+
+        extra = {k: state[k] for k in (RAW_WEIGHTS_KEY, UPDATES_KEY) if k in state}
+        self.optimizer.load_state_dict({k: v for k, v in state.items() if k not in extra})
+        if self.ema is not None:
+            if not extra:
+                raise ActlabError(
+                    "the checkpoint has no raw weights to continue an EMA run from",
+                    field="ema_decay",
+                    fix="resume with the ema_decay the run was started with",
+                )
+            self.ema.restore_from_checkpoint(extra)
+
+    def _capture_failed(self, why: str) -> None:
+        """The first step could not be captured: ``cuda_graphs=auto`` warns once and trains eagerly from
+        now on; an explicit ``cuda_graphs=true`` is an error."""
+        self.graphed = None
+        self.graphs_off_reason = f"CUDA graphs off: capturing the step failed ({why})"
+        if self.cfg.cuda_graphs is True:
+            raise ActlabError(
+                "the training step cannot be captured in a CUDA graph",
+                field="cuda_graphs",
+                found=why,
+                fix="set cuda_graphs=auto (falls back to eager steps with a warning) or cuda_graphs=false",
+            )
+        announce_fallback(self.graphs_off_reason)
 
     def lrs(self) -> dict[str, float]:
         """Current learning rates: ``lr`` (head) and ``lr_backbone`` when the backbone trains (no sync)."""
@@ -137,7 +196,7 @@ class TrainRun:
         was_training = self.policy.training
         self.policy.eval()
         try:
-            with torch.no_grad(), torch.random.fork_rng(devices=fork_devices):
+            with torch.no_grad(), torch.random.fork_rng(devices=fork_devices), self.averaged_weights():
                 for _ in range(self.cfg.eval.batches):
                     batch = prepare_images(source.next(), self.image_keys, None, None, self.cfg.channels_last)
                     with autocast(self.device, self.amp_dtype):
@@ -219,8 +278,16 @@ def build_run(
     from actlab.utils.device import resolve_device
 
     dist = dist or DistInfo()
-    device = resolve_device(cfg.device) if device is None else torch.device(device)
-    _check_speed_options(cfg, device, dist)
+    # resolved in every case (a "cuda" string or torch.device("cuda") becomes indexed, cuda:LOCAL_RANK)
+    device = resolve_device(
+        cfg.device if device is None else str(device),
+        local_rank=dist.local_rank if dist.distributed else None,
+        distributed=dist.distributed,
+        field="device",
+    )
+    graphs = plan_cuda_graphs(
+        cfg.cuda_graphs, device_type=device.type, distributed=dist.distributed, compile=cfg.compile
+    )
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     ds = open_data(cfg)
@@ -234,10 +301,10 @@ def build_run(
     store = store if store is not None else _build_store(ds, cfg, dist)
     check_store_matches(store, features)
     seed_streams(cfg.seed, dist.rank)
-    return _assemble(cfg, device, dist, ds, store, stats, features, policy)
+    return _assemble(cfg, device, dist, ds, store, stats, features, policy, graphs)
 
 
-def _assemble(cfg, device, dist, ds, store, stats, features, policy) -> TrainRun:
+def _assemble(cfg, device, dist, ds, store, stats, features, policy, graphs: GraphPlan) -> TrainRun:
     import torch
 
     split = split_episodes(ds.episodes, cfg.data, cfg.seed, where=str(ds.root))
@@ -250,7 +317,7 @@ def _assemble(cfg, device, dist, ds, store, stats, features, policy) -> TrainRun
     source = BatchSource(device_data, sampler, cfg.batch_size)
     groups = policy.param_groups(cfg.optim.lr, cfg.optim.backbone_lr, cfg.optim.weight_decay)
     params = [p for g in groups for p in g["params"] if p.requires_grad]
-    optimizer = _optimizer(cfg, groups, device)
+    optimizer = _optimizer(cfg, groups, device, capturable=graphs.enabled)
     from actlab.training.schedule import build_scheduler
 
     scheduler = build_scheduler(optimizer, cfg.steps, cfg.schedule)
@@ -267,11 +334,17 @@ def _assemble(cfg, device, dist, ds, store, stats, features, policy) -> TrainRun
 
     batches = PreparedBatches(source, prepare, gen)
     amp_dtype = torch.bfloat16 if _amp_on(cfg, device) else None
+    weights = None
+    if amp_dtype is not None and cfg.bf16_weights and not dist.distributed and not cfg.compile:
+        weights = WorkingWeights(policy, amp_dtype)
     graphed = None
-    if cfg.cuda_graphs:
+    if graphs.enabled:
         graphed = GraphedStep(
-            model, optimizer, params, grad_clip=cfg.optim.grad_clip, device=device, amp_dtype=amp_dtype
-        )
+            model, optimizer, params, grad_clip=cfg.optim.grad_clip, device=device, amp_dtype=amp_dtype,
+            weights=weights,
+        )  # fmt: skip
+    elif graphs.reason is not None and dist.is_main:
+        announce_fallback(graphs.reason)
     return TrainRun(
         cfg=cfg,
         device=device,
@@ -292,7 +365,18 @@ def _assemble(cfg, device, dist, ds, store, stats, features, policy) -> TrainRun
         aug_generator=gen,
         amp_dtype=amp_dtype,
         graphed=graphed,
+        graphs_off_reason=graphs.reason,
+        ema=_ema(cfg, policy),
+        weights=weights,
     )
+
+
+def _ema(cfg: TrainConfig, policy):
+    if cfg.ema_decay <= 0:
+        return None
+    from actlab.training.ema import WeightEMA
+
+    return WeightEMA(policy, cfg.ema_decay)
 
 
 def seed_streams(seed: int, rank: int) -> None:
@@ -306,30 +390,6 @@ def seed_streams(seed: int, rank: int) -> None:
 
 def _amp_on(cfg: TrainConfig, device) -> bool:
     return cfg.amp == "bf16" or (cfg.amp == "auto" and device.type == "cuda")
-
-
-def _check_speed_options(cfg: TrainConfig, device, dist: DistInfo) -> None:
-    if cfg.cuda_graphs and device.type != "cuda":
-        raise ActlabError(
-            "cuda_graphs needs a CUDA device",
-            field="cuda_graphs",
-            expected="device cuda",
-            found=str(device),
-            fix="set cuda_graphs=false on this machine",
-        )
-    if cfg.cuda_graphs and dist.distributed:
-        raise ActlabError(
-            "cuda_graphs is not supported with several processes (DDP)",
-            field="cuda_graphs",
-            found=f"world size {dist.world_size}",
-            fix="set cuda_graphs=false or use one process",
-        )
-    if cfg.cuda_graphs and cfg.compile:
-        raise ActlabError(
-            "choose one of compile and cuda_graphs",
-            field="cuda_graphs",
-            fix="compile=true with cuda_graphs=false, or the reverse",
-        )
 
 
 def open_data(cfg: TrainConfig):
@@ -534,7 +594,9 @@ def precompute_features(
     return out
 
 
-def _optimizer(cfg: TrainConfig, groups: list[dict[str, Any]], device):
+def _optimizer(cfg: TrainConfig, groups: list[dict[str, Any]], device, capturable: bool = False):
+    import functools
+
     import torch
 
     kwargs: dict[str, Any] = {
@@ -544,12 +606,37 @@ def _optimizer(cfg: TrainConfig, groups: list[dict[str, Any]], device):
         "weight_decay": cfg.optim.weight_decay,
     }
     groups = [dict(g) for g in groups]
+    for g in groups:
+        # The schedule's base rates stay Python floats (LambdaLR keeps "initial_lr" when it is set), so
+        # a tensor learning rate never leaks into the scheduler state or a checkpoint's base rates.
+        g["initial_lr"] = float(g.get("lr", cfg.optim.lr))
     if device.type == "cuda":
         # fused: one kernel for all parameters instead of a few per tensor
         kwargs["fused"] = True
-        if cfg.cuda_graphs:
+        if capturable:
             # capturable + tensor lr: the step lives in a CUDA graph and LambdaLR updates lr in place
             kwargs["capturable"] = True
             for g in groups:
-                g["lr"] = torch.tensor(float(g.get("lr", cfg.optim.lr)), device=device)
-    return torch.optim.AdamW(groups, **kwargs)
+                g["lr"] = torch.tensor(g["initial_lr"], device=device)
+    optimizer = torch.optim.AdamW(groups, **kwargs)
+    optimizer.register_load_state_dict_post_hook(
+        functools.partial(_rehome_lrs, device=device, as_tensor=capturable)
+    )
+    return optimizer
+
+
+def _rehome_lrs(optimizer, *, device, as_tensor: bool) -> None:
+    """After ``optimizer.load_state_dict``: learning rates in the form this run needs.
+
+    Loading replaces each group's ``lr`` with the saved one (a tensor read onto the CPU if the
+    checkpoint came from a captured run, a float otherwise). A captured step needs a tensor on the
+    device (updated in place by the schedule); an eager non-capturable AdamW refuses a tensor rate.
+    So a run can be resumed with or without CUDA graphs, on either device type.
+    """
+    import torch
+
+    for g in optimizer.param_groups:
+        lr = float(g["lr"].item()) if torch.is_tensor(g["lr"]) else float(g["lr"])
+        g["lr"] = torch.tensor(lr, device=device) if as_tensor else lr
+        if torch.is_tensor(g.get("initial_lr")):
+            g["initial_lr"] = float(g["initial_lr"].item())

@@ -249,12 +249,19 @@ class TrainConfig:
     device: str = "auto"
     # mixed precision: "auto" (bf16 autocast on CUDA, off elsewhere), "bf16", "off"
     amp: Literal["auto", "bf16", "off"] = "auto"
+    # with bf16 autocast: bf16 working copies of the matmul/conv weights, written once per step from the fp32
+    # weights, instead of autocast casting every weight at every use (single process, not with compile)
+    bf16_weights: bool = True
     # keep image tensors in channels_last memory format (faster convolutions on GPUs)
     channels_last: bool = False
     # torch.compile the policy's forward
     compile: bool = False
-    # capture forward+backward+optimizer in a CUDA graph (CUDA only; needs static shapes and no host syncs)
-    cuda_graphs: bool = False
+    # capture forward+backward+optimizer in a CUDA graph: "auto" (on CUDA in a single process, with a warning
+    # saying why when a config cannot be captured; off elsewhere), true (an error if it cannot), false
+    cuda_graphs: bool | Literal["auto"] = "auto"
+    # EMA of the weights (decay per step, e.g. 0.999): checkpoints and validation use the averaged weights,
+    # training continues from the raw ones; 0 disables
+    ema_decay: float = 0.0
     # torch CPU threads for this process (0 leaves torch's default)
     num_threads: int = 0
     # testing aid: SIGKILL this process right after step N is complete (and checkpointed if due)
@@ -266,6 +273,9 @@ class TrainConfig:
         _check(self.batch_size >= 1, "batch_size", ">= 1", self.batch_size)
         _check(self.num_threads >= 0, "num_threads", ">= 0", self.num_threads)
         _check(self.kill_at_step is None or self.kill_at_step >= 1, "kill_at_step", ">= 1", self.kill_at_step)
+        _check(0.0 <= self.ema_decay < 1.0, "ema_decay", "0 (off) or 0 < x < 1", self.ema_decay)
+        graphs = self.cuda_graphs
+        _check(graphs in (True, False, "auto"), "cuda_graphs", "auto, true or false", graphs)
         _check(
             self.policy is None or dataclasses.is_dataclass(self.policy),
             "policy",

@@ -63,9 +63,10 @@ def setup(info: DistInfo, device_name: str):
 
     from actlab.utils.device import resolve_device
 
-    device = resolve_device(device_name)
-    if device.type == "cuda" and info.distributed:
-        device = torch.device("cuda", info.local_rank)
+    # Always an indexed device for CUDA (cuda:LOCAL_RANK under torchrun): set_device needs the index.
+    device = resolve_device(
+        device_name, local_rank=info.local_rank, distributed=info.distributed, field="device"
+    )
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if info.distributed and not dist.is_initialized():

@@ -441,7 +441,7 @@ def _restore(run: TrainRun, ckpts: CheckpointManager, step: int) -> tuple[dict[s
         )
     loaded = load_policy(state.path, device=run.device)
     run.policy.load_state_dict(loaded.state_dict())
-    run.optimizer.load_state_dict(state.optimizer)
+    run.load_optimizer_state(state.optimizer)  # with EMA: the bundle is averaged, the raw weights return
     run.scheduler.load_state_dict(state.scheduler)
     # The optimizer state carries the learning rate the saved schedule chose for the next step; recompute
     # it from the current schedule (identical unless `steps` changed, which stretches the cosine).
@@ -718,30 +718,31 @@ class Loop:
         gathered = ddp.all_gather_object((tensors, meta), dist)  # every rank's RNG + sampler position
         if dist.is_main:
             val = self.last_val if self._eval_due(step) else None
-            self.ckpts.save(
-                step,
-                run.policy,
-                run.optimizer.state_dict(),
-                run.scheduler.state_dict(),
-                meta={
-                    "config_hash": config_hash(self.cfg),
-                    "world_size": dist.world_size,
-                    "ranks": [m for _, m in gathered],
-                    "train_loss": self.last_loss,
-                    # this process's loop so far: what summary.json reports if it is killed right after
-                    "loop": self._throughput(step),
-                },
-                rng_per_rank=[t for t, _ in gathered],
-                val_loss=val,
-                bundle_extra={
-                    "train": {
-                        "step": step,
-                        "preset": self.cfg.name,
-                        "val_loss": val,
+            with run.averaged_weights():  # with EMA, the bundle (what evaluation loads) is the average
+                self.ckpts.save(
+                    step,
+                    run.policy,
+                    run.optimizer_state(),
+                    run.scheduler.state_dict(),
+                    meta={
+                        "config_hash": config_hash(self.cfg),
+                        "world_size": dist.world_size,
+                        "ranks": [m for _, m in gathered],
+                        # this process's loop so far: what summary.json reports if it is killed right after
+                        "loop": self._throughput(step),
                         "train_loss": self.last_loss,
-                    }
-                },
-            )
+                    },
+                    rng_per_rank=[t for t, _ in gathered],
+                    val_loss=val,
+                    bundle_extra={
+                        "train": {
+                            "step": step,
+                            "preset": self.cfg.name,
+                            "val_loss": val,
+                            "train_loss": self.last_loss,
+                        }
+                    },
+                )
         self.last_ckpt = self.ckpts.path(step).name
         ddp.barrier(dist)
         self.log.log(
