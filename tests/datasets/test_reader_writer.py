@@ -127,7 +127,13 @@ def test_file_rotation_and_inline_encoding(tmp_path):
     # Video rotation is decided on bytes already muxed; the encoder's look-ahead delays them a little.
     assert len(list((path / "videos/observation.images.top").rglob("*.mp4"))) >= 2
     ds = open_dataset(path)
-    assert ds.episodes[2].videos["observation.images.top"][1] == 0.0  # a new file starts at 0
+    # Which episode opens a new file depends on how far the encoder's look-ahead had muxed (timing), so
+    # check the invariant instead: in every file, episodes start at 0 and follow each other exactly.
+    spans = [ds.episodes[i].videos["observation.images.top"] for i in range(3)]
+    assert spans[0][1] == 0.0
+    for (prev_file, prev_from, _), (file, start, _), ep in zip(spans, spans[1:], ds.episodes):
+        assert start == (prev_from + ep.length / 30 if file == prev_file else 0.0)
+    assert len({f for f, _, _ in spans}) >= 2
     assert np.array_equal(ds.column("action"), np.concatenate([e["action"] for e in eps]))
     frames = ds.read_frames("observation.images.top", [0, 25, 59])
     assert _psnr(frames, np.stack([eps[0]["observation.images.top"][0], eps[1]["observation.images.top"][5],
