@@ -152,6 +152,8 @@ class EncoderThread:
 
     # How often a waiting caller wakes to look at the heartbeat.
     _POLL_S = 0.25
+    # The heartbeat's clock (a class attribute so that a test can drive it frame by frame).
+    _clock = staticmethod(time.monotonic)
 
     def __init__(self, max_pending: int = 4, stall_s: float = 120.0) -> None:
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_pending))
@@ -162,7 +164,7 @@ class EncoderThread:
         self._encoder: VideoEncoder | None = None
         self._file: Path | None = None  # the file the current item writes (for the error message)
         self._busy = False  # an item is being processed
-        self._beat = time.monotonic()  # last sign of progress of the current item
+        self._beat = self._clock()  # last sign of progress of the current item
         self._submitted = 0  # items put on the queue (by the one caller thread)
         self._done = 0  # items processed (finished, failed or skipped)
         self._changed = threading.Condition()  # notified after every item
@@ -173,7 +175,7 @@ class EncoderThread:
         while True:
             item = self._queue.get()
             if item is not None:
-                self._beat, self._busy = time.monotonic(), True
+                self._beat, self._busy = self._clock(), True
                 try:
                     if self._error is None:  # after a failure the rest is skipped
                         self._process(*item)
@@ -197,7 +199,7 @@ class EncoderThread:
             assert self._encoder is not None
             for i in range(len(payload)):  # one frame at a time: a heartbeat per frame
                 self._encoder.encode(payload[i : i + 1])
-                self._beat = time.monotonic()
+                self._beat = self._clock()
         elif kind == "close":
             assert self._encoder is not None
             self._encoder.close()
@@ -205,7 +207,7 @@ class EncoderThread:
 
     def _check_stall(self) -> None:
         """Raise the watchdog's error if the current item has stopped making progress."""
-        if self._stalled is None and self._busy and time.monotonic() - self._beat > self._stall_s:
+        if self._stalled is None and self._busy and self._clock() - self._beat > self._stall_s:
             self._stalled = ActlabError(
                 f"the video encoder made no progress for {self._stall_s:g} s",
                 file=self._file,
