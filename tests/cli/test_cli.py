@@ -30,3 +30,21 @@ def test_every_subcommand_help_is_light():
         )
         out = run_python(code, timeout=60)
         assert out.returncode == 0, (name, out.stderr)
+
+
+def _all_parsers(parser, path=("actlab",)):
+    yield path, parser
+    for action in parser._actions:
+        if action.__class__.__name__ == "_SubParsersAction":
+            for name, child in action.choices.items():
+                yield from _all_parsers(child, (*path, name))
+
+
+def test_no_help_shows_an_escaped_percent_sign():
+    # argparse %-formats argument and subcommand help, not descriptions or epilogs: a "%%" written in a
+    # description reaches the user as is (it did in `actlab monitor --help`).
+    from actlab.cli import build_parser
+
+    shown = {" ".join(path): p.format_help() for path, p in _all_parsers(build_parser())}
+    assert len(shown) > 20
+    assert [cmd for cmd, text in shown.items() if "%%" in text] == []

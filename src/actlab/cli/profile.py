@@ -41,7 +41,7 @@ def _register_monitor(sub: argparse._SubParsersAction) -> None:
         "run any command and record GPU/CPU utilization and memory while it runs",
         _MONITOR_EPILOG,
         description="Run CMD, sample every GPU (NVML: utilization, memory, SM clock, power, temperature) "
-        "and CMD's process tree (CPU %%, RSS) every --interval seconds, and print a summary of the steady "
+        "and CMD's process tree (CPU %, RSS) every --interval seconds, and print a summary of the steady "
         "part (warm-up detected and excluded). Without a GPU, CPU and RAM are still recorded.",
     )
     p.add_argument("--interval", default="0.5", metavar="S", help="seconds between samples (default 0.5)")
