@@ -19,11 +19,12 @@ import json
 import random
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from actlab.errors import ActlabError
+from actlab.policies.contract import FEATURES_SUFFIX, TrainablePolicy
 from actlab.training import ddp, preflight
 from actlab.training.augment import prepare_images
 from actlab.training.capture import GraphPlan, announce_fallback, plan_cuda_graphs
@@ -40,8 +41,13 @@ from actlab.training.data import (
 from actlab.training.ddp import DistInfo
 from actlab.training.step import CaptureError, GraphedStep, WorkingWeights, autocast, train_step
 
-# Batch key of cached backbone features for a camera (the policies' contract for freeze_backbone).
-FEATURES_SUFFIX = ".features"
+if TYPE_CHECKING:
+    import torch
+
+    from actlab.datasets import DeviceData, FrameStore
+    from actlab.datasets.reader import LeRobotV3Dataset
+    from actlab.training.ema import WeightEMA
+
 # Offset between the validation sampler's seed and the run seed (any constant; fixed for reproducibility).
 VAL_SEED_OFFSET = 7919
 
@@ -53,45 +59,45 @@ class TrainRun:
     # the config it was built from
     cfg: TrainConfig
     # training device of this process
-    device: Any
+    device: torch.device
     # this process's place in a DDP job
     dist: DistInfo
     # the opened dataset (actlab.datasets)
-    dataset: Any
-    # the decoded FrameStore
-    store: Any
+    dataset: LeRobotV3Dataset
+    # the decoded FrameStore (None when the policy uses no camera)
+    store: FrameStore | None
     # normalization statistics given to the policy
     stats: dict[str, Any]
     # dataset features given to the policy (cameras the policy does not use removed)
     features: dict[str, Any]
     # the bare policy module (what checkpoints save)
-    policy: Any
+    policy: TrainablePolicy
     # what the step calls: the policy, possibly wrapped by DDP and/or torch.compile
-    model: Any
+    model: torch.nn.Module
     # AdamW over the policy's param groups
-    optimizer: Any
+    optimizer: torch.optim.Optimizer
     # LambdaLR (warmup + cosine/constant)
-    scheduler: Any
+    scheduler: torch.optim.lr_scheduler.LambdaLR
     # trainable parameters (for gradient clipping)
-    params: list[Any]
+    params: list[torch.nn.Parameter]
     # episode split and frame ranges
     split: Split
     # gathers batches from the FrameStore on the device
-    device_data: Any
+    device_data: DeviceData
     # training batches of this rank, prepared (float images, augmentation) for the step
     batches: PreparedBatches
     # camera keys present in batches
     image_keys: list[str]
     # RNG of the on-device augmentation (saved with checkpoints)
-    aug_generator: Any
+    aug_generator: torch.Generator
     # autocast dtype, or None for full precision
-    amp_dtype: Any
+    amp_dtype: torch.dtype | None
     # CUDA-graph step (cuda_graphs true, or auto on CUDA), else None (eager steps)
     graphed: GraphedStep | None = None
     # why the step is not captured although cuda_graphs asked for it (None: captured, or not wanted)
     graphs_off_reason: str | None = None
     # EMA of the weights (ema_decay > 0), else None
-    ema: Any = None
+    ema: WeightEMA | None = None
     # bf16 working weight copies (bf16 autocast with bf16_weights, one process, no compile), else None
     weights: WorkingWeights | None = None
 
@@ -541,7 +547,7 @@ def _device_data(ds, store, policy, cfg: TrainConfig, device):
     on_device = _frames_on_device(cfg, store, device)
     deltas = dict(policy.delta_indices)
     override = None
-    if getattr(cfg.policy, "freeze_backbone", False) and store is not None:
+    if cfg.policy.freeze_backbone and store is not None:
         if cfg.augment.enabled:
             warnings.warn(
                 "augment.* is ignored with policy.freeze_backbone: backbone features are computed once per "
