@@ -515,7 +515,7 @@ def _stats(ds, cfg: TrainConfig, store) -> dict[str, Any]:
     return compute_stats(ds, **cfg.policy.stats_request(), store=store, cache_dir=cache)
 
 
-def _make_policy(cfg: TrainConfig, features, stats, device):
+def _make_policy(cfg: TrainConfig, features, stats, device) -> TrainablePolicy:
     import torch
 
     from actlab.policies import make_policy
@@ -553,7 +553,7 @@ def _preflight(cfg: TrainConfig, policy, ds, store, out_dir, existing_checkpoint
     preflight.check(plan, out_dir, cfg.checkpoint.disk_limit_bytes)
 
 
-def _device_data(ds, store, policy, cfg: TrainConfig, device):
+def _device_data(ds, store, policy: TrainablePolicy, cfg: TrainConfig, device) -> DeviceData:
     """DeviceData for the policy's keys; with a frozen backbone, cached features replace the images."""
     from actlab.datasets import DeviceData
 
@@ -587,9 +587,9 @@ def _frames_on_device(cfg: TrainConfig, store, device) -> bool | str:
 
 
 def precompute_features(
-    policy, store, keys: list[str], device, amp: bool, chunk: int = 256
+    policy: TrainablePolicy, store: FrameStore, keys: list[str], device, amp: bool, chunk: int = 256
 ) -> dict[str, Any]:
-    """``{camera + ".features": (N, C', h, w)}``: the frozen backbone run once over every stored frame.
+    """``{camera + FEATURES_SUFFIX: (N, C', h, w)}``: the frozen backbone run once over every stored frame.
 
     Why: with ``freeze_backbone`` the backbone output of a frame never changes, so computing it once
     turns every later step into a head-only step. Kept on the device (bf16 under autocast).
