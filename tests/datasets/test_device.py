@@ -54,18 +54,19 @@ def test_windowed_images_are_fetched_only_at_requested_offsets(data):
     )
 
 
-def test_prefetching_batches_resume_exactly(data):
+@pytest.mark.parametrize("on_device", [False, True], ids=["prefetch", "on_device"])
+def test_prefetching_batches_resume_exactly(data, on_device):
     ds, store = data
     starts = [e.start for e in ds.episodes]
     stops = [e.stop for e in ds.episodes]
-    dd = DeviceData(ds, store, DELTAS, frames_on_device=False)
+    dd = DeviceData(ds, store, DELTAS, frames_on_device=on_device)
     sampler = EpisodeSampler(starts, stops, seed=0)
     seen = []
-    for k, batch in enumerate(dd.batches(sampler, 8, steps=10, prefetch=3)):
+    for k, (batch, sampler_state) in enumerate(dd.batches(sampler, 8, steps=10, prefetch=3)):
         seen.append(batch["index"].clone())
         if k == 4:
-            state = dict(dd.sampler_state)
-    # The sampler ran ahead (prefetch), but dd.sampler_state is the state after batch 4.
+            state = dict(sampler_state)
+    # The sampler ran ahead (prefetch), but the state yielded with batch 4 is the state after batch 4.
     resumed = EpisodeSampler(starts, stops, seed=0)
     resumed.load_state_dict(state)
     again = [dd.gather(resumed.next_batch(8))["index"] for _ in range(5)]

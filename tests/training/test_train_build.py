@@ -118,15 +118,17 @@ def test_validation_is_eval_mode_on_fixed_batches_and_leaves_every_training_stre
         assert run.evaluate() == first  # the same batches, no dropout, latent 0: the same number
         # eval mode: the loss is the L1 of what inference predicts (no KL term, no sampled latent)
         from actlab.training.build import VAL_SEED_OFFSET
-        from actlab.training.data import BatchSource, make_sampler
+        from actlab.training.data import make_sampler
 
+        # recomputed from the sampler and DeviceData directly (not through validation_batches)
         sampler = make_sampler(run.split.val_ranges, run.cfg.seed + VAL_SEED_OFFSET)
-        source = BatchSource(run.device_data, sampler, run.cfg.batch_size, prefetch=1)
+        source = run.device_data.batches(sampler, run.cfg.batch_size, prefetch=1)
         run.policy.eval()
         with torch.no_grad():
             losses = []
             for _ in range(run.cfg.eval.batches):
-                loss, metrics = run.policy(prepare_images(source.next(), run.image_keys, None, None))
+                raw, _ = next(source)
+                loss, metrics = run.policy(prepare_images(raw, run.image_keys, None, None))
                 assert loss == metrics["l1_loss"]
                 losses.append(loss)
         run.policy.train()

@@ -104,7 +104,6 @@ class DeviceData:
         self.image_keys = [k for k in deltas if k not in overrides and fmt.is_camera(ds.features[k])]
         self.frames_on_device = self._decide_placement(store, frames_on_device, max_device_bytes)
         self._host_frames: dict[str, torch.Tensor] = {}
-        self.sampler_state: dict[str, Any] | None = None
         for key in self.image_keys:
             assert store is not None
             # Copy-on-write mapping: torch.from_numpy warns on read-only arrays; nothing is ever written.
@@ -264,12 +263,13 @@ class DeviceData:
 
     def batches(
         self, sampler: EpisodeSampler, batch_size: int, steps: int | None = None, prefetch: int = 2
-    ) -> Iterator[dict[str, torch.Tensor]]:
-        """Yield batches drawn from ``sampler``; on the memmap path a background thread prefetches images.
+    ) -> Iterator[tuple[dict[str, torch.Tensor], dict[str, Any]]]:
+        """Yield ``(batch, sampler_state)`` pairs drawn from ``sampler``; on the memmap path a background
+        thread prefetches images.
 
-        The sampler runs ahead of the consumer by up to ``prefetch`` batches, so save
-        ``self.sampler_state`` (the sampler's state right after the batch just yielded) to resume
-        exactly, not ``sampler.state_dict()``.
+        ``sampler_state`` is the sampler's state right after that batch was drawn: what to save to resume
+        with exactly the next batch. The sampler itself runs ahead of the consumer by up to ``prefetch``
+        batches, so ``sampler.state_dict()`` is not that position.
 
         Why a thread: reading the memmap (page cache or disk) overlaps the training step; the copy to the
         GPU is non_blocking from pinned memory, so neither side waits for the other.
@@ -280,8 +280,8 @@ class DeviceData:
             count = 0
             while steps is None or count < steps:
                 idx_np = sampler.next_batch(batch_size)
-                self.sampler_state = sampler.state_dict()
-                yield self.gather(idx_np)
+                state = sampler.state_dict()
+                yield self.gather(idx_np), state
                 count += 1
             return
         q: queue.Queue = queue.Queue(maxsize=max(1, prefetch))
@@ -308,9 +308,9 @@ class DeviceData:
                     return
                 if isinstance(item, BaseException):
                     raise item
-                idx_np, self.sampler_state, host = item
+                idx_np, state, host = item
                 idx = torch.from_numpy(idx_np).to(self.device, non_blocking=True)
-                yield self._assemble(idx, host)
+                yield self._assemble(idx, host), state
         finally:
             stop.set()
             while thread.is_alive():

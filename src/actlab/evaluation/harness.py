@@ -34,6 +34,7 @@ from actlab.evaluation.policy_io import ObsAdapter, PolicyInputs, bundle_inputs,
 from actlab.evaluation.results import CheckpointEval, EpisodeResult, summarize
 from actlab.evaluation.rollout import EpisodeTrace, rollout, to_result
 from actlab.evaluation.video import annotate_episode, env_frame, write_video
+from actlab.policies.contract import RolloutPolicy
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,8 @@ class PolicySource:
 
     name: str  # display name in tables and video file names
     path: str | None = None  # checkpoint bundle directory (loaded with actlab.policies.load_policy)
-    factory: Callable[[Any], Any] | None = None  # picklable factory(env) -> policy
-    obj: Any = None  # a policy object (runs in this process only)
+    factory: Callable[[Any], RolloutPolicy] | None = None  # picklable factory(env) -> policy
+    obj: RolloutPolicy | None = None  # a policy object (runs in this process only)
     step: int | None = None  # training step, for sweeps
 
     def __post_init__(self) -> None:
@@ -96,7 +97,11 @@ class PolicySource:
         return self.obj is not None
 
 
-def as_source(policy: Any, name: str | None = None, step: int | None = None) -> PolicySource:
+def as_source(
+    policy: RolloutPolicy | PolicySource | str | Path | Callable[[Any], RolloutPolicy],
+    name: str | None = None,
+    step: int | None = None,
+) -> PolicySource:
     """A policy object, a bundle path or a factory -> PolicySource."""
     if isinstance(policy, PolicySource):
         return policy
@@ -160,7 +165,7 @@ class _Cache:
 
     envs: dict[str, list[Any]] = field(default_factory=dict)
     policy_key: str | None = None
-    policy: Any = None
+    policy: RolloutPolicy | None = None
 
     def close(self) -> None:
         """Close every env (their renderers) and drop the policy."""
@@ -178,7 +183,7 @@ class _Cache:
             envs.append(make_eval_env(spec))
         return envs[:n]
 
-    def get_policy(self, src: PolicySource, device: str, env: Any = None) -> Any:
+    def get_policy(self, src: PolicySource, device: str, env: Any = None) -> RolloutPolicy:
         """The loaded bundle, or the factory's policy bound to ``env``; built once and then reused, so
         that every episode after the first relies on ``reset()`` (as a real evaluation does)."""
         if src.factory is not None:
@@ -217,7 +222,7 @@ def _finish(item: WorkItem, index: int, trace: EpisodeTrace, fps: int) -> Episod
     return result
 
 
-def run_item(item: WorkItem, cache: _Cache, policy_obj: Any = None) -> list[EpisodeResult]:
+def run_item(item: WorkItem, cache: _Cache, policy_obj: RolloutPolicy | None = None) -> list[EpisodeResult]:
     """Run a work item in this process (the worker body, also used directly for in-process policies)."""
     seeds = [item.base_seed + i for i in item.indices]
     record = [_video_path(item, i) is not None for i in item.indices]
@@ -245,7 +250,7 @@ def run_item(item: WorkItem, cache: _Cache, policy_obj: Any = None) -> list[Epis
     return [_finish(item, i, t, env_fps(envs[0])) for i, t in zip(item.indices, traces)]
 
 
-def _policy_device(policy: Any, fallback: str) -> Any:
+def _policy_device(policy: RolloutPolicy, fallback: str) -> Any:
     params = getattr(policy, "parameters", None)
     if callable(params):
         try:
@@ -297,7 +302,7 @@ def _items(src: PolicySource, spec: EnvSpec, cfg: EvalConfig, video_dir: Path | 
 
 
 def evaluate_many(
-    policies: Sequence[Any],
+    policies: Sequence[RolloutPolicy | PolicySource | str | Path | Callable[[Any], RolloutPolicy]],
     spec: EnvSpec,
     cfg: EvalConfig,
     out_dir: str | Path | None = None,
@@ -393,7 +398,7 @@ def _run_pool(sources, spec, cfg, video_root, collect) -> None:
 
 
 def evaluate(
-    policy: Any,
+    policy: RolloutPolicy | PolicySource | str | Path | Callable[[Any], RolloutPolicy],
     spec: EnvSpec | str = "so101_pick_place",
     cfg: EvalConfig | None = None,
     out_dir: str | Path | None = None,

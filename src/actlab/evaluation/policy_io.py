@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from actlab.errors import ActlabError
+from actlab.policies.contract import RolloutPolicy
 
 # How the FrameStore records a resize in a camera feature's "info" (actlab.datasets.framestore
 # .stored_features writes it; the bundle's features.json carries it): {"mode": "fit_pad", ...}.
@@ -95,7 +96,7 @@ def bundle_inputs(path: str | Path) -> PolicyInputs | None:
     return _only_cameras(inputs, cameras if isinstance(cameras, list) else None)
 
 
-def policy_inputs(policy: Any) -> PolicyInputs | None:
+def policy_inputs(policy: RolloutPolicy) -> PolicyInputs | None:
     """Inputs declared by a policy object, or None for a policy that declares none.
 
     Uses ``camera_keys`` + ``image_shapes`` ((C, H, W) per camera) where the policy has them (actlab's

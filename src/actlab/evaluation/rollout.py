@@ -20,6 +20,7 @@ from actlab.evaluation.policy_io import ObsAdapter, actions_to_numpy
 from actlab.evaluation.results import EpisodeResult
 from actlab.evaluation.taxonomy import PhaseRecord, classify
 from actlab.evaluation.video import env_frame
+from actlab.policies.contract import RolloutPolicy
 
 # info keys kept per step (the rest of a sim info, e.g. arrays, is dropped to keep traces small).
 KEPT_INFO: tuple[str, ...] = ("is_success", "grasped", "lifted", "in_goal", "near_goal", "cube_height")
@@ -64,7 +65,7 @@ def kept_info(info: Mapping, near_radius: float = NEAR_GOAL_FACTOR * DEFAULT_GOA
 
 
 def rollout(
-    policy: Any,
+    policy: RolloutPolicy,
     envs: Sequence[Any],
     seeds: Sequence[int],
     adapter: ObsAdapter,

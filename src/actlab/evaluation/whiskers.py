@@ -27,6 +27,7 @@ from actlab.evaluation.policy_io import ObsAdapter, actions_to_numpy, policy_inp
 from actlab.evaluation.rollout import kept_info, near_goal_radius
 from actlab.evaluation.taxonomy import PhaseRecord, classify
 from actlab.evaluation.video import draw_text, outcome_text, write_video
+from actlab.policies.contract import RolloutPolicy
 from actlab.utils.io import write_png
 
 # Colours chosen against the sim's palette (grey table, blue bowl, red cube, yellow-and-black arm).
@@ -147,7 +148,7 @@ def _check_env(env: Any) -> None:
         )
 
 
-def _build_policy(source: Any, env: Any, device: str) -> Any:
+def _build_policy(source: Any, env: Any, device: str) -> RolloutPolicy:
     if source.factory is not None:
         return source.factory(env)
     if source.obj is not None:

@@ -5,6 +5,8 @@ the modules, bundles and the RTC simulator load torch when first used::
 
     from actlab.policies import ACTConfig, make_policy, save_policy, load_policy
 
+The contract the other packages are typed against (``TrainablePolicy``, ``InferencePolicy``,
+``RolloutPolicy``, ``PolicyConfig``, ``FEATURES_SUFFIX``) is in ``actlab.policies.contract``.
 See docs/policies.md and docs/internals.md (section actlab.policies).
 """
 
@@ -14,6 +16,14 @@ import importlib
 from typing import Any
 
 from actlab.policies.configs import ACTConfig, ACTRelativeConfig
+from actlab.policies.contract import (
+    FEATURES_SUFFIX,
+    InferencePolicy,
+    PolicyConfig,
+    RolloutPolicy,
+    TrainablePolicy,
+    contract_problems,
+)
 from actlab.policies.registry import (
     POLICY_TYPES,
     config_classes,
@@ -36,10 +46,16 @@ _LAZY = {
 }
 
 __all__ = [
+    "FEATURES_SUFFIX",
     "POLICY_TYPES",
     "ACTConfig",
     "ACTRelativeConfig",
+    "InferencePolicy",
+    "PolicyConfig",
+    "RolloutPolicy",
+    "TrainablePolicy",
     "config_classes",
+    "contract_problems",
     "get_config_class",
     "get_policy_class",
     "make_policy",

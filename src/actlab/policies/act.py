@@ -29,6 +29,7 @@ from torch import nn
 from actlab.errors import ActlabError
 from actlab.policies.backbones import IMAGENET_MEAN, IMAGENET_STD, load_imagenet_weights, make_backbone
 from actlab.policies.configs import ACTConfig
+from actlab.policies.contract import FEATURES_SUFFIX
 from actlab.policies.ensemble import TemporalEnsembler
 from actlab.policies.inference import GraphedInference, plan_inference_graphs
 from actlab.policies.layers import Decoder, Encoder, sinusoid_1d, sinusoid_2d
@@ -36,7 +37,6 @@ from actlab.policies.normalize import Normalizer, mean_std
 
 STATE = "observation.state"
 ACTION = "action"
-FEATURES_SUFFIX = ".features"
 
 
 def _feature_shape(features: dict[str, Any], key: str) -> tuple[int, ...]:
@@ -280,7 +280,7 @@ class ACTPolicy(nn.Module):
         """Backbone features (N, C', h, w) of one camera's frames (N, 3, H, W), uint8 or float in [0, 1].
 
         With ``freeze_backbone`` these are what a trainer may cache per frame and pass back as
-        ``batch[camera_key + ".features"]`` (same result as passing the images).
+        ``batch[camera_key + FEATURES_SUFFIX]`` (same result as passing the images).
         """
         if camera_key not in self.image_shapes:
             raise ActlabError(

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from actlab.policies.contract import FEATURES_SUFFIX
 from actlab.policies.info import synthetic_features, unit_stats
 from actlab.policies.registry import apply_config_overrides, get_config_class, make_policy
 
@@ -58,7 +59,7 @@ def _setup(base: Any, overrides: list[str], features: dict, batch_size: int, dev
     if cached:
         with torch.no_grad():
             for key in policy.camera_keys:
-                batch[key + ".features"] = policy.encode_images(key, batch.pop(key))
+                batch[key + FEATURES_SUFFIX] = policy.encode_images(key, batch.pop(key))
     opt = torch.optim.AdamW(policy.param_groups(1e-4, 1e-5, 1e-4))
     return policy, batch, opt
 

@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any, ClassVar, Literal
 
 from actlab.errors import ActlabError
+from actlab.policies.contract import FEATURES_SUFFIX
 from actlab.utils.config import did_you_mean
 
 BACKBONES = ("resnet18", "resnet34", "cnn_small")
@@ -301,6 +302,6 @@ class ACTRelativeConfig(ACTConfig):
 def _is_camera(key: str, feature: Any) -> bool:
     """A camera feature: dtype "video"/"image" (LeRobot), or any ``observation.images.<cam>`` key."""
     dtype = feature.get("dtype") if isinstance(feature, dict) else None
-    if key.endswith(".features"):
+    if key.endswith(FEATURES_SUFFIX):
         return False
     return dtype in ("video", "image") or key.startswith("observation.images.")

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from actlab.policies.contract import FEATURES_SUFFIX
 from actlab.training.config import TrainConfig
 
 
@@ -80,7 +81,7 @@ def _inference_obs(run, batch: dict[str, Any]) -> dict[str, Any]:
     return {
         k: v[:1]
         for k, v in batch.items()
-        if (k in keys or k.endswith(".features")) and not k.endswith("_is_pad")
+        if (k in keys or k.endswith(FEATURES_SUFFIX)) and not k.endswith("_is_pad")
     }
 
 

@@ -14,34 +14,38 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import json
 import random
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from actlab.errors import ActlabError
+from actlab.policies.contract import FEATURES_SUFFIX, TrainablePolicy
 from actlab.training import ddp, preflight
 from actlab.training.augment import prepare_images
 from actlab.training.capture import GraphPlan, announce_fallback, plan_cuda_graphs
 from actlab.training.checkpoint import jsonable
 from actlab.training.config import TrainConfig
 from actlab.training.data import (
-    BatchSource,
-    PreparedBatches,
+    BatchStream,
     Split,
     make_sampler,
     overfit_ranges,
     split_episodes,
+    validation_batches,
 )
 from actlab.training.ddp import DistInfo
 from actlab.training.step import CaptureError, GraphedStep, WorkingWeights, autocast, train_step
 
-# Batch key of cached backbone features for a camera (the policies' contract for freeze_backbone).
-FEATURES_SUFFIX = ".features"
+if TYPE_CHECKING:
+    import torch
+
+    from actlab.datasets import DeviceData, FrameStore
+    from actlab.datasets.reader import LeRobotV3Dataset
+    from actlab.training.ema import WeightEMA
+
 # Offset between the validation sampler's seed and the run seed (any constant; fixed for reproducibility).
 VAL_SEED_OFFSET = 7919
 
@@ -53,47 +57,51 @@ class TrainRun:
     # the config it was built from
     cfg: TrainConfig
     # training device of this process
-    device: Any
+    device: torch.device
     # this process's place in a DDP job
     dist: DistInfo
     # the opened dataset (actlab.datasets)
-    dataset: Any
-    # the decoded FrameStore
-    store: Any
+    dataset: LeRobotV3Dataset
+    # the decoded FrameStore (None when the policy uses no camera)
+    store: FrameStore | None
     # normalization statistics given to the policy
     stats: dict[str, Any]
     # dataset features given to the policy (cameras the policy does not use removed)
     features: dict[str, Any]
     # the bare policy module (what checkpoints save)
-    policy: Any
+    policy: TrainablePolicy
     # what the step calls: the policy, possibly wrapped by DDP and/or torch.compile
-    model: Any
+    model: torch.nn.Module
     # AdamW over the policy's param groups
-    optimizer: Any
+    optimizer: torch.optim.Optimizer
     # LambdaLR (warmup + cosine/constant)
-    scheduler: Any
+    scheduler: torch.optim.lr_scheduler.LambdaLR
     # trainable parameters (for gradient clipping)
-    params: list[Any]
+    params: list[torch.nn.Parameter]
     # episode split and frame ranges
     split: Split
     # gathers batches from the FrameStore on the device
-    device_data: Any
-    # training batches of this rank, prepared (float images, augmentation) for the step
-    batches: PreparedBatches
+    device_data: DeviceData
+    # training batches of this rank, prepared (float images, augmentation) for the step; owns the
+    # sampler position and the augmentation generator (what checkpoints save of the data)
+    batches: BatchStream
     # camera keys present in batches
     image_keys: list[str]
-    # RNG of the on-device augmentation (saved with checkpoints)
-    aug_generator: Any
     # autocast dtype, or None for full precision
-    amp_dtype: Any
+    amp_dtype: torch.dtype | None
     # CUDA-graph step (cuda_graphs true, or auto on CUDA), else None (eager steps)
     graphed: GraphedStep | None = None
     # why the step is not captured although cuda_graphs asked for it (None: captured, or not wanted)
     graphs_off_reason: str | None = None
     # EMA of the weights (ema_decay > 0), else None
-    ema: Any = None
+    ema: WeightEMA | None = None
     # bf16 working weight copies (bf16 autocast with bf16_weights, one process, no compile), else None
     weights: WorkingWeights | None = None
+
+    @property
+    def aug_generator(self) -> torch.Generator:
+        """RNG of the on-device augmentation (the batch stream's; saved with checkpoints)."""
+        return self.batches.generator
 
     # ------------------------------------------------------------------------------------ the step
     def next_batch(self) -> dict[str, Any]:
@@ -180,79 +188,64 @@ class TrainRun:
     def evaluate(self) -> float | None:
         """Mean validation loss over ``eval.batches`` fixed batches (all ranks), or None without a split.
 
-        The same batches every time (a fresh sampler with a fixed seed); the global torch RNG is forked
-        so validation never shifts the training random streams (a resumed run stays bitwise identical).
+        The same batches every time (:func:`validation_batches`: a stream of its own with a fixed seed,
+        which never moves the training batch stream); the global torch RNG is forked so validation never
+        shifts the training random streams (a resumed run stays bitwise identical).
         """
         import torch
 
         if not self.split.val_ranges:
             return None
-        sampler = make_sampler(
-            self.split.val_ranges, self.cfg.seed + VAL_SEED_OFFSET, self.dist.rank, self.dist.world_size
+        batches = validation_batches(
+            self.device_data,
+            self.split.val_ranges,
+            self.cfg.seed + VAL_SEED_OFFSET,
+            self.cfg.batch_size,
+            self.cfg.eval.batches,
+            self.dist.rank,
+            self.dist.world_size,
         )
-        source = BatchSource(self.device_data, sampler, self.cfg.batch_size, prefetch=1)
         fork_devices = [self.device] if self.device.type == "cuda" else []
         total = torch.zeros((), device=self.device)
         was_training = self.policy.training
         self.policy.eval()
         try:
             with torch.no_grad(), torch.random.fork_rng(devices=fork_devices), self.averaged_weights():
-                for _ in range(self.cfg.eval.batches):
-                    batch = prepare_images(source.next(), self.image_keys, None, None, self.cfg.channels_last)
+                for raw in batches:
+                    batch = prepare_images(raw, self.image_keys, None, None, self.cfg.channels_last)
                     with autocast(self.device, self.amp_dtype):
                         loss, _ = self.policy(batch)
                     total += loss.float()
         finally:
-            source.close()
+            batches.close()
             self.policy.train(was_training)
         mean = ddp.all_reduce_mean({"val": total / self.cfg.eval.batches}, self.dist)["val"]
         return float(mean.item())  # one sync per evaluation
 
     # ------------------------------------------------------------------------------------ RNG state
     def rng_state(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(tensors for torch.save, JSON-able dict) holding every random stream of this rank."""
-        import torch
-
+        """(tensors for torch.save, JSON-able dict) holding every random stream of this rank: the batch
+        stream's position (``sampler``, ``augment``) and the process-wide streams
+        (:func:`process_rng_state`)."""
         sampler_state, aug_state = self.batches.state()  # as of the last batch handed to the step
-        tensors = {"torch_cpu": torch.get_rng_state(), "augment": aug_state}
-        if self.device.type == "cuda":
-            tensors["torch_cuda"] = torch.cuda.get_rng_state(self.device)
-        py = random.getstate()
-        meta = {
-            "sampler": jsonable(sampler_state),
-            "numpy": jsonable(list(np.random.get_state())),
-            "python": [py[0], list(py[1]), py[2]],
-        }
-        return tensors, meta
+        streams, meta = process_rng_state(self.device)
+        tensors = {"torch_cpu": streams.pop("torch_cpu"), "augment": aug_state, **streams}
+        return tensors, {"sampler": jsonable(sampler_state), **meta}
 
     def load_rng_state(self, tensors: dict[str, Any], meta: dict[str, Any]) -> None:
         """Restore what :meth:`rng_state` saved. Resumed on another device type (allowed: ``device`` may
         change), the CUDA streams and the augmentation generator cannot carry over (a CUDA generator's
         state is not a CPU one's): they are reseeded deterministically and a warning says the
         continuation is not bitwise the uninterrupted run's."""
-        import torch
-
-        torch.set_rng_state(tensors["torch_cpu"])
-        if self.device.type == "cuda" and "torch_cuda" in tensors:
-            torch.cuda.set_rng_state(tensors["torch_cuda"], self.device)
-        aug = tensors["augment"]
-        carried = aug.numel() == self.aug_generator.get_state().numel()
-        if not carried or (self.device.type == "cuda") != ("torch_cuda" in tensors):
+        cuda_carried = load_process_rng_state(tensors, meta, self.device)
+        aug_carried = self.batches.load_state(meta["sampler"], tensors["augment"])
+        if not (cuda_carried and aug_carried):
             warnings.warn(
                 f"resumed on {self.device.type} from a checkpoint written on another device type: the "
                 "CUDA and augmentation random streams are reseeded, so the run continues but not bit for "
                 "bit as it would have",
                 stacklevel=2,
             )
-        if not carried:
-            position = hashlib.sha256(json.dumps(meta["sampler"], sort_keys=True).encode()).digest()
-            self.aug_generator.manual_seed(int.from_bytes(position[:7], "little"))
-            aug = self.aug_generator.get_state()
-        self.batches.load_state(meta["sampler"], aug)
-        kind, keys, pos, has_gauss, cached = meta["numpy"]
-        np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-        version, state, gauss = meta["python"]
-        random.setstate((version, tuple(state), gauss))
 
     def close(self) -> None:
         self.batches.close()
@@ -313,8 +306,6 @@ def _assemble(cfg, device, dist, ds, store, stats, features, policy, graphs: Gra
         train_ranges = overfit_ranges(train_ranges, cfg.overfit.samples, cfg.seed)
         split = dataclasses.replace(split, train_ranges=tuple(train_ranges), val_ranges=())
     device_data = _device_data(ds, store, policy, cfg, device)
-    sampler = make_sampler(train_ranges, cfg.seed, dist.rank, dist.world_size)
-    source = BatchSource(device_data, sampler, cfg.batch_size)
     groups = policy.param_groups(cfg.optim.lr, cfg.optim.backbone_lr, cfg.optim.weight_decay)
     params = [p for g in groups for p in g["params"] if p.requires_grad]
     optimizer = _optimizer(cfg, groups, device, capturable=graphs.enabled)
@@ -332,7 +323,8 @@ def _assemble(cfg, device, dist, ds, store, stats, features, policy, graphs: Gra
     def prepare(raw: dict[str, Any]) -> dict[str, Any]:
         return prepare_images(raw, keys, aug, gen, cfg.channels_last)
 
-    batches = PreparedBatches(source, prepare, gen)
+    sampler = make_sampler(train_ranges, cfg.seed, dist.rank, dist.world_size)
+    batches = BatchStream(device_data, sampler, cfg.batch_size, prepare, gen)
     amp_dtype = torch.bfloat16 if _amp_on(cfg, device) else None
     weights = None
     if amp_dtype is not None and cfg.bf16_weights and not dist.distributed and not cfg.compile:
@@ -362,7 +354,6 @@ def _assemble(cfg, device, dist, ds, store, stats, features, policy, graphs: Gra
         device_data=device_data,
         batches=batches,
         image_keys=keys,
-        aug_generator=gen,
         amp_dtype=amp_dtype,
         graphed=graphed,
         graphs_off_reason=graphs.reason,
@@ -386,6 +377,34 @@ def seed_streams(seed: int, rank: int) -> None:
     torch.manual_seed(seed + 1 + rank)
     np.random.seed((seed + 1 + rank) % 2**32)
     random.seed(seed + 1 + rank)
+
+
+def process_rng_state(device: torch.device) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The process-wide random streams :func:`seed_streams` seeds, as (tensors, JSON-able dict):
+    ``torch_cpu`` (and ``torch_cuda`` on a CUDA device), ``numpy``, ``python``."""
+    import torch
+
+    tensors = {"torch_cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        tensors["torch_cuda"] = torch.cuda.get_rng_state(device)
+    py = random.getstate()
+    meta = {"numpy": jsonable(list(np.random.get_state())), "python": [py[0], list(py[1]), py[2]]}
+    return tensors, meta
+
+
+def load_process_rng_state(tensors: dict[str, Any], meta: dict[str, Any], device: torch.device) -> bool:
+    """Inverse of :func:`process_rng_state`. False when the CUDA stream cannot carry over (the state
+    was saved on another device type); it then keeps its seeding."""
+    import torch
+
+    torch.set_rng_state(tensors["torch_cpu"])
+    if device.type == "cuda" and "torch_cuda" in tensors:
+        torch.cuda.set_rng_state(tensors["torch_cuda"], device)
+    kind, keys, pos, has_gauss, cached = meta["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    version, state, gauss = meta["python"]
+    random.setstate((version, tuple(state), gauss))
+    return (device.type == "cuda") == ("torch_cuda" in tensors)
 
 
 def _amp_on(cfg: TrainConfig, device) -> bool:
@@ -496,7 +515,7 @@ def _stats(ds, cfg: TrainConfig, store) -> dict[str, Any]:
     return compute_stats(ds, **cfg.policy.stats_request(), store=store, cache_dir=cache)
 
 
-def _make_policy(cfg: TrainConfig, features, stats, device):
+def _make_policy(cfg: TrainConfig, features, stats, device) -> TrainablePolicy:
     import torch
 
     from actlab.policies import make_policy
@@ -534,14 +553,14 @@ def _preflight(cfg: TrainConfig, policy, ds, store, out_dir, existing_checkpoint
     preflight.check(plan, out_dir, cfg.checkpoint.disk_limit_bytes)
 
 
-def _device_data(ds, store, policy, cfg: TrainConfig, device):
+def _device_data(ds, store, policy: TrainablePolicy, cfg: TrainConfig, device) -> DeviceData:
     """DeviceData for the policy's keys; with a frozen backbone, cached features replace the images."""
     from actlab.datasets import DeviceData
 
     on_device = _frames_on_device(cfg, store, device)
     deltas = dict(policy.delta_indices)
     override = None
-    if getattr(cfg.policy, "freeze_backbone", False) and store is not None:
+    if cfg.policy.freeze_backbone and store is not None:
         if cfg.augment.enabled:
             warnings.warn(
                 "augment.* is ignored with policy.freeze_backbone: backbone features are computed once per "
@@ -568,9 +587,9 @@ def _frames_on_device(cfg: TrainConfig, store, device) -> bool | str:
 
 
 def precompute_features(
-    policy, store, keys: list[str], device, amp: bool, chunk: int = 256
+    policy: TrainablePolicy, store: FrameStore, keys: list[str], device, amp: bool, chunk: int = 256
 ) -> dict[str, Any]:
-    """``{camera + ".features": (N, C', h, w)}``: the frozen backbone run once over every stored frame.
+    """``{camera + FEATURES_SUFFIX: (N, C', h, w)}``: the frozen backbone run once over every stored frame.
 
     Why: with ``freeze_backbone`` the backbone output of a frame never changes, so computing it once
     turns every later step into a head-only step. Kept on the device (bf16 under autocast).

@@ -17,6 +17,7 @@ import typing
 from typing import Any, Literal
 
 from actlab.errors import ActlabError
+from actlab.policies.contract import PolicyConfig
 from actlab.utils import config as cfgutil
 
 
@@ -222,7 +223,7 @@ class TrainConfig:
     # the preset this config started from (informational)
     name: str = "custom"
     # the policy's config (an actlab.policies config dataclass, e.g. ACTConfig); `policy.type` switches class
-    policy: Any = None
+    policy: PolicyConfig | None = None
     # dataset, FrameStore and validation split
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     # on-device image augmentation applied to training batches
@@ -277,7 +278,8 @@ class TrainConfig:
         graphs = self.cuda_graphs
         _check(graphs in (True, False, "auto"), "cuda_graphs", "auto, true or false", graphs)
         _check(
-            self.policy is None or dataclasses.is_dataclass(self.policy),
+            self.policy is None
+            or (dataclasses.is_dataclass(self.policy) and isinstance(self.policy, PolicyConfig)),
             "policy",
             "an actlab.policies config dataclass",
             type(self.policy).__name__,
@@ -290,7 +292,7 @@ class TrainConfig:
         """The registry name of the policy (``"act"``, ``"act_relative"``), or None without a policy."""
         if self.policy is None:
             return None
-        return getattr(self.policy, "type", type(self.policy).__name__)
+        return self.policy.type
 
 
 # Keys that may change between an interrupted run and its resumption: they do not change what the model,
@@ -331,7 +333,7 @@ def config_from_dict(data: dict[str, Any], where: str = "config") -> TrainConfig
     return cfg
 
 
-def policy_config_from_dict(data: dict[str, Any], where: str = "policy") -> Any:
+def policy_config_from_dict(data: dict[str, Any], where: str = "policy") -> PolicyConfig:
     """Build a policy config dataclass from ``{"type": ..., **fields}`` via the policies registry."""
     data = dict(data)
     ptype = data.pop("type", None)
@@ -341,7 +343,7 @@ def policy_config_from_dict(data: dict[str, Any], where: str = "policy") -> Any:
     return cfgutil.from_dict(cls, data, where="policy")
 
 
-def policy_config_class(ptype: str | None) -> type:
+def policy_config_class(ptype: str | None) -> type[PolicyConfig]:
     """The config class registered for a policy type (imports actlab.policies lazily, without torch)."""
     from actlab.policies import get_config_class
 
@@ -371,7 +373,7 @@ def apply_train_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig
     return cfgutil.apply_overrides(cfg, overrides)
 
 
-def _switch_policy_type(old: Any, items: list[str]) -> Any:
+def _switch_policy_type(old: PolicyConfig | None, items: list[str]) -> PolicyConfig:
     values = {k.strip()[len("policy.") :]: v.strip() for k, v in (o.split("=", 1) for o in items)}
     new_type = values.pop("type")
     cls = policy_config_class(new_type)

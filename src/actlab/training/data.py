@@ -1,4 +1,4 @@
-"""Training data: the episode split (pure index math) and the batch source that feeds the step.
+"""Training data: the episode split (pure index math) and the batch streams that feed the step.
 
 The split is by episode, never by frame, so validation frames never sit next to training frames of the
 same demonstration. Sampling is done by ``actlab.datasets.EpisodeSampler`` over half-open global frame
@@ -6,22 +6,31 @@ ranges; the ranges may be whole episodes, a truncated episode (``data.max_sample
 (overfit mode). Windows and padding are computed by ``DeviceData`` from the dataset's real episode
 borders, so a range that is part of an episode still gets correct windows.
 
-:class:`BatchSource` hands out batches on the training device. When the FrameStore lives on the device
-it gathers synchronously (on a GPU the gather is a few asynchronous kernels). Otherwise DeviceData's
+:class:`BatchStream` hands out the training batches on the device and alone holds their position
+(sampler state and augmentation generator) for checkpoints. When the FrameStore lives on the device it
+gathers synchronously (on a GPU the gather is a few asynchronous kernels). Otherwise DeviceData's
 background thread gathers from the memory-mapped store into pinned host memory and copies with
 ``non_blocking``, keeping ``prefetch`` batches ready so the step does not wait on the disk.
+:func:`validation_batches` is the validation loss's own stream: the same fixed batches every time.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Any
+import hashlib
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from actlab.errors import ActlabError
 from actlab.training.config import DataConfig
+
+if TYPE_CHECKING:
+    import torch
+
+    from actlab.datasets import DeviceData, EpisodeSampler
 
 Ranges = list[tuple[int, int]]
 
@@ -118,7 +127,7 @@ def overfit_ranges(train_ranges: Sequence[tuple[int, int]], n: int, seed: int) -
 
 def make_sampler(
     ranges: Sequence[tuple[int, int]], seed: int, rank: int = 0, world_size: int = 1, shuffle: bool = True
-):
+) -> EpisodeSampler:
     """An ``EpisodeSampler`` over ``ranges`` (this rank's disjoint share)."""
     from actlab.datasets import EpisodeSampler
 
@@ -127,31 +136,73 @@ def make_sampler(
     return EpisodeSampler(starts, stops, seed=seed, shuffle=shuffle, rank=rank, world_size=world_size)
 
 
-class BatchSource:
-    """Batches on the training device, drawn by an ``EpisodeSampler`` and gathered by ``DeviceData``.
+class BatchStream:
+    """The training batches of one rank, ready for the step, and the one owner of where they stand.
 
-    Wraps :meth:`DeviceData.batches`, which gathers synchronously when the frames are on the device and
-    otherwise prefetches from the memory-mapped FrameStore on a background thread into pinned buffers.
-    ``state_dict()`` is the sampler position right after the last batch *handed out*, so a checkpoint
-    taken between steps resumes with exactly the next batch even when the prefetcher has drawn ahead.
+    A batch is drawn by ``sampler`` (an ``EpisodeSampler``), gathered on the device by
+    ``DeviceData.batches`` (synchronously when the FrameStore is on the device; otherwise a background
+    thread prefetches from the memory-mapped store into pinned buffers), then passed through ``prepare``
+    (uint8 -> float in ``[0, 1]``, on-device augmentation drawing from ``generator``).
+
+    Preparation runs in the training thread, in order. Why not a thread on CPU: measured on 2 cores,
+    a preparing thread contends for the GIL with the step's many small ops and slowed the step by more
+    than the ~0.3 ms of preparation it saved; on a GPU the ops are asynchronous kernels anyway.
+
+    :meth:`state` is (sampler state, generator state) right after the last batch handed out, taken from
+    what ``DeviceData.batches`` yields with each batch: a checkpoint taken between steps resumes with
+    exactly the next batch and the next augmentation draws, even though the prefetcher has drawn ahead.
+    :meth:`load_state` restores it. Nothing else reads or writes the sampler or the generator.
     """
 
-    def __init__(self, device_data: Any, sampler: Any, batch_size: int, prefetch: int = 2) -> None:
+    def __init__(
+        self,
+        device_data: DeviceData,
+        sampler: EpisodeSampler,
+        batch_size: int,
+        prepare: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]],
+        generator: torch.Generator,
+        prefetch: int = 2,
+    ) -> None:
         self.device_data = device_data
         self.sampler = sampler
         self.batch_size = batch_size
+        self.prepare = prepare
+        self.generator = generator
         self.prefetch = prefetch
-        self._state = sampler.state_dict()
-        self._iter = None
+        self._iter: Iterator[tuple[dict[str, torch.Tensor], dict[str, Any]]] | None = None
+        self._state = (sampler.state_dict(), generator.get_state())
 
-    def next(self) -> dict[str, Any]:
-        """The next batch (images uint8 ``(B, [T,] C, H, W)``, floats, ``*_is_pad``) on the device."""
+    def next(self) -> dict[str, torch.Tensor]:
+        """The next prepared batch on the training device."""
         if self._iter is None:
             self._iter = self.device_data.batches(self.sampler, self.batch_size, prefetch=self.prefetch)
-        batch = next(self._iter)
-        # read at once: the attribute is shared by every generator of this DeviceData
-        self._state = dict(self.device_data.sampler_state)
+        raw, sampler_state = next(self._iter)
+        batch = self.prepare(raw)
+        self._state = (sampler_state, self.generator.get_state())
         return batch
+
+    def state(self) -> tuple[dict[str, Any], torch.Tensor]:
+        """(sampler state, generator state) after the last batch handed out."""
+        return self._state
+
+    def load_state(self, sampler_state: dict[str, Any], generator_state: torch.Tensor) -> bool:
+        """Continue with the batch that follows ``sampler_state`` and the augmentation draws that follow
+        ``generator_state`` (restarts prefetching).
+
+        Returns False when ``generator_state`` is another device type's (a CUDA generator's state is not
+        a CPU one's, and resuming on another device type is allowed): the generator is then reseeded
+        deterministically from the sampler position instead, the same way every time.
+        """
+        self.close()
+        self.sampler.load_state_dict(sampler_state)
+        carried = generator_state.numel() == self.generator.get_state().numel()
+        if carried:
+            self.generator.set_state(generator_state)
+        else:
+            position = hashlib.sha256(json.dumps(sampler_state, sort_keys=True).encode()).digest()
+            self.generator.manual_seed(int.from_bytes(position[:7], "little"))
+        self._state = (self.sampler.state_dict(), self.generator.get_state())
+        return carried
 
     def close(self) -> None:
         """Stop the prefetch thread (if any); safe to call twice."""
@@ -159,49 +210,26 @@ class BatchSource:
             self._iter.close()
             self._iter = None
 
-    def state_dict(self) -> dict[str, Any]:
-        return self._state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue after the batch that ``state`` was taken after (restarts prefetching)."""
-        self.close()
-        self.sampler.load_state_dict(state)
-        self._state = self.sampler.state_dict()
+def validation_batches(
+    device_data: DeviceData,
+    ranges: Sequence[tuple[int, int]],
+    seed: int,
+    batch_size: int,
+    count: int,
+    rank: int = 0,
+    world_size: int = 1,
+) -> Iterator[dict[str, torch.Tensor]]:
+    """``count`` raw batches (uint8 images) of ``ranges`` from a fresh sampler seeded with ``seed``.
 
-
-class PreparedBatches:
-    """Training batches ready for the step: raw batches from a :class:`BatchSource` passed through
-    ``prepare`` (uint8 -> float in ``[0, 1]``, on-device augmentation drawing from ``generator``).
-
-    Preparation runs in the training thread, in order. Why not a thread on CPU: measured on 2 cores,
-    a preparing thread contends for the GIL with the step's many small ops and slowed the step by more
-    than the ~0.3 ms of preparation it saved; on a GPU the ops are asynchronous kernels anyway.
-    :meth:`state` is the sampler position and generator state right after the last batch handed out.
+    The same batches at every call, and a stream of its own: nothing of the training
+    :class:`BatchStream` is read or moved, and nothing of this one is saved. Close the iterator
+    (``contextlib.closing``) to stop its prefetch thread when leaving early.
     """
-
-    def __init__(self, source: BatchSource, prepare, generator) -> None:
-        self.source = source
-        self.prepare = prepare
-        self.generator = generator
-        self._state = (source.state_dict(), generator.get_state())
-
-    def next(self) -> dict[str, Any]:
-        """The next prepared batch on the training device."""
-        batch = self.prepare(self.source.next())
-        self._state = (self.source.state_dict(), self.generator.get_state())
-        return batch
-
-    def state(self) -> tuple[dict[str, Any], Any]:
-        """(sampler state, generator state) after the last batch handed out."""
-        return self._state
-
-    def load_state(self, sampler_state: dict[str, Any], generator_state: Any) -> None:
-        """Continue with the batch that follows ``sampler_state`` and the augmentation draws that follow
-        ``generator_state``."""
-        self.source.load_state_dict(sampler_state)
-        self.generator.set_state(generator_state)
-        self._state = (self.source.state_dict(), self.generator.get_state())
-
-    def close(self) -> None:
-        """Stop the raw source's prefetcher; safe to call twice."""
-        self.source.close()
+    sampler = make_sampler(ranges, seed, rank, world_size)
+    batches = device_data.batches(sampler, batch_size, steps=count, prefetch=1)
+    try:
+        for batch, _ in batches:
+            yield batch
+    finally:
+        batches.close()
