@@ -36,12 +36,17 @@ class _Stall:
 
 
 @pytest.fixture
-def stall_once(monkeypatch):
+def stall_once(monkeypatch, tmp_path):
     stall = _Stall()
     real = video_mod.VideoEncoder.encode
 
     def encode(self, frames):
-        if "wrist" in str(self.path) and stall.armed.is_set() and not stall.entered.is_set():
+        # Only this test's encoders: the thread that the previous test abandoned in its stall is released
+        # at that test's end and encodes its remaining frames through this patch too. Were it allowed to,
+        # it would take this stall and leave this test's encoder running freely ("DID NOT RAISE" for
+        # threaded=False after threaded=True, now and then: the flaky failure of issue 12).
+        mine = tmp_path in self.path.parents
+        if mine and "wrist" in str(self.path) and stall.armed.is_set() and not stall.entered.is_set():
             stall.entered.set()
             # Stuck inside the encoder, as the SVT-AV1 deadlock is, until the test has ended: the error can
             # only come from the watchdog (were it missing, the test would hit its timeout).
@@ -96,21 +101,25 @@ def test_a_stall_while_replacing_keeps_the_old_dataset_and_a_rerun_succeeds(tmp_
 def test_watchdog_does_not_fire_on_slow_progress(tmp_path, monkeypatch, threaded):
     # Progress is per frame: an episode that takes longer than stall_s in total is not a stall. The
     # watchdog's clock advances 1 s per frame encoded and stands still otherwise, so the episode takes
-    # 25 "seconds" with a beat every second, whatever the machine's load.
+    # 25 "seconds" with a beat every second, whatever the machine's load. One camera: a second camera's
+    # encoder thread would move the shared clock while the first one waits for the CPU.
     clock = {"t": 0.0}
     real = video_mod.VideoEncoder.encode
 
     def slow(self, frames):
-        clock["t"] += 1.0
+        # Only this test's encoders: a thread abandoned by a stall test above may still be finishing.
+        if tmp_path in self.path.parents:
+            clock["t"] += 1.0
         return real(self, frames)
 
     monkeypatch.setattr(video_mod.VideoEncoder, "encode", slow)
     monkeypatch.setattr(video_mod.EncoderThread, "_clock", staticmethod(lambda: clock["t"]))
     rng = np.random.default_rng(0)
     video = VideoOptions(stall_s=1.5, threaded=threaded)
-    with DatasetWriter(tmp_path / "ds", 30, make_features(5, 5, CAMS), video=video) as w:
-        w.add_episode(synth_episode(rng, 25, 5, 5, CAMS, 30), task="x")  # 25 x 1 s per camera > stall_s
-    assert clock["t"] == 50  # 25 frames x 2 cameras, each one beat
+    cams = {"top": CAMS["top"]}
+    with DatasetWriter(tmp_path / "ds", 30, make_features(5, 5, cams), video=video) as w:
+        w.add_episode(synth_episode(rng, 25, 5, 5, cams, 30), task="x")  # 25 x 1 s > stall_s
+    assert clock["t"] == 25  # one beat per frame
     assert len(open_dataset(tmp_path / "ds")) == 25
 
 

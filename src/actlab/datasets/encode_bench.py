@@ -108,6 +108,8 @@ def _worker(wid: int, episodes: int, cfg: EncodeStressConfig, out: Path, report)
                     report.put(("episode", wid))
         except Exception as e:  # counted by the parent; the next dataset starts afresh
             report.put(("error", wid, f"{type(e).__name__}: {e}"))
+        else:
+            report.put(("reordered", wid, writer.reordered_packets))
         done += n
         shutil.rmtree(root, ignore_errors=True)
     report.put(("done", wid))
@@ -162,6 +164,7 @@ def run_encode_stress(cfg: EncodeStressConfig, progress: bool = True) -> dict[st
     cpu: dict[int, float] = {}  # its CPU seconds then
     hangs: list[str] = []
     errors: list[str] = []
+    reordered = 0  # packets the encoder returned out of frame order, muxed in order by the writer
     episodes = 0
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="actlab-encode-") as tmp:
@@ -193,6 +196,8 @@ def run_encode_stress(cfg: EncodeStressConfig, progress: bool = True) -> dict[st
                         bar.update(cfg.cameras)
                     elif msg[0] == "error":
                         errors.append(msg[2])
+                    elif msg[0] == "reordered":
+                        reordered += msg[2]
                     elif msg[0] == "done":
                         procs.pop(wid).join(timeout=30)
                 for wid, p in list(procs.items()):
@@ -234,6 +239,7 @@ def run_encode_stress(cfg: EncodeStressConfig, progress: bool = True) -> dict[st
             "encodes": encodes,
             "hangs": len(hangs),
             "errors": len(errors),
+            "reordered_packets": reordered,
             "seconds": round(seconds, 1),
             "encodes_per_s": round(encodes / seconds, 1),
         },

@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fractions
+import heapq
+import itertools
 import os
 import queue
 import threading
@@ -84,7 +86,19 @@ def check_even(height: int, width: int, pix_fmt: str, where: str) -> None:
 
 
 class VideoEncoder:
-    """Encodes RGB frames into one mp4; frame ``i`` of the file gets timestamp ``i / fps`` exactly."""
+    """Encodes RGB frames into one mp4; frame ``i`` of the file gets timestamp ``i / fps`` exactly.
+
+    Packets are muxed in frame order even when the encoder hands them out of order. SVT-AV1 now and then
+    returns one GOP's packet ahead of an earlier one under CPU contention (4.1.0, bundled with av 18.1.0:
+    3 of 2,000 encodes of 16 px frames in ``actlab bench encode --image-size 16``), e.g. the packets of
+    frames 15, 16, 42, 18: the mp4 muxer then refuses the early one ("non monotonically increasing
+    dts", PyAV's ``ArgumentError ... returned 22``) and the recording failed. With LeRobot's settings
+    (``g=2``) every packet is a whole frame with ``pts == dts`` and every other frame is a key frame, so
+    holding an early packet back until the frames before it are muxed gives exactly the stream an
+    in-order encoder writes.
+    Packets with ``pts != dts`` (an encoder that reorders frames itself, e.g. B-frames) are muxed as they
+    come, in the encoder's decode order.
+    """
 
     def __init__(self, path: str | Path, height: int, width: int, fps: int, options: VideoOptions) -> None:
         check_even(height, width, options.pix_fmt, str(path))
@@ -92,6 +106,12 @@ class VideoEncoder:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.height, self.width, self.fps = height, width, fps
         self.frames = 0
+        # packets that arrived ahead of an earlier frame's (counted for `actlab bench encode`)
+        self.reordered = 0
+        self._held: list[tuple[int, int, Any]] = []  # (pts, arrival, packet): a heap, earliest frame first
+        self._arrival = itertools.count()
+        self._next_pts = 0  # the frame whose packet is muxed next
+        self._decode_order = False  # a packet with pts != dts came: mux in the encoder's order from then on
         self._tb = fractions.Fraction(1, fps)
         self._container = av.open(str(self.path), "w")
         try:
@@ -111,14 +131,46 @@ class VideoEncoder:
             frame = av.VideoFrame.from_ndarray(img, format="rgb24")
             frame.pts = self.frames
             frame.time_base = self._tb
-            for packet in self._stream.encode(frame):
-                self._container.mux(packet)
+            self._mux(self._stream.encode(frame))
             self.frames += 1
+
+    def _mux(self, packets: Sequence[Any]) -> None:
+        """Mux ``packets`` in frame order (see the class docstring)."""
+        for packet in packets:
+            if packet.pts is None or packet.pts != packet.dts:
+                self._decode_order = True
+                self._release(everything=True)
+                self._container.mux(packet)
+                continue
+            if packet.pts > self._next_pts:
+                self.reordered += 1
+            heapq.heappush(self._held, (packet.pts, next(self._arrival), packet))
+            self._release()
+
+    def _release(self, everything: bool = False) -> None:
+        """Mux the held packets that are next in frame order (``everything``: all of them, in order)."""
+        while self._held and (everything or self._held[0][0] <= self._next_pts):
+            pts, _, packet = heapq.heappop(self._held)
+            self._container.mux(packet)
+            self._next_pts = max(self._next_pts, pts + 1)
 
     def close(self) -> None:
         """Flush the encoder and finish the file."""
-        for packet in self._stream.encode():
-            self._container.mux(packet)
+        self._mux(self._stream.encode())
+        # A frame's packet never came (a gap before held packets, or none at the end): the file would hold
+        # fewer frames than were sent, and the episodes' timestamps would point past its frames.
+        if self._held or (not self._decode_order and self._next_pts != self.frames):
+            missing = self._next_pts
+            self._held.clear()
+            self._container.close()
+            raise ActlabError(
+                "the video encoder returned no packet for a frame",
+                file=self.path,
+                field="video encoder",
+                expected=f"one packet for each of the {self.frames} frames sent",
+                found=f"none for frame {missing}",
+                fix="run the command again; if it recurs, write h264 (VideoOptions(codec='libx264'))",
+            )
         self._container.close()
 
     def abort(self) -> None:
@@ -163,6 +215,7 @@ class EncoderThread:
         self._stalled: ActlabError | None = None
         self._encoder: VideoEncoder | None = None
         self._file: Path | None = None  # the file the current item writes (for the error message)
+        self.reordered = 0  # packets of the finished files that the encoder returned early (VideoEncoder)
         self._busy = False  # an item is being processed
         self._beat = self._clock()  # last sign of progress of the current item
         self._submitted = 0  # items put on the queue (by the one caller thread)
@@ -203,6 +256,7 @@ class EncoderThread:
         elif kind == "close":
             assert self._encoder is not None
             self._encoder.close()
+            self.reordered += self._encoder.reordered
             self._encoder = None
 
     def _check_stall(self) -> None:

@@ -107,6 +107,11 @@ class _CameraStream:
         self.close_file()
         self._thread.finish()
 
+    @property
+    def reordered(self) -> int:
+        """Packets of the finished files that the encoder returned ahead of an earlier frame's."""
+        return self._thread.reordered
+
     def abort(self) -> None:
         self._thread.abort()
 
@@ -376,6 +381,12 @@ class DatasetWriter:
         }
 
     # ------------------------------------------------------------------------------------- finishing
+
+    @property
+    def reordered_packets(self) -> int:
+        """Video packets the encoder returned out of frame order and the writer muxed in order (see
+        ``actlab.datasets.video.VideoEncoder``); complete once the writer is closed."""
+        return sum(cam.reordered for cam in self._cameras.values())
 
     def close(self) -> Path:
         """Finish every file, write the metadata and move the dataset into place; returns ``root``."""
