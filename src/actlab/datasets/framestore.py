@@ -36,6 +36,7 @@ import numpy as np
 
 from actlab.datasets import format as fmt
 from actlab.errors import ActlabError
+from actlab.utils.units import human_bytes
 
 if TYPE_CHECKING:
     from actlab.datasets.reader import LeRobotV3Dataset
@@ -59,14 +60,6 @@ def cache_root() -> Path:
     """``$ACTLAB_CACHE`` or ``~/.cache/actlab``."""
     env = os.environ.get("ACTLAB_CACHE")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "actlab"
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
 
 
 @contextlib.contextmanager

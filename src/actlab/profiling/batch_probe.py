@@ -32,9 +32,9 @@ from actlab.profiling.batch_size import (
     Probe,
     SearchResult,
     check_search_settings,
-    parse_bytes,
     search_batch_size,
 )
+from actlab.utils.units import parse_bytes
 
 _MIB = 1024 * 1024
 _POLL_S = 0.02  # RSS watchdog period: a step allocates at most a few hundred MiB in 20 ms

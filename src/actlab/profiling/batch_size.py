@@ -18,22 +18,6 @@ from typing import Any
 
 from actlab.errors import ActlabError
 
-_UNITS = {
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "kib": 1024,
-    "mib": 1024**2,
-    "gib": 1024**3,
-    "tib": 1024**4,
-}
-
 
 @dataclass(frozen=True)
 class Probe:
@@ -91,28 +75,6 @@ class SearchResult:
                 for t in self.trials
             ],
         }
-
-
-def parse_bytes(text: str | int, field_name: str = "--memory-limit") -> int:
-    """``"2GiB"``, ``"1500MB"``, ``"512mib"``, ``"1e9"`` -> bytes (binary units are 1024-based)."""
-    if isinstance(text, int):
-        value = text
-    else:
-        s = str(text).strip().lower().replace(" ", "")
-        num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
-        unit = s[len(num) :] or "b"
-        try:
-            value = int(float(num) * _UNITS[unit])
-        except (ValueError, KeyError):
-            value = -1
-    if value <= 0:
-        raise ActlabError(
-            "bad memory size",
-            field=field_name,
-            expected="a positive size such as 2GiB, 1500MiB or 3GB",
-            found=text,
-        )
-    return value
 
 
 def check_search_settings(

@@ -32,11 +32,12 @@ from actlab.training.config import (
 )
 from actlab.training.ddp import DistInfo
 from actlab.training.metrics_log import METRICS_FILE, MetricsLog, check_sinks, read_metrics
-from actlab.training.preflight import free_bytes, human
+from actlab.training.preflight import free_bytes
 from actlab.training.schedule import sync_lr
 from actlab.training.timing import PhaseTimer
 from actlab.utils.io import atomic_write_json, read_json
 from actlab.utils.lock import LOCK_FILE, DirLock
+from actlab.utils.units import human_bytes
 
 CONFIG_FILE = "config.json"
 # The RunSummary of the last run of this directory that returned (written by rank 0 at the end).
@@ -158,7 +159,7 @@ def _user_fault(
             f"the disk is full: training stopped ({where})",
             file=full,
             found=f"[Errno {e.errno}] {os.strerror(e.errno)}",
-            fix=f"free space on the disk holding {full} ({human(free_bytes(full))} free now), or lower "
+            fix=f"free space on the disk holding {full} ({human_bytes(free_bytes(full))} free now), or lower "
             f"checkpoint.keep_last; then `actlab train --out {out} --resume`",
         )
     if _out_of_memory(e):
