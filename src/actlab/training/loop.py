@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
+from actlab.profiling.timing import PhaseTimer
 from actlab.training import ddp
 from actlab.training.build import TrainRun, build_run
 from actlab.training.checkpoint import CheckpointManager
@@ -34,7 +35,6 @@ from actlab.training.ddp import DistInfo
 from actlab.training.metrics_log import METRICS_FILE, MetricsLog, check_sinks, read_metrics
 from actlab.training.preflight import free_bytes
 from actlab.training.schedule import sync_lr
-from actlab.training.timing import PhaseTimer
 from actlab.utils.io import atomic_write_json, read_json
 from actlab.utils.lock import LOCK_FILE, DirLock
 from actlab.utils.units import human_bytes
