@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from actlab.errors import ActlabError
-from actlab.profiling.batch_size import Probe, render_search, search_batch_size
+from actlab.training.batch_size import Probe, render_search, search_batch_size
 
 
 def linear_probe(base: int, per_sample: int, oom_above: int | None = None, calls: list[int] | None = None):

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from actlab.errors import ActlabError
-from actlab.profiling.batch_size import (
+from actlab.training.batch_size import (
     Probe,
     SearchResult,
     check_search_settings,

@@ -1,7 +1,7 @@
 """Batch-size search: double until a step no longer fits, then bisect to the boundary.
 
 The search is a pure function of a probe ``probe(batch_size) -> Probe`` (tested alone on synthetic
-probes); the real probes that run training steps live in :mod:`actlab.profiling.batch_probe`.
+probes); the real probes that run training steps live in :mod:`actlab.training.batch_probe`.
 
 "Fits" means the step ran and its measured peak memory stayed within the budget
 ``limit * (1 - margin)``: the safety margin is applied during the search, so the recommended batch size
