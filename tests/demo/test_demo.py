@@ -91,7 +91,7 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     # as the requested one, so the run starts over; more steps resume.
     import io
 
-    from actlab.demo import DemoConfig, StageLog, _can_resume, resolve
+    from actlab.demo.pipeline import DemoConfig, StageLog, _can_resume, resolve
 
     def can_resume(steps: int) -> bool:
         cfg = DemoConfig(out=str(out), device="cpu", episodes=4, overrides=(f"steps={steps}",))

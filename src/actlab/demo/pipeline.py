@@ -28,7 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from actlab.demo.report import write_report
 from actlab.errors import ActlabError
+from actlab.evaluation.results import FAILURES
+from actlab.sim.view import render_strip
+from actlab.training.metrics_log import read_metrics
 from actlab.utils.io import atomic_write_json, read_json
 
 STAGES = ("record", "train", "eval", "report")
@@ -318,8 +322,6 @@ class _episode_bar:
 
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Run (or resume) every stage and write the report; returns the summary written to summary.json."""
-    from actlab.viz.demo_report import write_report
-
     wall0 = time.perf_counter()
     out = Path(cfg.out)
     plan = resolve(cfg)  # config errors surface before anything is written
@@ -344,7 +346,11 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     train = _train(plan, out, state, log)
     evaluation = _evaluate(cfg, out, state, log)
     t0 = log.start("report", f"writing {out / 'report.md'} and report.html")
-    summary = write_report(out, plan, record, train, evaluation, log.seconds, log.reused, wall0)
+    rows = read_metrics(out / "run")
+    render_strip(out / "scene.png", seed=0, image_size=plan["image_size"], frames=8, upscale=2)
+    summary = write_report(
+        out, plan, record, train, evaluation, log.seconds, log.reused, wall0, rows=rows, failures=FAILURES
+    )
     log.done(
         "report", t0, f"success rate {100 * summary['success_rate']:.0f}% ({summary['best_checkpoint']})"
     )
