@@ -44,6 +44,9 @@ CONFIG_FILE = "config.json"
 SUMMARY_FILE = "summary.json"
 # errno values of a full disk: no space left (ENOSPC) and disk quota exceeded (EDQUOT)
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+# Test hook, not a setting: the process SIGKILLs itself right after this step is complete (and
+# checkpointed if due), to rehearse a crash.
+KILL_AT_STEP_ENV = "ACTLAB_TEST_KILL_AT_STEP"
 
 
 @dataclasses.dataclass
@@ -516,6 +519,7 @@ class Loop:
         t0 = self._t0 = self._t_log = time.perf_counter()
         self._start = start
         step, stopped, overfit_step = start, "completed", None
+        kill_at = int(os.environ.get(KILL_AT_STEP_ENV) or 0)
         for step in range(start + 1, cfg.steps + 1):
             self.timer.start()
             batch = self.run.next_batch()
@@ -530,7 +534,7 @@ class Loop:
                 self._log_val(step)
             if stopped == "overfit_reached" or _due(step, cfg.checkpoint.every, cfg.steps):
                 self._checkpoint(step)
-            if cfg.kill_at_step == step:
+            if kill_at == step:
                 os.kill(os.getpid(), signal.SIGKILL)  # rehearse a crash (tests): no cleanup at all
             if stopped == "overfit_reached":
                 break
