@@ -31,7 +31,9 @@ from actlab.training.config import (
 )
 from actlab.utils.config import unknown_name_error
 
-# ACT defaults from the paper / LeRobot (REFERENCE.md §3), used by the full-size presets.
+# ACT defaults from the paper (Zhao et al. 2023, arXiv:2304.13705) as LeRobot 0.6 sets them in ACTConfig
+# (github.com/huggingface/lerobot, src/lerobot/policies/act/configuration_act.py), used by the full-size
+# presets. One decoder layer: the original code built 7 but used only the first.
 ACT_FULL: dict[str, Any] = {
     "type": "act",
     "chunk_size": 100,

@@ -1,9 +1,8 @@
 """Frozen-dataclass configs: JSON round trip, ``key=value`` overrides and did-you-mean for unknown names.
 
-Configs are plain frozen dataclasses (STYLE.md §2) that validate themselves in ``__post_init__``. This
-module turns them into JSON-ready dicts and back, applies command-line overrides such as
-``policy.chunk_size=50`` with type coercion from the field annotations, and names the closest valid key
-when a user mistypes one.
+Configs are plain frozen dataclasses that validate themselves in ``__post_init__``. This module turns them
+into JSON-ready dicts and back, applies command-line overrides such as ``policy.chunk_size=50`` with type
+coercion from the field annotations, and names the closest valid key when a user mistypes one.
 """
 
 from __future__ import annotations
