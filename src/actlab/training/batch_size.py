@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actlab.errors import ActlabError
+from actlab.utils.table import table
 
 
 @dataclass(frozen=True)
@@ -161,8 +162,6 @@ def search_batch_size(
 
 def render_search(result: SearchResult, what: str) -> str:
     """A table of every trial plus the recommendation, in words."""
-    from actlab.utils.table import table
-
     mib = 1024 * 1024
     rows = []
     for t in sorted(result.trials, key=lambda t: t.probe.batch_size):

@@ -17,6 +17,7 @@ import typing
 from typing import Any, Literal
 
 from actlab.errors import ActlabError
+from actlab.policies import get_config_class
 from actlab.utils import config as cfgutil
 
 
@@ -348,9 +349,7 @@ def policy_config_from_dict(data: dict[str, Any], where: str = "policy") -> Any:
 
 
 def policy_config_class(ptype: str | None) -> type:
-    """The config class registered for a policy type (imports actlab.policies lazily, without torch)."""
-    from actlab.policies import get_config_class
-
+    """The config class registered for a policy type (the registry imports without torch)."""
     return get_config_class(str(ptype))
 
 
