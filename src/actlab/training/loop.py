@@ -38,6 +38,7 @@ from actlab.training.schedule import sync_lr
 from actlab.utils.io import atomic_write_json, read_json
 from actlab.utils.lock import LOCK_FILE, DirLock
 from actlab.utils.units import human_bytes
+from actlab.viz.training import plot_training
 
 CONFIG_FILE = "config.json"
 # The RunSummary of the last run of this directory that returned (written by rank 0 at the end).
@@ -414,9 +415,6 @@ def _train(
 
 def _plot(out: Path, cfg: TrainConfig) -> None:
     """``training.png`` from metrics.jsonl; a plotting failure is reported, the finished run stands."""
-    from actlab.training.metrics_log import read_metrics
-    from actlab.viz.training import plot_training
-
     try:
         plot_training(read_metrics(out), out / "training.png", title=f"{out.name} ({cfg.name})")
     except Exception as e:  # the checkpoints and metrics are written; a figure must not fail the run
@@ -430,6 +428,7 @@ def _restore(run: TrainRun, ckpts: CheckpointManager, step: int) -> tuple[dict[s
     (a checkpoint in the middle of a window), so the first row after the resume averages the same steps
     as an uninterrupted run's.
     """
+    # lazy: bundle imports torch; training modules import without it
     from actlab.policies import load_policy
 
     state = ckpts.load(step, run.dist.rank)
