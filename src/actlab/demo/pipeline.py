@@ -336,13 +336,13 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         flush=True,
     )
     record = _record(cfg, plan, out, state, log)
-    train = _train(plan, out, state, log)
+    trained = _train(plan, out, state, log)
     evaluation = _evaluate(cfg, out, state, log)
     t0 = log.start("report", f"writing {out / 'report.md'} and report.html")
     rows = read_metrics(out / "run")
     render_strip(out / "scene.png", seed=0, image_size=plan["image_size"], frames=8, upscale=2)
     summary = write_report(
-        out, plan, record, train, evaluation, log.seconds, log.reused, wall0, rows=rows, failures=FAILURES
+        out, plan, record, trained, evaluation, log.seconds, log.reused, wall0, rows=rows, failures=FAILURES
     )
     log.done(
         "report", t0, f"success rate {100 * summary['success_rate']:.0f}% ({summary['best_checkpoint']})"
