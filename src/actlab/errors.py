@@ -1,7 +1,7 @@
 """One error type that every user-facing failure goes through.
 
-A message a user can act on names the file, the field, what was expected, what was found and the fix
-(STYLE.md §9). The CLI prints these without a traceback and exits with status 2.
+A message a user can act on names the file, the field, what was expected, what was found and the fix.
+The CLI prints these without a traceback and exits with status 2.
 """
 
 from __future__ import annotations

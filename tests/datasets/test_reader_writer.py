@@ -220,6 +220,8 @@ def test_fingerprint_follows_the_files(tiny_dataset, tmp_path):
     assert open_dataset(copy).fingerprint != before
 
 
+# The python of a separate environment with lerobot 0.6.1 from PyPI (pip install
+# "lerobot[dataset,training]==0.6.1"); the default is where the development machine keeps one.
 LEROBOT_PYTHON = os.environ.get("ACTLAB_LEROBOT_PYTHON", "/work/lerobot-venv/bin/python")
 
 

@@ -156,7 +156,7 @@ def test_gpu_peak_measurement_is_below_the_datasheet():
 def test_flops_of_the_real_tiny_policy_scale_with_the_batch(tiny_dataset):
     import dataclasses
 
-    from actlab.profiling.batch_probe import load_config
+    from actlab.training.batch_probe import load_config
     from actlab.training.build import build_run
 
     cfg = load_config("tiny", str(tiny_dataset), [], "cpu")

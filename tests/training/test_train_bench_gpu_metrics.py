@@ -13,6 +13,8 @@ from actlab.training.config import apply_train_overrides
 from actlab.training.lerobot_bench import lerobot_act_fields
 from actlab.training.presets import get_preset
 
+# The python of a separate environment with lerobot 0.6.1 from PyPI (pip install
+# "lerobot[dataset,training]==0.6.1"); the default is where the development machine keeps one.
 LEROBOT_PYTHON = os.environ.get("ACTLAB_LEROBOT_PYTHON", "/work/lerobot-venv/bin/python")
 
 

@@ -91,3 +91,15 @@ def test_resume_diff_ignores_cadence_and_length_but_not_what_is_computed():
     assert set(diff) == {"optim.lr", "policy.chunk_size", "policy.n_action_steps"}
     assert diff["optim.lr"] == (0.001, 0.5)
     assert resume_diff(base, dataclasses.replace(base, seed=1)) == {"seed": (0, 1)}
+
+
+def test_a_config_json_with_the_retired_kill_at_step_key_still_loads():
+    """Earlier versions saved the test hook ``kill_at_step`` (now ACTLAB_TEST_KILL_AT_STEP) in config.json."""
+    cfg = get_preset("tiny")
+    saved = {**config_to_dict(cfg), "kill_at_step": None}
+    assert config_from_dict(saved) == cfg
+    assert config_from_dict({**saved, "kill_at_step": 10}) == cfg
+    assert config_hash(config_from_dict(saved)) == config_hash(cfg)
+    assert "kill_at_step" not in config_to_dict(cfg)
+    with pytest.raises(ActlabError, match="unknown config key 'kill_at_step'"):
+        apply_train_overrides(cfg, ["kill_at_step=3"])  # a test hook, not an override

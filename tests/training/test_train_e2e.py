@@ -9,6 +9,7 @@ import time
 import pytest
 
 from actlab.training import preflight
+from actlab.training.loop import KILL_AT_STEP_ENV
 from actlab.training.metrics_log import read_metrics
 from procs import cli, finish, run_cli, started
 
@@ -47,8 +48,8 @@ def test_killed_run_resumes_on_the_same_loss_curve_bitwise(tiny_dataset, tmp_pat
         # thread, the straight one from a RAM copy (CPU "auto"): the same batches must come out of both.
         b = run_cli(
             *_train_args(tiny_dataset, killed, "--preset", "tiny"),
-            *["--set", "kill_at_step=10", "--set", "data.frames_on_device=false"],
-            env=_env(),
+            *["--set", "data.frames_on_device=false"],
+            env={**_env(), KILL_AT_STEP_ENV: "10"},
             timeout=TRAIN_TIMEOUT_S,
         )
         _, err_a = finish(a, TRAIN_TIMEOUT_S)
@@ -86,7 +87,7 @@ def test_a_kill_in_the_middle_of_a_logging_window_resumes_with_the_same_rows(tin
     base = ["--preset", "tiny", "--set", "steps=8", "--set", "log.every=4", "--set", "checkpoint.every=6",
             "--set", "eval.every=0", "--set", "log.plot=false"]  # fmt: skip
     with started(cli(*_train_args(tiny_dataset, straight, *base)), env=_env()) as a:
-        b = run_cli(*_train_args(tiny_dataset, killed, *base, "--set", "kill_at_step=6"), env=_env(),
+        b = run_cli(*_train_args(tiny_dataset, killed, *base), env={**_env(), KILL_AT_STEP_ENV: "6"},
                     timeout=TRAIN_TIMEOUT_S)  # fmt: skip
         _, err_a = finish(a, TRAIN_TIMEOUT_S)
     assert a.returncode == 0, err_a

@@ -17,7 +17,7 @@ import pytest
 from actlab.cli import main
 from actlab.errors import ActlabError
 from actlab.training import apply_train_overrides, get_preset, with_dataset
-from actlab.training.loop import train
+from actlab.training.loop import KILL_AT_STEP_ENV, train
 from actlab.training.metrics_log import read_metrics
 from actlab.utils.lock import LOCK_FILE, DirLock
 
@@ -36,10 +36,10 @@ def _sets(*overrides):
     return [a for o in overrides for a in ("--set", o)]
 
 
-def _popen(args, **kwargs):
+def _popen(args, env=None, **kwargs):
     """A child in its own process group (killed whole on timeout); stdout and stderr captured as text."""
-    return subprocess.Popen(args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, **kwargs)  # fmt: skip
+    return subprocess.Popen(args, env=env or _env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, **kwargs)  # fmt: skip
 
 
 def _run(args, timeout=300, **kwargs):
@@ -255,8 +255,8 @@ def test_a_symlink_loop_as_the_dataset_path_is_an_error(tmp_path, capsys):
 def test_a_kill_after_the_final_checkpoint_leaves_a_complete_summary(tiny_dataset, tmp_path, capsys):
     out = tmp_path / "run"
     args = ["--preset", "tiny", "--dataset", tiny_dataset, "--out", out, "--set", "steps=3", "--set",
-            "log.every=1", "--set", "kill_at_step=3", *_sets(*QUIET)]  # fmt: skip
-    r = _run(_cmd(*args))
+            "log.every=1", *_sets(*QUIET)]  # fmt: skip
+    r = _run(_cmd(*args), env={**_env(), KILL_AT_STEP_ENV: "3"})
     assert r.returncode == -signal.SIGKILL, r.stderr
     assert not (out / "summary.json").exists() and _checkpoints(out)[-1] == "step_0000003"
     # (both below run in this process: neither trains, nor imports torch)

@@ -1,5 +1,5 @@
 """``actlab monitor`` and ``actlab find-batch-size`` (argument parsing only; the work is in
-``actlab.profiling``)."""
+``actlab.profiling`` and ``actlab.training.batch_probe``)."""
 
 from __future__ import annotations
 
@@ -152,8 +152,8 @@ def _register_find_batch_size(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_find_batch_size(args: argparse.Namespace) -> int:
-    from actlab.profiling.batch_probe import find_batch_size
-    from actlab.profiling.batch_size import render_search
+    from actlab.training.batch_probe import find_batch_size
+    from actlab.training.batch_size import render_search
 
     result, what = find_batch_size(
         preset=args.preset,

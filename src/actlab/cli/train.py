@@ -134,7 +134,7 @@ def _resolve_config(args: argparse.Namespace):
     if args.device:
         cfg = dataclasses.replace(cfg, device=args.device)
     if args.disk_limit:
-        from actlab.profiling.batch_size import parse_bytes
+        from actlab.utils.units import parse_bytes
 
         limit = parse_bytes(args.disk_limit, "--disk-limit")
         cfg = dataclasses.replace(cfg, checkpoint=dataclasses.replace(cfg.checkpoint, disk_limit_bytes=limit))

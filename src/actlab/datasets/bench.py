@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from actlab.datasets.device import DeviceData
 from actlab.datasets.framestore import FrameStore
 from actlab.datasets.reader import LeRobotV3Dataset, open_dataset
 from actlab.datasets.sampler import EpisodeSampler
@@ -62,8 +63,6 @@ def bench_actlab(
 ) -> dict[str, Any]:
     """Samples/s of FrameStore + sampler + DeviceData.gather on the CPU; cache build timed apart."""
     import torch
-
-    from actlab.datasets.device import DeviceData
 
     t0 = time.perf_counter()
     path = FrameStore.path_for(ds, image_size, None, cache_dir=cache_dir)

@@ -22,6 +22,7 @@ import numpy as np
 from actlab.datasets import format as fmt
 from actlab.datasets.sampler import window_indices
 from actlab.errors import ActlabError
+from actlab.utils.config import did_you_mean
 
 if TYPE_CHECKING:
     import torch
@@ -117,8 +118,6 @@ class DeviceData:
     def _check_keys(self, ds, store, deltas, overrides) -> None:
         for key, offs in deltas.items():
             if key not in ds.features and key not in overrides:
-                from actlab.utils.config import did_you_mean
-
                 raise ActlabError(
                     f"unknown key {key!r}{did_you_mean(key, ds.features)}",
                     file=ds.root / fmt.INFO_PATH,

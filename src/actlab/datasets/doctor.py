@@ -20,6 +20,7 @@ import numpy as np
 from actlab.datasets import format as fmt
 from actlab.datasets import layout
 from actlab.datasets.layout import REEXPORT, Problem, Report
+from actlab.datasets.video import packet_times, video_info
 from actlab.errors import ActlabError
 from actlab.utils.io import read_json
 
@@ -42,8 +43,6 @@ class _Doctor:
         self.add = report.add
 
     def check_videos(self) -> None:
-        from actlab.datasets.video import packet_times, video_info
-
         fps = float(self.info["fps"])
         tol = fmt.TIMESTAMP_TOLERANCE_S
         for key, spec in self.info["features"].items():

@@ -31,7 +31,9 @@ import numpy as np
 from actlab.datasets.format import make_features
 from actlab.datasets.synth import render
 from actlab.datasets.video import VideoOptions
+from actlab.datasets.writer import DatasetWriter
 from actlab.errors import ActlabError
+from actlab.profiling.report import make_result
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,8 +92,6 @@ def _episode_frames(rng: np.random.Generator, cfg: EncodeStressConfig) -> dict[s
 
 def _worker(wid: int, episodes: int, cfg: EncodeStressConfig, out: Path, report) -> None:
     """Write ``episodes`` episodes into fresh datasets under ``out``; report each one on ``report``."""
-    from actlab.datasets.writer import DatasetWriter
-
     stacks = open(out / f"stacks-{wid}.txt", "w")  # noqa: SIM115 (open for the process's lifetime)
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     rng = np.random.default_rng(wid)
@@ -149,8 +149,6 @@ def _hung_frames(stack_file: Path) -> str:
 def run_encode_stress(cfg: EncodeStressConfig, progress: bool = True) -> dict[str, Any]:
     """Run the stress and return the shared bench result dict (hangs, errors, encodes/s)."""
     from tqdm import tqdm
-
-    from actlab.profiling.report import make_result
 
     ctx = multiprocessing.get_context("spawn")
     report = ctx.Queue()

@@ -1,6 +1,8 @@
 """Facts about the LeRobot v3.0 layout on disk, shared by the reader, the writer and the doctor.
 
-See shared/REFERENCE.md §1. Paths are relative to the dataset root.
+The layout is LeRobotDataset v3.0's as lerobot 0.6 writes and reads it (the public source:
+github.com/huggingface/lerobot, src/lerobot/datasets/utils.py and lerobot_dataset.py). Paths are relative
+to the dataset root.
 """
 
 from __future__ import annotations

@@ -36,6 +36,8 @@ import numpy as np
 
 from actlab.datasets import format as fmt
 from actlab.errors import ActlabError
+from actlab.utils.io import atomic_write_json, read_json
+from actlab.utils.units import human_bytes
 
 if TYPE_CHECKING:
     from actlab.datasets.reader import LeRobotV3Dataset
@@ -59,14 +61,6 @@ def cache_root() -> Path:
     """``$ACTLAB_CACHE`` or ``~/.cache/actlab``."""
     env = os.environ.get("ACTLAB_CACHE")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "actlab"
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
 
 
 @contextlib.contextmanager
@@ -199,7 +193,6 @@ class FrameStore:
         if verify not in ("auto", "full"):
             raise ValueError(f"verify must be 'auto' or 'full', not {verify!r}")
         path = Path(path)
-        from actlab.utils.io import read_json
 
         meta = read_json(path / _META, "frame store metadata")
         try:
@@ -321,7 +314,6 @@ class FrameStore:
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
         try:
             meta = cls._fill(ds, tmp, keys, image_size, progress)
-            from actlab.utils.io import atomic_write_json
 
             atomic_write_json(tmp / _META, meta)
             _write_verified(tmp, meta)  # the checksums were just computed from these files
@@ -639,7 +631,5 @@ def _changed_since_verified(path: Path, meta: dict) -> bool:
 
 def _write_verified(path: Path, meta: dict) -> None:
     """Record the files' stat after a full check (atomic; skipped when the store is read-only)."""
-    from actlab.utils.io import atomic_write_json
-
     with contextlib.suppress(OSError):
         atomic_write_json(path / _VERIFIED, _file_stats(path, meta))

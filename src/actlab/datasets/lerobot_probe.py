@@ -1,10 +1,13 @@
 """Run inside a lerobot 0.6.1 environment (NOT actlab's): check that lerobot loads a dataset, or time it.
 
-    /work/lerobot-venv/bin/python src/actlab/datasets/lerobot_probe.py check DATASET_DIR
-    /work/lerobot-venv/bin/python src/actlab/datasets/lerobot_probe.py bench DATASET_DIR --batch-size 8 \
+    LEROBOT_PYTHON src/actlab/datasets/lerobot_probe.py check DATASET_DIR
+    LEROBOT_PYTHON src/actlab/datasets/lerobot_probe.py bench DATASET_DIR --batch-size 8 \
         --action-horizon 100 --seconds 15 --workers 2
 
 Imports only the standard library, torch and lerobot; prints one JSON line on stdout.
+
+LEROBOT_PYTHON is the python of a separate environment with lerobot from PyPI, e.g.
+``python3.12 -m venv lerobot-venv && lerobot-venv/bin/pip install "lerobot[dataset,training]==0.6.1"``.
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from actlab.datasets.format import camera_feature, vector_feature
+from actlab.datasets.writer import DatasetWriter
 from actlab.errors import ActlabError
 
 _ALLOWED = {
@@ -197,9 +199,6 @@ def convert_npy(
     video: Any = None,
 ) -> dict[str, Any]:
     """Convert a .npy episode directory into a LeRobot v3.0 dataset at ``out`` (atomic)."""
-    from actlab.datasets.format import camera_feature, vector_feature
-    from actlab.datasets.writer import DatasetWriter
-
     episodes, summary = read_npy_episodes(src)
     first = episodes[0]
     features: dict[str, Any] = {}

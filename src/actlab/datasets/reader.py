@@ -18,6 +18,7 @@ from actlab.datasets import format as fmt
 from actlab.datasets import layout
 from actlab.datasets.layout import EpisodeInfo, check_info_types, read_info
 from actlab.datasets.sampler import window_indices
+from actlab.datasets.video import VideoDecoder, iter_decode, to_rgb
 from actlab.errors import ActlabError
 from actlab.utils.config import did_you_mean
 
@@ -141,8 +142,6 @@ class LeRobotV3Dataset:
     # ----------------------------------------------------------------------------------------- frames
 
     def _decoder(self, path: Path):
-        from actlab.datasets.video import VideoDecoder
-
         dec = self._decoders.get(str(path))
         if dec is None:
             if len(self._decoders) >= 16:  # bound open files; the oldest goes
@@ -202,8 +201,6 @@ class LeRobotV3Dataset:
         to its episode through the episodes' ``from_timestamp`` and frames outside every episode are
         skipped. ``image_size`` resizes and square-pads (see :func:`actlab.datasets.video.fit_size`).
         """
-        from actlab.datasets.video import iter_decode, to_rgb
-
         if self.features[camera_key]["dtype"] == "image":
             for i in range(len(self)):
                 img = self._read_png_frames(camera_key, [i])[0]

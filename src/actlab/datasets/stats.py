@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from actlab.datasets.format import QUANTILES
+from actlab.datasets.framestore import cache_root
 from actlab.errors import ActlabError
-from actlab.utils.io import atomic_write_json
+from actlab.utils.io import atomic_write_json, read_json
 
 if TYPE_CHECKING:
     from actlab.datasets.reader import LeRobotV3Dataset
@@ -124,8 +125,6 @@ def save_stats(stats: Stats, path: str | Path) -> None:
 
 def load_stats(path: str | Path) -> Stats:
     """Read stats written by :func:`save_stats` or a LeRobot ``meta/stats.json``."""
-    from actlab.utils.io import read_json
-
     return stats_from_json(read_json(path, "stats file"))
 
 
@@ -247,8 +246,6 @@ def _image_stats_of(ds: LeRobotV3Dataset, key: str, samples: int, store: Any) ->
 
 
 def _cache_path(ds: LeRobotV3Dataset, args: Mapping[str, Any], cache_dir: Path | None) -> Path:
-    from actlab.datasets.framestore import cache_root
-
     key = hashlib.sha256(json.dumps([ds.fingerprint, args], sort_keys=True).encode()).hexdigest()[:20]
     return (cache_dir or cache_root() / "stats") / f"{key}.json"
 

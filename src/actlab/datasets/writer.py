@@ -1,9 +1,11 @@
 """Write LeRobot v3.0 datasets that lerobot 0.6 itself loads.
 
-Layout and columns follow shared/REFERENCE.md §1: one data parquet row group per episode, episodes
-concatenated per camera into AV1 mp4 files with exact ``from_timestamp``/``to_timestamp``, per-episode
-stats in the episodes parquet, global ``meta/stats.json``. The whole dataset is built in a temporary
-directory beside ``root`` and renamed into place by ``close()``; an error leaves nothing behind.
+Layout and columns are LeRobotDataset v3.0's as lerobot 0.6 writes and reads them (the public source:
+github.com/huggingface/lerobot, src/lerobot/datasets/lerobot_dataset.py and utils.py): one data parquet row
+group per episode, episodes concatenated per camera into AV1 mp4 files with exact
+``from_timestamp``/``to_timestamp``, per-episode stats in the episodes parquet, global ``meta/stats.json``.
+The whole dataset is built in a temporary directory beside ``root`` and renamed into place by ``close()``;
+an error leaves nothing behind.
 """
 
 from __future__ import annotations

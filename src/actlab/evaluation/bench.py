@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from actlab.evaluation.envs import EnvSpec
+from actlab.evaluation.experts import expert_source
 from actlab.evaluation.harness import EvalConfig, evaluate
 
 
@@ -50,8 +51,6 @@ def bench_eval(
 ) -> dict[str, Any]:
     """Time ``episodes`` episodes three ways and return the bench report dict (``emit`` prints it)."""
     if path == "expert":
-        from actlab.evaluation.experts import expert_source
-
         source: Any = expert_source(task)
     else:
         source = path

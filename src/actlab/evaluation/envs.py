@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actlab.errors import ActlabError
+from actlab.evaluation.peers import is_peer_task, make_peer_env
+from actlab.sim import make_env
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,6 @@ class EnvSpec:
 
     @property
     def is_peer(self) -> bool:
-        from actlab.evaluation.peers import is_peer_task
-
         return is_peer_task(self.task)
 
     def cache_key(self) -> str:
@@ -43,11 +43,8 @@ class EnvSpec:
 def make_eval_env(spec: EnvSpec) -> Any:
     """Build the env a spec describes: ``actlab.sim.make_env`` for sim tasks, the peer adapter otherwise."""
     if spec.is_peer:
-        from actlab.evaluation.peers import make_peer_env
-
         return make_peer_env(spec.task, max_steps=spec.max_steps, **spec.env_kwargs)
     os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering; must precede the mujoco import
-    from actlab.sim import make_env
 
     kwargs = dict(spec.env_kwargs)
     if spec.image_size is not None:

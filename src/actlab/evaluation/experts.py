@@ -10,19 +10,17 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.evaluation.harness import PolicySource
+from actlab.evaluation.peers import is_peer_task
+from actlab.sim import ExpertPolicy
 
 
 def expert_factory(env: Any) -> Any:
     """``ExpertPolicy`` bound to ``env`` (module-level so that worker processes can unpickle it)."""
-    from actlab.sim import ExpertPolicy
-
     return ExpertPolicy(env)
 
 
 def expert_source(task: str = "so101_pick_place") -> PolicySource:
     """A PolicySource running the scripted expert of a sim task."""
-    from actlab.evaluation.peers import is_peer_task
-
     if is_peer_task(task):
         raise ActlabError(
             "the scripted expert exists only for actlab's own sim tasks",

@@ -196,6 +196,7 @@ class _Cache:
             if src.factory is not None:
                 self.policy = src.factory(env)
             else:
+                # lazy: bundles load torch; evaluation imports without it (the scripted expert needs none)
                 from actlab.policies import load_policy
 
                 self.policy = load_policy(src.path, device=device)

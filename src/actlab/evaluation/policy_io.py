@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from actlab.datasets.video import fit_size
 from actlab.errors import ActlabError
 from actlab.policies.contract import RolloutPolicy
 
@@ -184,8 +185,6 @@ def resize_images(images: Any, hw: tuple[int, int], fit_pad: bool = False) -> An
     top = left = 0
     size = tuple(hw)
     if fit_pad and hw[0] == hw[1]:
-        from actlab.datasets.video import fit_size
-
         new_h, new_w, top, left = fit_size(int(images.shape[-2]), int(images.shape[-1]), int(hw[0]))
         size = (new_h, new_w)
     out = F.interpolate(images.float(), size=size, mode="bilinear", antialias=True, align_corners=False)

@@ -24,7 +24,9 @@ from actlab.errors import ActlabError
 from actlab.evaluation.envs import EnvSpec
 from actlab.evaluation.harness import EvalConfig, PolicySource, as_source, evaluate_many
 from actlab.evaluation.results import CheckpointEval, EpisodeResult, markdown_report, results_table
+from actlab.evaluation.whiskers import check_whiskers_options, whiskers_video
 from actlab.utils.io import atomic_dir, atomic_write_json, atomic_write_text, read_json
+from actlab.viz.eval import plot_success_vs_step
 
 STEP_RE = re.compile(r"^step_(\d+)$")
 # Files whose presence marks a directory as a policy bundle (actlab.policies.save_policy writes both).
@@ -140,8 +142,6 @@ def run_eval(
     """
     sources = [as_source(p) for p in policies]
     if whiskers is not None:
-        from actlab.evaluation.whiskers import check_whiskers_options
-
         check_whiskers_options(whiskers, spec)  # before the evaluation, not after it
     meta = {
         "task": spec.task,
@@ -174,13 +174,9 @@ def run_eval(
 def _write_outputs(tmp, evals, sources, spec, cfg, meta, whiskers) -> dict[str, str]:
     files = {"json": "results.json", "markdown": "results.md"}
     if len(evals) >= 2:
-        from actlab.viz.eval import plot_success_vs_step
-
         plot_success_vs_step(evals, tmp / "success_vs_step.png")
         files["plot"] = "success_vs_step.png"
     if whiskers is not None:
-        from actlab.evaluation.whiskers import whiskers_video
-
         src = sources[-1]
         episode = int(whiskers.get("episode", 0))
         rel = Path("whiskers") / f"{src.name.replace('/', '_')}_episode_{episode:03d}.mp4"

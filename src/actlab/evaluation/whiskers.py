@@ -23,6 +23,7 @@ import numpy as np
 
 from actlab.errors import ActlabError
 from actlab.evaluation.envs import EnvSpec, env_fps, env_max_steps, make_eval_env
+from actlab.evaluation.harness import as_source, source_inputs, spec_for_inputs, torch_threads
 from actlab.evaluation.policy_io import ObsAdapter, actions_to_numpy, policy_inputs
 from actlab.evaluation.rollout import kept_info, near_goal_radius
 from actlab.evaluation.taxonomy import PhaseRecord, classify
@@ -153,6 +154,7 @@ def _build_policy(source: Any, env: Any, device: str) -> RolloutPolicy:
         return source.factory(env)
     if source.obj is not None:
         return source.obj
+    # lazy: bundles load torch; evaluation imports without it (the scripted expert needs none)
     from actlab.policies import load_policy
 
     return load_policy(source.path, device=device)
@@ -179,16 +181,12 @@ def whiskers_video(
     where the grasp point really was one step later: 0 when the executed action is the chunk's first
     action (the forward simulation is exact), larger when the policy executes an older chunk's actions.
     """
-    from actlab.evaluation.harness import torch_threads
-
     with torch_threads(getattr(cfg, "threads_per_worker", None)):
         info = _whiskers_video(source, spec, cfg, path, episode, every, style, still)
     return info
 
 
 def _whiskers_video(source, spec, cfg, path, episode, every, style, still) -> dict:
-    from actlab.evaluation.harness import as_source, source_inputs, spec_for_inputs
-
     if every < 1:
         raise ActlabError("every must be >= 1", field="--whiskers-every", found=every)
     style = style or WhiskerStyle()

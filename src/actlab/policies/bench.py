@@ -19,6 +19,7 @@ import torch
 from actlab.policies.contract import FEATURES_SUFFIX
 from actlab.policies.info import synthetic_features, unit_stats
 from actlab.policies.registry import apply_config_overrides, get_config_class, make_policy
+from actlab.utils.device import resolve_device
 
 PSEUDO = "cached_features"
 
@@ -90,8 +91,6 @@ def bench_policy(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Median training-step time per variant and its speed-up over the first; a profiling.report dict."""
-    from actlab.utils.device import resolve_device
-
     dev = resolve_device(device)
     base = apply_config_overrides(get_config_class(type_name)(), list(overrides))
     features = synthetic_features(state_dim, action_dim, cameras, image_shape)

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from actlab.profiling.timing import synchronize
+
 # Distinct input signatures captured per policy (e.g. RTC prefix lengths 0..d, two batch sizes); beyond
 # this, calls with a new signature run eagerly (each graph keeps its own static buffers).
 MAX_GRAPHS = 16
@@ -143,8 +145,6 @@ def chunk_latency_ms(policy: Any, obs: dict[str, torch.Tensor], iters: int = 20,
     """
     import statistics
     import time
-
-    from actlab.profiling.timing import synchronize
 
     device = next(iter(policy.parameters())).device
     saved = policy._graphed_inference

@@ -89,6 +89,7 @@ def build_for_info(
     """A policy from a registered type name (default config + overrides) or from a bundle directory."""
     path = Path(name_or_path)
     if path.is_dir():
+        # lazy: bundle imports torch; actlab policy info on a bundle's json files needs none
         from actlab.policies.bundle import load_policy
 
         if overrides:

@@ -1,4 +1,4 @@
-"""Normalization as a module inside the policy: mean/std buffers saved with the weights (STYLE §6).
+"""Normalization as a module inside the policy: mean/std buffers saved with the weights.
 
 ``Normalizer`` holds one ``(mean, std)`` pair per feature key as buffers named
 ``normalizer.entries.<key with dots as underscores>.mean`` / ``.std``, so a checkpoint can never lose its

@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from actlab.profiling.timing import time_callable
+
 # Peak dense (no structured sparsity) TFLOP/s from the vendors' datasheets. bf16/fp16/tf32 are tensor-core
 # rates with fp32 accumulation (what torch uses); fp32 is the non-tensor-core rate. None: not supported.
 # Keys are matched case-insensitively as whole words in torch.cuda.get_device_name(); longest key first.
@@ -131,8 +133,6 @@ def lookup_peak_tflops(device_name: str, precision: str) -> tuple[float | None, 
 def measure_peak_tflops(device: Any, dtype: Any, size: int = 8192, iters: int = 20) -> float:
     """Achieved TFLOP/s of a large square matmul on ``device``: a measured stand-in for the peak."""
     import torch
-
-    from actlab.profiling.timing import time_callable
 
     a = torch.randn(size, size, device=device, dtype=dtype)  # (N, N)
     b = torch.randn(size, size, device=device, dtype=dtype)  # (N, N)

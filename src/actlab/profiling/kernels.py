@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from actlab.profiling.timing import synchronize
+
 # Host-side CUDA runtime / driver calls that start device work (one per kernel, or one per graph).
 _LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx",
                  "cudaGraphLaunch", "cudaLaunchCooperativeKernel")  # fmt: skip
@@ -104,8 +106,6 @@ def profile_step(fn: Callable[[], Any], device: Any, steps: int = 3) -> dict[str
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
-
-    from actlab.profiling.timing import synchronize
 
     cuda = getattr(device, "type", str(device)) == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])

@@ -12,7 +12,6 @@ signal that stays at 0, exclude nothing. The summary always states which rule ap
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +20,7 @@ import numpy as np
 
 from actlab.errors import ActlabError
 from actlab.profiling.nvml import GPU_FIELDS
+from actlab.utils.monitor_format import gpu_count, short_command
 from actlab.utils.table import fmt, table
 
 WARMUP_FRACTION = 0.5  # the steady part starts when the signal reaches this fraction of its later median
@@ -33,11 +33,6 @@ def _values(columns: Sequence[str], rows: Sequence[Sequence[Any]], name: str) ->
         return np.full(len(rows), np.nan)
     i = list(columns).index(name)
     return np.array([np.nan if r[i] is None else float(r[i]) for r in rows], dtype=np.float64)
-
-
-def gpu_count(columns: Sequence[str]) -> int:
-    """How many GPUs a monitor CSV holds columns for."""
-    return sum(1 for c in columns if re.fullmatch(r"gpu\d+_util_pct", c))
 
 
 def stats(values: np.ndarray) -> dict[str, float] | None:
@@ -200,14 +195,6 @@ def summarize(
         },
         "notes": notes,
     }
-
-
-def short_command(command: str | None, limit: int = 100) -> str:
-    """A command on one line, at most ``limit`` characters, for titles and summaries."""
-    if not command:
-        return "the command"
-    one_line = " ".join(command.split())
-    return one_line if len(one_line) <= limit else one_line[: limit - 3] + "..."
 
 
 def _plural(n: int, word: str) -> str:

@@ -49,6 +49,7 @@ def __getattr__(name: str):
 
         return getattr(record, name)
     if name == "render_strip":
+        # lazy: view renders with mujoco and writes through the recorder; import actlab.sim stays light
         from actlab.sim.view import render_strip
 
         return render_strip

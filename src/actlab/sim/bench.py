@@ -14,6 +14,9 @@ from typing import Any
 import numpy as np
 
 from actlab.errors import ActlabError
+from actlab.sim import ExpertConfig, ExpertPolicy, make_env, task_config
+from actlab.sim.env import PickPlaceEnv
+from actlab.sim.record import run_expert_episode
 
 
 def expert_success(
@@ -27,9 +30,6 @@ def expert_success(
 
     Returns successes, failed seeds, the phase counts (grasped / lifted at some step) and timing.
     """
-    from actlab.sim import ExpertConfig, ExpertPolicy, make_env
-    from actlab.sim.record import run_expert_episode
-
     _at_least(1, episodes=episodes)
     env = make_env(task, **{"cameras": (), **env_overrides, "terminate_on_success": False})
     policy = ExpertPolicy(env, ExpertConfig(noise=noise), seed=seed)
@@ -89,13 +89,10 @@ def bench_sim(image_size: int = 128, frames: int = 400, episodes: int = 3) -> di
     _at_least(1, episodes=episodes)
     _at_least(2, frames=frames)  # one frame of each of the two cameras
     os.environ.setdefault("MUJOCO_GL", "egl")
-    from actlab.sim import ExpertPolicy, make_env, task_config
-    from actlab.sim.record import run_expert_episode
 
     cams = ("top", "wrist")
     fast_cfg = task_config(image_size=image_size, cameras=cams, terminate_on_success=False)
     slow_cfg = dataclasses.replace(fast_cfg, scene=dataclasses.replace(fast_cfg.scene, fast_render=False))
-    from actlab.sim.env import PickPlaceEnv
 
     fast, slow = PickPlaceEnv(fast_cfg), PickPlaceEnv(slow_cfg)
     try:

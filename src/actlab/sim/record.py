@@ -21,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from actlab.datasets import DatasetWriter, make_features
 from actlab.errors import ActlabError
+from actlab.sim import FPS, TASK_TEXT, ExpertConfig, ExpertPolicy, make_env, task_config
 from actlab.sim.scene import JOINT_NAMES
 
 
@@ -147,7 +149,6 @@ _WORKER: dict[str, Any] = {}
 
 def _worker_init(config: RecordConfig) -> None:
     os.environ.setdefault("MUJOCO_GL", "egl")
-    from actlab.sim import ExpertConfig, ExpertPolicy, make_env
 
     env = make_env(config.task, **config.env_kwargs())
     _WORKER["env"] = env
@@ -202,8 +203,6 @@ def _episodes_in_order(config: RecordConfig, max_attempts: int) -> Iterator[dict
 
 def dataset_features(config: RecordConfig) -> dict[str, dict[str, Any]]:
     """LeRobot features of a recorded dataset: state and action (degrees) and one video per camera."""
-    from actlab.datasets import make_features
-
     size = config.image_size
     return make_features(
         state_dim=len(JOINT_NAMES),
@@ -229,9 +228,6 @@ def record_dataset(
     collected within ``episodes * max_attempts_per_episode`` attempts (nothing is written then).
     """
     from tqdm import tqdm
-
-    from actlab.datasets import DatasetWriter
-    from actlab.sim import FPS, TASK_TEXT, task_config
 
     config = config or RecordConfig()
     task_config(config.task, **config.env_kwargs())  # validate the env options before spawning workers

@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from actlab.errors import ActlabError
+from actlab.sim import ExpertPolicy, make_env
+from actlab.sim.record import run_expert_episode
 from actlab.utils.io import write_png
 
 
@@ -35,9 +37,6 @@ def render_strip(
     each camera to the PNG ``out``, each pixel drawn ``upscale`` x ``upscale`` times.
 
     Returns ``{"path", "steps", "success", "frame_steps"}``."""
-    from actlab.sim import ExpertPolicy, make_env
-    from actlab.sim.record import run_expert_episode
-
     out = Path(out)
     if out.suffix.lower() != ".png":
         raise ActlabError(

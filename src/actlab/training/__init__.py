@@ -1,4 +1,4 @@
-"""Training: config and presets, train step, loop, checkpoints and resume, DDP, overfit mode.
+"""Training: config and presets, train step, loop, checkpoints and resume, DDP, overfit, batch-size finder.
 
 Importing this package (and its config and presets) does not import torch; ``train``, ``build_run``
 and ``overfit_config`` load the heavy modules on first use.

@@ -30,14 +30,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+from actlab.datasets.synth import synth_dataset
 from actlab.policies.contract import FEATURES_SUFFIX
+from actlab.profiling.flops import precision_name, throughput_metrics, train_step_flops
+from actlab.profiling.kernels import profile_step
+from actlab.profiling.nvml import UtilSampler
+from actlab.profiling.timing import synchronize
+from actlab.training.build import build_run
 from actlab.training.config import TrainConfig
+from actlab.training.lerobot_bench import run_lerobot_step
+from actlab.training.step import autocast
+from actlab.utils.device import resolve_device
 
 
 def synth_for(cfg: TrainConfig, out: Path, episodes: int = 8, length: int = 60) -> Path:
     """A real LeRobot v3 dataset (AV1 video) with the cameras and dimensions the config's policy expects."""
-    from actlab.datasets.synth import synth_dataset
-
     keys = list(getattr(cfg.policy, "cameras", ()) or ("observation.images.top",))
     size = cfg.data.image_size or 64
     size += size % 2  # yuv420p needs even sizes
@@ -53,8 +60,6 @@ def _block(run, steps: int, batch: dict[str, Any] | None, windows: list | None =
 
     ``windows`` gets the block's wall-clock ``(start, end)`` (for the NVML samples taken during it).
     """
-    from actlab.profiling.timing import synchronize
-
     synchronize(run.device)  # start with an empty queue
     wall0, t0 = time.time(), time.perf_counter()
     for _ in range(steps):
@@ -102,9 +107,8 @@ def bench_train(
     one where the table has none (a CPU, an unlisted GPU). ``util_sampler`` (a profiling.nvml
     UtilSampler) gives the NVML utilization during the full-step blocks.
     """
+    # lazy: inference imports torch; training modules import without it
     from actlab.policies.inference import chunk_latency_ms
-    from actlab.profiling.kernels import profile_step
-    from actlab.training.build import build_run
 
     run = build_run(cfg, device)
     try:
@@ -216,9 +220,6 @@ def _count_step_flops(run, batch: dict[str, Any]) -> tuple[int, str]:
     """
     import torch
 
-    from actlab.profiling.flops import precision_name, train_step_flops
-    from actlab.training.step import autocast
-
     fork_devices = [run.device] if run.device.type == "cuda" else []
     with torch.random.fork_rng(devices=fork_devices), autocast(run.device, run.amp_dtype):
         flops = train_step_flops(run.policy, batch)
@@ -226,8 +227,6 @@ def _count_step_flops(run, batch: dict[str, Any]) -> tuple[int, str]:
 
 
 def _throughput(run, *, flops: int, precision: str, seconds: float, batch_size: int, peak_tflops):
-    from actlab.profiling.flops import throughput_metrics
-
     return throughput_metrics(
         flops_per_step=flops,
         seconds_per_step=seconds,
@@ -280,9 +279,6 @@ def _util_sampler(cfg: TrainConfig, device: Any):
     """An NVML sampler for the training GPU (None off CUDA: nothing to sample)."""
     import torch
 
-    from actlab.profiling.nvml import UtilSampler
-    from actlab.utils.device import resolve_device
-
     dev = resolve_device(cfg.device if device is None else str(device), field="device")
     if dev.type != "cuda":
         return None
@@ -296,8 +292,6 @@ def _util_sampler(cfg: TrainConfig, device: Any):
 def _add_lerobot(result, cfg, python, workers, steps, sampler) -> None:
     """lerobot's ACT step on the same dataset and device, its samples/s and NVML utilization beside ours."""
     import torch
-
-    from actlab.training.lerobot_bench import run_lerobot_step
 
     if result["device"].startswith("cuda"):
         torch.cuda.empty_cache()  # actlab's run is closed: give its cached memory back before lerobot runs

@@ -21,7 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from actlab.datasets import FrameStore, cache_root, compute_stats, open_dataset
+from actlab.datasets.framestore import stored_features
 from actlab.errors import ActlabError
+from actlab.policies import make_policy
 from actlab.policies.contract import FEATURES_SUFFIX, TrainablePolicy
 from actlab.training import ddp, preflight
 from actlab.training.augment import prepare_images
@@ -37,7 +40,9 @@ from actlab.training.data import (
     validation_batches,
 )
 from actlab.training.ddp import DistInfo
+from actlab.training.schedule import build_scheduler
 from actlab.training.step import CaptureError, GraphedStep, WorkingWeights, autocast, train_step
+from actlab.utils.device import resolve_device
 
 if TYPE_CHECKING:
     import torch
@@ -148,6 +153,7 @@ class TrainRun:
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
         """Inverse of :meth:`optimizer_state`; call after loading the checkpoint's weights into ``policy``."""
+        # lazy: ema imports torch; training modules import without it
         from actlab.training.ema import RAW_WEIGHTS_KEY, UPDATES_KEY
 
         extra = {k: state[k] for k in (RAW_WEIGHTS_KEY, UPDATES_KEY) if k in state}
@@ -268,8 +274,6 @@ def build_run(
     """
     import torch
 
-    from actlab.utils.device import resolve_device
-
     dist = dist or DistInfo()
     # resolved in every case (a "cuda" string or torch.device("cuda") becomes indexed, cuda:LOCAL_RANK)
     device = resolve_device(
@@ -309,8 +313,6 @@ def _assemble(cfg, device, dist, ds, store, stats, features, policy, graphs: Gra
     groups = policy.param_groups(cfg.optim.lr, cfg.optim.backbone_lr, cfg.optim.weight_decay)
     params = [p for g in groups for p in g["params"] if p.requires_grad]
     optimizer = _optimizer(cfg, groups, device, capturable=graphs.enabled)
-    from actlab.training.schedule import build_scheduler
-
     scheduler = build_scheduler(optimizer, cfg.steps, cfg.schedule)
     model = ddp.wrap(policy, dist, device)
     if cfg.compile:
@@ -365,6 +367,7 @@ def _assemble(cfg, device, dist, ds, store, stats, features, policy, graphs: Gra
 def _ema(cfg: TrainConfig, policy):
     if cfg.ema_decay <= 0:
         return None
+    # lazy: ema imports torch; training modules import without it
     from actlab.training.ema import WeightEMA
 
     return WeightEMA(policy, cfg.ema_decay)
@@ -415,8 +418,6 @@ def open_data(cfg: TrainConfig):
     """Open ``cfg.data.path`` and run the dataset's cheap checks (those of ``actlab data doctor`` that
     read no video): a dataset the doctor calls wrong is refused here, before anything is built, with an
     ActlabError naming the check, the file and the fix. A clear error too when the path is unset."""
-    from actlab.datasets import open_dataset
-
     if not cfg.data.path:
         raise ActlabError(
             "no dataset given",
@@ -434,8 +435,6 @@ def select_features(ds, cfg: TrainConfig) -> dict[str, Any]:
     without the cameras the policy does not use (their frames are never decoded), and the used cameras
     at the size the FrameStore stores them (``data.image_size``, with the resize recorded so that the
     bundle's features.json tells evaluation how to resize observations)."""
-    from actlab.datasets.framestore import stored_features
-
     used = camera_keys(ds, cfg)
     kept = {k: v for k, v in ds.features.items() if k not in ds.camera_keys or k in used}
     return stored_features(kept, cfg.data.image_size, used)
@@ -476,8 +475,6 @@ def camera_keys(ds, cfg: TrainConfig) -> list[str]:
 
 def _cached_store(ds, cfg: TrainConfig):
     """The FrameStore if it is already decoded on disk (cheap to open), else None."""
-    from actlab.datasets import FrameStore
-
     keys = camera_keys(ds, cfg)
     if not keys:
         return None
@@ -492,8 +489,6 @@ def _cached_store(ds, cfg: TrainConfig):
 
 def _build_store(ds, cfg: TrainConfig, dist: DistInfo):
     """Decode the FrameStore once: rank 0 first, the other ranks then open the finished cache."""
-    from actlab.datasets import FrameStore
-
     keys = camera_keys(ds, cfg)
     if not keys:
         return None
@@ -509,16 +504,12 @@ def _build_store(ds, cfg: TrainConfig, dist: DistInfo):
 
 
 def _stats(ds, cfg: TrainConfig, store) -> dict[str, Any]:
-    from actlab.datasets import compute_stats
-
     cache = Path(cfg.data.cache_dir) / "stats" if cfg.data.cache_dir else None
     return compute_stats(ds, **cfg.policy.stats_request(), store=store, cache_dir=cache)
 
 
 def _make_policy(cfg: TrainConfig, features, stats, device) -> TrainablePolicy:
     import torch
-
-    from actlab.policies import make_policy
 
     if cfg.policy is None:
         raise ActlabError(
@@ -532,8 +523,6 @@ def _make_policy(cfg: TrainConfig, features, stats, device) -> TrainablePolicy:
 
 
 def _preflight(cfg: TrainConfig, policy, ds, store, out_dir, existing_checkpoint_bytes: int) -> None:
-    from actlab.datasets import FrameStore, cache_root
-
     n_params = sum(p.numel() for p in policy.parameters())
     n_train = sum(p.numel() for p in policy.parameters() if p.requires_grad)
     fs_bytes = 0
@@ -555,6 +544,7 @@ def _preflight(cfg: TrainConfig, policy, ds, store, out_dir, existing_checkpoint
 
 def _device_data(ds, store, policy: TrainablePolicy, cfg: TrainConfig, device) -> DeviceData:
     """DeviceData for the policy's keys; with a frozen backbone, cached features replace the images."""
+    # lazy: DeviceData may import torch (actlab.datasets keeps it lazy); training modules import without it
     from actlab.datasets import DeviceData
 
     on_device = _frames_on_device(cfg, store, device)

@@ -116,6 +116,7 @@ class CheckpointManager:
         bundle_extra: dict[str, Any] | None = None,
     ) -> Path:
         """Write checkpoint ``step`` atomically, update ``last.json``/``best.json``, prune old ones."""
+        # lazy: bundle imports torch; training modules import without it
         from actlab.policies import write_bundle
 
         final = self.path(step)

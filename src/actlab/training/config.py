@@ -17,6 +17,7 @@ import typing
 from typing import Any, Literal
 
 from actlab.errors import ActlabError
+from actlab.policies import get_config_class
 from actlab.policies.contract import PolicyConfig
 from actlab.utils import config as cfgutil
 
@@ -145,7 +146,10 @@ class ScheduleConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class EvalConfig:
+class ValidationConfig:
+    """The ``eval`` section: the validation loss (not rollouts; those are actlab.evaluation.EvalConfig).
+    The section keeps its name ``eval`` (``--set eval.every=N``, saved config.json files)."""
+
     # validation loss every N steps, at every checkpoint and at the last step; 0 disables validation
     every: int = 1000
     # number of validation batches per evaluation (the same batches every time)
@@ -233,7 +237,7 @@ class TrainConfig:
     # learning-rate schedule
     schedule: ScheduleConfig = dataclasses.field(default_factory=ScheduleConfig)
     # validation loss cadence
-    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+    eval: ValidationConfig = dataclasses.field(default_factory=ValidationConfig)
     # checkpoint cadence, retention and disk preflight
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     # metrics logging
@@ -265,15 +269,12 @@ class TrainConfig:
     ema_decay: float = 0.0
     # torch CPU threads for this process (0 leaves torch's default)
     num_threads: int = 0
-    # testing aid: SIGKILL this process right after step N is complete (and checkpointed if due)
-    kill_at_step: int | None = None
 
     def __post_init__(self) -> None:
         _check_finite(self, "")
         _check(self.steps >= 1, "steps", ">= 1", self.steps)
         _check(self.batch_size >= 1, "batch_size", ">= 1", self.batch_size)
         _check(self.num_threads >= 0, "num_threads", ">= 0", self.num_threads)
-        _check(self.kill_at_step is None or self.kill_at_step >= 1, "kill_at_step", ">= 1", self.kill_at_step)
         _check(0.0 <= self.ema_decay < 1.0, "ema_decay", "0 (off) or 0 < x < 1", self.ema_decay)
         graphs = self.cuda_graphs
         _check(graphs in (True, False, "auto"), "cuda_graphs", "auto, true or false", graphs)
@@ -302,7 +303,6 @@ RESUMABLE_CHANGES = (
     "steps",
     "device",
     "num_threads",
-    "kill_at_step",
     "eval.every",
     "eval.batches",
     "checkpoint.every",
@@ -313,6 +313,11 @@ RESUMABLE_CHANGES = (
     "data.path",
     "data.cache_dir",
 )
+
+
+# Keys that config.json files written by earlier versions may hold and that are ignored when read:
+# kill_at_step, a test hook, is now the environment variable ACTLAB_TEST_KILL_AT_STEP (training.loop).
+RETIRED_KEYS = ("kill_at_step",)
 
 
 def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
@@ -327,6 +332,8 @@ def config_from_dict(data: dict[str, Any], where: str = "config") -> TrainConfig
     """Inverse of :func:`config_to_dict`; unknown keys fail with a did-you-mean."""
     data = dict(data)
     policy = data.pop("policy", None)
+    for key in RETIRED_KEYS:
+        data.pop(key, None)
     cfg = cfgutil.from_dict(TrainConfig, data)
     if policy is not None:
         cfg = dataclasses.replace(cfg, policy=policy_config_from_dict(policy, where=f"{where}: policy"))
@@ -344,9 +351,7 @@ def policy_config_from_dict(data: dict[str, Any], where: str = "policy") -> Poli
 
 
 def policy_config_class(ptype: str | None) -> type[PolicyConfig]:
-    """The config class registered for a policy type (imports actlab.policies lazily, without torch)."""
-    from actlab.policies import get_config_class
-
+    """The config class registered for a policy type (the registry imports without torch)."""
     return get_config_class(str(ptype))
 
 
@@ -396,17 +401,7 @@ def config_hash(cfg: TrainConfig) -> str:
 
 def flatten_config(cfg: TrainConfig) -> dict[str, Any]:
     """``{"optim.lr": 1e-5, "policy.dim_model": 512, ...}`` with the policy type included."""
-    return _flatten_dict(config_to_dict(cfg))
-
-
-def _flatten_dict(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten_dict(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
+    return cfgutil.flatten(config_to_dict(cfg))
 
 
 def _resumable(key: str) -> bool:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from actlab.datasets import EpisodeSampler
 from actlab.errors import ActlabError
 from actlab.training.config import DataConfig
 
@@ -129,8 +130,6 @@ def make_sampler(
     ranges: Sequence[tuple[int, int]], seed: int, rank: int = 0, world_size: int = 1, shuffle: bool = True
 ) -> EpisodeSampler:
     """An ``EpisodeSampler`` over ``ranges`` (this rank's disjoint share)."""
-    from actlab.datasets import EpisodeSampler
-
     starts = np.asarray([a for a, _ in ranges], dtype=np.int64)
     stops = np.asarray([b for _, b in ranges], dtype=np.int64)
     return EpisodeSampler(starts, stops, seed=seed, shuffle=shuffle, rank=rank, world_size=world_size)

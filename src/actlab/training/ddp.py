@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from actlab.errors import ActlabError
+from actlab.utils.device import resolve_device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,8 +61,6 @@ def setup(info: DistInfo, device_name: str):
     """
     import torch
     import torch.distributed as dist
-
-    from actlab.utils.device import resolve_device
 
     # Always an indexed device for CUDA (cuda:LOCAL_RANK under torchrun): set_device needs the index.
     device = resolve_device(

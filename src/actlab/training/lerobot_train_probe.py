@@ -1,6 +1,6 @@
 """Run inside a lerobot 0.6.1 environment (NOT actlab's): time lerobot's own ACT training step.
 
-    /work/lerobot-venv/bin/python src/actlab/training/lerobot_train_probe.py DATASET_DIR \
+    LEROBOT_PYTHON src/actlab/training/lerobot_train_probe.py DATASET_DIR \
         --policy '{"chunk_size": 100, ...}' --batch-size 8 --workers 4 --steps 30 --warmup 5 --device cuda:0
 
 What runs is lerobot-train's loop body, with lerobot's own pieces: ``make_dataset`` (LeRobotDataset with
@@ -13,6 +13,9 @@ and applies the preprocessor exactly as lerobot-train does.
 Imports only the standard library, torch and lerobot; prints one JSON line on stdout. The timed window's
 wall-clock start and end (``time.time()``) are in the output so that the caller can keep the GPU
 utilization samples it took during exactly that window.
+
+LEROBOT_PYTHON is the python of a separate environment with lerobot from PyPI, e.g.
+``python3.12 -m venv lerobot-venv && lerobot-venv/bin/pip install "lerobot[dataset,training]==0.6.1"``.
 """
 
 from __future__ import annotations

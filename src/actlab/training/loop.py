@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
+from actlab.profiling.timing import PhaseTimer
 from actlab.training import ddp
 from actlab.training.build import TrainRun, build_run
 from actlab.training.checkpoint import CheckpointManager
@@ -32,17 +33,21 @@ from actlab.training.config import (
 )
 from actlab.training.ddp import DistInfo
 from actlab.training.metrics_log import METRICS_FILE, MetricsLog, check_sinks, read_metrics
-from actlab.training.preflight import free_bytes, human
+from actlab.training.preflight import free_bytes
 from actlab.training.schedule import sync_lr
-from actlab.training.timing import PhaseTimer
 from actlab.utils.io import atomic_write_json, read_json
 from actlab.utils.lock import LOCK_FILE, DirLock
+from actlab.utils.units import human_bytes
+from actlab.viz.training import plot_training
 
 CONFIG_FILE = "config.json"
 # The RunSummary of the last run of this directory that returned (written by rank 0 at the end).
 SUMMARY_FILE = "summary.json"
 # errno values of a full disk: no space left (ENOSPC) and disk quota exceeded (EDQUOT)
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+# Test hook, not a setting: the process SIGKILLs itself right after this step is complete (and
+# checkpointed if due), to rehearse a crash.
+KILL_AT_STEP_ENV = "ACTLAB_TEST_KILL_AT_STEP"
 
 
 @dataclasses.dataclass
@@ -158,7 +163,7 @@ def _user_fault(
             f"the disk is full: training stopped ({where})",
             file=full,
             found=f"[Errno {e.errno}] {os.strerror(e.errno)}",
-            fix=f"free space on the disk holding {full} ({human(free_bytes(full))} free now), or lower "
+            fix=f"free space on the disk holding {full} ({human_bytes(free_bytes(full))} free now), or lower "
             f"checkpoint.keep_last; then `actlab train --out {out} --resume`",
         )
     if _out_of_memory(e):
@@ -410,9 +415,6 @@ def _train(
 
 def _plot(out: Path, cfg: TrainConfig) -> None:
     """``training.png`` from metrics.jsonl; a plotting failure is reported, the finished run stands."""
-    from actlab.training.metrics_log import read_metrics
-    from actlab.viz.training import plot_training
-
     try:
         plot_training(read_metrics(out), out / "training.png", title=f"{out.name} ({cfg.name})")
     except Exception as e:  # the checkpoints and metrics are written; a figure must not fail the run
@@ -426,6 +428,7 @@ def _restore(run: TrainRun, ckpts: CheckpointManager, step: int) -> tuple[dict[s
     (a checkpoint in the middle of a window), so the first row after the resume averages the same steps
     as an uninterrupted run's.
     """
+    # lazy: bundle imports torch; training modules import without it
     from actlab.policies import load_policy
 
     state = ckpts.load(step, run.dist.rank)
@@ -515,6 +518,7 @@ class Loop:
         t0 = self._t0 = self._t_log = time.perf_counter()
         self._start = start
         step, stopped, overfit_step = start, "completed", None
+        kill_at = int(os.environ.get(KILL_AT_STEP_ENV) or 0)
         for step in range(start + 1, cfg.steps + 1):
             self.timer.start()
             batch = self.run.next_batch()
@@ -529,7 +533,7 @@ class Loop:
                 self._log_val(step)
             if stopped == "overfit_reached" or _due(step, cfg.checkpoint.every, cfg.steps):
                 self._checkpoint(step)
-            if cfg.kill_at_step == step:
+            if kill_at == step:
                 os.kill(os.getpid(), signal.SIGKILL)  # rehearse a crash (tests): no cleanup at all
             if stopped == "overfit_reached":
                 break

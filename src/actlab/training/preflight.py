@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 from actlab.errors import ActlabError
+from actlab.utils.units import human_bytes
 
 # configs, stats, sampler/RNG state and the safetensors header per checkpoint
 CHECKPOINT_OVERHEAD_BYTES = 1 << 20
@@ -102,24 +103,16 @@ def check(disk: DiskPlan, out_dir: str | Path, limit_bytes: int | None = None) -
         "not enough disk space for this run's checkpoints; refusing to start rather than fail later",
         file=out_dir,
         field="checkpoint.keep_last" if disk.checkpoints_alive > 2 else "checkpoint.disk_limit_bytes",
-        expected=f"{human(disk.need_bytes)} = {disk.checkpoints_alive} checkpoints alive x "
-        f"{human(disk.checkpoint_bytes)} (weights + AdamW state)"
+        expected=f"{human_bytes(disk.need_bytes)} = {disk.checkpoints_alive} checkpoints alive x "
+        f"{human_bytes(disk.checkpoint_bytes)} (weights + AdamW state)"
         + (
-            f" - {human(disk.existing_checkpoint_bytes)} already written"
+            f" - {human_bytes(disk.existing_checkpoint_bytes)} already written"
             if disk.existing_checkpoint_bytes
             else ""
         )
-        + (f" + FrameStore {human(disk.framestore_bytes)}" if disk.framestore_bytes else "")
-        + f" + {human(RUN_DIR_OVERHEAD_BYTES)} logs",
-        found=f"{human(available)} available ({source})",
+        + (f" + FrameStore {human_bytes(disk.framestore_bytes)}" if disk.framestore_bytes else "")
+        + f" + {human_bytes(RUN_DIR_OVERHEAD_BYTES)} logs",
+        found=f"{human_bytes(available)} available ({source})",
         fix="free disk space, choose an --out on a larger disk, lower checkpoint.keep_last "
         "or set checkpoint.keep_best=false, or put the FrameStore elsewhere with data.cache_dir",
     )
-
-
-def human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n:.1f} TiB"

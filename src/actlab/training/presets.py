@@ -21,17 +21,19 @@ from actlab.training.config import (
     AugmentConfig,
     CheckpointConfig,
     DataConfig,
-    EvalConfig,
     LogConfig,
     OptimConfig,
     OverfitConfig,
     ScheduleConfig,
     TrainConfig,
+    ValidationConfig,
     policy_config_from_dict,
 )
 from actlab.utils.config import unknown_name_error
 
-# ACT defaults from the paper / LeRobot (REFERENCE.md §3), used by the full-size presets.
+# ACT defaults from the paper (Zhao et al. 2023, arXiv:2304.13705) as LeRobot 0.6 sets them in ACTConfig
+# (github.com/huggingface/lerobot, src/lerobot/policies/act/configuration_act.py), used by the full-size
+# presets. One decoder layer: the original code built 7 but used only the first.
 ACT_FULL: dict[str, Any] = {
     "type": "act",
     "chunk_size": 100,
@@ -78,7 +80,7 @@ def tiny() -> TrainConfig:
         augment=AugmentConfig(shift_pad=2),  # colour jitter is exercised by the DDP test
         optim=OptimConfig(lr=1e-3, backbone_lr=1e-3, weight_decay=1e-4, grad_clip=10.0),
         schedule=ScheduleConfig(kind="cosine", warmup_steps=2),
-        eval=EvalConfig(every=10, batches=2),
+        eval=ValidationConfig(every=10, batches=2),
         checkpoint=CheckpointConfig(every=10, keep_last=2, keep_best=True),
         log=LogConfig(every=1, progress=False),
         overfit=OverfitConfig(loss_threshold=0.1, max_steps=400),
@@ -128,7 +130,7 @@ def so101_sim_cpu() -> TrainConfig:
         augment=AugmentConfig(shift_pad=4),
         optim=OptimConfig(lr=1e-3, backbone_lr=1e-3, weight_decay=1e-4, grad_clip=10.0),
         schedule=ScheduleConfig(kind="cosine", warmup_steps=100, min_lr_ratio=0.05),
-        eval=EvalConfig(every=1000, batches=4),
+        eval=ValidationConfig(every=1000, batches=4),
         checkpoint=CheckpointConfig(every=1000, keep_last=5, keep_best=True),
         log=LogConfig(every=50),
         seed=0,
@@ -148,7 +150,7 @@ def so101_sim() -> TrainConfig:
         augment=AugmentConfig(shift_pad=8),
         optim=OptimConfig(lr=1e-5, backbone_lr=1e-5, weight_decay=1e-4, grad_clip=10.0),
         schedule=ScheduleConfig(kind="constant", warmup_steps=0),
-        eval=EvalConfig(every=5000, batches=16),
+        eval=ValidationConfig(every=5000, batches=16),
         checkpoint=CheckpointConfig(every=10_000, keep_last=3, keep_best=True),
         log=LogConfig(every=100),
         steps=100_000,
@@ -170,7 +172,7 @@ def aloha() -> TrainConfig:
         ),
         optim=OptimConfig(lr=1e-5, backbone_lr=1e-5, weight_decay=1e-4, grad_clip=10.0),
         schedule=ScheduleConfig(kind="constant", warmup_steps=0),
-        eval=EvalConfig(every=5000, batches=16),
+        eval=ValidationConfig(every=5000, batches=16),
         checkpoint=CheckpointConfig(every=10_000, keep_last=3, keep_best=True),
         log=LogConfig(every=100),
         steps=100_000,

@@ -43,6 +43,7 @@ class WorkingWeights:
         import torch
         from torch import nn
 
+        # lazy: layers imports torch; training modules import without it
         from actlab.policies.layers import Attention
 
         names = []

@@ -1,9 +1,8 @@
 """Frozen-dataclass configs: JSON round trip, ``key=value`` overrides and did-you-mean for unknown names.
 
-Configs are plain frozen dataclasses (STYLE.md §2) that validate themselves in ``__post_init__``. This
-module turns them into JSON-ready dicts and back, applies command-line overrides such as
-``policy.chunk_size=50`` with type coercion from the field annotations, and names the closest valid key
-when a user mistypes one.
+Configs are plain frozen dataclasses that validate themselves in ``__post_init__``. This module turns them
+into JSON-ready dicts and back, applies command-line overrides such as ``policy.chunk_size=50`` with type
+coercion from the field annotations, and names the closest valid key when a user mistypes one.
 """
 
 from __future__ import annotations
@@ -65,14 +64,13 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return None
         if isinstance(value, str) and value.lower() in ("none", "null") and type(None) in args:
             return None
-        errors = []
         for arg in args:
             if arg is type(None):
                 continue
             try:
                 return _coerce(value, arg, where)
-            except (ValueError, TypeError, ActlabError) as e:
-                errors.append(str(e))
+            except (ValueError, TypeError, ActlabError):
+                pass  # try the union's next member
         raise ValueError(f"{where}: cannot read {value!r} as {tp}")
     if origin is typing.Literal:
         for a in args:
@@ -233,15 +231,15 @@ def parse_scalar(raw: str, tp: Any) -> Any:
 
 
 def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"policy.chunk_size": 100, ...}`` for printing and for listing valid override keys."""
+    """``{"policy.chunk_size": 100, ...}``: a nested dict, or a config (through :func:`to_dict`), keyed by
+    dotted paths."""
+    data = to_dict(cfg) if dataclasses.is_dataclass(cfg) else cfg
     out: dict[str, Any] = {}
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        key = f"{prefix}{f.name}"
-        if dataclasses.is_dataclass(value):
-            out.update(flatten(value, key + "."))
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
         else:
-            out[key] = value
+            out[f"{prefix}{key}"] = value
     return out
 
 

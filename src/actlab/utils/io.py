@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from actlab.errors import ActlabError
+
 
 def _umask() -> int:
     mask = os.umask(0)
@@ -86,8 +88,6 @@ def atomic_dir(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
     With ``overwrite`` an existing ``path`` is replaced (moved aside, then deleted after the rename);
     otherwise an existing ``path`` is an error raised before anything is written.
     """
-    from actlab.errors import ActlabError
-
     path = Path(path)
     if path.exists() and not overwrite:
         raise ActlabError(
@@ -126,8 +126,6 @@ def write_png(path: str | Path, image: Any) -> Path:
 
 def read_json(path: str | Path, what: str = "JSON file") -> Any:
     """Read JSON with an error that names the file and the position of a syntax error."""
-    from actlab.errors import ActlabError
-
     path = Path(path)
     if not path.is_file():
         raise ActlabError(f"{what} not found", file=path, fix="check the path")

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from actlab.errors import ActlabError
-from actlab.profiling.summary import gpu_count, short_command
 from actlab.utils.io import atomic_file
+from actlab.utils.monitor_format import gpu_count, short_command
 
 _FORMATS = ("png", "pdf", "svg")
 

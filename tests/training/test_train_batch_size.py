@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from actlab.errors import ActlabError
-from actlab.profiling.batch_size import Probe, parse_bytes, render_search, search_batch_size
+from actlab.training.batch_size import Probe, render_search, search_batch_size
 
 
 def linear_probe(base: int, per_sample: int, oom_above: int | None = None, calls: list[int] | None = None):
@@ -90,17 +90,6 @@ def test_bad_settings(kwargs, field):
     with pytest.raises(ActlabError) as e:
         search_batch_size(linear_probe(0, 1), limit_bytes=100, **kwargs)
     assert e.value.field == field
-
-
-def test_parse_bytes():
-    assert parse_bytes("2GiB") == 2 * 1024**3
-    assert parse_bytes("1500MB") == 1_500_000_000
-    assert parse_bytes("512 mib") == 512 * 1024**2
-    assert parse_bytes("1e9") == 10**9
-    assert parse_bytes("1.5GiB") == int(1.5 * 1024**3)
-    for bad in ("", "lots", "-1GiB", "0", "3 parsecs"):
-        with pytest.raises(ActlabError, match="bad memory size"):
-            parse_bytes(bad)
 
 
 def test_tolerance_stops_the_bisection_early():

@@ -1,7 +1,7 @@
 """Batch-size search: double until a step no longer fits, then bisect to the boundary.
 
 The search is a pure function of a probe ``probe(batch_size) -> Probe`` (tested alone on synthetic
-probes); the real probes that run training steps live in :mod:`actlab.profiling.batch_probe`.
+probes); the real probes that run training steps live in :mod:`actlab.training.batch_probe`.
 
 "Fits" means the step ran and its measured peak memory stayed within the budget
 ``limit * (1 - margin)``: the safety margin is applied during the search, so the recommended batch size
@@ -17,22 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actlab.errors import ActlabError
-
-_UNITS = {
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "kib": 1024,
-    "mib": 1024**2,
-    "gib": 1024**3,
-    "tib": 1024**4,
-}
+from actlab.utils.table import table
 
 
 @dataclass(frozen=True)
@@ -91,28 +76,6 @@ class SearchResult:
                 for t in self.trials
             ],
         }
-
-
-def parse_bytes(text: str | int, field_name: str = "--memory-limit") -> int:
-    """``"2GiB"``, ``"1500MB"``, ``"512mib"``, ``"1e9"`` -> bytes (binary units are 1024-based)."""
-    if isinstance(text, int):
-        value = text
-    else:
-        s = str(text).strip().lower().replace(" ", "")
-        num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
-        unit = s[len(num) :] or "b"
-        try:
-            value = int(float(num) * _UNITS[unit])
-        except (ValueError, KeyError):
-            value = -1
-    if value <= 0:
-        raise ActlabError(
-            "bad memory size",
-            field=field_name,
-            expected="a positive size such as 2GiB, 1500MiB or 3GB",
-            found=text,
-        )
-    return value
 
 
 def check_search_settings(
@@ -199,8 +162,6 @@ def search_batch_size(
 
 def render_search(result: SearchResult, what: str) -> str:
     """A table of every trial plus the recommendation, in words."""
-    from actlab.utils.table import table
-
     mib = 1024 * 1024
     rows = []
     for t in sorted(result.trials, key=lambda t: t.probe.batch_size):

@@ -1,7 +1,8 @@
 """The report ``actlab demo`` writes: ``report.md``, ``report.html`` and ``summary.json``.
 
-Everything shown here was computed by the stages (recording summary, training metrics, evaluation
-results); this module only arranges it into tables, figures and links relative to the demo directory.
+Everything shown here was computed by the stages and handed in by the pipeline (recording summary,
+training metrics rows, evaluation results, the failure classes; scene.png is rendered by the pipeline);
+this module only arranges it into tables, figures and links relative to the demo directory.
 """
 
 from __future__ import annotations
@@ -49,13 +50,14 @@ def write_report(
     stage_seconds: dict[str, float],
     reused: list[str],
     wall0: float,
+    rows: list[dict[str, Any]],
+    failures: tuple[str, ...],
 ) -> dict[str, Any]:
-    """Write the demo's report pages and summary.json into ``out``; returns the summary dict."""
-    from actlab.sim.view import render_strip
-    from actlab.training.metrics_log import read_metrics
+    """Write the demo's report pages and summary.json into ``out``; returns the summary dict.
 
-    rows = read_metrics(out / "run")
-    render_strip(out / "scene.png", seed=0, image_size=plan["image_size"], frames=8, upscale=2)
+    ``rows``: the training run's metrics rows; ``failures``: the evaluation's failure classes, in the
+    order of the table's columns.
+    """
     sweep, media = evaluation["sweep"], evaluation["media"]
     best = next(c for c in sweep["checkpoints"] if c["name"] == evaluation["best"])
     conf = media["checkpoints"][0]["summary"]
@@ -90,15 +92,13 @@ def write_report(
     summary["wall_s"] = round(time.perf_counter() - wall0, 1)  # this invocation
     # record + train + eval as measured when they ran: the demo's cost from scratch
     summary["pipeline_s"] = round(sum(v for k, v in stage_seconds.items() if k != "report"), 1)
-    report = _build(plan, record, train, sweep, media, best, summary)
+    report = _build(plan, record, train, sweep, media, best, summary, failures)
     report.write(out)
     atomic_write_json(out / "summary.json", summary)
     return summary
 
 
-def _build(plan, record, train, sweep, media, best, summary) -> Report:
-    from actlab.evaluation.results import FAILURES
-
+def _build(plan, record, train, sweep, media, best, summary, failures) -> Report:
     s, c = best["summary"], media["checkpoints"][0]["summary"]
     r = Report("actlab demo: SO-101 pick-and-place")
     r.paragraph(
@@ -113,7 +113,7 @@ def _build(plan, record, train, sweep, media, best, summary) -> Report:
     _time_table(r, summary)
     _dataset_section(r, record, plan)
     _training_section(r, train, summary["step_time"])
-    _eval_section(r, sweep, FAILURES)
+    _eval_section(r, sweep, failures)
     _media_section(r, media)
     r.heading("Reproduce")
     r.code(

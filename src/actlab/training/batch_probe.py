@@ -28,13 +28,18 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from actlab.errors import ActlabError
-from actlab.profiling.batch_size import (
+from actlab.profiling.timing import synchronize
+from actlab.training.batch_size import (
     Probe,
     SearchResult,
     check_search_settings,
-    parse_bytes,
     search_batch_size,
 )
+from actlab.training.build import build_run
+from actlab.training.config import apply_train_overrides, config_from_dict, config_to_dict
+from actlab.training.presets import get_preset, with_dataset
+from actlab.utils.device import resolve_device
+from actlab.utils.units import parse_bytes
 
 _MIB = 1024 * 1024
 _POLL_S = 0.02  # RSS watchdog period: a step allocates at most a few hundred MiB in 20 ms
@@ -45,9 +50,6 @@ _PRELOAD = ["torch", "torch._dynamo", "torch.optim", "actlab.policies", "actlab.
 
 def _run_steps(cfg: Any, device: Any, steps: int) -> float:
     """Build the run for ``cfg`` and time ``steps`` optimizer steps; returns seconds for the steps."""
-    from actlab.profiling.timing import synchronize
-    from actlab.training.build import build_run
-
     run = build_run(cfg, device)
     try:
         t0 = time.perf_counter()
@@ -82,8 +84,6 @@ def _is_cpu_oom(e: BaseException) -> bool:
 
 def _cpu_trial(cfg_dict: dict[str, Any], steps: int, conn: Any) -> None:
     """Runs in a forked child: build + steps, then report the peak RSS through ``conn``."""
-    from actlab.training.config import config_from_dict
-
     try:
         seconds = _run_steps(config_from_dict(cfg_dict), "cpu", steps)
         conn.send({"ok": True, "peak": _peak_rss_self(), "seconds": seconds})
@@ -102,8 +102,6 @@ class CpuProbe:
     """Peak RSS of a fresh process running the steps, stopped early once it passes ``limit_bytes``."""
 
     def __init__(self, cfg: Any, limit_bytes: int, steps: int) -> None:
-        from actlab.training.config import config_to_dict
-
         self.cfg, self.limit_bytes, self.steps = cfg, limit_bytes, steps
         self._cfg_dict = config_to_dict(dataclasses.replace(cfg, device="cpu"))
         self._ctx = mp.get_context("forkserver")
@@ -232,9 +230,6 @@ class GpuProbe:
 # ------------------------------------------------------------------------------------------- driver
 def load_config(preset: str, dataset: str, overrides: list[str] | None, device: str | None) -> Any:
     """The preset with the dataset, overrides and device applied (validated: errors name the key)."""
-    from actlab.training.config import apply_train_overrides
-    from actlab.training.presets import get_preset, with_dataset
-
     if not Path(dataset).exists():
         raise ActlabError("dataset not found", file=dataset, field="--dataset", fix="check the path")
     cfg = apply_train_overrides(with_dataset(get_preset(preset), dataset), list(overrides or []))
@@ -262,8 +257,6 @@ def find_batch_size(
 
     ``measure`` names what was compared with the limit (``"GPU memory reserved"`` or ``"RSS"``).
     """
-    from actlab.utils.device import resolve_device
-
     if steps < 1:
         raise ActlabError("--steps must be at least 1", field="--steps", expected=">= 1", found=steps)
     check_search_settings(
@@ -327,8 +320,6 @@ def _gpu_setup(cfg: Any, dev: Any, steps: int, limit: int | None, progress: Text
 def _prepare_cpu(cfg: Any, start: int) -> None:
     """Build the run once here: the FrameStore is decoded and cached before the first measured trial
     (decoding is a one-time cost, not part of a step), and a bad config fails here with a clear error."""
-    from actlab.training.build import build_run
-
     run = build_run(dataclasses.replace(cfg, batch_size=start, device="cpu"), "cpu")
     run.close()
     del run

@@ -1,8 +1,8 @@
 import time
 import types
 
-from actlab.training import timing
-from actlab.training.timing import PhaseTimer
+from actlab.profiling import timing
+from actlab.profiling.timing import PhaseTimer
 
 
 def test_phases_sum_per_step_and_reset_on_read(monkeypatch):

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from actlab.cli import main
-from actlab.profiling.batch_probe import CpuProbe, load_config
+from actlab.training.batch_probe import CpuProbe, load_config
 
 MIB = 1024 * 1024
 

@@ -28,7 +28,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from actlab.demo.report import write_report
 from actlab.errors import ActlabError
+from actlab.evaluation import EnvSpec, EvalConfig, run_eval
+from actlab.evaluation.results import FAILURES
+from actlab.evaluation.sweep import best_checkpoint, resolve_paths
+from actlab.sim import RecordConfig, record_dataset
+from actlab.sim.view import render_strip
+from actlab.training import apply_train_overrides, get_preset, load_run_config, train, with_dataset
+from actlab.training.checkpoint import CheckpointManager
+from actlab.training.config import resume_diff
+from actlab.training.metrics_log import read_metrics
+from actlab.utils.config import to_dict
+from actlab.utils.device import resolve_device
 from actlab.utils.io import atomic_write_json, read_json
 
 STAGES = ("record", "train", "eval", "report")
@@ -115,9 +127,6 @@ class StageLog:
 
 def resolve(cfg: DemoConfig) -> dict[str, Any]:
     """Device, preset, image size and the training config the demo will use (validated, nothing run)."""
-    from actlab.training import apply_train_overrides, get_preset, with_dataset
-    from actlab.utils.device import resolve_device
-
     device = resolve_device(cfg.device)
     gpu = device.type == "cuda"
     preset = cfg.preset or ("so101_sim" if gpu else "so101_sim_cpu")
@@ -159,8 +168,6 @@ def _finish_stage(out: Path, state: dict, stage: str, settings: dict, result: di
 
 
 def _record(cfg: DemoConfig, plan: dict, out: Path, state: dict, log: StageLog) -> dict:
-    from actlab.sim import RecordConfig, record_dataset
-
     data = out / "data"
     rec = RecordConfig(episodes=cfg.episodes, image_size=plan["image_size"], workers=cfg.workers)
     settings = json.loads(json.dumps(dataclasses.asdict(rec)))
@@ -180,9 +187,6 @@ def _record(cfg: DemoConfig, plan: dict, out: Path, state: dict, log: StageLog) 
 
 
 def _train(plan: dict, out: Path, state: dict, log: StageLog) -> dict:
-    from actlab.training import train
-    from actlab.utils.config import to_dict
-
     run = out / "run"
     train_cfg = plan["train"]
     settings = to_dict(train_cfg)
@@ -211,10 +215,6 @@ def _train(plan: dict, out: Path, state: dict, log: StageLog) -> dict:
 
 def _can_resume(run: Path, train_cfg: Any, log: StageLog) -> bool:
     """An interrupted run of a compatible config (the trainer's own rule) is continued, not restarted."""
-    from actlab.training import load_run_config
-    from actlab.training.checkpoint import CheckpointManager
-    from actlab.training.config import resume_diff
-
     if not (run / "config.json").is_file():
         return False
     keep = train_cfg.checkpoint
@@ -240,9 +240,6 @@ def _can_resume(run: Path, train_cfg: Any, log: StageLog) -> bool:
 
 
 def _evaluate(cfg: DemoConfig, out: Path, state: dict, log: StageLog) -> dict:
-    from actlab.evaluation import EnvSpec, EvalConfig, run_eval
-    from actlab.evaluation.sweep import best_checkpoint, resolve_paths
-
     run, sweep_dir, best_dir = out / "run", out / "eval" / "sweep", out / "eval" / "best"
     # Not the number of workers: the outcomes are the same for any (tested in tests/evaluation).
     settings = {
@@ -318,8 +315,6 @@ class _episode_bar:
 
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Run (or resume) every stage and write the report; returns the summary written to summary.json."""
-    from actlab.viz.demo_report import write_report
-
     wall0 = time.perf_counter()
     out = Path(cfg.out)
     plan = resolve(cfg)  # config errors surface before anything is written
@@ -341,10 +336,14 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         flush=True,
     )
     record = _record(cfg, plan, out, state, log)
-    train = _train(plan, out, state, log)
+    trained = _train(plan, out, state, log)
     evaluation = _evaluate(cfg, out, state, log)
     t0 = log.start("report", f"writing {out / 'report.md'} and report.html")
-    summary = write_report(out, plan, record, train, evaluation, log.seconds, log.reused, wall0)
+    rows = read_metrics(out / "run")
+    render_strip(out / "scene.png", seed=0, image_size=plan["image_size"], frames=8, upscale=2)
+    summary = write_report(
+        out, plan, record, trained, evaluation, log.seconds, log.reused, wall0, rows=rows, failures=FAILURES
+    )
     log.done(
         "report", t0, f"success rate {100 * summary['success_rate']:.0f}% ({summary['best_checkpoint']})"
     )

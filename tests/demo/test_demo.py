@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
 
 from actlab.cli import main
+from actlab.training.loop import KILL_AT_STEP_ENV
 from procs import run_cli
 
 pytest.importorskip("mujoco")
@@ -91,7 +93,7 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     # as the requested one, so the run starts over; more steps resume.
     import io
 
-    from actlab.demo import DemoConfig, StageLog, _can_resume, resolve
+    from actlab.demo.pipeline import DemoConfig, StageLog, _can_resume, resolve
 
     def can_resume(steps: int) -> bool:
         cfg = DemoConfig(out=str(out), device="cpu", episodes=4, overrides=(f"steps={steps}",))
@@ -104,7 +106,7 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
 def test_killed_demo_resumes_training_where_it_stopped(tmp_path):
     out = tmp_path / "demo"
     args = ["demo", "--out", out, *TOY, "--set", "steps=20"]
-    killed = run_cli(*args, "--set", "kill_at_step=10", timeout=280)
+    killed = run_cli(*args, env={**os.environ, KILL_AT_STEP_ENV: "10"}, timeout=280)
     assert killed.returncode == -9, killed.stderr  # SIGKILL right after the step-10 checkpoint
     assert not (out / "summary.json").exists()
     resumed = run_cli(*args, timeout=280)
