@@ -162,7 +162,7 @@ def run_encode_stress(cfg: EncodeStressConfig, progress: bool = True) -> dict[st
     cpu: dict[int, float] = {}  # its CPU seconds then
     hangs: list[str] = []
     errors: list[str] = []
-    reordered = 0  # packets the encoder returned out of frame order, muxed in order by the writer
+    reordered = 0  # times the encoder returned a packet ahead of an earlier frame's (muxed in order)
     episodes = 0
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="actlab-encode-") as tmp:
@@ -237,7 +237,7 @@ def run_encode_stress(cfg: EncodeStressConfig, progress: bool = True) -> dict[st
             "encodes": encodes,
             "hangs": len(hangs),
             "errors": len(errors),
-            "reordered_packets": reordered,
+            "out_of_order": reordered,  # times the encoder handed a packet out early
             "seconds": round(seconds, 1),
             "encodes_per_s": round(encodes / seconds, 1),
         },

@@ -106,7 +106,7 @@ class VideoEncoder:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.height, self.width, self.fps = height, width, fps
         self.frames = 0
-        # packets that arrived ahead of an earlier frame's (counted for `actlab bench encode`)
+        # times a packet came ahead of an earlier frame's, opening a gap (counted by `actlab bench encode`)
         self.reordered = 0
         self._held: list[tuple[int, int, Any]] = []  # (pts, arrival, packet): a heap, earliest frame first
         self._arrival = itertools.count()
@@ -142,7 +142,7 @@ class VideoEncoder:
                 self._release(everything=True)
                 self._container.mux(packet)
                 continue
-            if packet.pts > self._next_pts:
+            if packet.pts > self._next_pts and not self._held:  # a gap opens: an earlier frame is late
                 self.reordered += 1
             heapq.heappush(self._held, (packet.pts, next(self._arrival), packet))
             self._release()
@@ -215,7 +215,7 @@ class EncoderThread:
         self._stalled: ActlabError | None = None
         self._encoder: VideoEncoder | None = None
         self._file: Path | None = None  # the file the current item writes (for the error message)
-        self.reordered = 0  # packets of the finished files that the encoder returned early (VideoEncoder)
+        self.reordered = 0  # times the encoder returned a packet early, in the finished files (VideoEncoder)
         self._busy = False  # an item is being processed
         self._beat = self._clock()  # last sign of progress of the current item
         self._submitted = 0  # items put on the queue (by the one caller thread)

@@ -111,7 +111,7 @@ class _CameraStream:
 
     @property
     def reordered(self) -> int:
-        """Packets of the finished files that the encoder returned ahead of an earlier frame's."""
+        """Times the encoder returned a packet ahead of an earlier frame's, in the finished files."""
         return self._thread.reordered
 
     def abort(self) -> None:
@@ -386,8 +386,9 @@ class DatasetWriter:
 
     @property
     def reordered_packets(self) -> int:
-        """Video packets the encoder returned out of frame order and the writer muxed in order (see
-        ``actlab.datasets.video.VideoEncoder``); complete once the writer is closed."""
+        """How many times the encoder returned a packet ahead of an earlier frame's (each time, the
+        packets were held back and muxed in frame order: ``actlab.datasets.video.VideoEncoder``);
+        complete once the writer is closed."""
         return sum(cam.reordered for cam in self._cameras.values())
 
     def close(self) -> Path:
