@@ -10,11 +10,12 @@ and lives on the same filesystem.
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
 from pathlib import Path
 
-from actlab.errors import ActlabError
+# free_bytes, same_filesystem and human are used from here by the trainer (the recorder shares them too)
+from actlab.utils.disk import free_bytes, human, require_free, same_filesystem
+
+__all__ = ["DiskPlan", "check", "checkpoint_bytes", "free_bytes", "human", "plan", "same_filesystem"]
 
 # configs, stats, sampler/RNG state and the safetensors header per checkpoint
 CHECKPOINT_OVERHEAD_BYTES = 1 << 20
@@ -66,41 +67,15 @@ def plan(
     )
 
 
-def free_bytes(path: str | Path) -> int:
-    """Free bytes on the filesystem that holds ``path`` (or its nearest existing parent)."""
-    p = Path(path).resolve()
-    while not p.exists():
-        p = p.parent
-    return shutil.disk_usage(p).free
-
-
-def same_filesystem(a: str | Path, b: str | Path) -> bool:
-    def dev(p: Path) -> int:
-        p = p.resolve()
-        while not p.exists():
-            p = p.parent
-        return os.stat(p).st_dev
-
-    return dev(Path(a)) == dev(Path(b))
-
-
 def check(disk: DiskPlan, out_dir: str | Path, limit_bytes: int | None = None) -> int:
     """Raise ActlabError when ``disk.need_bytes`` exceeds the free space (or ``limit_bytes``, if smaller).
 
     Returns the number of bytes that were available.
     """
-    free = free_bytes(out_dir)
-    available = free if limit_bytes is None else min(free, limit_bytes)
-    if disk.need_bytes <= available:
-        return available
-    source = (
-        "the limit checkpoint.disk_limit_bytes"
-        if limit_bytes is not None and limit_bytes < free
-        else ("the free space")
-    )
-    raise ActlabError(
-        "not enough disk space for this run's checkpoints; refusing to start rather than fail later",
-        file=out_dir,
+    return require_free(
+        disk.need_bytes,
+        out_dir,
+        problem="not enough disk space for this run's checkpoints; refusing to start rather than fail later",
         field="checkpoint.keep_last" if disk.checkpoints_alive > 2 else "checkpoint.disk_limit_bytes",
         expected=f"{human(disk.need_bytes)} = {disk.checkpoints_alive} checkpoints alive x "
         f"{human(disk.checkpoint_bytes)} (weights + AdamW state)"
@@ -111,15 +86,8 @@ def check(disk: DiskPlan, out_dir: str | Path, limit_bytes: int | None = None) -
         )
         + (f" + FrameStore {human(disk.framestore_bytes)}" if disk.framestore_bytes else "")
         + f" + {human(RUN_DIR_OVERHEAD_BYTES)} logs",
-        found=f"{human(available)} available ({source})",
         fix="free disk space, choose an --out on a larger disk, lower checkpoint.keep_last "
         "or set checkpoint.keep_best=false, or put the FrameStore elsewhere with data.cache_dir",
+        limit_bytes=limit_bytes,
+        limit_name="the limit checkpoint.disk_limit_bytes",
     )
-
-
-def human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n:.1f} TiB"
