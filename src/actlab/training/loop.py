@@ -165,7 +165,7 @@ def _user_fault(
     )
     written = write_error(
         e,
-        out,
+        None,
         out=out,
         stopped=f"training stopped ({where})",
         again=f"`actlab train --out {out} --resume`",

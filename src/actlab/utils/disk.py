@@ -81,7 +81,7 @@ def require_free(
 
 def write_error(
     e: BaseException,
-    file: str | Path,
+    file: str | Path | None,
     *,
     out: str | Path,
     stopped: str,
@@ -90,25 +90,30 @@ def write_error(
     save_less: str = "",
     rescue: str = "",
     found: str = "",
+    need_bytes: int | None = None,
 ) -> ActlabError | None:
     """The ActlabError for a write that failed with an OSError of a class a user fixes outside the code
     (a full disk, no permission, a read-only filesystem, a failing disk), or None for any other error.
 
-    ``file``: what was being written (named when the OSError names no file); ``out``: the output
+    ``file``: what to name as the file (None: the file the OSError names, else ``out``); ``out``: the output
     directory the user chose; ``stopped``: what became of the output, after the class of the problem
     (``"training stopped (checkpoint ... is intact)"``); ``again``: how to continue in place once repaired;
     ``elsewhere``: how to continue on another disk; ``save_less``: other ways to need less space (full
     disk only), starting with ", or"; ``rescue``: what to copy off a failing disk first (I/O error only);
-    ``found``: appended to the errno in the ``found`` line.
+    ``found``: appended to the errno in the ``found`` line; ``need_bytes``: roughly what the whole output
+    needs, when known (named for a full disk).
     """
     if not isinstance(e, OSError) or e.errno not in WRITE_ERRNOS:
         return None
-    path = Path(e.filename) if isinstance(e.filename, (str, os.PathLike)) and e.filename else Path(file)
-    where = path if path.is_dir() else path.parent
+    named = Path(e.filename) if isinstance(e.filename, (str, os.PathLike)) and e.filename else None
+    path = Path(file) if file is not None else named or Path(out)
+    where = _nearest_dir(named or path)  # the directory the write went to, or what is left of it
     if e.errno in DISK_FULL_ERRNOS:
         kind = "the disk is full"
         fix = (
-            f"free space on the disk holding {out} ({human(free_bytes(out))} free now){save_less}, then "
+            f"free space on the disk holding {out} ({human(free_bytes(out))} free now"
+            + (f", about {human(need_bytes)} needed" if need_bytes else "")
+            + f"){save_less}, then "
             f"{again}; or {elsewhere}"
         )
     elif e.errno in PERMISSION_ERRNOS:
@@ -134,6 +139,13 @@ def write_error(
         found=f"[Errno {e.errno}] {os.strerror(e.errno)}{found}",
         fix=fix,
     )
+
+
+def _nearest_dir(p: Path) -> Path:
+    p = Path(os.path.abspath(p))
+    while not p.is_dir() and p.parent != p:
+        p = p.parent
+    return p
 
 
 def _user() -> str:
