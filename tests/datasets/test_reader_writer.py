@@ -373,3 +373,12 @@ def test_a_full_disk_leaves_nothing_keeps_the_dataset_it_replaces_and_can_be_rer
         for _ in range(100):
             w.add_episode(_noise_episode(rng), task="noise")
     assert sorted(p.name for p in disk.iterdir()) == ["ds"]
+
+
+def test_an_output_on_a_read_only_filesystem_is_refused_with_the_fix(small_fs):
+    ro = small_fs(1 << 20, read_only=True)  # a real read-only mount
+    with pytest.raises(ActlabError, match="^the filesystem is read-only: the dataset was not written") as e:
+        _write(ro / "ds", _episodes([5]))
+    assert e.value.file == str(ro / "ds") and e.value.found == "[Errno 30] Read-only file system"
+    assert f"findmnt -T {ro}" in e.value.fix and "another disk (--out)" in e.value.fix
+    assert list(ro.iterdir()) == []
