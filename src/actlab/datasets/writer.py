@@ -168,7 +168,10 @@ class DatasetWriter:
         try:
             self._tmp: Path = self._stack.enter_context(atomic_dir(self.root, overwrite=overwrite))
         except OSError as e:  # the temporary directory cannot be made beside root (permissions, read-only)
-            raise self._write_error(e, 0) or e from e
+            fault = self._write_error(e, 0)
+            if fault is None:
+                raise
+            raise fault from e
         self._closed = False
         self._tasks: dict[str, int] = {}
         self._episodes: list[dict[str, Any]] = []
@@ -343,7 +346,10 @@ class DatasetWriter:
         except OSError as e:  # a full disk, say: the files are part-written, so the dataset is discarded
             written = _tree_bytes(self._tmp)
             self.abort()
-            raise self._write_error(e, written) or e from e
+            fault = self._write_error(e, written)
+            if fault is None:
+                raise
+            raise fault from e
         stats = {k: feature_stats(arrays[k]) for k in self.numeric_keys}
         for key in self.camera_keys:
             pick = np.unique(np.linspace(0, length - 1, min(length, _IMAGE_STATS_FRAMES)).round().astype(int))

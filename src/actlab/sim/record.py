@@ -281,7 +281,8 @@ def record_dataset(
         config.episodes if config.keep_failures else int(config.episodes * config.max_attempts_per_episode)
     )
     need = estimate_bytes(config)
-    _check_disk(out_dir, config, need)
+    if overwrite or not out_dir.exists():  # (else the writer refuses the existing output first)
+        _check_disk(out_dir, config, need)
     start = time.perf_counter()
     attempts = successes = frames = written = 0
     failed: list[int] = []
