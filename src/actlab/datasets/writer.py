@@ -464,6 +464,11 @@ class DatasetWriter:
         if self._data_writer is not None:
             with contextlib.suppress(Exception):
                 self._data_writer.close()
+            # Why: when close() fails (a full disk cannot take the footer) pyarrow leaves its file handle
+            # open, and the deleted file keeps its space until a garbage collection happens to free it:
+            # the same write run again in this process would find the disk still full.
+            with contextlib.suppress(Exception):
+                self._data_writer.file_handle.close()
 
     def __enter__(self) -> DatasetWriter:
         return self
