@@ -81,6 +81,35 @@ def tiny_dataset(tmp_path_factory) -> Path:
     return _make_dataset(tmp_path_factory.mktemp("tiny"))
 
 
+@pytest.fixture
+def small_fs(tmp_path):
+    """Factory: ``small_fs(size_bytes, read_only=False) -> Path``: a real tmpfs of that size mounted in
+    ``tmp_path``, so a test fills a disk (ENOSPC) or writes to a read-only filesystem (EROFS) for real;
+    unmounted when the test ends. Skips the test where mounting is not permitted (it needs root, or
+    CAP_SYS_ADMIN). The mount(2) call is made here, not by the mount program: no process to manage."""
+    import ctypes
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("a tmpfs of a given size needs Linux")
+    libc = ctypes.CDLL(None, use_errno=True)
+    mounted: list[Path] = []
+
+    def mount(size: int, read_only: bool = False) -> Path:
+        target = tmp_path / f"small-fs-{len(mounted)}"
+        target.mkdir()
+        flags = 1 if read_only else 0  # MS_RDONLY
+        if libc.mount(b"tmpfs", str(target).encode(), b"tmpfs", flags, f"size={size}".encode()) != 0:
+            err = ctypes.get_errno()
+            pytest.skip(f"cannot mount a tmpfs to fill for real ({os.strerror(err)}): run the tests as root")
+        mounted.append(target)
+        return target
+
+    yield mount
+    for target in reversed(mounted):
+        if libc.umount2(str(target).encode(), 0) != 0:
+            libc.umount2(str(target).encode(), 2)  # MNT_DETACH: a file still open keeps it busy until closed
+
+
 # ------------------------------------------------------------------------------------------------------
 # No test may hang, and none may leave a process behind.
 #

@@ -325,3 +325,36 @@ def test_a_clean_dataset_opens_and_checks(tiny_dataset):
     ds = open_dataset(tiny_dataset)
     ds.check_data()
     assert ds.column("action").shape == (120, 6)
+
+
+# ------------------------------------------------------------------------------------------ symlink loops
+def test_a_dataset_path_that_is_a_symlink_loop_is_a_problem_not_a_crash(tmp_path, capsys):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    problems = diagnose(loop)
+    assert [p.check for p in problems] == ["symlink_loop"]
+    assert problems[0].file == str(loop) and "symlink loop" in problems[0].problem
+    assert "the real directory" in problems[0].fix
+    assert main(["data", "doctor", str(loop)]) == 1
+    out = capsys.readouterr().out
+    assert "symlink_loop" in out and str(loop) in out
+    assert main(["data", "doctor", str(loop), "--json"]) == 1
+    assert [p["check"] for p in json.loads(capsys.readouterr().out)] == ["symlink_loop"]
+
+
+@pytest.mark.parametrize("name", ["meta", "data", "videos", "meta/info.json"])
+def test_a_symlink_loop_inside_the_dataset_is_named_by_the_doctor_and_the_reader(copy, name, capsys):
+    from actlab.datasets import open_dataset
+    from actlab.errors import ActlabError
+
+    link = copy / name
+    shutil.rmtree(link) if link.is_dir() else link.unlink()
+    link.with_name("other").symlink_to(link.name)  # a loop of two links: name -> other -> name
+    link.symlink_to("other")
+    loops = [p for p in diagnose(copy) if p.check == "symlink_loop"]
+    assert sorted(p.file for p in loops) == sorted([str(link), str(link.with_name("other"))])
+    assert all("symlink loop" in p.problem and p.severity == "error" for p in loops)
+    assert main(["data", "doctor", str(copy)]) == 1
+    assert "symlink_loop" in capsys.readouterr().out
+    with pytest.raises(ActlabError, match="check `symlink_loop`"):  # the reader runs the same check
+        open_dataset(copy)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import shutil
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -331,3 +333,62 @@ def test_aborted_writer_drains_its_encoders(tmp_path, capfd, threaded):
     gc.collect()
     assert "without sending EOS" not in capfd.readouterr().err
     assert _leftovers(tmp_path) == []
+
+
+# ------------------------------------------------------------------------------------------ full disk
+def _noise_episode(rng, length=30, size=64):
+    """An episode whose video does not compress (uniform noise): it fills a small disk quickly."""
+    return {
+        "observation.state": rng.normal(size=(length, 5)).astype(np.float32),
+        "action": rng.normal(size=(length, 5)).astype(np.float32),
+        "observation.images.top": rng.integers(0, 256, (length, size, size, 3), dtype=np.uint8),
+    }
+
+
+@pytest.mark.parametrize("threaded", [True, False])
+def test_a_full_disk_leaves_nothing_keeps_the_dataset_it_replaces_and_can_be_rerun(small_fs, threaded):
+    disk = small_fs(2 << 20)  # a real 2 MiB filesystem
+    root = _write(disk / "ds", _episodes([10]))  # the dataset the failed write would have replaced
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    rng = np.random.default_rng(0)
+    features = make_features(5, 5, {"top": (64, 64)})
+    video = VideoOptions(threaded=threaded)
+    free = shutil.disk_usage(disk).free
+    gc.disable()  # a file of the failed write left open keeps its space until a collection: none may hide it
+    try:
+        with (
+            pytest.raises(ActlabError, match="^the disk is full: the dataset was not written") as e,
+            DatasetWriter(root, 30, features, overwrite=True, video=video) as w,
+        ):
+            for _ in range(100):  # noise does not compress: the disk fills within a few episodes
+                w.add_episode(_noise_episode(rng), task="noise")
+        assert shutil.disk_usage(disk).free == free  # every file closed and deleted: the space is back
+    finally:
+        gc.enable()
+    assert e.value.file == str(root) and f"the dataset already at {root} is kept" in e.value.problem
+    assert e.value.found.startswith("[Errno 28] No space left on device after ")
+    assert f"free space on the disk holding {root} (" in e.value.fix and "free now" in e.value.fix
+    assert "another disk (--out)" in e.value.fix
+    assert sorted(p.name for p in disk.iterdir()) == ["ds"]  # no temporary directory left
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+    assert len(open_dataset(root)) == 10
+    # Space is back: the same write of a dataset that fits succeeds.
+    _write(root, _episodes([20]), overwrite=True)
+    assert len(open_dataset(root)) == 20 and sorted(p.name for p in disk.iterdir()) == ["ds"]
+    # A new dataset (nothing to keep) fails the same way and leaves nothing at all.
+    with (
+        pytest.raises(ActlabError, match="(?m)nothing of it is left on disk\\)$"),
+        DatasetWriter(disk / "new", 30, features, video=video) as w,
+    ):
+        for _ in range(100):
+            w.add_episode(_noise_episode(rng), task="noise")
+    assert sorted(p.name for p in disk.iterdir()) == ["ds"]
+
+
+def test_an_output_on_a_read_only_filesystem_is_refused_with_the_fix(small_fs):
+    ro = small_fs(1 << 20, read_only=True)  # a real read-only mount
+    with pytest.raises(ActlabError, match="^the filesystem is read-only: the dataset was not written") as e:
+        _write(ro / "ds", _episodes([5]))
+    assert e.value.file == str(ro / "ds") and e.value.found == "[Errno 30] Read-only file system"
+    assert f"findmnt -T {ro}" in e.value.fix and "another disk (--out)" in e.value.fix
+    assert list(ro.iterdir()) == []

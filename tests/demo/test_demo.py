@@ -133,3 +133,39 @@ def test_a_plain_run_never_writes_into_a_directory_the_demo_did_not_make(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "run"]
     (tmp_path / "file").write_text("x")
     assert _demo(tmp_path / "file") == 2
+
+
+def test_the_demo_never_deletes_a_run_directory_another_process_is_using(tmp_path, capsys):
+    # The demo deletes run/ when it records again, when it trains a config the run cannot resume, and
+    # with --fresh; `actlab train --out DIR/run --resume` (or a second demo) may be training in it. Here
+    # this process holds the run lock, as such a run does.
+    import io
+
+    from actlab.demo import DemoConfig, StageLog, _record, _train, resolve
+    from actlab.errors import ActlabError
+    from actlab.utils.lock import LOCK_FILE, DirLock
+
+    out = tmp_path / "demo"
+    run = out / "run"
+    run.mkdir(parents=True)
+    (out / "demo_state.json").write_text("{}")
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    # (toy sizes: before the fix the demo went on to record and train after deleting run/)
+    cfg = DemoConfig(out=str(out), device="cpu", episodes=2, image_size=16, workers=1, overrides=("steps=1",))
+    plan = resolve(cfg)
+    log = StageLog(stream=io.StringIO())
+    with DirLock(run, "run directory"):
+        assert _demo(out, "--fresh", "--image-size", "16", "--set", "steps=1") == 2
+        err = capsys.readouterr().err
+        assert "in use by another actlab process" in err and str(run) in err
+        with pytest.raises(ActlabError, match="in use by another actlab process"):
+            _train(plan, out, {}, log)  # no config.json in run/: not resumable, so it would start over
+        with pytest.raises(ActlabError, match="in use by another actlab process"):
+            _record(cfg, plan, out, {}, log)  # a new recording makes the run stale
+        assert (run / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl"]  # the lock file went with the lock
+    # Once nobody uses it, the demo deletes it.
+    from actlab.demo import _remove_run
+
+    _remove_run(run)
+    assert not run.exists() and not list(out.rglob(LOCK_FILE))

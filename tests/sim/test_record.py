@@ -173,3 +173,48 @@ def test_workers_that_cannot_start_fail_the_recording_instead_of_hanging(tmp_pat
     assert run.returncode == 3, run.stderr[-2000:]
     assert "not-a-backend" in run.stderr  # the cause, from the worker
     assert not (tmp_path / "ds").exists()
+
+
+# ------------------------------------------------------------------------------------------ full disk
+def test_a_recording_that_cannot_fit_is_refused_before_anything_is_simulated(small_fs):
+    from actlab.sim.record import estimate_bytes
+
+    disk = small_fs(1 << 20)
+    cfg = RecordConfig(episodes=200, image_size=128, workers=0)
+    assert estimate_bytes(cfg) > 40 << 20  # 200 x ~163 frames x 2 cameras of ~1 KB each
+    with pytest.raises(ActlabError, match="not enough disk space for this recording") as e:
+        record_dataset(disk / "big", cfg, progress=False)
+    assert e.value.file == str(disk / "big") and "200 episodes" in e.value.expected
+    assert "free space" in e.value.fix and "--episodes" in e.value.fix and "--out" in e.value.fix
+    assert list(disk.iterdir()) == []
+
+
+@pytest.mark.timeout(400)
+def test_a_full_disk_while_recording_exits_2_leaves_nothing_and_can_be_run_again(small_fs):
+    from actlab.datasets import open_dataset
+    from actlab.sim.record import estimate_bytes
+    from actlab.utils.units import human_bytes
+    from procs import run_cli
+
+    args = ["--image-size", "32", "--workers", "0"]
+    need = estimate_bytes(RecordConfig(episodes=12, image_size=32, workers=0))
+    # Room for 70% of the estimate: the preflight lets it start (it refuses below half), the disk fills.
+    disk = small_fs(int(0.7 * need))
+    out = disk / "demo"
+    r = run_cli("sim", "record", "--out", out, "--episodes", 12, *args, timeout=300)
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    assert "error: the disk is full: the dataset was not written (nothing of it is left on disk)" in r.stderr
+    assert f"file:     {out}\n" in r.stderr and "No space left on device after" in r.stderr
+    assert "free now" in r.stderr and f"about {human_bytes(need)} needed" in r.stderr and "--out" in r.stderr
+    assert list(disk.iterdir()) == []
+    # Nothing in the way: the same --out records what fits.
+    r = run_cli("sim", "record", "--out", out, "--episodes", 2, *args, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    # An --overwrite that does not fit keeps the dataset it would have replaced.
+    r = run_cli("sim", "record", "--out", out, "--episodes", 12, *args, "--overwrite", timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "disk" in r.stderr, r.stderr[-3000:]
+    assert sorted(p.name for p in disk.iterdir()) == ["demo"]
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert len(open_dataset(out).episodes) == 2

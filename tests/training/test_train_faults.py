@@ -74,6 +74,38 @@ def _assert_consistent(out):
     return last["step"]
 
 
+class _FailingFile:
+    """A file whose every write fails with ``errno``, as write(2) does on a full disk (ENOSPC), a
+    directory the user cannot write (EACCES), a read-only filesystem (EROFS) or a failing disk (EIO)."""
+
+    def __init__(self, f, err: int):
+        self.f, self.err = f, err
+
+    def write(self, data):
+        raise OSError(self.err, os.strerror(self.err))
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+def _fail_writes(monkeypatch, err: int, marker: str) -> None:
+    """Writes into files whose path contains ``marker`` fail with ``err`` (the checkpoint writer's files
+    go through ``os.fdopen``)."""
+    real_fdopen = os.fdopen
+
+    def fdopen(fd, *args, **kwargs):
+        f = real_fdopen(fd, *args, **kwargs)
+        return _FailingFile(f, err) if marker in os.readlink(f"/proc/self/fd/{fd}") else f
+
+    monkeypatch.setattr(os, "fdopen", fdopen)
+
+
 # ------------------------------------------------------------------------------------------ run lock
 def test_resume_while_the_run_trains_is_refused_and_deletes_nothing(tiny_dataset, tmp_path, capsys):
     out = tmp_path / "run"
@@ -181,31 +213,7 @@ def test_a_full_disk_at_a_checkpoint_stops_with_the_fix_and_keeps_the_previous_o
     out = tmp_path / "run"
     cfg = _cfg(tiny_dataset, "steps=4", "checkpoint.every=2", "log.every=1")
     real_fdopen = os.fdopen
-
-    class FullDisk:
-        """A file whose every write fails as write(2) does on a full disk."""
-
-        def __init__(self, f):
-            self.f = f
-
-        def write(self, data):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-        def __getattr__(self, name):
-            return getattr(self.f, name)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-    def fdopen(fd, *args, **kwargs):
-        f = real_fdopen(fd, *args, **kwargs)
-        target = os.readlink(f"/proc/self/fd/{fd}")
-        return FullDisk(f) if ".step_0000004." in target else f  # the disk fills up at checkpoint 4
-
-    monkeypatch.setattr(os, "fdopen", fdopen)
+    _fail_writes(monkeypatch, errno.ENOSPC, ".step_0000004.")  # the disk fills up at checkpoint 4
     with pytest.raises(ActlabError, match="the disk is full") as e:
         train(cfg, out)
     assert e.value.file == str(out / "checkpoints" / "step_0000004")
@@ -216,6 +224,42 @@ def test_a_full_disk_at_a_checkpoint_stops_with_the_fix_and_keeps_the_previous_o
     monkeypatch.setattr(os, "fdopen", real_fdopen)  # space freed: resume continues from step 2
     assert train(cfg, out, resume=True).step == 4
     assert _assert_consistent(out) == 4
+
+
+@pytest.mark.parametrize(
+    ("err", "problem", "advice"),
+    [
+        (errno.EACCES, "permission denied", "ownership and permissions"),
+        (errno.EROFS, "the filesystem is read-only", "writable"),
+        (errno.EIO, "I/O error: the disk is failing", "copy"),
+    ],
+)
+def test_a_failed_checkpoint_write_names_its_cause_and_keeps_the_previous_checkpoint(
+    tiny_dataset, tmp_path, monkeypatch, capsys, err, problem, advice
+):
+    out = tmp_path / "run"
+    sets = _sets("steps=4", "checkpoint.every=2", "log.every=1", *QUIET)
+    _fail_writes(monkeypatch, err, ".step_0000004.")  # checkpoint 4 cannot be written
+    assert main(["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(out), *sets]) == 2
+    stderr = capsys.readouterr().err
+    assert "Traceback" not in stderr and f"error: {problem}" in stderr, stderr
+    assert "step_0000002 is intact" in stderr and str(out / "checkpoints" / "step_0000004") in stderr
+    assert f"[Errno {err}] {os.strerror(err)}" in stderr and advice in stderr
+    assert _checkpoints(out) == ["step_0000002"] and _assert_consistent(out) == 2  # last.json: step 2
+    assert not (out / LOCK_FILE).exists()
+    monkeypatch.undo()  # repaired: resume continues from step 2
+    assert main(["train", "--out", str(out), "--resume"]) == 0
+    assert _assert_consistent(out) == 4
+
+
+def test_an_out_on_a_read_only_filesystem_is_refused_with_the_fix(tiny_dataset, small_fs, capsys):
+    ro = small_fs(1 << 20, read_only=True)  # a real read-only mount: the run lock cannot even be created
+    out = ro / "run"
+    assert main(["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "error: the filesystem is read-only: the run did not start" in err, err
+    assert "[Errno 30]" in err and f"findmnt -T {ro}" in err and "choose an --out" in err
+    assert list(ro.iterdir()) == []
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS semantics")

@@ -15,6 +15,8 @@ doctor's alone (:mod:`actlab.datasets.doctor`).
 from __future__ import annotations
 
 import dataclasses
+import errno
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -390,13 +392,63 @@ def _check_feature(root: Path, key: str, spec: Any) -> None:
 # ------------------------------------------------------------------------------------------ metadata
 
 
+def resolve_root(path: str | Path) -> Path:
+    """``path`` made absolute with its symlinks resolved; a symlink loop is an ActlabError (pathlib raises
+    RuntimeError for it up to Python 3.12 and OSError ELOOP from 3.13)."""
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError) as e:
+        raise ActlabError(
+            "the dataset path is a symlink loop (or a chain of links too deep to follow)",
+            file=path,
+            expected="a LeRobot v3 dataset directory",
+            found=str(e),
+            fix="point at the real directory (`ls -l` shows where each link goes) or repair the link",
+        ) from e
+
+
+def check_links(root: Path, report: Report) -> None:
+    """Every symlink inside the dataset that loops (``meta -> meta``, ``a -> b -> a``) is a problem.
+
+    Without this check a loop reads as a missing file (``is_file()`` is False on ELOOP) and the doctor
+    would send the user looking for a file that was never lost. Symlinked directories are not entered:
+    a link to an ancestor would make the walk endless, and datasets in the Hugging Face cache link every
+    file to a blob elsewhere."""
+    for dirpath, dirnames, filenames in os.walk(root):  # followlinks=False
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                continue
+            try:
+                os.stat(path)
+            except OSError as e:
+                if e.errno != errno.ELOOP:
+                    continue  # a dangling link: the checks of the file it stands for report it missing
+                report.add(
+                    "symlink_loop",
+                    "symlink loop inside the dataset (it reads as a missing file)",
+                    path,
+                    "(path)",
+                    "a link to a file or directory",
+                    f"{name} -> {os.readlink(path)}, which leads back to itself",
+                    "point the link at the real file or directory (`ls -l` shows where each link goes) "
+                    "or replace it with the file or directory itself",
+                )
+
+
 def parse(root: str | Path, report: Report) -> Layout | None:
     """Read and check ``info.json``, the tasks and the episodes metadata (cheap: no data rows).
 
-    Returns None (collecting report only) when info.json or the episodes metadata cannot be read.
+    Returns None (collecting report only) when the path, info.json or the episodes metadata cannot be
+    read.
     """
-    root = Path(root).resolve()
+    resolved = report.stage("symlink_loop", lambda: resolve_root(root))
+    if resolved is None:
+        return None
+    root = resolved
     report.root = root
+    if root.is_dir():
+        report.stage("symlink_loop", lambda: check_links(root, report))
     info = report.stage("info", lambda: read_info(root))
     if info is None:
         return None

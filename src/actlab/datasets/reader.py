@@ -16,7 +16,7 @@ import numpy as np
 
 from actlab.datasets import format as fmt
 from actlab.datasets import layout
-from actlab.datasets.layout import EpisodeInfo, check_info_types, read_info
+from actlab.datasets.layout import EpisodeInfo, check_info_types, read_info, resolve_root
 from actlab.datasets.sampler import window_indices
 from actlab.datasets.video import VideoDecoder, iter_decode, to_rgb
 from actlab.errors import ActlabError
@@ -303,18 +303,3 @@ class LeRobotV3Dataset:
 def open_dataset(path: str | Path) -> LeRobotV3Dataset:
     """Open a local LeRobot v3.0 dataset directory (v2.1 is refused with a conversion hint)."""
     return LeRobotV3Dataset(resolve_root(path))
-
-
-def resolve_root(path: str | Path) -> Path:
-    """``path`` made absolute with its symlinks resolved; a symlink loop is an ActlabError (pathlib raises
-    RuntimeError for it up to Python 3.12 and OSError ELOOP from 3.13)."""
-    try:
-        return Path(path).resolve()
-    except (RuntimeError, OSError) as e:
-        raise ActlabError(
-            "the dataset path is a symlink loop (or a chain of links too deep to follow)",
-            file=path,
-            expected="a LeRobot v3 dataset directory",
-            found=str(e),
-            fix="point at the real directory (`ls -l` shows where each link goes) or repair the link",
-        ) from e

@@ -5,13 +5,16 @@ github.com/huggingface/lerobot, src/lerobot/datasets/lerobot_dataset.py and util
 group per episode, episodes concatenated per camera into AV1 mp4 files with exact
 ``from_timestamp``/``to_timestamp``, per-episode stats in the episodes parquet, global ``meta/stats.json``.
 The whole dataset is built in a temporary directory beside ``root`` and renamed into place by ``close()``;
-an error leaves nothing behind.
+an error leaves nothing behind (and a dataset being overwritten untouched). A write that fails for a
+reason outside the code (a full disk, no permission, a read-only filesystem, a failing disk) discards the
+dataset at once and raises an ActlabError saying so, with the fix.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,10 +28,22 @@ from actlab.datasets.stats import aggregate_stats, feature_stats, image_stats, s
 from actlab.datasets.video import EncoderThread, VideoOptions, check_even
 from actlab.errors import ActlabError
 from actlab.utils.config import did_you_mean
+from actlab.utils.disk import write_error
 from actlab.utils.io import atomic_dir, atomic_write_json
+from actlab.utils.units import human_bytes
 
 # Frames per episode (evenly spaced) that enter the per-episode image stats.
 _IMAGE_STATS_FRAMES = 32
+
+
+def _tree_bytes(root: Path) -> int:
+    """Bytes of the files under ``root`` (what a failed write had written)."""
+    total = 0
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.path.getsize(os.path.join(dirpath, f))
+    return total
 
 
 def _arrow_type(dtype: str) -> pa.DataType:
@@ -138,7 +153,10 @@ class DatasetWriter:
         video_files_size_in_mb: float = 200,
         chunks_size: int = 1000,
         overwrite: bool = False,
+        estimated_bytes: int | None = None,
     ) -> None:
+        # ``estimated_bytes``: roughly what the whole dataset will take, when the caller knows (the
+        # recorder does); named in the error when the disk fills up.
         if int(fps) != fps or fps <= 0:
             raise ActlabError("fps must be a positive integer", field="fps", expected="e.g. 30", found=fps)
         self.root = Path(root)
@@ -152,8 +170,15 @@ class DatasetWriter:
         self.camera_keys = [k for k, f in self.features.items() if fmt.is_camera(f)]
         self.numeric_keys = [k for k, f in self.features.items() if fmt.is_numeric(f)]
         self.user_keys = [k for k in self.features if k not in fmt.DEFAULT_FEATURES]
+        self.estimated_bytes = estimated_bytes
         self._stack = contextlib.ExitStack()
-        self._tmp: Path = self._stack.enter_context(atomic_dir(self.root, overwrite=overwrite))
+        try:
+            self._tmp: Path = self._stack.enter_context(atomic_dir(self.root, overwrite=overwrite))
+        except OSError as e:  # the temporary directory cannot be made beside root (permissions, read-only)
+            fault = self._write_error(e, 0)
+            if fault is None:
+                raise
+            raise fault from e
         self._closed = False
         self._tasks: dict[str, int] = {}
         self._episodes: list[dict[str, Any]] = []
@@ -321,9 +346,17 @@ class DatasetWriter:
         arrays["index"] = np.arange(self._total, self._total + length, dtype=np.int64)[:, None]
         arrays["task_index"] = np.full((length, 1), task_index, dtype=np.int64)
         meta: dict[str, Any] = {"episode_index": ep, "tasks": [task], "length": length}
-        meta.update(self._write_data(arrays, length))
-        for key in self.camera_keys:
-            meta.update(self._write_video(key, arrays[key]))
+        try:
+            meta.update(self._write_data(arrays, length))
+            for key in self.camera_keys:
+                meta.update(self._write_video(key, arrays[key]))
+        except OSError as e:  # a full disk, say: the files are part-written, so the dataset is discarded
+            written = _tree_bytes(self._tmp)
+            self.abort()
+            fault = self._write_error(e, written)
+            if fault is None:
+                raise
+            raise fault from e
         stats = {k: feature_stats(arrays[k]) for k in self.numeric_keys}
         for key in self.camera_keys:
             pick = np.unique(np.linspace(0, length - 1, min(length, _IMAGE_STATS_FRAMES)).round().astype(int))
@@ -405,11 +438,30 @@ class DatasetWriter:
                 cam.finish()
             self._write_meta()
         except BaseException as e:
+            written = _tree_bytes(self._tmp)
             self._abort()
             self._stack.__exit__(type(e), e, e.__traceback__)
-            raise
+            fault = self._write_error(e, written)
+            if fault is None:
+                raise
+            raise fault from e
         self._stack.close()
         return self.root
+
+    def _write_error(self, e: BaseException, written: int) -> ActlabError | None:
+        """The ActlabError for a write that failed for a reason outside the code (a full disk, no
+        permission, a read-only filesystem, a failing disk), after the dataset was discarded; else None."""
+        kept = f"; the dataset already at {self.root} is kept" if self.root.exists() else ""
+        return write_error(
+            e,
+            self.root,  # not the file that failed: it was in the temporary directory, now deleted
+            out=self.root,
+            stopped=f"the dataset was not written (nothing of it is left on disk{kept})",
+            again="run the command again",
+            elsewhere="write the dataset to another disk (--out)",
+            found=f" after {human_bytes(written)} of the dataset had been written" if written else "",
+            need_bytes=self.estimated_bytes,
+        )
 
     def abort(self) -> None:
         """Discard everything written so far."""
@@ -426,6 +478,11 @@ class DatasetWriter:
         if self._data_writer is not None:
             with contextlib.suppress(Exception):
                 self._data_writer.close()
+            # Why: when close() fails (a full disk cannot take the footer) pyarrow leaves its file handle
+            # open, and the deleted file keeps its space until a garbage collection happens to free it:
+            # the same write run again in this process would find the disk still full.
+            with contextlib.suppress(Exception):
+                self._data_writer.file_handle.close()
 
     def __enter__(self) -> DatasetWriter:
         return self

@@ -20,6 +20,7 @@ into (or deletes) a directory it did not make.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
@@ -42,6 +43,7 @@ from actlab.training.metrics_log import read_metrics
 from actlab.utils.config import to_dict
 from actlab.utils.device import resolve_device
 from actlab.utils.io import atomic_write_json, read_json
+from actlab.utils.lock import LOCK_FILE, DirLock
 
 STAGES = ("record", "train", "eval", "report")
 STATE_FILE = "demo_state.json"
@@ -177,8 +179,8 @@ def _record(cfg: DemoConfig, plan: dict, out: Path, state: dict, log: StageLog) 
         log.reuse("record", f"the dataset in {data}", state["record"])
         return state["record"]["result"]
     summary = record_dataset(data, rec, overwrite=True)
-    for downstream in (out / "run", out / "eval"):  # trained and evaluated on the old data
-        shutil.rmtree(downstream, ignore_errors=True)
+    _remove_run(out / "run")  # trained and evaluated on the old data
+    shutil.rmtree(out / "eval", ignore_errors=True)
     result = {**dataclasses.asdict(summary), "success_rate": summary.success_rate}
     result["failed_seeds"] = list(result["failed_seeds"])
     log.done("record", t0, summary.line())
@@ -198,8 +200,8 @@ def _train(plan: dict, out: Path, state: dict, log: StageLog) -> dict:
         log.reuse("train", f"the finished run in {run}", state["train"])
         return state["train"]["result"]
     resume = _can_resume(run, train_cfg, log)
-    if not resume and run.exists():
-        shutil.rmtree(run)
+    if not resume:
+        _remove_run(run)
     summary = train(train_cfg, run, resume=resume)
     if summary.stopped != "completed":
         raise ActlabError(
@@ -211,6 +213,23 @@ def _train(plan: dict, out: Path, state: dict, log: StageLog) -> dict:
     log.done("train", t0, f"{summary.step} steps, {summary.samples_per_s:.0f} samples/s")
     _finish_stage(out, state, "train", settings, result, log.seconds["train"])
     return result
+
+
+def _remove_run(run: Path) -> None:
+    """Delete the demo's training run directory, never while a process trains in it (`actlab train --out
+    DIR/run --resume`, or a second demo): its run lock (the DirLock `actlab train` holds) is taken first,
+    and a held lock is an ActlabError naming that process. The lock file itself is removed by the release
+    and the directory after it: deleting a lock file while holding it would let two later processes
+    lock two different files."""
+    if not run.exists():
+        return
+    fix = "wait for pid {pid} to finish (or stop it), then run actlab demo again; or choose another --out"
+    with DirLock(run, "demo's training run directory", fix=fix):
+        for child in run.iterdir():
+            if child.name != LOCK_FILE:
+                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    with contextlib.suppress(OSError):  # empty now, unless a run started in it since the release
+        run.rmdir()
 
 
 def _can_resume(run: Path, train_cfg: Any, log: StageLog) -> bool:
@@ -323,6 +342,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         # only in a directory the demo made.
         _check_is_demo_dir(out)
     if cfg.fresh and out.exists():
+        _remove_run(out / "run")
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     state = _load_state(out)

@@ -25,6 +25,8 @@ from actlab.datasets import DatasetWriter, make_features
 from actlab.errors import ActlabError
 from actlab.sim import FPS, TASK_TEXT, ExpertConfig, ExpertPolicy, make_env, task_config
 from actlab.sim.scene import JOINT_NAMES
+from actlab.utils.disk import require_free
+from actlab.utils.units import human_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,6 +216,42 @@ def dataset_features(config: RecordConfig) -> dict[str, dict[str, Any]]:
     )
 
 
+# What a recording writes, measured on the SO-101 scenes with the writer's defaults (AV1 crf 30, gop 2,
+# preset 12): a camera frame takes about 8 bytes per pixel of image side (140 B at 16 px, 1.0 KB at
+# 128 px), a row of state and action about 80 B, the metadata 64 KiB plus ~3 KiB per episode; the expert
+# takes ~163 steps per episode (`actlab sim expert`).
+CAMERA_FRAME_BYTES_PER_PX = 8
+DATA_ROW_BYTES = 80
+META_BYTES = 64 << 10
+META_EPISODE_BYTES = 3 << 10
+EXPERT_EPISODE_STEPS = 163
+
+
+def estimate_bytes(config: RecordConfig) -> int:
+    """Roughly the size of the dataset ``config`` records (within ~20% for the built-in task)."""
+    steps = min(EXPERT_EPISODE_STEPS, task_config(config.task, **config.env_kwargs()).max_steps)
+    frame = DATA_ROW_BYTES + len(config.cameras) * CAMERA_FRAME_BYTES_PER_PX * config.image_size
+    return META_BYTES + config.episodes * (META_EPISODE_BYTES + steps * frame)
+
+
+def _check_disk(out_dir: Path, config: RecordConfig, need: int) -> None:
+    """Refuse a recording that clearly cannot fit (less than half the estimate free) before simulating
+    anything: the estimate is rough, so a recording it merely doubts starts, and a disk that fills up
+    anyway stops it with the writer's error (nothing left behind). An existing dataset that --overwrite
+    replaces stays until the new one is complete, so the new one needs all of its space free."""
+    cams = len(config.cameras)
+    require_free(
+        need // 2,
+        out_dir,
+        problem="not enough disk space for this recording; refusing to start rather than fail later",
+        expected=f"about {human_bytes(need)} for {config.episodes} episodes x ~{EXPERT_EPISODE_STEPS} "
+        f"frames x {cams} camera{'s' if cams > 1 else ''} at {config.image_size} px "
+        "(refused below half of that)",
+        fix="free space on that disk, record fewer --episodes or a smaller --image-size, or choose an --out "
+        "on another disk",
+    )
+
+
 def record_dataset(
     out_dir: str | Path,
     config: RecordConfig | None = None,
@@ -225,7 +263,9 @@ def record_dataset(
     """Record expert demonstrations into a new LeRobot v3.0 dataset at ``out_dir`` (written atomically).
 
     Raises :class:`ActlabError` if the expert fails so often that ``episodes`` successes cannot be
-    collected within ``episodes * max_attempts_per_episode`` attempts (nothing is written then).
+    collected within ``episodes * max_attempts_per_episode`` attempts, when the disk clearly lacks the
+    space (before anything runs), or when the disk fills up or a write fails (nothing is written then, and
+    a dataset that ``overwrite`` would replace is kept).
     """
     from tqdm import tqdm
 
@@ -235,11 +275,19 @@ def record_dataset(
     max_attempts = (
         config.episodes if config.keep_failures else int(config.episodes * config.max_attempts_per_episode)
     )
+    need = estimate_bytes(config)
+    if overwrite or not out_dir.exists():  # (else the writer refuses the existing output first)
+        _check_disk(out_dir, config, need)
     start = time.perf_counter()
     attempts = successes = frames = written = 0
     failed: list[int] = []
     with DatasetWriter(
-        out_dir, fps=FPS, features=dataset_features(config), robot_type="so101", overwrite=overwrite
+        out_dir,
+        fps=FPS,
+        features=dataset_features(config),
+        robot_type="so101",
+        overwrite=overwrite,
+        estimated_bytes=need,
     ) as writer:
         bar = tqdm(
             total=config.episodes, unit="ep", desc="recording", disable=not progress, dynamic_ncols=True

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import math
 import os
 import signal
@@ -33,18 +32,15 @@ from actlab.training.config import (
 )
 from actlab.training.ddp import DistInfo
 from actlab.training.metrics_log import METRICS_FILE, MetricsLog, check_sinks, read_metrics
-from actlab.training.preflight import free_bytes
 from actlab.training.schedule import sync_lr
+from actlab.utils.disk import write_error
 from actlab.utils.io import atomic_write_json, read_json
 from actlab.utils.lock import LOCK_FILE, DirLock
-from actlab.utils.units import human_bytes
 from actlab.viz.training import plot_training
 
 CONFIG_FILE = "config.json"
 # The RunSummary of the last run of this directory that returned (written by rank 0 at the end).
 SUMMARY_FILE = "summary.json"
-# errno values of a full disk: no space left (ENOSPC) and disk quota exceeded (EDQUOT)
-DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # Test hook, not a setting: the process SIGKILLs itself right after this step is complete (and
 # checkpointed if due), to rehearse a crash.
 KILL_AT_STEP_ENV = "ACTLAB_TEST_KILL_AT_STEP"
@@ -107,8 +103,21 @@ def train(
             fix="choose another --out",
         )
     lock = DirLock(out, "run directory", fix=_LOCKED_FIX) if dist.is_main else contextlib.nullcontext()
-    with lock:
-        return _train_locked(cfg, out, resume, dist)
+    try:
+        with lock:
+            return _train_locked(cfg, out, resume, dist)
+    except OSError as e:  # before training (the lock, the run directory): failures inside are named there
+        fault = write_error(
+            e,
+            out,
+            out=out,
+            stopped="the run did not start",
+            again="run the same command again",
+            elsewhere="choose an --out on another disk",
+        )
+        if fault is None:
+            raise
+        raise fault from e
 
 
 # What to do when the run directory is locked by another process.
@@ -147,25 +156,29 @@ def _train_locked(cfg: TrainConfig, out: Path, resume: bool, dist: DistInfo) -> 
 def _user_fault(
     e: Exception, cfg: TrainConfig, out: Path, ckpts: CheckpointManager, device
 ) -> ActlabError | None:
-    """The ActlabError for a failure a user fixes outside the code (a full disk, a batch too large for
-    memory), or None for anything else (re-raised as it is)."""
+    """The ActlabError for a failure a user fixes outside the code (a full disk, a directory it may not
+    write, a read-only filesystem, a failing disk, a batch too large for memory), or None for anything
+    else (re-raised as it is)."""
     if isinstance(e, ActlabError):
         return None
     last = ckpts.last_step()
-    if isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS:
-        where = (
-            f"checkpoint {ckpts.path(last)} is intact: resume continues from it"
-            if last is not None
-            else "no checkpoint was written yet: the same command starts the run over"
-        )
-        full = Path(e.filename) if e.filename else out
-        return ActlabError(
-            f"the disk is full: training stopped ({where})",
-            file=full,
-            found=f"[Errno {e.errno}] {os.strerror(e.errno)}",
-            fix=f"free space on the disk holding {full} ({human_bytes(free_bytes(full))} free now), or lower "
-            f"checkpoint.keep_last; then `actlab train --out {out} --resume`",
-        )
+    where = (
+        f"checkpoint {ckpts.path(last)} is intact: resume continues from it"
+        if last is not None
+        else "no checkpoint was written yet: the same command starts the run over"
+    )
+    written = write_error(
+        e,
+        None,
+        out=out,
+        stopped=f"training stopped ({where})",
+        again=f"`actlab train --out {out} --resume`",
+        elsewhere=f"copy {out} to another disk and continue there with `actlab train --out COPY --resume`",
+        save_less=", or lower checkpoint.keep_last",
+        rescue=f"copy the newest checkpoint {ckpts.path(last)} to another disk" if last is not None else "",
+    )
+    if written is not None:
+        return written
     if _out_of_memory(e):
         where = (
             "no checkpoint was written yet, so the same --out restarts with the new batch size"

@@ -10,12 +10,13 @@ and lives on the same filesystem.
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
 from pathlib import Path
 
-from actlab.errors import ActlabError
+# free_bytes and same_filesystem are used from here by the trainer (the recorder shares them too)
+from actlab.utils.disk import free_bytes, require_free, same_filesystem
 from actlab.utils.units import human_bytes
+
+__all__ = ["DiskPlan", "check", "checkpoint_bytes", "free_bytes", "plan", "same_filesystem"]
 
 # configs, stats, sampler/RNG state and the safetensors header per checkpoint
 CHECKPOINT_OVERHEAD_BYTES = 1 << 20
@@ -67,41 +68,15 @@ def plan(
     )
 
 
-def free_bytes(path: str | Path) -> int:
-    """Free bytes on the filesystem that holds ``path`` (or its nearest existing parent)."""
-    p = Path(path).resolve()
-    while not p.exists():
-        p = p.parent
-    return shutil.disk_usage(p).free
-
-
-def same_filesystem(a: str | Path, b: str | Path) -> bool:
-    def dev(p: Path) -> int:
-        p = p.resolve()
-        while not p.exists():
-            p = p.parent
-        return os.stat(p).st_dev
-
-    return dev(Path(a)) == dev(Path(b))
-
-
 def check(disk: DiskPlan, out_dir: str | Path, limit_bytes: int | None = None) -> int:
     """Raise ActlabError when ``disk.need_bytes`` exceeds the free space (or ``limit_bytes``, if smaller).
 
     Returns the number of bytes that were available.
     """
-    free = free_bytes(out_dir)
-    available = free if limit_bytes is None else min(free, limit_bytes)
-    if disk.need_bytes <= available:
-        return available
-    source = (
-        "the limit checkpoint.disk_limit_bytes"
-        if limit_bytes is not None and limit_bytes < free
-        else ("the free space")
-    )
-    raise ActlabError(
-        "not enough disk space for this run's checkpoints; refusing to start rather than fail later",
-        file=out_dir,
+    return require_free(
+        disk.need_bytes,
+        out_dir,
+        problem="not enough disk space for this run's checkpoints; refusing to start rather than fail later",
         field="checkpoint.keep_last" if disk.checkpoints_alive > 2 else "checkpoint.disk_limit_bytes",
         expected=f"{human_bytes(disk.need_bytes)} = {disk.checkpoints_alive} checkpoints alive x "
         f"{human_bytes(disk.checkpoint_bytes)} (weights + AdamW state)"
@@ -112,7 +87,8 @@ def check(disk: DiskPlan, out_dir: str | Path, limit_bytes: int | None = None) -
         )
         + (f" + FrameStore {human_bytes(disk.framestore_bytes)}" if disk.framestore_bytes else "")
         + f" + {human_bytes(RUN_DIR_OVERHEAD_BYTES)} logs",
-        found=f"{human_bytes(available)} available ({source})",
         fix="free disk space, choose an --out on a larger disk, lower checkpoint.keep_last "
         "or set checkpoint.keep_best=false, or put the FrameStore elsewhere with data.cache_dir",
+        limit_bytes=limit_bytes,
+        limit_name="the limit checkpoint.disk_limit_bytes",
     )
