@@ -41,10 +41,11 @@ def plot_replay(
     axes = np.atleast_2d(fig.subplots(n_joints, cols, sharex="col", squeeze=False))
     for c, ep in enumerate(episodes):
         _draw_episode(axes[:, c], ep, joint_names[:n_joints])
-    if episodes:
-        axes[0, 0].legend(loc="upper left", fontsize=7, frameon=False)
     if title:
         fig.suptitle(title, fontsize=10)
+    if episodes:
+        handles, labels = axes[0, 0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8, frameon=False)
     path = Path(path)
     with atomic_file(path, "wb") as f:
         fig.savefig(f, format="png", dpi=90)
@@ -60,7 +61,7 @@ def _draw_episode(column: Sequence[Any], ep: Mapping[str, Any], names: Sequence[
     step = float(np.median(np.diff(t))) if len(t) > 1 else 1.0
     for j, ax in enumerate(column):
         ax.plot(t, rec[:, j], color="black", lw=1.4, label="recorded")
-        ax.plot(t, pred[:, j], color="#1b998b", lw=1.2, label="predicted (first action)")
+        ax.plot(t, pred[:, j], color="#1b998b", lw=1.4, label="predicted (first action)", zorder=3)
         if hold is not None:
             ax.plot(t, np.asarray(hold)[:, j], color="#9e9e9e", lw=1, ls="--", label="hold state")
         if chunks is not None:
@@ -71,8 +72,8 @@ def _draw_episode(column: Sequence[Any], ep: Mapping[str, Any], names: Sequence[
                     t[i] + np.arange(ch.shape[1]),
                     ch[i, :, j],
                     color="#e4572e",
-                    lw=0.8,
-                    alpha=0.8,
+                    lw=0.7,
+                    alpha=0.6,
                     label="predicted chunk" if i == picks[0] else None,
                 )
         ax.set_ylabel(names[j], fontsize=8)
