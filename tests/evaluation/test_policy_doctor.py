@@ -251,3 +251,20 @@ def test_verdict_order_and_episode_choice(tmp_path, tiny_dataset):
     train, held, note = choose_episodes(ds, DoctorConfig(train_episodes=(0, 1), heldout_episodes=(2,)), None)
     assert (train, held, note.numbers["source"]) == ([0, 1], [2], "flags")
     assert spread(list(range(10)), 3) == [0, 4, 9] and spread([1, 2], 5) == [1, 2]
+
+
+def test_normalization_bounds_on_known_stats():
+    from actlab.evaluation.doctor import check_normalization
+
+    ds = {"observation.state": {"mean": [0.0, 0.0], "std": [1.0, 1e-3]},
+          "observation.images.top": {"mean": [[[0.5]]] * 3, "std": [[[0.2]]] * 3}}  # fmt: skip
+    same = {"observation.state": {"mean": np.zeros(2), "std": np.array([1.0, 1.0])}}  # dim 1 never moved
+    shifted = {"observation.state": {"mean": np.array([0.5, 0.0]), "std": np.array([1.0, 1.0])}}
+    wrong = {"observation.state": {"mean": np.array([0.0, 0.0]), "std": np.array([57.3, 1.0])}}
+    flat = {"observation.images.top": {"mean": np.full((3, 1, 1), 0.5), "std": np.full((3, 1, 1), 0.002)}}
+    assert [f.severity for f in check_normalization(same, ds)] == ["ok"]
+    assert [f.severity for f in check_normalization(shifted, ds)] == ["warning"]  # 0.5 std: 0.25 < x < 1
+    [f] = check_normalization(wrong, ds)
+    assert f.severity == "error" and f.numbers["std_ratio"] == pytest.approx(57.3)
+    [f] = check_normalization(flat, ds)
+    assert f.severity == "error" and "500" in f.message  # a pixel becomes a value of up to about 500

@@ -654,7 +654,15 @@ def diagnose(
         )
     request = getattr(getattr(policy, "config", None), "stats_request", None)
     stats_dir = Path(cfg.cache_dir) / "stats" if cfg.cache_dir else None
-    ds_stats = compute_stats(ds, **(request() if callable(request) else {}), store=store, cache_dir=stats_dir)
+    try:  # the stats the policy's config asks for (relative actions, state deltas), as training computed them
+        ds_stats = compute_stats(
+            ds, **(request() if callable(request) else {}), store=store, cache_dir=stats_dir
+        )
+    except ActlabError as e:  # e.g. a dataset without the state the deltas are computed from
+        findings.append(
+            Finding("normalization", "dataset stats", "warning", f"only absolute stats: {e.problem}")
+        )
+        ds_stats = compute_stats(ds, store=store, cache_dir=stats_dir)
     findings += check_normalization(applied_stats(policy), ds_stats)
     train, held, where = choose_episodes(ds, cfg, recorded_split(bundle))
     findings.append(where)
