@@ -413,7 +413,7 @@ def choose_episodes(
         train = _known(ds, have, cfg.train_episodes or (), "--train-episodes")
         held = _known(ds, have, cfg.heldout_episodes or (), "--heldout-episodes")
         numbers = {"train": train, "heldout": held, "source": "flags"}
-        msg = f"episodes from the flags: {len(train)} training, {len(held)} held-out"
+        msg = f"episodes from the flags: {len(train)} training, {_count(len(held), 'held-out')}"
         return train, held, Finding("split", "episodes", "ok", msg, numbers)
     if recorded is None:
         msg = (
@@ -438,7 +438,7 @@ def choose_episodes(
     if not held:
         msg = "the training run held out no episode (data.val_fraction=0): generalization is not measured"
         return train, held, Finding("split", "episodes", "warning", msg, numbers)
-    msg = f"the split recorded in the bundle: {len(train)} training, {len(held)} held-out episodes"
+    msg = f"the split recorded in the bundle: {len(train)} training, {_count(len(held), 'held-out')}"
     return train, held, Finding("split", "episodes", "ok", msg, numbers)
 
 
@@ -466,6 +466,10 @@ def spread(episodes: Sequence[int], n: int) -> list[int]:
 # ------------------------------------------------------------------------------ replay + actions
 
 
+def _count(n: int, kind: str) -> str:
+    return f"{n} {kind} episode{'' if n == 1 else 's'}"
+
+
 def replay_finding(split: str, summary: Mapping[str, Any]) -> Finding:
     """ok when the policy beats the better baseline clearly (skill < SKILL_LEARNED), else an error."""
     best = summary["baseline"]
@@ -479,7 +483,7 @@ def replay_finding(split: str, summary: Mapping[str, Any]) -> Finding:
         "frames": summary["frames"],
     }
     what = (
-        f"{len(summary['episodes'])} {'training' if split == 'train' else 'held-out'} episodes: chunk error "
+        f"{_count(len(summary['episodes']), 'training' if split == 'train' else 'held-out')}: chunk error "
         f"{numbers['policy_chunk']:.3f} std vs {numbers['baseline_chunk']:.3f} for the best baseline "
         f"({best}), skill {numbers['skill']:.2f} (1 = baseline level, 0 = exact)"
     )
