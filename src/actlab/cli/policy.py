@@ -1,4 +1,5 @@
-"""``actlab policy ...``: info, bench (argument parsing only; the work is in ``actlab.policies``)."""
+"""``actlab policy ...``: info, bench, doctor (argument parsing only; the work is in ``actlab.policies`` and
+``actlab.evaluation.doctor``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ examples:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    g = group(sub, "policy", "inspect policies: parameter counts per module")
+    g = group(sub, "policy", "inspect policies: parameter counts, step time, the doctor")
     p = subcommand(
         g,
         "info",
@@ -47,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_flag(p)
     p.set_defaults(_run=_run_info)
     _register_bench(g)
+    _register_doctor(g)
 
 
 def _run_info(args: argparse.Namespace) -> int:
@@ -137,3 +139,81 @@ def _run_bench(args: argparse.Namespace) -> int:
     )
     emit(result, args.json)
     return 0
+
+
+_DOCTOR_EPILOG = """\
+examples:
+  # the demo's first and last checkpoints on the demo's data (training/held-out split from the bundle)
+  actlab policy doctor runs/demo/run/checkpoints/step_0001000 --dataset runs/demo/data
+  actlab policy doctor runs/demo/run/checkpoints/step_0005000 --dataset runs/demo/data --out doctor/5000
+  # a bundle without a recorded split: say which episodes trained it
+  actlab policy doctor runs/pick/checkpoints/step_0020000 --dataset data/pick --train-episodes 0-39 \\
+      --heldout-episodes 40-49 --json
+
+exit status: 0 no error finding, 1 an error finding (the verdict says which), 2 bad input
+"""
+
+
+def _register_doctor(g) -> None:
+    p = subcommand(
+        g,
+        "doctor",
+        "did the policy learn, or is the evaluation wrong? offline checks on a dataset, with a verdict",
+        _DOCTOR_EPILOG,
+        description="Check a policy bundle against a dataset: inputs (cameras, sizes), normalization stats, "
+        "open-loop replay of training and held-out episodes against two baselines (hold the state, the "
+        "mean action), action range, gripper and chunk switches. Ends with a verdict; exit 1 on an error.",
+    )
+    p.add_argument("bundle", metavar="BUNDLE", help="policy bundle directory (e.g. RUN/checkpoints/step_N)")
+    p.add_argument("--dataset", required=True, metavar="PATH", help="LeRobot v3 dataset directory")
+    p.add_argument(
+        "--train-episodes",
+        metavar="LIST",
+        help="episodes the policy was trained on, e.g. 0-39 (default: the split recorded in the bundle)",
+    )
+    p.add_argument(
+        "--heldout-episodes",
+        metavar="LIST",
+        help="episodes it was not trained on, e.g. 40-49 (default: the split recorded in the bundle)",
+    )
+    p.add_argument(
+        "--max-episodes", type=int, default=10, help="episodes replayed per set, evenly spread (10; 0: all)"
+    )
+    p.add_argument("--stride", type=int, default=1, help="replay every N-th frame (1)")
+    p.add_argument("--batch-size", type=int, default=64, help="frames per policy call (64)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, auto (cpu)")
+    p.add_argument(
+        "--cache-dir", metavar="DIR", help="FrameStore cache (default: the run's, else $ACTLAB_CACHE)"
+    )
+    p.add_argument("--out", metavar="DIR", help="also write report.md, doctor.json and replay.png there")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
+    add_json_flag(p)
+    p.set_defaults(_run=_run_doctor)
+
+
+def _run_doctor(args: argparse.Namespace) -> int:
+    from actlab.datasets import parse_episodes
+    from actlab.errors import ActlabError
+    from actlab.evaluation.doctor import DoctorConfig, doctor_bundle, render, write_report
+    from actlab.utils.device import resolve_device
+
+    def episodes(spec: str | None, flag: str) -> tuple[int, ...] | None:
+        try:
+            return None if spec is None else tuple(parse_episodes(spec))
+        except ActlabError as e:
+            raise ActlabError(e.problem, field=flag, expected=e.expected, found=e.found) from e
+
+    cfg = DoctorConfig(
+        train_episodes=episodes(args.train_episodes, "--train-episodes"),
+        heldout_episodes=episodes(args.heldout_episodes, "--heldout-episodes"),
+        max_episodes=args.max_episodes,
+        stride=args.stride,
+        batch_size=args.batch_size,
+        device=str(resolve_device(args.device)),
+        cache_dir=args.cache_dir,
+    )
+    result = doctor_bundle(args.bundle, args.dataset, cfg)
+    if args.out:
+        write_report(result, args.out, overwrite=args.overwrite)
+    print(json.dumps(result.as_dict(), indent=2) if args.json else render(result).rstrip("\n"))
+    return result.exit_code

@@ -757,6 +757,16 @@ class Loop:
                             "preset": self.cfg.name,
                             "val_loss": val,
                             "train_loss": self.last_loss,
+                            # which episodes trained the policy and which were held out, and of which
+                            # dataset: `actlab policy doctor` replays both sets separately
+                            "dataset": {
+                                "path": str(run.dataset.root),
+                                "fingerprint": run.dataset.fingerprint,
+                                "episodes": len(run.dataset.episodes),
+                                "frames": len(run.dataset),
+                            },
+                            "train_episodes": list(run.split.train_episodes),
+                            "val_episodes": list(run.split.val_episodes),
                         }
                     },
                 )
