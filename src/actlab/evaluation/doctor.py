@@ -30,7 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from actlab.datasets import FrameStore, compute_stats, open_dataset
+from actlab.datasets.device import DeviceData
 from actlab.errors import ActlabError
+from actlab.evaluation.policy_io import RESIZE_INFO, inputs_from_features, policy_inputs
 from actlab.evaluation.replay import (
     ACTION,
     STATE,
@@ -40,7 +43,12 @@ from actlab.evaluation.replay import (
     range_stats,
     replay_episodes,
     replay_summary,
+    to_numpy,
 )
+from actlab.policies import load_policy
+from actlab.utils.io import atomic_dir, atomic_write_json, atomic_write_text
+from actlab.utils.table import table
+from actlab.viz.doctor import plot_replay
 
 SEVERITIES = ("ok", "warning", "error")
 
@@ -211,15 +219,11 @@ def _shape(feature: Mapping[str, Any] | None) -> tuple[int, ...] | None:
 
 def _image_hw(feature: Mapping[str, Any]) -> tuple[int, int]:
     """(H, W) of a LeRobot camera feature (``[H, W, C]``, or ``[C, H, W]`` when named so)."""
-    from actlab.evaluation.policy_io import inputs_from_features
-
     return next(iter(inputs_from_features({"observation.images.x": feature}).image_hw.values()))
 
 
 def _resize_info(feature: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """How the FrameStore resized a camera's training frames (its features record it), or None."""
-    from actlab.evaluation.policy_io import RESIZE_INFO
-
     info = (feature.get("info") or {}).get(RESIZE_INFO)
     return info if isinstance(info, Mapping) else None
 
@@ -598,8 +602,6 @@ def decide(findings: Sequence[Finding], replay: Mapping[str, Any]) -> Verdict:
 
 def _read_keys(policy: Any) -> tuple[Any, dict[str, list[int]]]:
     """(PolicyInputs restricted to what the policy reads, the offsets it reads them at)."""
-    from actlab.evaluation.policy_io import policy_inputs
-
     inputs = policy_inputs(policy)
     if inputs is None:
         raise ActlabError(
@@ -642,8 +644,6 @@ def diagnose(
     ``policy``: any object with ``reset()``, ``predict_action_chunk(obs)`` and ``features`` (see the
     module docstring). ``bundle``: its bundle directory, where the training split is recorded.
     """
-    from actlab.datasets import FrameStore, compute_stats, open_dataset
-
     cfg = cfg or DoctorConfig()
     ds = open_dataset(dataset) if isinstance(dataset, (str, Path)) else dataset
     inputs, deltas = _read_keys(policy)
@@ -690,8 +690,6 @@ def diagnose(
 def _replay(
     policy, ds, store, inputs, deltas, ds_stats, sets, cfg: DoctorConfig, result: DoctorResult
 ) -> None:
-    from actlab.datasets.device import DeviceData
-
     config = getattr(policy, "config", None)
     horizon = getattr(config, "chunk_size", None) or _probe_horizon(policy, ds, store, deltas, cfg)
     n_exec = int(getattr(config, "n_action_steps", None) or horizon)
@@ -723,18 +721,13 @@ def _replay(
 
 def _probe_horizon(policy, ds, store, deltas, cfg: DoctorConfig) -> int:
     """The chunk length of a policy that does not declare it: one prediction on the first frame."""
-    from actlab.datasets.device import DeviceData
-    from actlab.evaluation.replay import _to_numpy
-
     batch = DeviceData(ds, store, deltas, cfg.device, frames_on_device=False).gather(np.zeros(1, np.int64))
     policy.reset()
-    return int(_to_numpy(policy.predict_action_chunk({k: batch[k] for k in deltas})).shape[1])
+    return int(to_numpy(policy.predict_action_chunk({k: batch[k] for k in deltas})).shape[1])
 
 
 def doctor_bundle(bundle: str | Path, dataset: str | Path, cfg: DoctorConfig | None = None) -> DoctorResult:
     """Load ``bundle`` with ``load_policy`` and :func:`diagnose` it on ``dataset``."""
-    from actlab.policies import load_policy
-
     cfg = cfg or DoctorConfig()
     if cfg.cache_dir is None:
         cfg = dataclasses.replace(cfg, cache_dir=run_cache_dir(bundle))
@@ -794,8 +787,6 @@ def _joint_rows(result: DoctorResult) -> list[tuple[Any, ...]]:
 def render(result: DoctorResult, markdown: bool = False, figure: str | None = None) -> str:
     """The findings, the replay tables and the verdict, as plain text or as markdown (report.md);
     ``figure``: the replay PNG's file name to link from the markdown."""
-    from actlab.utils.table import table
-
     findings = table(
         [(_MARK[f.severity], f.check, f.name, f.message) for f in result.findings],
         ["", "check", "what", "finding"],
@@ -866,9 +857,6 @@ def write_report(
     result: DoctorResult, out_dir: str | Path, per_set: int = 2, overwrite: bool = False
 ) -> Path:
     """Write ``out_dir`` atomically: report.md, doctor.json (``as_dict()``) and replay.png."""
-    from actlab.utils.io import atomic_dir, atomic_write_json, atomic_write_text
-    from actlab.viz.doctor import plot_replay
-
     episodes = figure_episodes(result, per_set)
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
         atomic_write_json(tmp / "doctor.json", result.as_dict())

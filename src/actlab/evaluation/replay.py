@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from actlab.errors import ActlabError
+from actlab.evaluation.policy_io import resize_images
 
 ACTION = "action"
 STATE = "observation.state"
@@ -39,7 +40,7 @@ class EpisodeReplay:
     state: np.ndarray  # (T, D) current state
 
 
-def _to_numpy(x: Any) -> np.ndarray:
+def to_numpy(x: Any) -> np.ndarray:
     if hasattr(x, "detach"):
         x = x.detach().float().cpu().numpy()
     return np.asarray(x, dtype=np.float32)
@@ -64,8 +65,6 @@ def replay_episodes(
     """
     import torch
 
-    from actlab.evaluation.policy_io import resize_images
-
     out = []
     for index, start, stop in episodes:
         frames = np.arange(start, stop, stride, dtype=np.int64)
@@ -77,11 +76,11 @@ def replay_episodes(
             for key, (hw, fit_pad) in (resize or {}).items():
                 obs[key] = resize_images(obs[key], hw, fit_pad=fit_pad)
             with torch.no_grad():
-                parts["pred"].append(_to_numpy(policy.predict_action_chunk(obs)))  # (B, H, A)
-            parts["target"].append(_to_numpy(batch[ACTION]))  # (B, H, A)
+                parts["pred"].append(to_numpy(policy.predict_action_chunk(obs)))  # (B, H, A)
+            parts["target"].append(to_numpy(batch[ACTION]))  # (B, H, A)
             parts["valid"].append(~batch[f"{ACTION}_is_pad"].cpu().numpy())  # (B, H)
             n = len(parts["pred"][-1])
-            state = _to_numpy(batch[STATE]) if STATE in batch else np.zeros((n, 0), np.float32)
+            state = to_numpy(batch[STATE]) if STATE in batch else np.zeros((n, 0), np.float32)
             parts["state"].append(state[:, -1] if state.ndim == 3 else state)  # (B, D): the current frame
         arrays = {k: np.concatenate(v) for k, v in parts.items()}
         if arrays["pred"].shape != arrays["target"].shape:
