@@ -296,6 +296,10 @@ def build_run(
     stats = _stats(ds, cfg, store)
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
     policy = _make_policy(cfg, features, stats, device)
+    if cfg.init_from:
+        from actlab.training.init_from import load_initial_weights
+
+        load_initial_weights(policy, cfg.init_from)
     if out_dir is not None:
         _preflight(cfg, policy, ds, store, out_dir, existing_checkpoint_bytes)
     store = store if store is not None else _build_store(ds, cfg, dist)
