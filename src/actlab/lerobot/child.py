@@ -73,7 +73,7 @@ def write_message(
     arrays = arrays or {}
     table, buffers = [], []
     for key, value in arrays.items():
-        arr = np.ascontiguousarray(value)
+        arr = np.asarray(value)  # (ascontiguousarray would make a 0-d array 1-d; tobytes is C order)
         if arr.dtype.name not in DTYPES:
             raise ProtocolError(f"array {key!r} has dtype {arr.dtype.name}; allowed: {', '.join(DTYPES)}")
         arr = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
