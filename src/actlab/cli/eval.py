@@ -21,6 +21,7 @@ examples:
   actlab eval --lerobot-policy outputs/train/diffusion/checkpoints/last/pretrained_model \\
       --lerobot-python ~/lerobot-venv/bin/python --episodes 20 --videos 2 --out eval/diffusion
   actlab eval --lerobot-policy outputs/train/diffusion --lerobot-python PY --out eval/sweep  # all checkpoints
+  actlab eval bundles/imported_act --lerobot-policy DIR --lerobot-python PY --episodes 20   # side by side
 
 Episode i starts from env.reset(seed=SEED+i) for every checkpoint, the policy is reset before every
 episode, and each bundle's own normalization statistics are used. Results: success rate with a Wilson
@@ -68,14 +69,14 @@ def _run(args: argparse.Namespace) -> int:
     from actlab.errors import ActlabError
     from actlab.evaluation import EnvSpec, EvalConfig, resolve_paths, run_eval
 
-    if bool(args.paths) + bool(args.expert) + bool(args.lerobot_policy) != 1:
+    if bool(args.expert) == bool(args.paths or args.lerobot_policy):
         raise ActlabError(
-            "give checkpoint PATHs, --expert or --lerobot-policy (one of the three)",
+            "give checkpoint PATHs and/or --lerobot-policy DIRs, or --expert alone",
             field="PATH",
             found=f"{len(args.paths)} path(s), --expert={args.expert}, "
             f"--lerobot-policy {len(args.lerobot_policy)} time(s)",
-            fix="actlab eval RUN_DIR ..., actlab eval --expert, or actlab eval --lerobot-policy DIR "
-            "--lerobot-python PY",
+            fix="actlab eval RUN_DIR ..., actlab eval --lerobot-policy DIR --lerobot-python PY, "
+            "or actlab eval --expert",
         )
     from actlab.utils.device import resolve_device
 
@@ -94,10 +95,11 @@ def _run(args: argparse.Namespace) -> int:
         from actlab.evaluation.experts import expert_source
 
         sources = [expert_source(args.task)]
-    elif args.lerobot_policy:
-        sources = _lerobot_sources(args, spec, device)
     else:
-        sources = resolve_paths(args.paths)
+        # actlab bundles and bridged LeRobot policies side by side, on the same seeds
+        sources = resolve_paths(args.paths) if args.paths else []
+        if args.lerobot_policy:
+            sources += _lerobot_sources(args, spec, device)
     whiskers = {"episode": args.whiskers_episode, "every": args.whiskers_every} if args.whiskers else None
     if whiskers is not None and args.expert:
         raise ActlabError(
