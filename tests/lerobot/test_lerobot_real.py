@@ -113,14 +113,12 @@ def observations(data: Path, policy, n: int = 20) -> list[dict[str, torch.Tensor
     return out
 
 
-def compare(actlab_policy, lerobot_dir: Path, obs: list[dict], label: str, monkeypatch) -> dict:
+def compare(actlab_policy, lerobot_dir: Path, obs: list[dict], label: str, env: dict) -> dict:
     """Max |a_lerobot - a_actlab| over full chunks and a select_action sequence (queue included)."""
     from actlab.lerobot.bridge import LeRobotBridgePolicy
 
-    monkeypatch.delenv("PYTHONPATH", raising=False)  # the child: lerobot's python, nothing of ours
-    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
     chunk_diff, select_diff, scale = 0.0, 0.0, 0.0
-    with LeRobotBridgePolicy(lerobot_dir, LEROBOT_PYTHON) as bridge:
+    with LeRobotBridgePolicy(lerobot_dir, LEROBOT_PYTHON, env=env) as bridge:
         bridge.start()
         assert bridge.info["missing_weights"] == [] and bridge.info["unexpected_weights"] == []
         for o in obs:
@@ -146,7 +144,7 @@ def compare(actlab_policy, lerobot_dir: Path, obs: list[dict], label: str, monke
     return result
 
 
-def test_export_parity_tiny_trained_act(work, sim_data, monkeypatch):
+def test_export_parity_tiny_trained_act(work, sim_data):
     """actlab trains a small resnet18 ACT (decoder_input=zeros) for 3 steps; lerobot runs its export."""
     from actlab.policies import load_policy
 
@@ -171,11 +169,15 @@ def test_export_parity_tiny_trained_act(work, sim_data, monkeypatch):
     assert res.returncode == 0, res.stderr[-3000:]
     policy = load_policy(bundle)
     compare(
-        policy, work / "export_tiny", observations(sim_data, policy), "export tiny-trained ACT", monkeypatch
+        policy,
+        work / "export_tiny",
+        observations(sim_data, policy),
+        "export tiny-trained ACT",
+        lerobot_env(work),
     )
 
 
-def test_export_parity_default_size_act(work, sim_data, monkeypatch):
+def test_export_parity_default_size_act(work, sim_data):
     """LeRobot's default ACT size (d=512, 4+1 layers, chunk 100, resnet18), random weights: training it is
     too slow on CPU; the architecture is what parity is about."""
     import warnings
@@ -198,11 +200,11 @@ def test_export_parity_default_size_act(work, sim_data, monkeypatch):
         work / "export_default",
         observations(sim_data, policy),
         "export default-size ACT",
-        monkeypatch,
+        lerobot_env(work),
     )
 
 
-def test_import_parity_and_finetune(work, sim_data, lerobot_act, monkeypatch):
+def test_import_parity_and_finetune(work, sim_data, lerobot_act):
     from actlab.policies import load_policy
 
     bundle = work / "imported_act"
@@ -210,7 +212,11 @@ def test_import_parity_and_finetune(work, sim_data, lerobot_act, monkeypatch):
     assert res.returncode == 0, res.stderr[-3000:]
     policy = load_policy(bundle)
     compare(
-        policy, lerobot_act["dir"], observations(sim_data, policy), "import lerobot-trained ACT", monkeypatch
+        policy,
+        lerobot_act["dir"],
+        observations(sim_data, policy),
+        "import lerobot-trained ACT",
+        lerobot_env(work),
     )
     sets = ["steps=2", "checkpoint.every=2", "data.image_size=null", "policy.dropout=0.2"]
     args = [

@@ -16,6 +16,7 @@ child gets the policy's.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import tempfile
@@ -115,6 +116,15 @@ def dataset_features(
     return out
 
 
+# Variables of actlab's environment that must not reach the lerobot python (another venv, another torch).
+FOREIGN_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment without :data:`FOREIGN_ENV`: the lerobot python finds its own packages."""
+    return {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV}
+
+
 class ChildSlot:
     """At most one running child among the bridges that share it (a sweep over LeRobot checkpoints keeps
     one policy in memory at a time, as actlab's workers do with bundles)."""
@@ -132,7 +142,10 @@ class LeRobotBridgePolicy:
     """A LeRobot policy running in ``python`` (the user's lerobot environment), seen as an actlab policy.
 
     The child starts at the first call (or :meth:`start`) and stops at :meth:`close` (also on ``with``
-    exit). ``instruction``: the language task sent with every observation (VLA policies read it).
+    exit). ``instruction``: the language task sent with every observation (VLA policies read it);
+    ``threads``: the child's torch threads; ``slot``: shared by bridges of which one runs at a time;
+    ``child_script`` / ``child_args``: what the python runs (tests use a fake child); ``env``: the child's
+    environment (default: this one without PYTHONPATH, PYTHONHOME, VIRTUAL_ENV).
     """
 
     def __init__(
@@ -147,6 +160,7 @@ class LeRobotBridgePolicy:
         slot: ChildSlot | None = None,
         child_script: str | Path = CHILD_SCRIPT,
         child_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
         self.policy_dir = Path(policy_dir)
         self.python = str(python)
@@ -170,6 +184,7 @@ class LeRobotBridgePolicy:
         self.slot = slot
         self.child_script = str(child_script)
         self.child_args = list(child_args)
+        self.env = env if env is not None else child_env()
         self.info: dict[str, Any] | None = None
         self._proc: subprocess.Popen | None = None
         self._stderr: Any = None
@@ -193,7 +208,9 @@ class LeRobotBridgePolicy:
             cmd += ["--threads", str(self.threads)]
         # The child's stderr goes to a file (quoted in errors): a pipe nobody reads would block the child.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
+        self._proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=self.env
+        )
         header, _ = self._receive("hello")
         if header.get("protocol") != PROTOCOL_VERSION:
             self.close()
