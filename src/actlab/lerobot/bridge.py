@@ -206,6 +206,8 @@ class LeRobotBridgePolicy:
         ]
         if self.threads:
             cmd += ["--threads", str(self.threads)]
+        if self._stderr is not None:
+            self._stderr.close()  # from a start that failed
         # The child's stderr goes to a file (quoted in errors): a pipe nobody reads would block the child.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         self._proc = subprocess.Popen(
@@ -362,8 +364,9 @@ def lerobot_sources(
     for raw in paths:
         p = Path(raw)
         if (p / "config.json").is_file():
-            step = int(p.parent.name) if p.name == "pretrained_model" and p.parent.name.isdigit() else None
-            found.append((p.parent.name if step is not None else p.name, p, step))
+            # lerobot-train's layout: checkpoints/<step or "last">/pretrained_model
+            name = p.parent.name if p.name == "pretrained_model" else p.name
+            found.append((name, p, int(name) if name.isdigit() else None))
             continue
         ckpts = sorted(
             (c for c in (p / "checkpoints").glob("*/pretrained_model") if c.parent.name.isdigit()),
