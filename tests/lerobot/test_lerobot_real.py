@@ -204,6 +204,50 @@ def test_export_parity_default_size_act(work, sim_data):
     )
 
 
+def test_export_parity_variants(work, sim_data):
+    """pre-norm, GELU, temporal ensembling (n_action_steps=1) and dataset image statistics, random weights."""
+    import warnings
+
+    from actlab.datasets import compute_stats, open_dataset
+    from actlab.lerobot.export import export_policy
+    from actlab.policies import ACTConfig, make_policy
+
+    ds = open_dataset(sim_data)
+    cfg = ACTConfig(
+        pretrained_backbone_weights=None,
+        decoder_input="zeros",
+        dim_model=64,
+        n_heads=4,
+        dim_feedforward=128,
+        chunk_size=12,
+        n_action_steps=1,
+        temporal_ensemble_coeff=0.01,
+        pre_norm=True,
+        feedforward_activation="gelu",
+        image_norm="dataset",
+        n_decoder_layers=2,
+        cameras=("observation.images.wrist", "observation.images.top"),
+    )
+    torch.manual_seed(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        policy = make_policy(
+            cfg, ds.features, compute_stats(ds, **cfg.stats_request()), pretrained=False
+        ).eval()
+    with torch.no_grad():  # biases and norm gains off their initial values
+        for p in policy.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    export_policy(policy, work / "export_variants")
+    obs = observations(sim_data, policy)
+    compare(
+        policy,
+        work / "export_variants",
+        obs,
+        "export pre-norm/gelu/ensembling/dataset-norm ACT",
+        lerobot_env(work),
+    )
+
+
 def test_import_parity_and_finetune(work, sim_data, lerobot_act):
     from actlab.policies import load_policy
 
