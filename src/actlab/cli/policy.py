@@ -20,7 +20,7 @@ examples:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    g = group(sub, "policy", "inspect policies: parameter counts per module")
+    g = group(sub, "policy", "inspect policies; export to / import from LeRobot")
     p = subcommand(
         g,
         "info",
