@@ -18,6 +18,10 @@ examples:
   actlab eval runs/pick/checkpoints/step_0020000 --episodes 5 --whiskers --out eval/whiskers
   actlab eval --expert --episodes 50                                  # the scripted expert, for reference
   actlab eval runs/pusht/checkpoints/step_0100000 --task gym_pusht/PushT-v0 --episodes 50
+  actlab eval --lerobot-policy outputs/train/diffusion/checkpoints/last/pretrained_model \\
+      --lerobot-python ~/lerobot-venv/bin/python --episodes 20 --videos 2 --out eval/diffusion
+  actlab eval --lerobot-policy outputs/train/diffusion --lerobot-python PY --out eval/sweep  # all checkpoints
+  actlab eval bundles/imported_act --lerobot-policy DIR --lerobot-python PY --episodes 20   # side by side
 
 Episode i starts from env.reset(seed=SEED+i) for every checkpoint, the policy is reset before every
 episode, and each bundle's own normalization statistics are used. Results: success rate with a Wilson
@@ -37,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("paths", nargs="*", metavar="PATH", help="checkpoint bundle(s) or run directory(ies)")
     p.add_argument("--expert", action="store_true", help="evaluate the sim's scripted expert (no PATH)")
+    _add_lerobot_flags(p)
     p.add_argument("--task", default="so101_pick_place", help="sim task or gymnasium id (gym_pusht/PushT-v0)")
     p.add_argument("--episodes", type=int, default=50, metavar="N", help="episodes per checkpoint (50)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="episode i uses seed S+i (0)")
@@ -64,12 +69,14 @@ def _run(args: argparse.Namespace) -> int:
     from actlab.errors import ActlabError
     from actlab.evaluation import EnvSpec, EvalConfig, resolve_paths, run_eval
 
-    if bool(args.paths) == bool(args.expert):
+    if bool(args.expert) == bool(args.paths or args.lerobot_policy):
         raise ActlabError(
-            "give checkpoint PATHs or --expert (one of the two)",
+            "give checkpoint PATHs and/or --lerobot-policy DIRs, or --expert alone",
             field="PATH",
-            found=f"{len(args.paths)} path(s), --expert={args.expert}",
-            fix="actlab eval RUN_DIR ... or actlab eval --expert",
+            found=f"{len(args.paths)} path(s), --expert={args.expert}, "
+            f"--lerobot-policy {len(args.lerobot_policy)} time(s)",
+            fix="actlab eval RUN_DIR ..., actlab eval --lerobot-policy DIR --lerobot-python PY, "
+            "or actlab eval --expert",
         )
     from actlab.utils.device import resolve_device
 
@@ -89,7 +96,10 @@ def _run(args: argparse.Namespace) -> int:
 
         sources = [expert_source(args.task)]
     else:
-        sources = resolve_paths(args.paths)
+        # actlab bundles and bridged LeRobot policies side by side, on the same seeds
+        sources = resolve_paths(args.paths) if args.paths else []
+        if args.lerobot_policy:
+            sources += _lerobot_sources(args, spec, device)
     whiskers = {"episode": args.whiskers_episode, "every": args.whiskers_every} if args.whiskers else None
     if whiskers is not None and args.expert:
         raise ActlabError(
@@ -99,7 +109,13 @@ def _run(args: argparse.Namespace) -> int:
             fix="pass a checkpoint PATH for --whiskers",
         )
     progress = _progress(len(sources) * cfg.episodes, quiet=args.json)
-    report = run_eval(sources, spec, cfg, args.out, args.overwrite, whiskers, on_episode=progress)
+    try:
+        report = run_eval(sources, spec, cfg, args.out, args.overwrite, whiskers, on_episode=progress)
+    finally:
+        for src in sources:
+            close = getattr(src.obj, "close", None)  # bridged LeRobot policies: stop their child process
+            if close is not None:
+                close()
     if progress is not None:
         progress.close()
     if args.json:
@@ -139,3 +155,55 @@ def _progress(total: int, quiet: bool) -> _Progress | None:
     import sys
 
     return None if quiet or not sys.stderr.isatty() else _Progress(total)
+
+
+def _add_lerobot_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("LeRobot policies (run in the user's lerobot environment; docs/lerobot.md)")
+    g.add_argument(
+        "--lerobot-policy",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a LeRobot pretrained_model directory of any policy type, or a lerobot-train output directory "
+        "(every checkpoint: a sweep); repeatable",
+    )
+    g.add_argument("--lerobot-python", metavar="PY", help="python of the environment lerobot is installed in")
+    g.add_argument(
+        "--rename",
+        action="append",
+        default=[],
+        metavar="A=B",
+        help="feed a policy input from another env key, e.g. observation.images.front=observation.images.top",
+    )
+    g.add_argument(
+        "--instruction",
+        metavar="TEXT",
+        help="language task sent with every observation (default: the sim task's; VLA policies read it)",
+    )
+
+
+def _lerobot_sources(args: argparse.Namespace, spec, device: str) -> list:
+    from actlab.errors import ActlabError
+    from actlab.lerobot.bridge import lerobot_sources
+
+    if not args.lerobot_python:
+        raise ActlabError(
+            "--lerobot-policy needs --lerobot-python",
+            field="--lerobot-python",
+            expected="the python of the environment lerobot is installed in",
+            fix="e.g. --lerobot-python ~/lerobot-venv/bin/python (docs/lerobot.md)",
+        )
+    instruction = args.instruction
+    if instruction is None and not spec.is_peer:
+        from actlab.sim.env import TASK_TEXT
+
+        instruction = TASK_TEXT  # the sim's dataset task string, what a policy trained on it was told
+    sources, _ = lerobot_sources(
+        args.lerobot_policy,
+        args.lerobot_python,
+        rename=tuple(args.rename),
+        device=device,
+        instruction=instruction,
+        threads=args.threads,
+    )
+    return sources

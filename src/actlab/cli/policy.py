@@ -1,5 +1,5 @@
-"""``actlab policy ...``: info, bench, doctor (argument parsing only; the work is in ``actlab.policies`` and
-``actlab.evaluation.doctor``)."""
+"""``actlab policy ...``: info, bench, doctor, export, import (argument parsing only; the work is in
+``actlab.policies``, ``actlab.evaluation.doctor`` and ``actlab.lerobot``)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,11 @@ examples:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    g = group(sub, "policy", "inspect policies: parameter counts, step time, the doctor")
+    g = group(
+        sub,
+        "policy",
+        "inspect policies (parameter counts, step time, the doctor); export to / import from LeRobot",
+    )
     p = subcommand(
         g,
         "info",
@@ -49,6 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(_run=_run_info)
     _register_bench(g)
     _register_doctor(g)
+    _register_export(g)
+    _register_import(g)
 
 
 def _run_info(args: argparse.Namespace) -> int:
@@ -217,3 +223,88 @@ def _run_doctor(args: argparse.Namespace) -> int:
         write_report(result, args.out, overwrite=args.overwrite)
     print(json.dumps(result.as_dict(), indent=2) if args.json else render(result).rstrip("\n"))
     return result.exit_code
+
+
+_EXPORT_EPILOG = """\
+examples:
+  actlab policy export runs/pick/checkpoints/step_0020000 --to lerobot --out exports/pick_lerobot
+  lerobot-rollout --strategy.type=base --policy.path=exports/pick_lerobot --robot.type=so101_follower ...
+
+Only `act` bundles with a ResNet backbone and policy.decoder_input=zeros have an exact LeRobot
+counterpart; anything else is refused with the reason (docs/lerobot.md).
+"""
+
+
+def _register_export(g) -> None:
+    p = subcommand(
+        g,
+        "export",
+        "write an actlab act bundle as a LeRobot 0.6.x pretrained-policy directory",
+        _EXPORT_EPILOG,
+        description="Convert a bundle into config.json, model.safetensors and the pre/post-processor files "
+        "(normalization statistics) that lerobot loads with ACTPolicy.from_pretrained.",
+    )
+    p.add_argument("bundle", metavar="BUNDLE", help="actlab policy bundle directory")
+    p.add_argument("--to", choices=["lerobot"], default="lerobot", help="target format (lerobot)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory (new; atomic)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
+    add_json_flag(p)
+    p.set_defaults(_run=_run_export)
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from actlab.lerobot.export import export_bundle
+
+    summary = export_bundle(args.bundle, args.out, overwrite=args.overwrite)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"LeRobot {summary['lerobot_format']} ACT policy written to {summary['out']}")
+    print(f"  {summary['n_parameters']:,} parameters, {summary['n_tensors']} tensors")
+    for key, feat in summary["input_features"].items():
+        print(f"  input  {key}: {feat['type']} {feat['shape']}")
+    for note in summary["notes"]:
+        print(f"  note: {note}")
+    print(f"deploy: lerobot-rollout --policy.path={summary['out']} ...  (docs/lerobot.md)")
+    return 0
+
+
+_IMPORT_EPILOG = """\
+examples:
+  actlab policy import outputs/train/act_so101/checkpoints/last/pretrained_model --out bundles/lerobot_act
+  actlab eval bundles/lerobot_act --episodes 50
+  actlab train --preset so101_sim --dataset data/sim --init-from bundles/lerobot_act --out runs/finetune
+
+Only LeRobot ACT checkpoints can be imported; evaluate any other type (Diffusion, SmolVLA, Pi0 ...)
+through the bridge: actlab eval --lerobot-policy DIR --lerobot-python PY.
+"""
+
+
+def _register_import(g) -> None:
+    p = subcommand(
+        g,
+        "import",
+        "turn a LeRobot ACT checkpoint into an actlab bundle (evaluate, fine-tune)",
+        _IMPORT_EPILOG,
+        description="Read a LeRobot pretrained-policy directory (no lerobot needed) and write an actlab "
+        "bundle with the same weights and normalization.",
+    )
+    p.add_argument("policy_dir", metavar="DIR", help="LeRobot pretrained_model directory")
+    p.add_argument("--out", required=True, metavar="BUNDLE", help="output bundle directory (new; atomic)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
+    add_json_flag(p)
+    p.set_defaults(_run=_run_import)
+
+
+def _run_import(args: argparse.Namespace) -> int:
+    from actlab.lerobot.import_ import import_lerobot_act
+
+    summary = import_lerobot_act(args.policy_dir, args.out, overwrite=args.overwrite)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"actlab bundle written to {summary['out']}")
+    print(f"  act, {summary['n_parameters']:,} parameters, cameras {', '.join(summary['cameras'])}")
+    for note in summary["notes"]:
+        print(f"  note: {note}")
+    return 0

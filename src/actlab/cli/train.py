@@ -18,6 +18,7 @@ examples:
   actlab train --out runs/full --resume                      # continue from the last checkpoint
   actlab train --out runs/full --resume --set steps=200000   # ... and train longer
   actlab train --preset tiny --dataset data/sim --out runs/check --overfit 8
+  actlab train --preset so101_sim --dataset data/sim --init-from bundles/lerobot_act --out runs/ft
   torchrun --nproc_per_node 4 -m actlab.cli train --preset so101_sim --dataset data/sim --out runs/ddp
 
 Every config key can be overridden with --set section.key=value (--help-config lists them all).
@@ -66,6 +67,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="BYTES",
         help="refuse to start if checkpoints + FrameStore need more than this (e.g. 20GB, 500MiB)",
     )
+    p.add_argument(
+        "--init-from",
+        metavar="BUNDLE",
+        help="fine-tune: start from this bundle's weights and policy config (e.g. an imported LeRobot ACT); "
+        "normalization comes from --dataset",
+    )
     p.add_argument("--list-presets", action="store_true", help="list the presets and exit")
     p.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
     p.add_argument("--help-config", action="store_true", help="list every config key with its meaning")
@@ -109,6 +116,7 @@ def _run(args: argparse.Namespace) -> int:
 def _resolve_config(args: argparse.Namespace):
     """Preset (or the saved config on --resume) + --dataset + --set + --disk-limit + --overfit."""
     import dataclasses
+    from pathlib import Path
 
     from actlab.errors import ActlabError
     from actlab.training.config import apply_train_overrides
@@ -130,6 +138,12 @@ def _resolve_config(args: argparse.Namespace):
         )
     if args.dataset:
         cfg = with_dataset(cfg, args.dataset)
+    if args.init_from:
+        from actlab.training.init_from import bundle_policy_config
+
+        # The bundle's model; --set policy.* may still change the training-only fields.
+        policy = bundle_policy_config(args.init_from)
+        cfg = dataclasses.replace(cfg, policy=policy, init_from=str(Path(args.init_from).resolve()))
     cfg = apply_train_overrides(cfg, args.overrides)
     if args.device:
         cfg = dataclasses.replace(cfg, device=args.device)

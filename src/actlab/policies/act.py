@@ -383,8 +383,12 @@ class ACTPolicy(nn.Module):
         queries = self.decoder_pos_embed.weight[None].to(x.dtype)  # (1, H, D)
         # The learned queries are both the content and the position of the decoder input. DETR/ACT feed
         # zero content: every value of the first self-attention is then the same bias, so its projection
-        # weights and first norm gain can never receive a gradient (dead parameters).
-        dec_in = queries.expand(x.shape[0], -1, -1)  # (B, H, D)
+        # weights and first norm gain can never receive a gradient (dead parameters). decoder_input="zeros"
+        # does exactly that, for parity with LeRobot's ACT (export / import).
+        if self.config.decoder_input == "zeros":
+            dec_in = queries.new_zeros(x.shape[0], *queries.shape[1:])  # (B, H, D)
+        else:
+            dec_in = queries.expand(x.shape[0], -1, -1)  # (B, H, D)
         out = self.decoder(dec_in, memory, queries, pos_t)  # (B, H, D)
         return self.action_head(out), mu, log_sigma_x2  # (B, H, A)
 

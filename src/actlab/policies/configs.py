@@ -17,6 +17,7 @@ from actlab.utils.config import did_you_mean
 BACKBONES = ("resnet18", "resnet34", "cnn_small")
 ACTIVATIONS = ("relu", "gelu")
 IMAGE_NORMS = ("imagenet", "dataset")
+DECODER_INPUTS = ("queries", "zeros")
 
 
 def _check(ok: bool, cls: str, field: str, expected: str, found: object, fix: str | None = None) -> None:
@@ -81,6 +82,10 @@ class ACTConfig:
     n_encoder_layers: int = 4
     # DETR-style decoder layers (all applied; the original ACT code built 7 and used only the first)
     n_decoder_layers: int = 1
+    # content of the decoder's input: "queries" (the learned queries, also its positions; every decoder
+    # weight learns) or "zeros" (DETR / ACT / LeRobot: exact LeRobot parity, needed to export to or import
+    # from LeRobot; the first self-attention's q/k/v projections then never receive a gradient)
+    decoder_input: str = "queries"
     # dropout in attention, feed-forward and residual branches
     dropout: float = 0.1
 
@@ -193,6 +198,13 @@ class ACTConfig:
         )
         _check(self.n_encoder_layers >= 1, name, "n_encoder_layers", ">= 1", self.n_encoder_layers)
         _check(self.n_decoder_layers >= 1, name, "n_decoder_layers", ">= 1", self.n_decoder_layers)
+        _check(
+            self.decoder_input in DECODER_INPUTS,
+            name,
+            "decoder_input",
+            "one of " + ", ".join(DECODER_INPUTS),
+            self.decoder_input,
+        )
         _check(0.0 <= self.dropout < 1.0, name, "dropout", "0 <= dropout < 1", self.dropout)
         _check(self.latent_dim >= 1, name, "latent_dim", ">= 1", self.latent_dim)
         _check(

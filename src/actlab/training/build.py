@@ -40,6 +40,7 @@ from actlab.training.data import (
     validation_batches,
 )
 from actlab.training.ddp import DistInfo
+from actlab.training.init_from import load_initial_weights
 from actlab.training.schedule import build_scheduler
 from actlab.training.step import CaptureError, GraphedStep, WorkingWeights, autocast, train_step
 from actlab.utils.device import resolve_device
@@ -293,6 +294,8 @@ def build_run(
     stats = _stats(ds, cfg, store)
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
     policy = _make_policy(cfg, features, stats, device)
+    if cfg.init_from:
+        load_initial_weights(policy, cfg.init_from)
     if out_dir is not None:
         _preflight(cfg, policy, ds, store, out_dir, existing_checkpoint_bytes)
     store = store if store is not None else _build_store(ds, cfg, dist)

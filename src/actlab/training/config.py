@@ -246,6 +246,9 @@ class TrainConfig:
     overfit: OverfitConfig = dataclasses.field(default_factory=OverfitConfig)
     # seed of every random stream (sampler, augmentation, dropout, init); ranks derive their own from it
     seed: int = 0
+    # a policy bundle whose weights start the run (fine-tuning, e.g. an imported LeRobot ACT); `policy` must
+    # describe the same model (actlab train --init-from takes the bundle's); normalization: this dataset's
+    init_from: str | None = None
     # total number of optimizer steps
     steps: int = 100_000
     # samples per optimizer step on each process (the global batch is batch_size x world size)

@@ -1,0 +1,282 @@
+"""actlab ``act`` bundle -> LeRobot 0.6.x pretrained-policy directory (``ACTPolicy.from_pretrained``,
+``make_pre_post_processors``, ``lerobot-rollout --policy.path=DIR``).
+
+What LeRobot 0.6.1 reads from such a directory (learned from its source, written here without it)::
+
+    config.json                       {"type": "act", input/output features, normalization_mapping, ...}
+    model.safetensors                 ACTPolicy.state_dict(): "model." + the module names below
+    policy_preprocessor.json          rename -> to_batch -> device -> normalizer (state file below)
+    policy_preprocessor_step_3_normalizer_processor.safetensors     "<feature>.mean" / "<feature>.std"
+    policy_postprocessor.json         unnormalizer (state file below) -> device(cpu)
+    policy_postprocessor_step_0_unnormalizer_processor.safetensors  the same statistics
+
+Parameter names: actlab's ACT uses LeRobot's module names (``encoder.layers.0.self_attn.in_proj_weight``,
+``backbone.layer1.0.conv1.weight`` with torchvision's ResNet names, ...), so a LeRobot name is
+``"model." + the actlab name``. Normalization moves from the policy (actlab's ``normalizer.*`` buffers,
+std already floored) into the processors' statistics; the camera statistics are what actlab really used
+(ImageNet's, or the floored dataset ones), so LeRobot's ``MEAN_STD`` on every feature type reproduces it.
+LeRobot divides by ``std + 1e-8``: a relative change below 1e-5 for actlab's stds (>= 1e-3).
+
+Numbers that must agree and why they do (checked by the slow parity test in tests/lerobot):
+- post-norm / pre-norm layers, DETR positions added to queries and keys only, the final encoder norm
+  only with pre-norm, a decoder norm always: same structure;
+- the 1-D tokens ``[latent, state]`` with learned positions, then every camera's ``(h w)`` tokens in
+  camera order with the same 2-D sinusoidal table (``config.json`` keeps actlab's camera order);
+- the latent is 0 at inference in both; the VAE's fixed 1-D table is a (persistent) buffer in LeRobot
+  and is written from actlab's identical table;
+- the decoder's input content: LeRobot feeds zeros, so only bundles trained with
+  ``decoder_input="zeros"`` can be exported (actlab's default feeds the learned queries);
+- ``n_action_steps`` queueing and temporal ensembling are the same algorithm in both;
+- images: LeRobot's ACT does not resize, so ``downscale_img_square`` cannot be exported.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from actlab.errors import ActlabError
+
+# The LeRobot release whose format this writes (and whose source the tests run against).
+LEROBOT_VERSION = "0.6.1"
+PREPROCESSOR = "policy_preprocessor"
+POSTPROCESSOR = "policy_postprocessor"
+# Step files are named after the pipeline, the step's index and its registry name.
+PRE_STATE = f"{PREPROCESSOR}_step_3_normalizer_processor.safetensors"
+POST_STATE = f"{POSTPROCESSOR}_step_0_unnormalizer_processor.safetensors"
+# LeRobot's NormalizerProcessorStep default epsilon (added to std when normalizing).
+NORM_EPS = 1e-8
+STATE = "observation.state"
+ACTION = "action"
+# LeRobot's optimizer fields for ACT (its defaults; only used if the export is fine-tuned in LeRobot).
+_LEROBOT_OPTIM = {"optimizer_lr": 1e-5, "optimizer_weight_decay": 1e-4, "optimizer_lr_backbone": 1e-5}
+# actlab ACTConfig fields that LeRobot's ACTConfig has under the same name and meaning.
+SHARED_FIELDS = (
+    "chunk_size", "n_action_steps", "vision_backbone", "pre_norm", "dim_model", "n_heads",
+    "dim_feedforward", "feedforward_activation", "n_encoder_layers", "n_decoder_layers", "use_vae",
+    "latent_dim", "n_vae_encoder_layers", "temporal_ensemble_coeff", "dropout", "kl_weight",
+)  # fmt: skip
+# Where an export-refusing setting is explained once.
+_EVAL_IN_ACTLAB = "evaluate it in actlab instead (actlab eval BUNDLE: same harness, taxonomy and videos)"
+
+
+def check_exportable(config: Any, camera_keys: list[str], file: Path | None = None) -> None:
+    """Raise an ActlabError saying why a policy config has no exact LeRobot ACT counterpart."""
+    kind = getattr(config, "type", None)
+    if kind == "act_relative":
+        raise ActlabError(
+            "act_relative has no LeRobot counterpart: LeRobot's ACT predicts absolute actions and has no "
+            "state-delta or real-time-chunking prefix token",
+            file=file,
+            field="type",
+            expected="act",
+            found=kind,
+            fix=f"{_EVAL_IN_ACTLAB}; to drive a robot with lerobot-rollout, train an `act` policy with "
+            "--set policy.decoder_input=zeros and export that",
+        )
+    if kind != "act":
+        raise ActlabError("only actlab `act` bundles can be exported", file=file, field="type", found=kind)
+    if config.vision_backbone not in ("resnet18", "resnet34"):
+        raise ActlabError(
+            f"LeRobot's ACT has no {config.vision_backbone} backbone (torchvision ResNets only)",
+            file=file,
+            field="vision_backbone",
+            expected="resnet18 or resnet34",
+            found=config.vision_backbone,
+            fix=f"train with --set policy.vision_backbone=resnet18 to export, or {_EVAL_IN_ACTLAB}",
+        )
+    if config.decoder_input != "zeros":
+        raise ActlabError(
+            "this bundle feeds the learned queries into the decoder (actlab's default); LeRobot's ACT feeds "
+            "zeros, so its actions would differ",
+            file=file,
+            field="decoder_input",
+            expected="zeros",
+            found=config.decoder_input,
+            fix="train (or fine-tune: actlab train --init-from) with --set policy.decoder_input=zeros, "
+            f"or {_EVAL_IN_ACTLAB}",
+        )
+    if config.downscale_img_square is not None:
+        raise ActlabError(
+            "LeRobot's ACT does not resize images; this policy resizes every camera inside the model",
+            file=file,
+            field="downscale_img_square",
+            expected="null",
+            found=config.downscale_img_square,
+            fix="train without downscale_img_square (resize the dataset frames: data.image_size), or "
+            + _EVAL_IN_ACTLAB,
+        )
+    if not camera_keys:
+        raise ActlabError(
+            "LeRobot's ACT needs at least one camera (or an environment state, which actlab has not)",
+            file=file,
+            field="cameras",
+            expected="one or more observation.images.* cameras",
+            found="none",
+            fix=_EVAL_IN_ACTLAB,
+        )
+
+
+def lerobot_state_dict(policy: Any) -> dict[str, Any]:
+    """The tensors of LeRobot's ``ACTPolicy.state_dict()`` for an actlab ACT policy (fp32, CPU)."""
+    out = {}
+    for name, tensor in policy.state_dict().items():
+        if name.startswith("normalizer."):
+            continue  # normalization lives in LeRobot's processors
+        out["model." + name] = tensor.detach().float().cpu().contiguous()
+    if policy.config.use_vae:
+        # LeRobot registers the VAE encoder's fixed sinusoidal table as a persistent buffer (1, H+2, D).
+        out["model.vae_encoder_pos_enc"] = policy.vae_encoder_pos_enc.detach().float().cpu().contiguous()
+    return out
+
+
+def _feature(kind: str, shape: list[int]) -> dict[str, Any]:
+    return {"type": kind, "shape": list(shape)}
+
+
+def lerobot_features(policy: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """LeRobot ``input_features`` (state, then the cameras in actlab's order) and ``output_features``."""
+    inputs = {STATE: _feature("STATE", [policy.state_dim])}
+    for key in policy.camera_keys:
+        inputs[key] = _feature("VISUAL", list(policy.image_shapes[key]))  # (C, H, W)
+    return inputs, {ACTION: _feature("ACTION", [policy.action_dim])}
+
+
+def lerobot_config(policy: Any) -> dict[str, Any]:
+    """LeRobot 0.6.1 ``config.json`` of the exported ACT."""
+    cfg = policy.config
+    inputs, outputs = lerobot_features(policy)
+    data: dict[str, Any] = {
+        "type": "act",
+        "n_obs_steps": 1,
+        "input_features": inputs,
+        "output_features": outputs,
+        "device": "cpu",
+        "use_amp": False,
+        "use_peft": False,
+        "push_to_hub": False,
+        "repo_id": None,
+        "private": None,
+        "tags": None,
+        "license": None,
+        "pretrained_path": None,
+        "pretrained_revision": None,
+        "normalization_mapping": {"VISUAL": "MEAN_STD", "STATE": "MEAN_STD", "ACTION": "MEAN_STD"},
+        # The weights are in model.safetensors: LeRobot must not download ImageNet weights at build time.
+        "pretrained_backbone_weights": None,
+        "replace_final_stride_with_dilation": False,
+    }
+    for name in SHARED_FIELDS:
+        data[name] = getattr(cfg, name)
+    data.update(_LEROBOT_OPTIM)
+    return data
+
+
+def normalizer_stats(policy: Any) -> dict[str, Any]:
+    """``{"<feature>.mean" | "<feature>.std": tensor}`` as LeRobot's (un)normalizer steps store them: the
+    statistics actlab's normalizer really applies (floored stds, ImageNet or dataset image stats)."""
+    out = {}
+    for key in [STATE, *policy.camera_keys, ACTION]:
+        entry = policy.normalizer.get(key)
+        for stat in ("mean", "std"):
+            out[f"{key}.{stat}"] = getattr(entry, stat).detach().float().cpu().contiguous()
+    return out
+
+
+def processor_configs(policy: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``policy_preprocessor.json`` and ``policy_postprocessor.json`` (LeRobot's default ACT pipelines)."""
+    inputs, outputs = lerobot_features(policy)
+    norm_map = {"VISUAL": "MEAN_STD", "STATE": "MEAN_STD", "ACTION": "MEAN_STD"}
+    device = {"device": "cpu", "float_dtype": None}
+    pre = {
+        "name": PREPROCESSOR,
+        "steps": [
+            {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
+            {"registry_name": "to_batch_processor", "config": {}},
+            {"registry_name": "device_processor", "config": device},
+            {
+                "registry_name": "normalizer_processor",
+                "config": {"eps": NORM_EPS, "features": {**inputs, **outputs}, "norm_map": norm_map},
+                "state_file": PRE_STATE,
+            },
+        ],
+    }
+    post = {
+        "name": POSTPROCESSOR,
+        "steps": [
+            {
+                "registry_name": "unnormalizer_processor",
+                "config": {"eps": NORM_EPS, "features": outputs, "norm_map": norm_map},
+                "state_file": POST_STATE,
+            },
+            {"registry_name": "device_processor", "config": device},
+        ],
+    }
+    return pre, post
+
+
+def _notes(policy: Any) -> list[str]:
+    """What the user must know to deploy the export (not errors)."""
+    notes = []
+    for key in policy.camera_keys:
+        _, h, w = policy.image_shapes[key]
+        info = (policy.features.get(key) or {}).get("info") or {}
+        if "actlab.resize" in info:
+            notes.append(
+                f"{key}: trained on frames fitted into {h}x{w} (black padding) by actlab's FrameStore; "
+                "LeRobot does not resize, so the robot must deliver frames prepared the same way"
+            )
+        else:
+            notes.append(f"{key}: LeRobot feeds the camera frames as they come; they must be {h}x{w} (H x W)")
+    if policy.config.freeze_backbone:
+        notes.append("freeze_backbone has no LeRobot counterpart: a LeRobot fine-tune trains the backbone")
+    return notes
+
+
+def export_policy(
+    policy: Any, out_dir: str | Path, overwrite: bool = False, source: str | None = None
+) -> dict:
+    """Write ``policy`` (an actlab ACT policy) as a LeRobot pretrained-policy directory, atomically.
+
+    Returns a summary (files, features, notes). Raises an ActlabError for a policy with no exact LeRobot
+    counterpart (see :func:`check_exportable`).
+    """
+    from safetensors.torch import save
+
+    from actlab.utils.io import atomic_dir, atomic_write_bytes, atomic_write_json
+
+    check_exportable(
+        policy.config, list(policy.camera_keys), Path(source) / "config.json" if source else None
+    )
+    tensors = lerobot_state_dict(policy)
+    stats = normalizer_stats(policy)
+    pre, post = processor_configs(policy)
+    config = lerobot_config(policy)
+    summary = {
+        "source": source,
+        "lerobot_format": LEROBOT_VERSION,
+        "policy_type": "act",
+        "n_tensors": len(tensors),
+        "n_parameters": int(sum(t.numel() for k, t in tensors.items() if k != "model.vae_encoder_pos_enc")),
+        "input_features": config["input_features"],
+        "output_features": config["output_features"],
+        "notes": _notes(policy),
+    }
+    with atomic_dir(out_dir, overwrite=overwrite) as tmp:
+        atomic_write_json(tmp / "config.json", config, indent=4)
+        atomic_write_bytes(tmp / "model.safetensors", save(tensors))
+        atomic_write_json(tmp / f"{PREPROCESSOR}.json", pre)
+        atomic_write_json(tmp / f"{POSTPROCESSOR}.json", post)
+        atomic_write_bytes(tmp / PRE_STATE, save(stats))
+        atomic_write_bytes(tmp / POST_STATE, save(stats))
+        # Provenance for people (LeRobot ignores files it does not know).
+        atomic_write_json(tmp / "actlab_export.json", summary)
+    return {**summary, "out": str(out_dir)}
+
+
+def export_bundle(bundle: str | Path, out_dir: str | Path, overwrite: bool = False) -> dict:
+    """Load an actlab bundle (``load_policy``) and export it with :func:`export_policy`."""
+    from actlab.policies import load_policy
+
+    policy = load_policy(bundle, device="cpu")
+    return export_policy(policy, out_dir, overwrite=overwrite, source=str(bundle))

@@ -1,0 +1,102 @@
+"""Start a run from the weights of an existing policy bundle (``actlab train --init-from BUNDLE``).
+
+Fine-tuning keeps the bundle's model (the run's ``policy`` config must describe the same model: every
+field that changes what the network computes is compared) and takes the normalization statistics of the
+run's own dataset, as ``lerobot-train --policy.path`` does: the ``normalizer.*`` buffers are not copied.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from actlab.errors import ActlabError
+
+# Policy config fields that only shape training or acting, not the network: they may differ from the
+# bundle's (e.g. more dropout or another n_action_steps for the fine-tune).
+TRAINING_ONLY_FIELDS = frozenset(
+    {
+        "dropout",
+        "kl_weight",
+        "n_action_steps",
+        "temporal_ensemble_coeff",
+        "freeze_backbone",
+        "pretrained_backbone_weights",
+        "std_floor",
+        "image_std_floor",
+        "rtc_max_delay",
+    }
+)
+
+
+def bundle_policy_config(bundle: str | Path) -> Any:
+    """The policy config saved in a bundle's ``config.json`` (what ``--init-from`` trains)."""
+    from actlab.training.config import policy_config_from_dict
+    from actlab.utils.io import read_json
+
+    file = Path(bundle) / "config.json"
+    if not file.is_file():
+        raise ActlabError(
+            "the --init-from bundle has no config.json",
+            file=file,
+            field="init_from",
+            expected="an actlab policy bundle (RUN/checkpoints/step_N, or what `actlab policy import` wrote)",
+            fix="check the path",
+        )
+    return policy_config_from_dict(read_json(file, "policy config"), where=str(file))
+
+
+def check_same_model(run_policy: Any, bundle_policy: Any, bundle: str | Path) -> None:
+    """ActlabError when the run's policy config builds another network than the bundle's."""
+    import dataclasses
+
+    if type(run_policy) is not type(bundle_policy):
+        raise ActlabError(
+            "the run's policy type differs from the --init-from bundle's",
+            file=Path(bundle) / "config.json",
+            field="policy.type",
+            expected=bundle_policy.type,
+            found=run_policy.type,
+            fix="drop policy.type from --set (actlab train --init-from uses the bundle's policy config)",
+        )
+    for f in dataclasses.fields(bundle_policy):
+        if f.name in TRAINING_ONLY_FIELDS:
+            continue
+        mine, theirs = getattr(run_policy, f.name), getattr(bundle_policy, f.name)
+        if mine != theirs:
+            raise ActlabError(
+                "the run's policy config describes another model than the --init-from bundle",
+                file=Path(bundle) / "config.json",
+                field=f"policy.{f.name}",
+                expected=theirs,
+                found=mine,
+                fix=f"drop --set policy.{f.name} (only {', '.join(sorted(TRAINING_ONLY_FIELDS))} may change)",
+            )
+
+
+def load_initial_weights(policy: Any, bundle: str | Path) -> None:
+    """Copy every weight of ``bundle`` except its normalization statistics into ``policy`` (in place)."""
+    import torch
+
+    from actlab.policies import load_policy
+
+    check_same_model(policy.config, bundle_policy_config(bundle), bundle)
+    source = load_policy(bundle, device="cpu")
+    theirs = {k: v for k, v in source.state_dict().items() if not k.startswith("normalizer.")}
+    mine = {k: v for k, v in policy.state_dict().items() if not k.startswith("normalizer.")}
+    bad = sorted(set(mine) ^ set(theirs)) + [
+        k for k in mine if k in theirs and mine[k].shape != theirs[k].shape
+    ]
+    if bad:
+        raise ActlabError(
+            "the --init-from weights do not fit this run's policy",
+            file=Path(bundle) / "model.safetensors",
+            field=bad[0],
+            expected=f"{len(mine)} tensors shaped as this dataset's features make them",
+            found=f"{len(bad)} tensors missing, extra or of another shape (first: {bad[0]})",
+            fix="fine-tune on a dataset with the bundle's state/action sizes and cameras "
+            "(features.json of the bundle lists them)",
+        )
+    with torch.no_grad():
+        for name, tensor in mine.items():
+            tensor.copy_(theirs[name].to(tensor.device, tensor.dtype))
