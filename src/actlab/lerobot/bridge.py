@@ -27,7 +27,9 @@ from typing import Any
 import numpy as np
 
 from actlab.errors import ActlabError
+from actlab.evaluation.harness import PolicySource
 from actlab.lerobot.child import PROTOCOL_VERSION, ProtocolError, read_message, write_message
+from actlab.utils.io import read_json
 
 CHILD_SCRIPT = Path(__file__).with_name("child.py")
 # Characters of the child's stderr quoted in an error.
@@ -74,7 +76,6 @@ def resolve_rename(pairs: Sequence[tuple[str, str]], policy_keys: Sequence[str])
 
 def read_policy_features(policy_dir: str | Path) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """(policy type, input_features, output_features) from a LeRobot ``config.json`` (no lerobot needed)."""
-    from actlab.utils.io import read_json
 
     file = Path(policy_dir) / "config.json"
     if not file.is_file():
@@ -357,7 +358,6 @@ def lerobot_sources(
 ) -> tuple[list[Any], ChildSlot]:
     """Evaluation sources for LeRobot policy directories, or lerobot-train output directories (every
     ``checkpoints/NNNNNN/pretrained_model``: a sweep). One child runs at a time (the returned slot)."""
-    from actlab.evaluation.harness import PolicySource
 
     slot = ChildSlot()
     found: list[tuple[str, Path, int | None]] = []

@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
+from actlab.policies import load_policy
+from actlab.utils.io import atomic_dir, atomic_write_bytes, atomic_write_json
 
 # The LeRobot release whose format this writes (and whose source the tests run against).
 LEROBOT_VERSION = "0.6.1"
@@ -243,8 +245,6 @@ def export_policy(
     """
     from safetensors.torch import save
 
-    from actlab.utils.io import atomic_dir, atomic_write_bytes, atomic_write_json
-
     check_exportable(
         policy.config, list(policy.camera_keys), Path(source) / "config.json" if source else None
     )
@@ -276,7 +276,6 @@ def export_policy(
 
 def export_bundle(bundle: str | Path, out_dir: str | Path, overwrite: bool = False) -> dict:
     """Load an actlab bundle (``load_policy``) and export it with :func:`export_policy`."""
-    from actlab.policies import load_policy
 
     policy = load_policy(bundle, device="cpu")
     return export_policy(policy, out_dir, overwrite=overwrite, source=str(bundle))

@@ -22,6 +22,9 @@ import numpy as np
 
 from actlab.errors import ActlabError
 from actlab.lerobot.export import ACTION, NORM_EPS, POSTPROCESSOR, PREPROCESSOR, SHARED_FIELDS, STATE
+from actlab.policies import ACTConfig, make_policy, save_policy
+from actlab.policies.backbones import IMAGENET_MEAN, IMAGENET_STD
+from actlab.utils.io import read_json
 
 # LeRobot range modes: (low stat, high stat).
 _RANGE_MODES = {"MIN_MAX": ("min", "max"), "QUANTILES": ("q01", "q99"), "QUANTILE10": ("q10", "q90")}
@@ -30,7 +33,6 @@ _BRIDGE_FIX = "evaluate it through the bridge instead: actlab eval --lerobot-pol
 
 
 def _read_json(path: Path, what: str) -> Any:
-    from actlab.utils.io import read_json
 
     if not path.is_file():
         raise ActlabError(
@@ -151,7 +153,6 @@ def _check_config(cfg: dict, file: Path) -> None:
 
 
 def _is_imagenet(mean: np.ndarray, std: np.ndarray) -> bool:
-    from actlab.policies.backbones import IMAGENET_MEAN, IMAGENET_STD
 
     return bool(
         np.allclose(mean.ravel(), IMAGENET_MEAN, atol=1e-6)
@@ -161,7 +162,6 @@ def _is_imagenet(mean: np.ndarray, std: np.ndarray) -> bool:
 
 def read_lerobot_act(policy_dir: str | Path) -> tuple[Any, dict, dict, dict[str, np.ndarray], list[str]]:
     """(actlab ACTConfig, features, stats, actlab-named weights, notes) of a LeRobot ACT directory."""
-    from actlab.policies import ACTConfig
 
     root = Path(policy_dir)
     if not root.is_dir():
@@ -251,8 +251,6 @@ def import_lerobot_act(policy_dir: str | Path, out: str | Path, overwrite: bool 
     import warnings
 
     import torch
-
-    from actlab.policies import make_policy, save_policy
 
     act_cfg, features, stats, weights, notes = read_lerobot_act(policy_dir)
     with warnings.catch_warnings():

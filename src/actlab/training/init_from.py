@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
+from actlab.training.config import policy_config_from_dict
+from actlab.utils.io import read_json
 
 # Policy config fields that only shape training or acting, not the network: they may differ from the
 # bundle's (e.g. more dropout or another n_action_steps for the fine-tune).
@@ -31,8 +33,6 @@ TRAINING_ONLY_FIELDS = frozenset(
 
 def bundle_policy_config(bundle: str | Path) -> Any:
     """The policy config saved in a bundle's ``config.json`` (what ``--init-from`` trains)."""
-    from actlab.training.config import policy_config_from_dict
-    from actlab.utils.io import read_json
 
     file = Path(bundle) / "config.json"
     if not file.is_file():
@@ -78,9 +78,10 @@ def load_initial_weights(policy: Any, bundle: str | Path) -> None:
     """Copy every weight of ``bundle`` except its normalization statistics into ``policy`` (in place)."""
     import torch
 
+    check_same_model(policy.config, bundle_policy_config(bundle), bundle)
+    # lazy: bundle imports torch; training modules import without it
     from actlab.policies import load_policy
 
-    check_same_model(policy.config, bundle_policy_config(bundle), bundle)
     source = load_policy(bundle, device="cpu")
     theirs = {k: v for k, v in source.state_dict().items() if not k.startswith("normalizer.")}
     mine = {k: v for k, v in policy.state_dict().items() if not k.startswith("normalizer.")}
