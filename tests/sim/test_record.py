@@ -218,3 +218,68 @@ def test_a_full_disk_while_recording_exits_2_leaves_nothing_and_can_be_run_again
     assert sorted(p.name for p in disk.iterdir()) == ["demo"]
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert len(open_dataset(out).episodes) == 2
+
+
+def test_a_stalled_encoder_is_recorded_again_and_gives_the_same_dataset(tmp_path, monkeypatch, capsys):
+    import functools
+    import threading
+
+    from actlab.datasets import open_dataset
+    from actlab.datasets import video as video_mod
+    from actlab.sim import record as record_mod
+
+    cfg = RecordConfig(episodes=2, seed=30, image_size=16, workers=0)
+    clean = record_dataset(tmp_path / "clean", cfg, progress=False)
+
+    # The first encoder of the second recording blocks inside its per-frame call (as the SVT-AV1 deadlock
+    # does) until the test ends; the watchdog (0.5 s here) turns that into EncoderStalled.
+    release, taken = threading.Event(), threading.Event()
+    real = video_mod.VideoEncoder.encode
+
+    def encode(self, frames):
+        if tmp_path in self.path.parents and ".retried." in str(self.path) and not taken.is_set():
+            taken.set()
+            release.wait()
+        return real(self, frames)
+
+    monkeypatch.setattr(video_mod.VideoEncoder, "encode", encode)
+    quick = functools.partial(record_mod.DatasetWriter, video=video_mod.VideoOptions(stall_s=0.5))
+    monkeypatch.setattr(record_mod, "DatasetWriter", quick)
+    try:
+        again = record_dataset(tmp_path / "retried", cfg, progress=False)
+    finally:
+        release.set()
+    assert taken.is_set()
+    assert "made no progress" in capsys.readouterr().err  # the user is told, and it was recorded again
+    a, b = open_dataset(clean.path), open_dataset(again.path)
+    np.testing.assert_array_equal(a.column("action"), b.column("action"))
+    np.testing.assert_array_equal(a.column("observation.state"), b.column("observation.state"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clean", "retried"]  # no temp dir left
+
+
+def test_a_second_stall_is_the_error(tmp_path, monkeypatch):
+    import functools
+    import threading
+
+    from actlab.datasets import video as video_mod
+    from actlab.sim import record as record_mod
+
+    release = threading.Event()
+    real = video_mod.VideoEncoder.encode
+
+    def encode(self, frames):
+        if tmp_path in self.path.parents:
+            release.wait()  # every encoder of this test stalls
+        return real(self, frames)
+
+    monkeypatch.setattr(video_mod.VideoEncoder, "encode", encode)
+    quick = functools.partial(record_mod.DatasetWriter, video=video_mod.VideoOptions(stall_s=0.5))
+    monkeypatch.setattr(record_mod, "DatasetWriter", quick)
+    try:
+        with pytest.raises(video_mod.EncoderStalled):
+            record_dataset(
+                tmp_path / "ds", RecordConfig(episodes=1, image_size=16, workers=0), progress=False
+            )
+    finally:
+        release.set()
+    assert list(tmp_path.iterdir()) == []

@@ -73,6 +73,13 @@ class VideoOptions:
         return {"g": str(self.gop), "crf": str(self.crf), "preset": str(self.preset)}
 
 
+class EncoderStalled(ActlabError):
+    """The encoder watchdog's error: the video encoder made no progress for ``VideoOptions.stall_s``.
+
+    Its own class so that a caller that can redo its work from the start (the sim recorder, whose
+    episodes are a pure function of their seeds) can tell it from other errors and try once more."""
+
+
 def check_even(height: int, width: int, pix_fmt: str, where: str) -> None:
     """yuv420p stores chroma at half resolution, so both sides must be even."""
     if pix_fmt == "yuv420p" and (height % 2 or width % 2):
@@ -212,7 +219,7 @@ class EncoderThread:
         self._sync = max_pending == 0
         self._stall_s = stall_s
         self._error: BaseException | None = None
-        self._stalled: ActlabError | None = None
+        self._stalled: EncoderStalled | None = None
         self._encoder: VideoEncoder | None = None
         self._file: Path | None = None  # the file the current item writes (for the error message)
         self.reordered = 0  # times the encoder returned a packet early, in the finished files (VideoEncoder)
@@ -262,7 +269,7 @@ class EncoderThread:
     def _check_stall(self) -> None:
         """Raise the watchdog's error if the current item has stopped making progress."""
         if self._stalled is None and self._busy and self._clock() - self._beat > self._stall_s:
-            self._stalled = ActlabError(
+            self._stalled = EncoderStalled(
                 f"the video encoder made no progress for {self._stall_s:g} s",
                 file=self._file,
                 field="video encoder",

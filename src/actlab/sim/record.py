@@ -14,6 +14,7 @@ import concurrent.futures as cf
 import dataclasses
 import multiprocessing
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from actlab.datasets import DatasetWriter, make_features
+from actlab.datasets.video import EncoderStalled
 from actlab.errors import ActlabError
 from actlab.sim import FPS, TASK_TEXT, ExpertConfig, ExpertPolicy, make_env, task_config
 from actlab.sim.scene import JOINT_NAMES
@@ -225,6 +227,8 @@ DATA_ROW_BYTES = 80
 META_BYTES = 64 << 10
 META_EPISODE_BYTES = 3 << 10
 EXPERT_EPISODE_STEPS = 163
+# A recording whose video encoder stalled is started over once (record_dataset).
+RECORD_ATTEMPTS = 2
 
 
 def estimate_bytes(config: RecordConfig) -> int:
@@ -266,7 +270,35 @@ def record_dataset(
     collected within ``episodes * max_attempts_per_episode`` attempts, when the disk clearly lacks the
     space (before anything runs), or when the disk fills up or a write fails (nothing is written then, and
     a dataset that ``overwrite`` would replace is kept).
+
+    A video encoder that stalls (the watchdog's :class:`EncoderStalled`: rare, seen under heavy CPU
+    contention) leaves nothing written; the recording then starts once more from the beginning, which
+    gives the same dataset (episodes are a pure function of their seeds), and a second stall is raised.
     """
+    for attempt in range(1, RECORD_ATTEMPTS + 1):
+        try:
+            return _record_once(
+                out_dir, config, overwrite=overwrite, progress=progress, on_episode=on_episode
+            )
+        except EncoderStalled as e:
+            if attempt == RECORD_ATTEMPTS:
+                raise
+            print(
+                f"warning: {e.problem} ({e.file}); nothing was written, recording again from the start "
+                f"(attempt {attempt + 1} of {RECORD_ATTEMPTS})",
+                file=sys.stderr,
+            )
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _record_once(
+    out_dir: str | Path,
+    config: RecordConfig | None,
+    *,
+    overwrite: bool,
+    progress: bool,
+    on_episode: Callable[[dict[str, Any]], None] | None,
+) -> RecordSummary:
     from tqdm import tqdm
 
     config = config or RecordConfig()
