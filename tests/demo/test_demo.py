@@ -141,7 +141,7 @@ def test_the_demo_never_deletes_a_run_directory_another_process_is_using(tmp_pat
     # this process holds the run lock, as such a run does.
     import io
 
-    from actlab.demo import DemoConfig, StageLog, _record, _train, resolve
+    from actlab.demo.pipeline import DemoConfig, StageLog, _record, _train, resolve
     from actlab.errors import ActlabError
     from actlab.utils.lock import LOCK_FILE, DirLock
 
@@ -165,7 +165,7 @@ def test_the_demo_never_deletes_a_run_directory_another_process_is_using(tmp_pat
         assert (run / "metrics.jsonl").read_text() == '{"step": 1}\n'
     assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl"]  # the lock file went with the lock
     # Once nobody uses it, the demo deletes it.
-    from actlab.demo import _remove_run
+    from actlab.demo.pipeline import _remove_run
 
     _remove_run(run)
     assert not run.exists() and not list(out.rglob(LOCK_FILE))
