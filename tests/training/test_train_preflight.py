@@ -2,6 +2,7 @@ import pytest
 
 from actlab.errors import ActlabError
 from actlab.training import preflight
+from actlab.utils.disk import free_bytes
 
 
 def test_plan_counts_weights_optimizer_and_alive_checkpoints():
@@ -19,7 +20,7 @@ def test_check_refuses_under_a_limit_and_passes_with_room(tmp_path):
         preflight.check(p, tmp_path / "run", limit_bytes=100 << 20)
     msg = str(e.value)
     assert "3 checkpoints alive" in msg and "FrameStore" in msg and "keep_last" in msg
-    assert preflight.check(p, tmp_path / "run", limit_bytes=1 << 40) <= preflight.free_bytes(tmp_path)
+    assert preflight.check(p, tmp_path / "run", limit_bytes=1 << 40) <= free_bytes(tmp_path)
 
 
 def test_existing_checkpoints_count_against_the_budget():

@@ -44,6 +44,7 @@ from actlab.training.init_from import load_initial_weights
 from actlab.training.schedule import build_scheduler
 from actlab.training.step import CaptureError, GraphedStep, WorkingWeights, autocast, train_step
 from actlab.utils.device import resolve_device
+from actlab.utils.disk import same_filesystem
 
 if TYPE_CHECKING:
     import torch
@@ -532,7 +533,7 @@ def _preflight(cfg: TrainConfig, policy, ds, store, out_dir, existing_checkpoint
     keys = camera_keys(ds, cfg)
     if store is None and keys:
         cache = cfg.data.cache_dir or cache_root() / "frames"
-        if preflight.same_filesystem(cache, out_dir):
+        if same_filesystem(cache, out_dir):
             fs_bytes = int(FrameStore.estimate_bytes(ds, cfg.data.image_size, keys))
     plan = preflight.plan(
         n_params,

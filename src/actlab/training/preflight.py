@@ -12,11 +12,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-# free_bytes and same_filesystem are used from here by the trainer (the recorder shares them too)
-from actlab.utils.disk import free_bytes, require_free, same_filesystem
+from actlab.utils.disk import require_free
 from actlab.utils.units import human_bytes
-
-__all__ = ["DiskPlan", "check", "checkpoint_bytes", "free_bytes", "plan", "same_filesystem"]
 
 # configs, stats, sampler/RNG state and the safetensors header per checkpoint
 CHECKPOINT_OVERHEAD_BYTES = 1 << 20
