@@ -13,11 +13,13 @@ ORDER = 30
 
 _EPILOG = """\
 examples:
-  actlab eval runs/pick/checkpoints/step_0020000 --episodes 50 --videos 3 --out eval/pick20k
-  actlab eval runs/pick --episodes 50 --out eval/pick-sweep           # every checkpoint: a sweep
-  actlab eval runs/pick/checkpoints/step_0020000 --episodes 5 --whiskers --out eval/whiskers
-  actlab eval --expert --episodes 50                                  # the scripted expert, for reference
-  actlab eval runs/pusht/checkpoints/step_0100000 --task gym_pusht/PushT-v0 --episodes 50
+  actlab eval runs/demo/run --episodes 50 --out runs/sweep               # every checkpoint: a sweep
+  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 50 --videos 3 --out runs/eval5000
+  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 5 --whiskers --out runs/whiskers
+  actlab eval --expert --episodes 50                                     # the scripted expert, for reference
+
+step_0005000 is the last checkpoint of the CPU demo (`ls runs/demo/run/checkpoints` lists them all).
+--task gym_pusht/PushT-v0 (or another gymnasium id) evaluates in a peer environment.
 
 Episode i starts from env.reset(seed=SEED+i) for every checkpoint, the policy is reset before every
 episode, and each bundle's own normalization statistics are used. Results: success rate with a Wilson

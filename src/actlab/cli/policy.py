@@ -11,15 +11,22 @@ ORDER = 30
 
 _INFO_EPILOG = """\
 examples:
+  actlab policy info runs/demo/run/checkpoints/step_0005000   # the demo's policy, as saved
   actlab policy info act                                   # 6-dim state/action, one 480x640 camera
+  actlab policy info act --cameras top wrist --image-size 80 80 --set vision_backbone=cnn_small
   actlab policy info act_relative --set rtc_max_delay=10 --set obs_state_delta_frames=5
-  actlab policy info act --cameras top wrist --image-size 96 96 --set vision_backbone=cnn_small
-  actlab policy info runs/pick/checkpoints/step_0100000    # a saved bundle
+"""
+# The group's help: the first example of each subcommand.
+_GROUP_EPILOG = """\
+examples:
+  actlab policy info runs/demo/run/checkpoints/step_0005000   # parameters per module of the demo's policy
+  actlab policy bench act --batch-size 32 --steps 10 --cameras top wrist --image-size 80 80 \\
+      --set vision_backbone=cnn_small --variant base: --variant frozen:cached_features=true
 """
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    g = group(sub, "policy", "inspect policies: parameter counts per module")
+    g = group(sub, "policy", "inspect policies: parameter counts per module", _GROUP_EPILOG)
     p = subcommand(
         g,
         "info",
@@ -75,11 +82,11 @@ def _run_info(args: argparse.Namespace) -> int:
 _BENCH_EPILOG = """\
 examples:
   # the CPU demo's policy: 64 vs 25 image tokens per camera, and a frozen backbone with cached features
-  actlab policy bench act --batch-size 64 --cameras top wrist --image-size 80 80 --threads 2 \\
-      --set vision_backbone=cnn_small --set chunk_size=30 --set n_action_steps=10 --set dim_model=128 \\
-      --set n_heads=4 --set dim_feedforward=512 --set n_encoder_layers=2 --set n_vae_encoder_layers=2 \\
-      --set latent_dim=16 --variant grid8: --variant grid5:cnn_small_max_grid=5 \\
-      --variant cached:cached_features=true
+  actlab policy bench act --batch-size 64 --steps 10 --cameras top wrist --image-size 80 80 \\
+      --threads 2 --set vision_backbone=cnn_small --set chunk_size=30 --set n_action_steps=10 \\
+      --set dim_model=128 --set n_heads=4 --set dim_feedforward=512 --set n_encoder_layers=2 \\
+      --set n_vae_encoder_layers=2 --set latent_dim=16 --variant grid8: \\
+      --variant grid5:cnn_small_max_grid=5 --variant cached:cached_features=true
 """
 
 
