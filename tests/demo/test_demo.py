@@ -42,7 +42,7 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     md = (out / "report.md").read_text()
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
     links = re.findall(r"(?<!!)\[[^\]]*\]\(([^)]+\.mp4)\)", md)
-    assert {"scene.png", "run/training.png", "eval/sweep/success_vs_step.png"} <= set(images)
+    assert {"scene.png", "run/training.png", "eval/success_vs_step.png"} <= set(images)
     assert any("whiskers" in p for p in images) and any("videos" in p for p in links)
     for rel in images:
         assert (out / rel).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", rel
@@ -50,6 +50,17 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
         assert (out / rel).stat().st_size > 1000, rel
     html = (out / "report.html").read_text()
     assert all(f'src="{rel}"' in html for rel in images)
+    # Videos are players in the page (the rollout videos and the whiskers video), not only links.
+    players = re.findall(r'<video controls muted loop playsinline preload="metadata" src="([^"]+)">', html)
+    assert sorted(players) == sorted(links) and any("whiskers" in p for p in players)
+    # With a failure among the fresh episodes (the 20-step toy policy fails them all), the one video is
+    # of a failure, named by its class.
+    media = json.loads((out / "eval" / "best" / "results.json").read_text())["checkpoints"][0]["episodes"]
+    (filmed,) = [e for e in media if e["video"]]
+    if not all(e["success"] for e in media):
+        assert filmed["outcome"] != "success"
+    assert f"eval/best/{filmed['video']}" in players
+    assert f"(seed {filmed['seed']}): {filmed['outcome'].replace('_', ' ')}" in md
 
     # The summary and the report say what the sweep's results.json says about the best checkpoint, and
     # lead with the confirmation of that checkpoint on other (fresh) seeds in eval/best/results.json.

@@ -11,6 +11,7 @@ import pytest
 from actlab.cli import main
 from actlab.errors import ActlabError
 from actlab.evaluation import EnvSpec, EvalConfig, evaluate, resolve_paths
+from actlab.evaluation.harness import VIDEO_HOLD_S
 from actlab.evaluation.video import read_video
 from procs import run_cli
 
@@ -75,7 +76,8 @@ def test_sweep_writes_tables_plot_videos_and_whiskers(tiny_run, tmp_path, capsys
     first = frames[0].astype(int)
     assert ((first[..., 1] > 190) & (first[..., 0] < 140) & (first[..., 2] < 140)).sum() > 0
     rollout = read_video(out / ckpts[0]["episodes"][0]["video"])
-    assert len(rollout) == ckpts[0]["episodes"][0]["steps"] + 1
+    hold = round(VIDEO_HOLD_S * 30)  # the last frame, held with the outcome on it (the sim runs at 30 fps)
+    assert len(rollout) == ckpts[0]["episodes"][0]["steps"] + 1 + hold
 
 
 def test_existing_output_is_refused_and_left_alone(tiny_run, tmp_path):
