@@ -272,15 +272,16 @@ def _media_section(r: Report, media: dict) -> None:
     failed = sum(e["outcome"] != "success" for e in episodes)
     r.heading("Rollout videos of the best checkpoint (fresh seeds)")
     shown = sum(e["outcome"] != "success" for e in filmed)
+    what = (
+        f"{shown} of its {failed} failure(s) (the first of each kind of failure) and "
+        f"{len(filmed) - shown} success(es)"
+        if failed
+        else f"{len(filmed)} success(es): every episode succeeded, so there is no failure to show"
+    )
     r.paragraph(
-        f"{len(filmed)} of the {len(episodes)} fresh episodes: "
-        + (
-            f"{shown} of the {failed} failures (the first of each kind of failure), then successes. "
-            if failed
-            else "every episode succeeded, so there is no failure to show. "
-        )
-        + "SUCCESS appears from the step the simulator reports the cube in the bowl; a failure's class "
-        "appears when the episode has ended (the last frame is held for a second)."
+        f"{len(filmed)} of the {len(episodes)} fresh episodes, {what}. SUCCESS appears from the step the "
+        "simulator reports the cube in the bowl; a failure's class appears when the episode has ended "
+        "(the last frame is held for a second)."
     )
     for e in filmed:
         outcome = e["outcome"].replace("_", " ")
