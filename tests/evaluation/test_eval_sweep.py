@@ -67,7 +67,8 @@ def test_sweep_writes_tables_plot_videos_and_whiskers(tiny_run, tmp_path, capsys
     assert report["whiskers"]["path"] == report["files"]["whiskers"]
     assert (out / report["files"]["whiskers_still"]).is_file()
     frames = read_video(out / report["files"]["whiskers"])
-    assert report["whiskers"]["steps"] == 20 and len(frames) == 21
+    hold = round(VIDEO_HOLD_S * 30)  # the last frame, held with the outcome on it (the sim runs at 30 fps)
+    assert report["whiskers"]["steps"] == 20 and len(frames) == 21 + hold
     last = frames[-1].astype(int)  # (H, W, 3): by the end both paths have been drawn
     r, g, b = last[..., 0], last[..., 1], last[..., 2]
     green = (g > 190) & (r < 140) & (b < 140)  # predicted path; nothing in the scene is green
@@ -76,7 +77,6 @@ def test_sweep_writes_tables_plot_videos_and_whiskers(tiny_run, tmp_path, capsys
     first = frames[0].astype(int)
     assert ((first[..., 1] > 190) & (first[..., 0] < 140) & (first[..., 2] < 140)).sum() > 0
     rollout = read_video(out / ckpts[0]["episodes"][0]["video"])
-    hold = round(VIDEO_HOLD_S * 30)  # the last frame, held with the outcome on it (the sim runs at 30 fps)
     assert len(rollout) == ckpts[0]["episodes"][0]["steps"] + 1 + hold
 
 
