@@ -219,15 +219,26 @@ def _run_in_process(args: list[str]) -> tuple[int, str]:
 def toy_demo(tmp_path_factory) -> tuple[Path, str]:
     """A toy ``actlab demo`` (built once) and its last checkpoint's name; the environment lets commands
     that an example starts as a child (`actlab monitor -- actlab ...`) run this source tree's actlab."""
+    import torch
+
     root = tmp_path_factory.mktemp("toy") / "demo"
+    threads = torch.get_num_threads()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
         src = str(Path(actlab.__file__).parents[1])
         mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
-        code, output = _run_in_process(["demo", "--out", str(root), *DEMO_TOY])
-        assert code == 0, output[-4000:]
-        last = sorted(p.name for p in (root / "run" / "checkpoints").glob("step_*"))[-1]
-        yield root, last
+        # One torch thread here and in the processes the examples start (unless an example sets its own):
+        # with two, on 2 cores shared with other work, the toy demo trained at 27 samples/s instead of
+        # 170 (the threads wait for each other spinning) and took 3x as long.
+        mp.setenv("OMP_NUM_THREADS", "1")
+        torch.set_num_threads(1)
+        try:
+            code, output = _run_in_process(["demo", "--out", str(root), *DEMO_TOY])
+            assert code == 0, output[-4000:]
+            last = sorted(p.name for p in (root / "run" / "checkpoints").glob("step_*"))[-1]
+            yield root, last
+        finally:
+            torch.set_num_threads(threads)
 
 
 def _block_id(block: tuple[str, ...]) -> str:
