@@ -32,6 +32,16 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     out = tmp_path / "demo"
     assert _demo(out, "--set", "steps=20") == 0
     s = _summary(out)
+    # It said how much disk it would use before it started, and the estimate holds (within 2x).
+    err = capsys.readouterr().err
+    assert re.search(r"disk: about [\d.]+ MiB \(recording .*, frame cache .*\)", err.split("[1/4]")[0]), err
+    from actlab.demo.pipeline import DemoConfig, estimate_disk, resolve
+
+    overrides = ("checkpoint.every=10", "eval.every=10", "log.every=5", "steps=20")
+    cfg = DemoConfig(out=str(out), device="cpu", episodes=4, eval_episodes=2, videos=1, overrides=overrides)
+    estimate = sum(estimate_disk(cfg, resolve(cfg)).values())
+    used = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    assert estimate / 2 < used < estimate * 2, (used, estimate)
     assert 0.0 <= s["success_rate"] <= 1.0 and s["eval_episodes"] == 2
     assert (out / "run" / "checkpoints" / s["best_checkpoint"].rsplit("/", 1)[-1]).is_dir()
     assert [c["step"] for c in s["checkpoints"]] == [10, 20]
@@ -42,7 +52,7 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     md = (out / "report.md").read_text()
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
     links = re.findall(r"(?<!!)\[[^\]]*\]\(([^)]+\.mp4)\)", md)
-    assert {"scene.png", "run/training.png", "eval/sweep/success_vs_step.png"} <= set(images)
+    assert {"scene.png", "run/training.png", "eval/success_vs_step.png"} <= set(images)
     assert any("whiskers" in p for p in images) and any("videos" in p for p in links)
     for rel in images:
         assert (out / rel).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", rel
@@ -50,6 +60,17 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
         assert (out / rel).stat().st_size > 1000, rel
     html = (out / "report.html").read_text()
     assert all(f'src="{rel}"' in html for rel in images)
+    # Videos are players in the page (the rollout videos and the whiskers video), not only links.
+    players = re.findall(r'<video controls muted loop playsinline preload="metadata" src="([^"]+)">', html)
+    assert sorted(players) == sorted(links) and any("whiskers" in p for p in players)
+    # With a failure among the fresh episodes (the 20-step toy policy fails them all), the one video is
+    # of a failure, named by its class.
+    media = json.loads((out / "eval" / "best" / "results.json").read_text())["checkpoints"][0]["episodes"]
+    (filmed,) = [e for e in media if e["video"]]
+    if not all(e["success"] for e in media):
+        assert filmed["outcome"] != "success"
+    assert f"eval/best/{filmed['video']}" in players
+    assert f"(seed {filmed['seed']}): {filmed['outcome'].replace('_', ' ')}" in md
 
     # The summary and the report say what the sweep's results.json says about the best checkpoint, and
     # lead with the confirmation of that checkpoint on other (fresh) seeds in eval/best/results.json.
@@ -113,6 +134,18 @@ def test_killed_demo_resumes_training_where_it_stopped(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming the interrupted run from step 10" in resumed.stderr
     assert _summary(out)["reused_stages"] == ["record"]
+
+
+def test_the_full_cpu_demo_disk_estimate():
+    # 300 episodes x 163 frames (the expert's plan) x 2 cameras x 80 x 80 x 3 bytes of decoded frames,
+    # and ~2 GB in all, as measured after a full CPU demo (README).
+    from actlab.demo.pipeline import DemoConfig, estimate_disk, resolve
+
+    cfg = DemoConfig(device="cpu")
+    parts = estimate_disk(cfg, resolve(cfg))
+    assert parts["frame cache"] == 300 * 163 * 2 * 80 * 80 * 3
+    assert 1.8e9 < sum(parts.values()) < 2.2e9
+    assert 10e6 < parts["checkpoints"] < 40e6 and 50e6 < parts["recording"] < 120e6
 
 
 def test_fresh_refuses_to_delete_a_directory_the_demo_did_not_make(tmp_path, capsys):

@@ -11,6 +11,7 @@ from actlab.evaluation.results import CheckpointEval, EpisodeResult, summarize
 from actlab.evaluation.video import (
     GREEN,
     RED,
+    VIDEO_HOLD_S,
     annotate_episode,
     draw_text,
     pick_codec,
@@ -58,6 +59,22 @@ def test_outcome_text_is_drawn_in_its_colour():
     )
 
 
+def _band_has(frame: np.ndarray, color) -> bool:
+    """The bottom text band of a video frame carries text in ``color``."""
+    band = frame[-18:].reshape(-1, 3).astype(int)
+    return (np.abs(band - color).sum(1) < 60).sum() > 20
+
+
+def test_success_is_stamped_from_the_step_the_env_reports_it_and_the_end_is_held():
+    frames = [np.full((200, 300, 3), 128, np.uint8) for _ in range(5)]  # initial + 4 steps
+    out = annotate_episode(frames, "success", "ep 0", 4, success=[False, False, True, True], hold=3)
+    assert len(out) == 5 + 3
+    assert [_band_has(f, GREEN) for f in out] == [False, False, False, True, True, True, True, True]
+    failed = annotate_episode(frames, "timeout", "ep 1", 4, success=[False] * 4, hold=2)
+    assert [_band_has(f, RED) for f in failed] == [False] * 4 + [True] * 3  # known once it has ended
+    assert not any(_band_has(f, GREEN) for f in failed)
+
+
 def test_whisker_colours_land_on_the_frame():
     frame = np.full((100, 100, 3), 200, np.uint8)
     preds = [np.array([[10.0, 10.0], [90.0, 10.0]]), np.array([[10.0, 50.0], [90.0, 50.0], [np.nan, np.nan]])]
@@ -72,7 +89,7 @@ def test_whisker_colours_land_on_the_frame():
 def test_sweep_plot(tmp_path):
     from PIL import Image
 
-    from actlab.viz.eval import plot_success_vs_step
+    from actlab.viz.eval import CONFIRM_COLOR, SWEEP_COLOR, plot_success_vs_step
 
     def ev(step, k):
         eps = [
@@ -84,6 +101,16 @@ def test_sweep_plot(tmp_path):
     path = plot_success_vs_step([ev(3000, 9), ev(1000, 2), ev(2000, 6)], tmp_path / "p.png")
     img = Image.open(path)
     assert img.format == "PNG" and img.size[0] >= 600
+
+    # The chosen checkpoint on fresh seeds is drawn beside the sweep in its own colour (and only then).
+    def has(color_hex: str, png) -> int:
+        rgb = np.asarray(Image.open(png).convert("RGB")).reshape(-1, 3).astype(int)
+        want = np.array([int(color_hex[i : i + 2], 16) for i in (1, 3, 5)])
+        return int((np.abs(rgb - want).sum(1) < 30).sum())
+
+    confirmed = plot_success_vs_step([ev(1000, 2), ev(2000, 6)], tmp_path / "c.png", confirm=ev(2000, 5))
+    assert has(CONFIRM_COLOR, confirmed) > 100 and has(CONFIRM_COLOR, path) == 0
+    assert has(SWEEP_COLOR, confirmed) > 100
 
 
 def test_whiskers_forecast_is_exact_when_the_first_action_is_executed(tmp_path):
@@ -101,7 +128,7 @@ def test_whiskers_forecast_is_exact_when_the_first_action_is_executed(tmp_path):
     assert info["first_step_error_m"] == 0.0
     assert info["steps"] == 60 and info["predictions"] == 12
     frames = read_video(tmp_path / "w.mp4")
-    assert len(frames) == 61 and frames[0].shape == (128, 128, 3)
+    assert len(frames) == 61 + round(VIDEO_HOLD_S * 30) and frames[0].shape == (128, 128, 3)  # + held end
     # The lossless still for reports, written beside the video: one of the video's frames.
     from PIL import Image
 

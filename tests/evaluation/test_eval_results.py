@@ -10,6 +10,7 @@ from actlab.evaluation.results import (
     CheckpointEval,
     EpisodeResult,
     markdown_report,
+    pick_video_episodes,
     results_table,
     summarize,
     wilson_interval,
@@ -53,6 +54,26 @@ def test_summarize_rates():
     assert s.mean_success_steps == 130
     assert s.max_lift_m == 0.08
     json.dumps(s.to_dict())  # JSON-ready, no NaN
+
+
+def test_videos_show_the_first_failure_of_each_class_then_successes():
+    outcomes = [
+        "success",
+        "success",
+        "never_picked_up",
+        "never_picked_up",
+        "timeout",
+        "success",
+        "missed_goal",
+    ]
+    eps = [ep(i, o) for i, o in enumerate(outcomes)]
+    assert pick_video_episodes(eps, 3) == [2, 4, 6]  # one failure per class first
+    assert pick_video_episodes(eps, 5) == [2, 4, 6, 0, 1]  # then successes
+    assert pick_video_episodes(eps, 7) == [2, 4, 6, 0, 1, 5, 3]  # then the other failures
+    assert pick_video_episodes(eps, 1) == [2]  # any failure gets a video
+    assert pick_video_episodes(eps[::-1], 2) == [2, 4]  # by episode index, not list order
+    assert pick_video_episodes([ep(0, "success"), ep(1, "success")], 1) == [0]
+    assert pick_video_episodes(eps, 0) == [] and sorted(pick_video_episodes(eps, 99)) == list(range(7))
 
 
 def test_empty_denominators_are_none():

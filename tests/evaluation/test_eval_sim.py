@@ -11,6 +11,9 @@ from evalpolicies import EarlyReleasePolicy, FreezePolicy, RandomPolicy
 
 from actlab.evaluation import EnvSpec, EvalConfig, evaluate
 from actlab.evaluation.experts import expert_factory, expert_source
+from actlab.evaluation.harness import VIDEO_HOLD_S
+from actlab.evaluation.results import pick_video_episodes
+from actlab.evaluation.video import read_video
 
 pytest.importorskip("mujoco")
 
@@ -68,6 +71,24 @@ def test_release_next_to_the_bowl_is_missed_goal_or_dropped():
     for e in ev.episodes:
         if e.outcome == "missed_goal":
             assert e.picked and e.drop_events == 0  # released near the goal: not a drop
+
+
+def test_videos_picked_after_the_run_show_each_kind_of_failure(tmp_path):
+    # Released shortly before the bowl: a mix of missed_goal, dropped_during_transport and success.
+    factory = functools.partial(EarlyReleasePolicy, open_at=97)
+    cfg = EvalConfig(episodes=6, workers=1, videos=2, video_pick="failures", video_min_height=32)
+    ev = evaluate(factory, BLIND, cfg, out_dir=tmp_path, name="release97")
+    filmed = [e for e in ev.episodes if e.video]
+    failures = [e for e in ev.episodes if not e.success]
+    assert failures, [e.outcome for e in ev.episodes]
+    first = {}
+    for e in failures:
+        first.setdefault(e.outcome, e.index)
+    assert [e.index for e in filmed] == sorted(pick_video_episodes(ev.episodes, 2))
+    assert sorted(first.values())[:2] == [e.index for e in filmed if not e.success][:2]
+    for e in filmed:  # the video is this episode again: as many frames as steps, + 1 + the held end
+        frames = read_video(tmp_path / e.video)
+        assert len(frames) == e.steps + 1 + round(VIDEO_HOLD_S * 30)
 
 
 def test_holding_the_cube_until_the_end_is_timeout():

@@ -11,6 +11,7 @@ import pytest
 from actlab.cli import main
 from actlab.errors import ActlabError
 from actlab.evaluation import EnvSpec, EvalConfig, evaluate, resolve_paths
+from actlab.evaluation.harness import VIDEO_HOLD_S
 from actlab.evaluation.video import read_video
 from procs import run_cli
 
@@ -66,7 +67,8 @@ def test_sweep_writes_tables_plot_videos_and_whiskers(tiny_run, tmp_path, capsys
     assert report["whiskers"]["path"] == report["files"]["whiskers"]
     assert (out / report["files"]["whiskers_still"]).is_file()
     frames = read_video(out / report["files"]["whiskers"])
-    assert report["whiskers"]["steps"] == 20 and len(frames) == 21
+    hold = round(VIDEO_HOLD_S * 30)  # the last frame, held with the outcome on it (the sim runs at 30 fps)
+    assert report["whiskers"]["steps"] == 20 and len(frames) == 21 + hold
     last = frames[-1].astype(int)  # (H, W, 3): by the end both paths have been drawn
     r, g, b = last[..., 0], last[..., 1], last[..., 2]
     green = (g > 190) & (r < 140) & (b < 140)  # predicted path; nothing in the scene is green
@@ -75,7 +77,7 @@ def test_sweep_writes_tables_plot_videos_and_whiskers(tiny_run, tmp_path, capsys
     first = frames[0].astype(int)
     assert ((first[..., 1] > 190) & (first[..., 0] < 140) & (first[..., 2] < 140)).sum() > 0
     rollout = read_video(out / ckpts[0]["episodes"][0]["video"])
-    assert len(rollout) == ckpts[0]["episodes"][0]["steps"] + 1
+    assert len(rollout) == ckpts[0]["episodes"][0]["steps"] + 1 + hold
 
 
 def test_existing_output_is_refused_and_left_alone(tiny_run, tmp_path):

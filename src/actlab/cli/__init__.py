@@ -15,11 +15,27 @@ import sys
 from actlab import __version__
 from actlab.errors import ActlabError
 
+# Every example in every --help runs as written after `actlab demo --out runs/demo` (which leaves the
+# recorded dataset in runs/demo/data, the training run in runs/demo/run with checkpoints/step_NNNNNNN/
+# up to step_0005000 on CPU, and the decoded frames in runs/demo/cache), or uses only paths an example
+# before it in the same block creates: tests/cli/test_help_examples.py runs them all.
+_EPILOG = """\
+examples:
+  actlab demo --out runs/demo                  # record, train, evaluate, report (CPU: ~10 min, ~2 GB)
+  actlab data info runs/demo/data              # the dataset the demo recorded
+  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 20 --videos 2 --out runs/eval5000
+  actlab train --preset so101_sim_cpu --dataset runs/demo/data --out runs/cpu \\
+      --set data.cache_dir=runs/demo/cache --set steps=2000     # a shorter run on the demo's frames
+  actlab eval --help                           # every command's help ends with its own examples
+"""
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="actlab",
         description="Train, profile and evaluate action-chunking robot policies (ACT, ACT-relative/RTC).",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"actlab {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -55,9 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     return int(code or 0)
 
 
-def group(sub, name: str, help: str) -> argparse._SubParsersAction:
-    """Add a command group (``actlab data ...``) whose bare form prints its help."""
-    p = sub.add_parser(name, help=help, description=help)
+def group(sub, name: str, help: str, epilog: str | None = None) -> argparse._SubParsersAction:
+    """Add a command group (``actlab data ...``) whose bare form prints its help, which ends with the
+    group's examples (kept as written; tests/cli/test_help_examples.py requires them)."""
+    p = sub.add_parser(
+        name, help=help, description=help, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.set_defaults(_help=p.print_help)
     return p.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND")
 

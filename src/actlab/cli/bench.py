@@ -14,8 +14,20 @@ from actlab.cli import add_json_flag, add_set_flag, group, subcommand
 ORDER = 50
 
 
+_GROUP_EPILOG = """\
+examples:
+  actlab bench data runs/demo/data --batch-size 32 --action-horizon 30 --seconds 5 \\
+      --baseline-seconds 15                         # the demo's sampler vs a LeRobot-style loader
+  actlab bench train --preset tiny --steps 10 --rounds 10   # model-only vs full step (synthetic data)
+  actlab bench eval runs/demo/run/checkpoints/step_0005000 --episodes 8 --max-steps 100
+  actlab bench encode --encodes 200                 # video-writer stress (about a minute)
+"""
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    g = group(sub, "bench", "benchmarks: throughput measured side by side with a baseline in one run")
+    g = group(
+        sub, "bench", "benchmarks: throughput measured side by side with a baseline in one run", _GROUP_EPILOG
+    )
     for add in _SUBCOMMANDS:
         add(g)
 
@@ -24,8 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 _DATA_EPILOG = """\
 examples:
+  actlab bench data runs/demo/data --batch-size 32 --action-horizon 30 --seconds 5 --baseline-seconds 15
   actlab data synth --episodes 20 --frames 4000 --image-size 224 --out data/bench224
-  actlab bench data data/bench224 --batch-size 8 --action-horizon 100
+  actlab bench data data/bench224 --batch-size 8 --action-horizon 100 --seconds 5 --baseline-seconds 15
   actlab bench data data/bench224 --batch-size 8 --action-horizon 100 \\
       --lerobot-python /work/lerobot-venv/bin/python          # also time real lerobot 0.6.1
 
@@ -82,9 +95,10 @@ def _run_data(args) -> int:
 
 _TRAIN_EPILOG = """\
 examples:
-  actlab bench train --preset tiny                                   # synthetic dataset in a temp dir
-  actlab bench train --preset so101_sim --dataset data/sim --set batch_size=64 --json
-  actlab bench train --preset so101_sim --dataset data/bench224 --device cuda \
+  actlab bench train --preset tiny --steps 10 --rounds 10            # synthetic dataset in a temp dir
+  actlab bench train --preset so101_sim_cpu --dataset runs/demo/data --set data.cache_dir=runs/demo/cache \\
+      --steps 10 --rounds 10 --json                                  # the demo's training step
+  actlab bench train --preset so101_sim --dataset runs/demo/data --device cuda \\
       --lerobot-python /work/lerobot-venv/bin/python                 # lerobot 0.6.1's own step beside it
 
 model_only_step_ms: the step on a batch already on the device (repeated); full_step_ms: sample +
@@ -171,7 +185,7 @@ def _run_train(args) -> int:
 
 _EVAL_EPILOG = """\
 examples:
-  actlab bench eval runs/pick/checkpoints/step_0005000 --episodes 24 --max-steps 100
+  actlab bench eval runs/demo/run/checkpoints/step_0005000 --episodes 24 --max-steps 100
   actlab bench eval expert --episodes 16 --max-steps 200     # the scripted expert (B = 1 only)
 
 The same seeded episodes are rolled out three ways, one torch thread per process in each: serial (one
@@ -216,8 +230,7 @@ def _run_eval(args) -> int:
 _ENCODE_EPILOG = """\
 examples:
   actlab bench encode --encodes 200                          # a quick look (about a minute)
-  actlab bench encode --encodes 2000 --json                  # the figure in docs/benchmarks.md
-  actlab bench encode --encodes 2000 --frames 150 --image-size 96 --workers 2   # recorder-sized
+  actlab bench encode --encodes 2000 --frames 150 --image-size 96 --workers 2 --json   # recorder-sized
 
 Worker processes write real datasets through DatasetWriter (one encoder thread and mp4 per camera, as a
 recording does) while --burners busy processes load the CPU. A worker that finishes no episode for

@@ -13,18 +13,24 @@ ORDER = 10
 
 _EPILOG = """\
 examples:
-  actlab data info data/pick                      # episodes, frames, fps, features
-  actlab data doctor data/pick --json             # exit 1 with a list of problems, 0 when clean
-  actlab data stats data/pick --relative-horizon 100 --absolute-dims 5 --state-delta 5 --out stats.json
-  actlab data convert npy_dir --out data/pick --fps 30 --task "pick the cube"
-  actlab data cache data/pick --image-size 224     # decode every frame once (FrameStore)
-  actlab data cache data/pick --verify             # check every checksum of the dataset's stores
+  actlab data info runs/demo/data                  # episodes, frames, fps, features
+  actlab data doctor runs/demo/data --json         # exit 1 with a list of problems, 0 when clean
+  actlab data stats runs/demo/data --relative-horizon 30 --absolute-dims 5 --state-delta 5 \\
+      --out runs/stats.json
+  actlab data cache runs/demo/data --image-size 80 --cache-dir runs/demo/cache   # the demo's FrameStore
+  actlab data cache runs/demo/data --cache-dir runs/demo/cache --verify    # check every checksum
   actlab data synth --episodes 20 --frames 4000 --image-size 224 --out data/bench224
+  actlab data info data/bench224
+  actlab data convert my_npy_episodes --out data/converted --fps 30 --task "pick the cube"
+
+`data convert` reads a directory of your own recordings: observations.npy, actions.npy and
+rollout_length.npy (docs/datasets.md). The demo's FrameStore lives in runs/demo/cache (the default
+is $ACTLAB_CACHE/frames or ~/.cache/actlab/frames).
 """
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    g = group(sub, "data", "inspect, validate, convert and cache LeRobot v3 datasets")
+    g = group(sub, "data", "inspect, validate, convert and cache LeRobot v3 datasets", _EPILOG)
     _info(g)
     _doctor(g)
     _stats(g)

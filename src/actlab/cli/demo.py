@@ -9,7 +9,8 @@ from actlab.cli import add_set_flag, subcommand
 ORDER = 0
 
 _EPILOG = """\
-stages (each reused on a re-run when its settings are unchanged; --fresh starts over):
+stages (each reused on a re-run when its settings are unchanged; --fresh starts over; --set steps=8000
+trains longer: the recording is reused and the run resumes from its last checkpoint):
   1. record   scripted-expert demonstrations in the built-in SO-101 sim  -> DIR/data
   2. train    the so101_sim_cpu preset (CPU) or so101_sim (GPU)          -> DIR/run
   3. eval     every checkpoint on the same held-out episodes, then the best one again on fresh
@@ -17,9 +18,8 @@ stages (each reused on a re-run when its settings are unchanged; --fresh starts 
   4. report   DIR/report.md, DIR/report.html, DIR/summary.json
 
 examples:
-  actlab demo --out runs/demo
-  actlab demo --out runs/demo --set steps=8000          # train longer (records are reused)
-  actlab demo --out runs/demo --device cpu --fresh       # start over, on the CPU preset
+  actlab demo --out runs/demo                        # the whole demo; says its disk need before it starts
+  actlab demo --out runs/demo --json                 # again: every stage reused, summary.json on stdout
 """
 
 
@@ -69,9 +69,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
+        low, high = summary["success_ci95"]
         print(
-            f"\nsuccess rate {100 * summary['success_rate']:.0f}% "
-            f"({summary['best_checkpoint']}), {summary['wall_s'] / 60:.1f} min this run"
+            f"\nsuccess rate {100 * summary['success_rate']:.0f}% (95% interval {100 * low:.0f}-"
+            f"{100 * high:.0f}%, {summary['outcomes']['success']}/{summary['eval_episodes']} fresh episodes) "
+            f"of {summary['best_checkpoint']}; {summary['wall_s'] / 60:.1f} min this run"
         )
         print(f"report: {args.out}/report.html  ({args.out}/report.md, {args.out}/summary.json)")
     return 0

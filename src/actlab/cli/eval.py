@@ -13,15 +13,18 @@ ORDER = 30
 
 _EPILOG = """\
 examples:
-  actlab eval runs/pick/checkpoints/step_0020000 --episodes 50 --videos 3 --out eval/pick20k
-  actlab eval runs/pick --episodes 50 --out eval/pick-sweep           # every checkpoint: a sweep
-  actlab eval runs/pick/checkpoints/step_0020000 --episodes 5 --whiskers --out eval/whiskers
-  actlab eval --expert --episodes 50                                  # the scripted expert, for reference
-  actlab eval runs/pusht/checkpoints/step_0100000 --task gym_pusht/PushT-v0 --episodes 50
+  actlab eval runs/demo/run --episodes 50 --out runs/sweep               # every checkpoint: a sweep
+  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 50 --videos 3 \\
+      --video-pick failures --out runs/eval5000    # film the failures first
+  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 5 --whiskers --out runs/whiskers
+  actlab eval --expert --episodes 50                                     # the scripted expert, for reference
   actlab eval --lerobot-policy outputs/train/diffusion/checkpoints/last/pretrained_model \\
-      --lerobot-python ~/lerobot-venv/bin/python --episodes 20 --videos 2 --out eval/diffusion
-  actlab eval --lerobot-policy outputs/train/diffusion --lerobot-python PY --out eval/sweep  # all checkpoints
-  actlab eval bundles/imported_act --lerobot-policy DIR --lerobot-python PY --episodes 20   # side by side
+      --lerobot-python ~/lerobot-venv/bin/python --episodes 20 --videos 2 --out runs/diffusion
+
+step_0005000 is the last checkpoint of the CPU demo (`ls runs/demo/run/checkpoints` lists them all).
+--task gym_pusht/PushT-v0 (or another gymnasium id) evaluates in a peer environment. --lerobot-policy
+evaluates any LeRobot policy (ACT, Diffusion, SmolVLA, Pi0 ...) in its own venv; a LeRobot run directory
+sweeps its checkpoints, and a bundle given beside it is evaluated side by side on the same seeds.
 
 Episode i starts from env.reset(seed=SEED+i) for every checkpoint, the policy is reset before every
 episode, and each bundle's own normalization statistics are used. Results: success rate with a Wilson
@@ -45,7 +48,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task", default="so101_pick_place", help="sim task or gymnasium id (gym_pusht/PushT-v0)")
     p.add_argument("--episodes", type=int, default=50, metavar="N", help="episodes per checkpoint (50)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="episode i uses seed S+i (0)")
-    p.add_argument("--videos", type=int, default=0, metavar="K", help="mp4 of the first K episodes (0)")
+    p.add_argument("--videos", type=int, default=0, metavar="K", help="mp4 of K episodes (0)")
+    p.add_argument(
+        "--video-pick",
+        choices=["first", "failures"],
+        default="first",
+        help="which episodes --videos films: the first K (first), or the first failure of each failure "
+        "class, then successes, re-run with the camera on after all episodes ran (failures)",
+    )
     p.add_argument("--whiskers", action="store_true", help="also write a whiskers video (last checkpoint)")
     p.add_argument("--whiskers-episode", type=int, default=0, metavar="I", help="episode for --whiskers (0)")
     p.add_argument("--whiskers-every", type=int, default=1, metavar="K", help="predict every K steps (1)")
@@ -88,6 +98,7 @@ def _run(args: argparse.Namespace) -> int:
         workers=args.workers,
         batch_envs=args.batch_envs,
         videos=args.videos,
+        video_pick=args.video_pick,
         device=device,
         threads_per_worker=args.threads,
     )

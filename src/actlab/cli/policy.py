@@ -12,10 +12,21 @@ ORDER = 30
 
 _INFO_EPILOG = """\
 examples:
+  actlab policy info runs/demo/run/checkpoints/step_0005000   # the demo's policy, as saved
   actlab policy info act                                   # 6-dim state/action, one 480x640 camera
+  actlab policy info act --cameras top wrist --image-size 80 80 --set vision_backbone=cnn_small
   actlab policy info act_relative --set rtc_max_delay=10 --set obs_state_delta_frames=5
-  actlab policy info act --cameras top wrist --image-size 96 96 --set vision_backbone=cnn_small
-  actlab policy info runs/pick/checkpoints/step_0100000    # a saved bundle
+"""
+# The group's help: the first example of each subcommand.
+_GROUP_EPILOG = """\
+examples:
+  actlab policy info runs/demo/run/checkpoints/step_0005000   # parameters per module of the demo's policy
+  actlab policy bench act --batch-size 32 --steps 10 --cameras top wrist --image-size 80 80 \\
+      --set vision_backbone=cnn_small --variant base: --variant frozen:cached_features=true
+  actlab policy doctor runs/demo/run/checkpoints/step_0005000 --dataset runs/demo/data
+  actlab policy import outputs/train/act_so101/checkpoints/last/pretrained_model --out runs/lerobot_act
+
+`actlab policy export --help` shows how to train a bundle that exports to LeRobot's ACT.
 """
 
 
@@ -24,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         sub,
         "policy",
         "inspect policies (parameter counts, step time, the doctor); export to / import from LeRobot",
+        _GROUP_EPILOG,
     )
     p = subcommand(
         g,
@@ -83,11 +95,11 @@ def _run_info(args: argparse.Namespace) -> int:
 _BENCH_EPILOG = """\
 examples:
   # the CPU demo's policy: 64 vs 25 image tokens per camera, and a frozen backbone with cached features
-  actlab policy bench act --batch-size 64 --cameras top wrist --image-size 80 80 --threads 2 \\
-      --set vision_backbone=cnn_small --set chunk_size=30 --set n_action_steps=10 --set dim_model=128 \\
-      --set n_heads=4 --set dim_feedforward=512 --set n_encoder_layers=2 --set n_vae_encoder_layers=2 \\
-      --set latent_dim=16 --variant grid8: --variant grid5:cnn_small_max_grid=5 \\
-      --variant cached:cached_features=true
+  actlab policy bench act --batch-size 64 --steps 10 --cameras top wrist --image-size 80 80 \\
+      --threads 2 --set vision_backbone=cnn_small --set chunk_size=30 --set n_action_steps=10 \\
+      --set dim_model=128 --set n_heads=4 --set dim_feedforward=512 --set n_encoder_layers=2 \\
+      --set n_vae_encoder_layers=2 --set latent_dim=16 --variant grid8: \\
+      --variant grid5:cnn_small_max_grid=5 --variant cached:cached_features=true
 """
 
 
@@ -152,9 +164,9 @@ examples:
   # the demo's first and last checkpoints on the demo's data (training/held-out split from the bundle)
   actlab policy doctor runs/demo/run/checkpoints/step_0001000 --dataset runs/demo/data
   actlab policy doctor runs/demo/run/checkpoints/step_0005000 --dataset runs/demo/data --out doctor/5000
-  # a bundle without a recorded split: say which episodes trained it
-  actlab policy doctor runs/pick/checkpoints/step_0020000 --dataset data/pick --train-episodes 0-39 \\
-      --heldout-episodes 40-49 --json
+  # a bundle without a recorded split (e.g. from `actlab policy import`): say which episodes trained it
+  actlab policy doctor runs/demo/run/checkpoints/step_0005000 --dataset runs/demo/data \\
+      --train-episodes 0-2 --heldout-episodes 3 --json
 
 exit status: 0 no error finding, 1 an error finding (the verdict says which), 2 bad input
 """
@@ -227,11 +239,16 @@ def _run_doctor(args: argparse.Namespace) -> int:
 
 _EXPORT_EPILOG = """\
 examples:
-  actlab policy export runs/pick/checkpoints/step_0020000 --to lerobot --out exports/pick_lerobot
-  lerobot-rollout --strategy.type=base --policy.path=exports/pick_lerobot --robot.type=so101_follower ...
+  # LeRobot's ACT: a ResNet backbone and zeros into the decoder (the demo's small CNN has no LeRobot twin)
+  actlab train --preset tiny --dataset runs/demo/data --out runs/lerobot_ready --set steps=20 \\
+      --set policy.vision_backbone=resnet18 --set policy.pretrained_backbone_weights=null \\
+      --set policy.decoder_input=zeros
+  actlab policy export runs/lerobot_ready/checkpoints/step_0000020 --to lerobot --out runs/act_lerobot
+  actlab policy import runs/act_lerobot --out runs/roundtrip      # and back: the same weights and stats
 
-Only `act` bundles with a ResNet backbone and policy.decoder_input=zeros have an exact LeRobot
-counterpart; anything else is refused with the reason (docs/lerobot.md).
+On the arm (in lerobot's venv): lerobot-rollout --strategy.type=base --policy.path=runs/act_lerobot
+--robot.type=so101_follower ... Only `act` bundles with a ResNet backbone and policy.decoder_input=zeros
+have an exact LeRobot counterpart; anything else is refused with the reason (docs/lerobot.md).
 """
 
 
@@ -271,9 +288,10 @@ def _run_export(args: argparse.Namespace) -> int:
 
 _IMPORT_EPILOG = """\
 examples:
-  actlab policy import outputs/train/act_so101/checkpoints/last/pretrained_model --out bundles/lerobot_act
-  actlab eval bundles/lerobot_act --episodes 50
-  actlab train --preset so101_sim --dataset data/sim --init-from bundles/lerobot_act --out runs/finetune
+  actlab policy import outputs/train/act_so101/checkpoints/last/pretrained_model --out runs/lerobot_act
+  actlab eval runs/lerobot_act --episodes 50
+  actlab train --preset tiny --dataset runs/demo/data --init-from runs/lerobot_act --out runs/finetune \\
+      --set steps=500                                   # fine-tune it (the model is the bundle's)
 
 Only LeRobot ACT checkpoints can be imported; evaluate any other type (Diffusion, SmolVLA, Pi0 ...)
 through the bridge: actlab eval --lerobot-policy DIR --lerobot-python PY.

@@ -13,9 +13,10 @@ ORDER = 40
 
 _MONITOR_EPILOG = """\
 examples:
-  actlab monitor --out run.csv --plot run.png -- actlab train --preset so101_sim --dataset data/sim
-  actlab monitor --out lerobot.csv -- lerobot-train --policy.type=act --dataset.repo_id=me/pick
-  actlab monitor -- python my_script.py --epochs 3
+  actlab monitor --out runs/train.csv --plot runs/train.png -- actlab train --preset so101_sim_cpu \\
+      --dataset runs/demo/data --out runs/monitored --set data.cache_dir=runs/demo/cache --set steps=500
+  actlab monitor --summary-json runs/eval.json -- actlab eval runs/demo/run --episodes 10
+  actlab monitor --out runs/lerobot.csv -- lerobot-train --policy.type=act --dataset.repo_id=me/pick
 
 The command's stdout/stderr pass through unchanged; the summary goes to stderr at the end, and
 actlab monitor exits with the command's exit code (128 + N if it died of signal N).
@@ -23,9 +24,10 @@ actlab monitor exits with the command's exit code (128 + N if it died of signal 
 
 _FBS_EPILOG = """\
 examples:
-  actlab find-batch-size --preset so101_sim --dataset data/sim                  # GPU: against its memory
-  actlab find-batch-size --preset tiny --dataset data/sim --device cpu --memory-limit 2GiB
-  actlab find-batch-size --preset so101_sim --dataset data/sim --multiple-of 8 --set compile=true
+  actlab find-batch-size --preset so101_sim_cpu --dataset runs/demo/data --device cpu \\
+      --memory-limit 3GiB --max 512 --set data.cache_dir=runs/demo/cache
+  actlab find-batch-size --preset so101_sim --dataset runs/demo/data --device cuda \\
+      --multiple-of 8 --set compile=true                       # against the GPU's memory
 """
 
 

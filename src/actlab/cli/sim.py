@@ -12,19 +12,22 @@ ORDER = 15
 
 _EPILOG = """\
 examples:
-  actlab sim record --task so101_pick_place --episodes 50 --out data/sim_pick --image-size 128
-  actlab sim record --episodes 10 --out data/sim_small --image-size 64 --seed 1000 --keep-failures
-  actlab sim view --task so101_pick_place --out scene.png --seed 3
+  actlab sim view --out runs/scene.png --seed 3 --image-size 80     # a frame strip of one expert episode
   actlab sim expert --episodes 100                    # scripted expert success rate on seeds 0..99
-  actlab sim bench --image-size 128                   # fast vs default render settings, physics speed
+  actlab sim record --episodes 50 --out data/sim50 --image-size 80 --seed 1000   # 50 more demos
+  actlab data info data/sim50
+  actlab sim bench --image-size 128 --frames 400 --episodes 3   # render settings, physics speed
 
 Observations and actions are the six SO-101 joints in LeRobot order (shoulder_pan, shoulder_lift,
 elbow_flex, wrist_flex, wrist_roll, gripper) in degrees; cameras "top" and "wrist" (docs/sim.md).
+`sim record --noise 1.0 --keep-failures` records a perturbed expert and keeps its failed attempts.
 """
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    g = group(sub, "sim", "built-in MuJoCo SO-101 pick-and-place: record demos, view, check the expert")
+    g = group(
+        sub, "sim", "built-in MuJoCo SO-101 pick-and-place: record demos, view, check the expert", _EPILOG
+    )
     _record(g)
     _view(g)
     _expert(g)

@@ -12,14 +12,19 @@ ORDER = 20
 
 _EPILOG = """\
 examples:
-  actlab train --preset so101_sim_cpu --dataset data/sim --out runs/demo
-  actlab train --preset so101_sim --dataset data/sim --out runs/full --set batch_size=64 --set compile=true
-  actlab train --preset so101_sim --dataset data/sim --out runs/gpu1 --device cuda:1
-  actlab train --out runs/full --resume                      # continue from the last checkpoint
-  actlab train --out runs/full --resume --set steps=200000   # ... and train longer
-  actlab train --preset tiny --dataset data/sim --out runs/check --overfit 8
-  actlab train --preset so101_sim --dataset data/sim --init-from bundles/lerobot_act --out runs/ft
-  torchrun --nproc_per_node 4 -m actlab.cli train --preset so101_sim --dataset data/sim --out runs/ddp
+  actlab train --preset so101_sim_cpu --dataset runs/demo/data --out runs/cpu \\
+      --set data.cache_dir=runs/demo/cache --set steps=2000      # the demo's preset, on its frames
+  actlab train --out runs/cpu --resume --set steps=3000          # continue from the last checkpoint
+  actlab train --preset tiny --dataset runs/demo/data --out runs/check --overfit 8
+  actlab train --preset so101_sim_cpu --dataset runs/demo/data --out runs/finetune \\
+      --init-from runs/demo/run/checkpoints/step_0005000 --set data.cache_dir=runs/demo/cache \\
+      --set steps=500                                            # fine-tune a bundle's weights
+  actlab train --preset so101_sim --dataset runs/demo/data --out runs/gpu --device cuda \\
+      --set batch_size=64 --set compile=true                     # the full-size ACT on a GPU
+  torchrun --nproc_per_node 2 -m actlab.cli train --preset so101_sim --dataset runs/demo/data \\
+      --out runs/ddp --device cuda                               # one process per GPU (DDP)
+  actlab train --list-presets
+  actlab train --preset so101_sim_cpu --print-config             # the resolved config as JSON
 
 Every config key can be overridden with --set section.key=value (--help-config lists them all).
 The run directory holds config.json, metrics.jsonl and checkpoints/step_NNNNNNN/ (policy bundles

@@ -31,21 +31,31 @@ from typing import Any
 
 from actlab.demo.report import write_report
 from actlab.errors import ActlabError
-from actlab.evaluation import EnvSpec, EvalConfig, run_eval
+from actlab.evaluation import EnvSpec, EvalConfig, run_eval, wilson_interval
 from actlab.evaluation.results import FAILURES
 from actlab.evaluation.sweep import best_checkpoint, resolve_paths
+from actlab.policies.info import synthetic_features, unit_stats
+from actlab.policies.registry import make_policy
 from actlab.sim import RecordConfig, record_dataset
+from actlab.sim.env import PickPlaceConfig
+from actlab.sim.expert import ExpertConfig
 from actlab.sim.view import render_strip
 from actlab.training import apply_train_overrides, get_preset, load_run_config, train, with_dataset
 from actlab.training.checkpoint import CheckpointManager
 from actlab.training.config import resume_diff
 from actlab.training.metrics_log import read_metrics
+from actlab.training.preflight import checkpoint_bytes
 from actlab.utils.config import to_dict
 from actlab.utils.device import resolve_device
+from actlab.utils.disk import free_bytes
 from actlab.utils.io import atomic_write_json, read_json
 from actlab.utils.lock import LOCK_FILE, DirLock
+from actlab.utils.units import human_bytes
+from actlab.viz.eval import plot_success_vs_step
 
 STAGES = ("record", "train", "eval", "report")
+# The report's success figure (the sweep and the fresh-seed confirmation), relative to the demo directory.
+SUCCESS_PLOT = "eval/success_vs_step.png"
 STATE_FILE = "demo_state.json"
 # Evaluation seeds start far from the recording seeds (0, 1, ...): the sweep measures held-out cube
 # positions, not the demonstrations' own initial states.
@@ -53,6 +63,17 @@ EVAL_SEED = 100_000
 # The best checkpoint is confirmed on other seeds again: picking the maximum of several checkpoints' success
 # rates on the same episodes overestimates the chosen one's.
 CONFIRM_SEED = 200_000
+
+# Disk estimate (measured on a toy demo, 4 episodes x 163 frames at 80 px, and on the full CPU demo,
+# 1.9 GB in all): the recorder's AV1 video takes ~3.6% of the raw RGB bytes of a frame (682 B per 80 px
+# frame); the parquet files and metadata ~220 B per frame; an H.264 rollout video (two cameras drawn at
+# 256 px, side by side) ~1.6 kB per frame and a whiskers video ~2.6 kB per frame.
+VIDEO_RAW_FRACTION = 0.036
+TABLE_BYTES_PER_FRAME = 220
+ROLLOUT_VIDEO_BYTES_PER_FRAME = 1600
+WHISKERS_VIDEO_BYTES_PER_FRAME = 2600
+# Plots, metrics.jsonl, results files and the report pages: well under this.
+REPORT_BYTES = 2_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +146,58 @@ class StageLog:
 
 
 # ------------------------------------------------------------------------------------------ planning
+
+
+def estimate_disk(cfg: DemoConfig, plan: dict[str, Any]) -> dict[str, int]:
+    """Bytes each part of the demo directory will take, estimated from the settings before anything runs:
+    the recording (video + tables), the decoded frame cache (exact: frames x cameras x pixels), the
+    checkpoints kept at the end (weights + AdamW state, as the trainer's disk preflight counts them) and
+    the evaluation media. Frames per episode: the scripted expert's planned episode length."""
+    rec = RecordConfig()
+    train_cfg = plan["train"]
+    size = plan["image_size"]
+    frames = cfg.episodes * ExpertConfig().episode_steps  # the recorder writes one frame per step
+    pixels = size * size * 3
+    policy_cams = [c.rsplit(".", 1)[-1] for c in (train_cfg.policy.cameras or ())] or list(rec.cameras)
+    # Counted on the real policy (built without pretrained weights: nothing is downloaded).
+    feats = synthetic_features(6, 6, tuple(policy_cams), (size, size))
+    policy = make_policy(train_cfg.policy, feats, unit_stats(train_cfg.policy, feats), pretrained=False)
+    n_params = sum(p.numel() for p in policy.parameters())
+    n_train = sum(p.numel() for p in policy.parameters() if p.requires_grad)
+    keep = train_cfg.checkpoint
+    saved = -(-train_cfg.steps // keep.every)  # every `every` steps and at the end
+    kept = min(saved, keep.keep_last) + (1 if keep.keep_best and saved > keep.keep_last else 0)
+    episode_frames = PickPlaceConfig().max_steps + 1  # at most: a failed episode runs to the limit
+    return {
+        "recording": int(frames * (len(rec.cameras) * pixels * VIDEO_RAW_FRACTION + TABLE_BYTES_PER_FRAME)),
+        "frame cache": frames * len(policy_cams) * pixels,
+        "checkpoints": kept * checkpoint_bytes(n_params, n_train),
+        "evaluation media": episode_frames
+        * (cfg.videos * ROLLOUT_VIDEO_BYTES_PER_FRAME + WHISKERS_VIDEO_BYTES_PER_FRAME)
+        + REPORT_BYTES,
+    }
+
+
+def _disk_line(parts: dict[str, int]) -> str:
+    items = ", ".join(f"{k} {human_bytes(v)}" for k, v in parts.items())
+    return f"disk: about {human_bytes(sum(parts.values()))} ({items})"
+
+
+def _check_disk(out: Path, parts: dict[str, int]) -> None:
+    """Refuse to start when the free space (plus what an earlier run of this demo already holds, which a
+    re-run reuses or replaces) is below the estimate."""
+    need = sum(parts.values())
+    held = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) if out.is_dir() else 0
+    free = free_bytes(out)
+    if free + held < need:
+        raise ActlabError(
+            "not enough disk space for the demo; refusing to start rather than fail later",
+            file=out,
+            expected=_disk_line(parts),
+            found=f"{human_bytes(free)} free" + (f" + {human_bytes(held)} in {out}" if held else ""),
+            fix="free disk space or choose an --out on a larger disk (or fewer --episodes / a smaller "
+            "--image-size: the frame cache is most of it)",
+        )
 
 
 def resolve(cfg: DemoConfig) -> dict[str, Any]:
@@ -266,6 +339,7 @@ def _evaluate(cfg: DemoConfig, out: Path, state: dict, log: StageLog) -> dict:
         "seed": EVAL_SEED,
         "confirm_seed": CONFIRM_SEED,
         "videos": cfg.videos,
+        "video_pick": "failures",
     }
     t0 = log.start(
         "eval", f"evaluating every checkpoint on {cfg.eval_episodes} held-out episodes -> {sweep_dir}"
@@ -276,7 +350,7 @@ def _evaluate(cfg: DemoConfig, out: Path, state: dict, log: StageLog) -> dict:
     spec = EnvSpec("so101_pick_place")
     sources = resolve_paths([run])
     sweep_cfg = EvalConfig(episodes=cfg.eval_episodes, seed=EVAL_SEED, workers=cfg.workers)
-    with _episode_bar(len(sources) * cfg.eval_episodes, "sweep") as on_episode:
+    with _episode_bar(len(sources) * cfg.eval_episodes, "sweep", cfg.eval_episodes, log) as on_episode:
         sweep = run_eval(sources, spec, sweep_cfg, sweep_dir, overwrite=True, on_episode=on_episode)
     best = best_checkpoint(sweep.evals)
     assert best is not None and best.path is not None  # resolve_paths refuses a run without checkpoints
@@ -287,10 +361,16 @@ def _evaluate(cfg: DemoConfig, out: Path, state: dict, log: StageLog) -> dict:
         file=log.stream,
         flush=True,
     )
+    # Videos of the first failure of each kind, then of successes: a report of only successes would hide
+    # what the failures look like.
     media_cfg = EvalConfig(
-        episodes=cfg.eval_episodes, seed=CONFIRM_SEED, workers=cfg.workers, videos=cfg.videos
+        episodes=cfg.eval_episodes,
+        seed=CONFIRM_SEED,
+        workers=cfg.workers,
+        videos=cfg.videos,
+        video_pick="failures",
     )
-    with _episode_bar(cfg.eval_episodes, "confirm") as on_episode:
+    with _episode_bar(cfg.eval_episodes, "confirm", cfg.eval_episodes, log) as on_episode:
         media = run_eval(
             [best.path], spec, media_cfg, best_dir, True, whiskers={"episode": 0}, on_episode=on_episode
         )
@@ -307,26 +387,42 @@ def _evaluate(cfg: DemoConfig, out: Path, state: dict, log: StageLog) -> dict:
 
 
 class _episode_bar:
-    """A tqdm bar over evaluation episodes, fed by ``run_eval``'s ``on_episode`` callback."""
+    """A tqdm bar over evaluation episodes, fed by ``run_eval``'s ``on_episode`` callback. Its postfix
+    counts the successes of the checkpoint the last episode belonged to, and each checkpoint gets a line
+    of its own (successes, rate, 95% interval) once all its episodes are in: a count pooled over every
+    checkpoint of a sweep would describe none of them."""
 
-    def __init__(self, total: int, desc: str) -> None:
-        self.total, self.desc = total, desc
+    def __init__(self, total: int, desc: str, per_source: int, log: StageLog) -> None:
+        self.total, self.desc, self.per_source, self.log = total, desc, per_source, log
 
     def __enter__(self):
         from tqdm import tqdm
 
         self.bar = tqdm(total=self.total, desc=self.desc, unit="ep", dynamic_ncols=True)
-        self.successes = 0
+        self.counts: dict[str, list[int]] = {}  # source name -> [successes, episodes]
 
         def on_episode(source, result) -> None:
-            self.successes += bool(result.success)
+            k_n = self.counts.setdefault(source.name, [0, 0])
+            k_n[0] += bool(result.success)
+            k_n[1] += 1
             self.bar.update(1)
-            self.bar.set_postfix(success=f"{self.successes}/{self.bar.n}")
+            self.bar.set_postfix_str(f"{source.name} {k_n[0]}/{k_n[1]} success")
+            if k_n[1] == self.per_source:
+                self.bar.write(f"      {source.name}: {_rate_line(*k_n)}", file=self.log.stream)
 
         return on_episode
 
     def __exit__(self, *exc) -> None:
         self.bar.close()
+
+
+def _rate_line(successes: int, episodes: int) -> str:
+    """``48/50 success (96%, 95% interval 87-99%)``."""
+    low, high = wilson_interval(successes, episodes)
+    rate = successes / episodes if episodes else 0.0
+    return (
+        f"{successes}/{episodes} success ({100 * rate:.0f}%, 95% interval {100 * low:.0f}-{100 * high:.0f}%)"
+    )
 
 
 # ------------------------------------------------------------------------------------------ entry point
@@ -349,24 +445,38 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     if not (out / STATE_FILE).is_file():
         atomic_write_json(out / STATE_FILE, state)  # marks the directory as the demo's from the start
     log = StageLog()
+    disk = estimate_disk(cfg, plan)
     print(
         f"actlab demo -> {out}  (device {plan['device']}, preset {plan['preset']}, "
-        f"{plan['image_size']} px cameras)",
+        f"{plan['image_size']} px cameras)\n{_disk_line(disk)}",
         file=log.stream,
         flush=True,
     )
+    _check_disk(out, disk)
     record = _record(cfg, plan, out, state, log)
     trained = _train(plan, out, state, log)
     evaluation = _evaluate(cfg, out, state, log)
     t0 = log.start("report", f"writing {out / 'report.md'} and report.html")
     rows = read_metrics(out / "run")
     render_strip(out / "scene.png", seed=0, image_size=plan["image_size"], frames=8, upscale=2)
+    # The sweep with the chosen checkpoint's fresh-seed result beside it: the report's headline number.
+    plot_success_vs_step(
+        evaluation["sweep"]["checkpoints"], out / SUCCESS_PLOT, confirm=evaluation["media"]["checkpoints"][0]
+    )
     summary = write_report(
-        out, plan, record, trained, evaluation, log.seconds, log.reused, wall0, rows=rows, failures=FAILURES
+        out,
+        plan,
+        record,
+        trained,
+        evaluation,
+        log.seconds,
+        log.reused,
+        wall0,
+        rows=rows,
+        failures=FAILURES,
+        success_plot=SUCCESS_PLOT,
     )
-    log.done(
-        "report", t0, f"success rate {100 * summary['success_rate']:.0f}% ({summary['best_checkpoint']})"
-    )
+    log.done("report", t0, f"{out / 'report.html'}")
     return summary
 
 

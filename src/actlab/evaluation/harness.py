@@ -23,6 +23,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import pickle
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,10 +32,12 @@ from typing import Any
 from actlab.errors import ActlabError
 from actlab.evaluation.envs import EnvSpec, env_fps, make_eval_env
 from actlab.evaluation.policy_io import ObsAdapter, PolicyInputs, bundle_inputs, policy_inputs
-from actlab.evaluation.results import CheckpointEval, EpisodeResult, summarize
+from actlab.evaluation.results import CheckpointEval, EpisodeResult, pick_video_episodes, summarize
 from actlab.evaluation.rollout import EpisodeTrace, rollout, to_result
-from actlab.evaluation.video import annotate_episode, env_frame, write_video
+from actlab.evaluation.video import VIDEO_HOLD_S, annotate_episode, env_frame, write_video
 from actlab.policies.contract import RolloutPolicy
+
+VIDEO_PICKS = ("first", "failures")
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,11 @@ class EvalConfig:
     workers: int = 2  # worker processes for bundle/factory sources (1: run in this process)
     # envs stepped in lockstep per policy call in one process (batched inference; factories always 1)
     batch_envs: int = 4
-    videos: int = 0  # write an mp4 of each of the first `videos` episodes
+    videos: int = 0  # write an mp4 of `videos` episodes (which ones: video_pick)
+    # "first": the first `videos` episodes, filmed as they run; "failures": after every episode ran, the
+    # first failure of each failure class, then the first successes (results.pick_video_episodes), run
+    # again with the camera on (the same seeds and policy, so the same episodes)
+    video_pick: str = "first"
     device: str = "cpu"  # device the policy runs on (in workers and in process)
     video_min_height: int = 256  # video frames are upscaled (nearest) to at least this many rows
     # torch threads per rollout process (None: cores // workers, at least 1); in-process runs use it too
@@ -68,6 +75,13 @@ class EvalConfig:
                 field="video_min_height",
                 expected=">= 16",
                 found=self.video_min_height,
+            )
+        if self.video_pick not in VIDEO_PICKS:
+            raise ActlabError(
+                "unknown video_pick",
+                field="video_pick",
+                expected=" or ".join(VIDEO_PICKS),
+                found=self.video_pick,
             )
         if self.videos > self.episodes:
             raise ActlabError(
@@ -154,7 +168,7 @@ class WorkItem:
     indices: tuple[int, ...]  # episode indices i (seed = base_seed + i)
     base_seed: int  # seed of episode 0
     video_dir: str | None  # where videos go
-    videos: int  # episodes with index < videos get a video
+    filmed: tuple[int, ...]  # episode indices that get a video
     device: str  # policy device
     video_min_height: int  # frame upscaling for videos
 
@@ -208,7 +222,7 @@ class _Cache:
 
 
 def _video_path(item: WorkItem, index: int) -> Path | None:
-    if item.video_dir is None or index >= item.videos:
+    if item.video_dir is None or index not in item.filmed:
         return None
     return Path(item.video_dir) / f"episode_{index:03d}.mp4"
 
@@ -218,7 +232,10 @@ def _finish(item: WorkItem, index: int, trace: EpisodeTrace, fps: int) -> Episod
     path = _video_path(item, index)
     if path is not None and trace.frames:
         header = f"{item.source.name}  ep {index}  seed {trace.seed}"
-        write_video(path, annotate_episode(trace.frames, result.outcome, header, trace.steps), fps)
+        success = [bool(info.get("is_success")) for info in trace.infos]
+        hold = round(VIDEO_HOLD_S * fps)
+        frames = annotate_episode(trace.frames, result.outcome, header, trace.steps, success, hold)
+        write_video(path, frames, fps)
         result = replace(result, video=str(path))
     return result
 
@@ -280,25 +297,32 @@ def _worker_run(item: WorkItem) -> list[EpisodeResult]:
     return run_item(item, _WORKER_CACHE)
 
 
-def _groups(episodes: int, size: int) -> Iterator[tuple[int, ...]]:
-    for start in range(0, episodes, size):
-        yield tuple(range(start, min(episodes, start + size)))
-
-
-def _items(src: PolicySource, spec: EnvSpec, cfg: EvalConfig, video_dir: Path | None) -> list[WorkItem]:
+def _items(
+    src: PolicySource,
+    spec: EnvSpec,
+    cfg: EvalConfig,
+    video_dir: Path | None,
+    indices: Sequence[int] | None = None,
+    filmed: Sequence[int] | None = None,
+) -> list[WorkItem]:
+    """The work items of ``indices`` (every episode by default), filming ``filmed`` (by default the first
+    ``cfg.videos`` when they are picked as they run)."""
     batch = 1 if src.factory is not None else cfg.batch_envs
+    indices = list(range(cfg.episodes)) if indices is None else list(indices)
+    if filmed is None:
+        filmed = range(cfg.videos) if cfg.video_pick == "first" else ()
     return [
         WorkItem(
             source=src,
             spec=spec,
-            indices=g,
+            indices=tuple(indices[start : start + batch]),
             base_seed=cfg.seed,
             video_dir=str(video_dir) if video_dir is not None else None,
-            videos=cfg.videos if video_dir is not None else 0,
+            filmed=tuple(filmed) if video_dir is not None else (),
             device=cfg.device,
             video_min_height=cfg.video_min_height,
         )
-        for g in _groups(cfg.episodes, batch)
+        for start in range(0, len(indices), batch)
     ]
 
 
@@ -342,10 +366,55 @@ def evaluate_many(
         cache.close()  # renderers hold OpenGL contexts: free them now, not at garbage collection
     if pooled:
         _run_pool(pooled, spec, cfg, video_root, collect)
+    if video_root is not None and cfg.video_pick == "failures":
+        for src in sources:
+            results[src.name] = _film(src, spec, cfg, video_root / src.name, results[src.name])
     out = []
     for src in sources:
         eps = sorted(results[src.name], key=lambda r: r.index)
         out.append(CheckpointEval(src.name, src.path, src.step, summarize(eps), eps))
+    return out
+
+
+def _film(
+    src: PolicySource, spec: EnvSpec, cfg: EvalConfig, video_dir: Path, results: list[EpisodeResult]
+) -> list[EpisodeResult]:
+    """Run the episodes ``pick_video_episodes`` picks from ``results`` again, in this process with the
+    camera on, and attach their videos to ``results``.
+
+    Each is run in the same batch of envs as the first time (its whole group, the others without
+    camera), with the same torch thread count as a worker, so the batched policy computes the same
+    numbers and the episode repeats itself. The video is stamped with what its own run did; an outcome
+    that differs from the first run's is warned about (a rollout that is not reproducible)."""
+    chosen = pick_video_episodes(results, cfg.videos)
+    if not chosen:
+        return results
+    batch = 1 if src.factory is not None else cfg.batch_envs
+    groups = sorted({i // batch for i in chosen})  # the first pass ran range(g * batch, ...) together
+    indices = [i for g in groups for i in range(g * batch, min(cfg.episodes, (g + 1) * batch))]
+    pooled = not src.in_process_only and cfg.workers > 1
+    threads = cfg.threads_per_worker or (max(1, (os.cpu_count() or 1) // cfg.workers) if pooled else None)
+    filmed: dict[int, EpisodeResult] = {}
+    cache = _Cache()
+    try:
+        with torch_threads(threads):
+            for item in _items(src, spec, cfg, video_dir, indices=indices, filmed=chosen):
+                for r in run_item(item, cache, policy_obj=src.obj):
+                    filmed[r.index] = r
+    finally:
+        cache.close()
+    out = []
+    for r in results:
+        again = filmed.get(r.index)
+        if again is not None and again.video is not None:
+            if again.outcome != r.outcome:
+                warnings.warn(
+                    f"{src.name} episode {r.index} (seed {r.seed}) ended {again.outcome} when run again for "
+                    f"its video, {r.outcome} the first time: the rollout is not reproducible",
+                    stacklevel=2,
+                )
+            r = replace(r, video=again.video)
+        out.append(r)
     return out
 
 

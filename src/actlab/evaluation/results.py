@@ -104,6 +104,22 @@ def summarize(results: Sequence[EpisodeResult]) -> Summary:
     )
 
 
+def pick_video_episodes(results: Sequence[EpisodeResult], k: int) -> list[int]:
+    """Indices of ``k`` episodes worth watching, in the order shown: the first failure of each failure
+    class (in the order the classes first occur), then the first successes, then further failures.
+    So an evaluation with any failure always has a failure video, and one per kind of failure where
+    ``k`` allows."""
+    ordered = sorted(results, key=lambda r: r.index)
+    chosen, seen = [], set()
+    for r in ordered:
+        if not r.success and r.outcome not in seen:
+            seen.add(r.outcome)
+            chosen.append(r.index)
+    chosen += [r.index for r in ordered if r.success]
+    chosen += [r.index for r in ordered if not r.success and r.index not in chosen]
+    return chosen[: max(0, k)]
+
+
 @dataclass
 class CheckpointEval:
     """The evaluation of one policy: where it came from, its episodes and their summary."""

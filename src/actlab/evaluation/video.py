@@ -20,6 +20,9 @@ from actlab.utils.io import atomic_file
 # Encoders tried in order; libx264 plays everywhere, mpeg4 is in every FFmpeg build, AV1 as a last resort.
 CODEC_PREFERENCE: tuple[str, ...] = ("libx264", "h264", "mpeg4", "libsvtav1", "libaom-av1")
 
+# A video holds its last frame this long with the outcome on it, so the end can be read before it loops.
+VIDEO_HOLD_S = 1.0
+
 GREEN = (60, 220, 90)
 RED = (240, 70, 60)
 WHITE = (255, 255, 255)
@@ -196,12 +199,35 @@ def read_video(path: str | Path) -> list[np.ndarray]:
 
 
 def annotate_episode(
-    frames: Sequence[np.ndarray], outcome: str, header: str, total_steps: int | None = None
+    frames: Sequence[np.ndarray],
+    outcome: str,
+    header: str,
+    total_steps: int | None = None,
+    success: Sequence[bool] | None = None,
+    hold: int = 0,
 ) -> list[np.ndarray]:
-    """Write the header and step counter at the top and the final outcome at the bottom of every frame."""
-    text, color = outcome_text(outcome)
+    """Write the header and step counter at the top of every frame, and the outcome at the bottom only
+    once it is known: ``SUCCESS`` from the first frame at which the env reported success, a failure's
+    class after the episode ended. ``success[t]``: the env's ``is_success`` after step ``t`` (shown on
+    frame ``t + 1``; frame 0 is the initial observation). The last frame is repeated ``hold`` more times
+    (e.g. one second) with the final outcome on it, so that the end can be read before a player loops."""
     n = total_steps or len(frames)
-    return [
-        draw_text(f, top=f"{header}  step {i}/{n}", bottom=text, bottom_color=color)
-        for i, f in enumerate(frames)
-    ]
+    flags = list(success or ())
+    first = next((t + 1 for t, ok in enumerate(flags) if ok), None)  # frame index of the first success
+    good_text, good_color = outcome_text("success")
+    out = []
+    for i, f in enumerate(frames):
+        shown = first is not None and i >= first
+        out.append(
+            draw_text(
+                f,
+                top=f"{header}  step {i}/{n}",
+                bottom=good_text if shown else None,
+                bottom_color=good_color,
+            )
+        )
+    if frames:
+        text, color = outcome_text(outcome)
+        end = draw_text(frames[-1], top=f"{header}  step {n}/{n}, ended", bottom=text, bottom_color=color)
+        out[-1:] = [end] * (1 + hold)
+    return out

@@ -27,7 +27,7 @@ from actlab.evaluation.harness import as_source, source_inputs, spec_for_inputs,
 from actlab.evaluation.policy_io import ObsAdapter, actions_to_numpy, policy_inputs
 from actlab.evaluation.rollout import kept_info, near_goal_radius
 from actlab.evaluation.taxonomy import PhaseRecord, classify
-from actlab.evaluation.video import draw_text, outcome_text, write_video
+from actlab.evaluation.video import VIDEO_HOLD_S, draw_text, outcome_text, write_video
 from actlab.policies.contract import RolloutPolicy
 from actlab.utils.io import write_png
 
@@ -243,14 +243,27 @@ def _episode(source, spec, cfg, env, inputs, path, episode, every, style, still)
     raw_frames.append(_frame(env, preds_world, actual, style))
     frame_preds.append(len(preds_world) - 1)
     outcome = classify(PhaseRecord.from_infos(infos)).outcome
-    text, color = outcome_text(outcome)
     header = f"{source.name}  ep {episode}  seed {seed}"
     legend = "green: predicted  magenta: actual"
+    # As in rollout videos: SUCCESS from the frame the env first reports it, the final outcome on the
+    # last frame, held for VIDEO_HOLD_S.
+    first = next((t + 1 for t, info in enumerate(infos) if info.get("is_success")), len(raw_frames))
+    ok_text, ok_color = outcome_text("success")
     frames = [
-        draw_text(f, top=f"{header}  step {i}", bottom=text, bottom_color=color, bottom_right=legend)
+        draw_text(
+            f,
+            top=f"{header}  step {i}",
+            bottom=ok_text if i >= first else None,
+            bottom_color=ok_color,
+            bottom_right=legend,
+        )
         for i, f in enumerate(raw_frames)
     ]
-    write_video(path, frames, env_fps(env))
+    text, color = outcome_text(outcome)
+    top = f"{header}  step {len(infos)}, ended"
+    end = draw_text(raw_frames[-1], top=top, bottom=text, bottom_color=color, bottom_right=legend)
+    fps = env_fps(env)
+    write_video(path, [*frames[:-1], *[end] * (1 + round(VIDEO_HOLD_S * fps))], fps)
     still_path = None
     if still:
         still_path = Path(path).with_suffix(".png")

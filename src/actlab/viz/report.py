@@ -1,7 +1,8 @@
 """Report pages: one structure rendered to both markdown and a self-contained-looking HTML page.
 
-Sections hold headings, paragraphs, tables, images (relative paths, with captions) and links. Rendering
-both formats from the same structure avoids a markdown parser dependency and keeps the two in step.
+Sections hold headings, paragraphs, tables, images and videos (relative paths, with captions) and links.
+Rendering both formats from the same structure avoids a markdown parser dependency and keeps the two in
+step.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from actlab.utils.table import table as md_table
 
 @dataclass
 class _Block:
-    kind: str  # heading | paragraph | table | image | links | code
+    kind: str  # heading | paragraph | table | image | video | links | code
     data: dict = field(default_factory=dict)
 
 
@@ -42,6 +43,11 @@ class Report:
         """``path`` relative to the report's directory."""
         self.blocks.append(_Block("image", {"path": path, "caption": caption}))
 
+    def video(self, path: str, caption: str) -> None:
+        """An mp4 (``path`` relative to the report's directory): a player in the HTML page (muted, looping,
+        with controls), a link in the markdown; both with the caption and a link to the file."""
+        self.blocks.append(_Block("video", {"path": path, "caption": caption}))
+
     def links(self, items: Sequence[tuple[str, str]]) -> None:
         """A bullet list of (label, relative path) links."""
         self.blocks.append(_Block("links", {"items": list(items)}))
@@ -62,6 +68,8 @@ class Report:
                 out += [md_table(d["rows"], d["headers"], markdown=True), ""]
             elif b.kind == "image":
                 out += [f"![{d['caption']}]({d['path']})", "", f"*{d['caption']}*", ""]
+            elif b.kind == "video":
+                out += [f"[video: {d['caption']}]({d['path']})", ""]
             elif b.kind == "links":
                 out += [f"- [{label}]({path})" for label, path in d["items"]] + [""]
             elif b.kind == "code":
@@ -90,6 +98,13 @@ class Report:
                     f'<figure><img src="{e(d["path"])}" alt="{e(d["caption"])}">'
                     f"<figcaption>{e(d['caption'])}</figcaption></figure>"
                 )
+            elif b.kind == "video":
+                # playsinline + muted: mobile browsers autoplay-block or full-screen a video otherwise
+                src = e(d["path"])
+                body.append(
+                    f'<figure><video controls muted loop playsinline preload="metadata" src="{src}"></video>'
+                    f'<figcaption>{e(d["caption"])} (<a href="{src}">mp4</a>)</figcaption></figure>'
+                )
             elif b.kind == "links":
                 items = "".join(f'<li><a href="{e(p)}">{e(label)}</a></li>' for label, p in d["items"])
                 body.append(f"<ul>{items}</ul>")
@@ -116,9 +131,9 @@ table {{ border-collapse: collapse; font-size: 0.92em; }}
 th, td {{ border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; }}
 th {{ background: #f3f3f3; }}
 figure {{ margin: 1.2em 0; }}
-img {{ max-width: 100%; border: 1px solid #ddd; }}
+img, video {{ max-width: 100%; border: 1px solid #ddd; }}
 figcaption {{ color: #555; font-size: 0.9em; }}
-pre {{ background: #f6f6f6; padding: 0.8em; overflow-x: auto; }}
+pre {{ background: #f6f6f6; padding: 0.8em; white-space: pre-wrap; overflow-wrap: anywhere; }}
 </style></head>
 <body>
 {body}

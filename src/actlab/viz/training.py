@@ -90,16 +90,33 @@ def _draw_losses(ax: Any, rows: Sequence[dict[str, Any]]) -> None:
     if positive:
         ax.set_yscale("log")
     ax.set_ylabel("loss (mean over each logging window)")
-    ax.legend(loc="upper right", fontsize=8)
+    _legend_outside(ax)
+
+
+def _legend_outside(ax: Any, handles: list | None = None, labels: list | None = None) -> None:
+    """The panel's legend right of its axes: inside, it covered the curves' ends (where they matter)."""
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, fontsize=8)
 
 
 def _draw_lrs(ax: Any, rows: Sequence[dict[str, Any]]) -> None:
+    """One line per learning-rate group; groups with the same schedule share one line and one legend entry
+    (drawn separately they lie on top of each other and only the last one shows)."""
+    drawn: list[tuple[np.ndarray, np.ndarray, list[str]]] = []
     for key in sorted({k for r in rows for k in r if k.startswith("lr")}):
         steps, values = _series(rows, key)
-        ax.plot(steps, values, lw=1.2, label=key)
+        same = next((d for d in drawn if np.array_equal(d[0], steps) and np.allclose(d[1], values)), None)
+        if same is not None:
+            same[2].append(key)
+        else:
+            drawn.append((steps, values, [key]))
+    for (steps, values, keys), style in zip(drawn, ("-", "--", ":", "-.") * 4):
+        ax.plot(steps, values, style, lw=1.4, label=" = ".join(keys))
     ax.set_ylabel("learning rate")
     ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
-    ax.legend(loc="upper right", fontsize=8)
+    _legend_outside(ax)
 
 
 def _draw_times(ax: Any, rows: Sequence[dict[str, Any]]) -> None:
@@ -108,12 +125,17 @@ def _draw_times(ax: Any, rows: Sequence[dict[str, Any]]) -> None:
         steps = np.asarray([r["step"] for r in timed], dtype=np.float64)
         parts = [np.asarray([r[k] for r in timed]) * 1000.0 for k in _TIME_KEYS]
         ax.stackplot(steps, *parts, labels=_TIME_LABELS, alpha=0.8)
-        ax.set_ylabel("step time (ms)")
-        ax.legend(loc="upper left", fontsize=8)
+        ax.set_ylabel("step time (ms, stacked)")
+    handles, labels = ax.get_legend_handles_labels()
     steps, sps = _series(rows, "samples_per_s")
     if len(steps):
         ax2 = ax.twinx()
-        ax2.plot(steps, sps, color="black", lw=1.0, label="samples/s")
+        ax2.plot(steps, sps, color="black", lw=1.2, label="samples/s (right axis)")
         ax2.set_ylabel("samples/s")
         ax2.set_ylim(bottom=0)
-        ax2.legend(loc="upper right", fontsize=8)
+        more = ax2.get_legend_handles_labels()
+        handles, labels = handles + more[0], labels + more[1]
+    # One legend for both axes, outside: the twin axis's tick labels sit right of the panel, so the
+    # legend goes further right than the other panels' (the panels stay aligned, constrained layout).
+    if handles:
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.09, 1), borderaxespad=0, fontsize=8)
