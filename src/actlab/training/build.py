@@ -623,9 +623,12 @@ def _optimizer(cfg: TrainConfig, groups: list[dict[str, Any]], device, capturabl
         # The schedule's base rates stay Python floats (LambdaLR keeps "initial_lr" when it is set), so
         # a tensor learning rate never leaks into the scheduler state or a checkpoint's base rates.
         g["initial_lr"] = float(g.get("lr", cfg.optim.lr))
-    if device.type == "cuda":
-        # fused: one kernel for all parameters instead of a few per tensor
+    if device.type in ("cuda", "cpu"):
+        # fused: one kernel for all parameters instead of a few per tensor. On the CPU (torch >= 2.4) the
+        # default is a Python loop over tensors: 2.5 ms per step for the CPU demo's 239k parameters vs
+        # 0.5 ms fused (~2.5% of its 80 ms step, measured on the 2-core development machine).
         kwargs["fused"] = True
+    if device.type == "cuda":
         if capturable:
             # capturable + tensor lr: the step lives in a CUDA graph and LambdaLR updates lr in place
             kwargs["capturable"] = True
