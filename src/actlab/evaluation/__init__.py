@@ -7,7 +7,7 @@ Public API::
     ev = evaluate(policy_or_bundle_or_factory, EnvSpec("so101_pick_place"), EvalConfig(episodes=50))
     ev.summary.success_rate, ev.summary.ci_low, ev.summary.outcomes, ev.episodes[0].outcome
 
-    report = run_eval(resolve_paths(["runs/pick"]), EnvSpec("so101_pick_place"), EvalConfig(videos=2),
+    report = run_eval(resolve_paths(["runs/demo/run"]), EnvSpec("so101_pick_place"), EvalConfig(videos=2),
                       out_dir="eval/pick")           # results.json, results.md, plot, videos
 
 Nothing here imports torch or mujoco at import time.

@@ -4,7 +4,7 @@ Importing this package (and its config and presets) does not import torch; ``tra
 and ``overfit_config`` load the heavy modules on first use.
 
     from actlab.training import get_preset, train
-    cfg = with_dataset(get_preset("so101_sim_cpu"), "data/sim")
+    cfg = with_dataset(get_preset("so101_sim_cpu"), "runs/demo/data")
     summary = train(cfg, "runs/demo")
 """
 
