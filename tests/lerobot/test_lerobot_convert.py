@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from importlib.util import find_spec
 
 import numpy as np
 import pytest
@@ -18,6 +19,9 @@ from actlab.lerobot.import_ import affine_stats, import_lerobot_act
 from actlab.policies import ACTConfig, ACTRelativeConfig, load_policy, make_policy, save_policy
 
 CAMS = ("observation.images.wrist", "observation.images.top")  # not sorted: the order must survive
+# a CLIP vision tower small enough to build in milliseconds (random weights, no download)
+TINY_VIT = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64,
+            "patch_size": 8, "image_size": 32}  # fmt: skip
 
 
 def _features(size: int = 32) -> dict:
@@ -120,6 +124,14 @@ def test_export_writes_lerobot_names_config_and_processor_stats(tmp_path):
         (_tiny(vision_backbone="cnn_small"), "vision_backbone", "no cnn_small backbone"),
         (_tiny(decoder_input="queries"), "decoder_input", "feeds zeros"),
         (_tiny(downscale_img_square=32), "downscale_img_square", "does not resize"),
+        (_tiny(camera_fusion="mean"), "camera_fusion", "no camera fusion"),
+        (_tiny(n_obs_steps=3), "n_obs_steps", "current observation only"),
+        pytest.param(
+            _tiny(vision_backbone="clip_vit", vit_config=TINY_VIT),
+            "vision_backbone",
+            "no clip_vit backbone",
+            marks=pytest.mark.skipif(find_spec("transformers") is None, reason="pip install -e '.[vit]'"),
+        ),
     ],
 )
 def test_export_refuses_what_lerobot_cannot_run_and_says_why(tmp_path, cfg, field, match):

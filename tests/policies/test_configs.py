@@ -151,3 +151,34 @@ def test_overrides_apply_in_any_order():
     with pytest.raises(ActlabError) as e:
         apply_config_overrides(ACTConfig(), ["chunk_size=50"])  # never valid alone
     assert e.value.field == "n_action_steps" and "chunk_size (50)" in str(e.value)
+
+
+def test_vit_backbones_resolve_weights_and_freezing_and_old_configs_still_load():
+    from actlab.policies.configs import VIT_DEFAULT_WEIGHTS
+
+    for name, hub_id in VIT_DEFAULT_WEIGHTS.items():
+        cfg = ACTConfig(vision_backbone=name)  # "imagenet" (the default) means the family's checkpoint
+        assert cfg.pretrained_backbone_weights == hub_id
+        assert cfg.freeze_backbone is True  # frozen by default
+        assert ACTConfig(vision_backbone=name, freeze_backbone=False).freeze_backbone is False
+    assert (
+        ACTConfig().freeze_backbone is False
+        and ACTConfig(vision_backbone="cnn_small").freeze_backbone is False
+    )
+    local = ACTConfig(vision_backbone="dinov2_vit", pretrained_backbone_weights="/models/dinov2-small")
+    assert local.pretrained_backbone_weights == "/models/dinov2-small"
+    with pytest.raises(ActlabError, match="pretrained_backbone_weights"):
+        ACTConfig(pretrained_backbone_weights="openai/clip-vit-base-patch32")  # a hub id for a ResNet
+    with pytest.raises(ActlabError, match="vit_config"):
+        ACTConfig(vit_config={"hidden_size": 32})  # only for a ViT
+    with pytest.raises(ActlabError, match="vit_features"):
+        ACTConfig(vision_backbone="clip_vit", vit_features="cls")
+    # A config.json written before these fields existed loads with the old behaviour.
+    old = {
+        k: v
+        for k, v in to_dict(ACTConfig()).items()
+        if k not in ("vit_config", "vit_features", "camera_fusion", "n_obs_steps")
+    }
+    old["freeze_backbone"] = False
+    assert from_dict(ACTConfig, old) == ACTConfig()
+    assert to_dict(ACTConfig())["freeze_backbone"] is False

@@ -57,3 +57,23 @@ def test_bench_train_gives_an_mfu_against_a_given_peak(tiny_dataset):
     assert abs(m["mfu_full"] - m["achieved_tflops_full"] / 0.05) < 1e-12
     assert abs(m["mfu_model_only"] - m["achieved_tflops_model_only"] / 0.05) < 1e-12
     assert any("--peak-tflops" in n for n in result["notes"])
+
+
+def test_bench_train_compares_cached_features_with_the_encoder_every_step(tiny_dataset):
+    import pytest
+
+    from actlab.errors import ActlabError
+    from actlab.training.bench import run_bench
+    from actlab.training.config import apply_train_overrides
+    from actlab.training.presets import get_preset
+
+    frozen = ["num_threads=0", "policy.freeze_backbone=true", "policy.n_obs_steps=2", "augment.shift_pad=0"]
+    cfg = apply_train_overrides(get_preset("tiny"), frozen)
+    result = run_bench(cfg, str(tiny_dataset), steps=1, rounds=2, compare_features=True)
+    m = result["metrics"]
+    assert m["cached_features_step_ms"] == m["model_only_step_ms"] and m["encoder_every_step_ms"] > 0
+    assert result["ratios"]["encoder_every_step_vs_cached"] > 0
+    assert "cnn_small (frozen), 16 frames per batch" in result["config"]["backbone"]  # 8 samples x 2 frames
+    with pytest.raises(ActlabError, match="caches no features"):
+        run_bench(apply_train_overrides(get_preset("tiny"), ["num_threads=0"]), str(tiny_dataset), steps=1,
+                  rounds=1, compare_features=True)  # fmt: skip

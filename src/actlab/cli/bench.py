@@ -100,6 +100,8 @@ examples:
       --steps 10 --rounds 10 --json                                  # the demo's training step
   actlab bench train --preset so101_sim --dataset runs/demo/data --device cuda \\
       --lerobot-python /work/lerobot-venv/bin/python                 # lerobot 0.6.1's own step beside it
+  actlab bench train --preset aloha_clip --set policy.pretrained_backbone_weights=null \
+      --compare-features                   # frozen CLIP: cached features vs the encoder in every step
 
 model_only_step_ms: the step on a batch already on the device (repeated); full_step_ms: sample +
 gather + augment + step, as `actlab train` runs it. Blocks of each alternate in one run;
@@ -111,6 +113,8 @@ torch.profiler (CUDA kernels on a GPU, torch operators on a CPU: the report says
 inference_ms_per_chunk is predict_action_chunk at batch 1, eager and CUDA-graph replayed;
 nvml_util_median_pct is NVML utilization.gpu (n/a without a GPU). --lerobot-python runs lerobot's own
 ACT training step on the same dataset, device and config in a child process, after actlab's run.
+--compare-features (a frozen backbone) adds the model-only step on the same samples as images, the
+frozen encoder run inside every step: encoder_every_step_ms vs cached_features_step_ms.
 """
 
 
@@ -139,6 +143,11 @@ def _register_train(g) -> None:
     p.add_argument("--lerobot-python", metavar="PY", help="python of a lerobot 0.6.1 venv: time its step too")
     p.add_argument("--lerobot-workers", type=int, default=4, metavar="N", help="its DataLoader workers (4)")
     p.add_argument("--lerobot-steps", type=int, default=30, metavar="N", help="its timed steps (30)")
+    p.add_argument(
+        "--compare-features",
+        action="store_true",
+        help="frozen backbone: also time the step with the encoder run every step instead of cached features",
+    )
     add_json_flag(p)
     p.set_defaults(_run=_run_train)
 
@@ -176,6 +185,7 @@ def _run_train(args) -> int:
         lerobot_python=args.lerobot_python,
         lerobot_workers=args.lerobot_workers,
         lerobot_steps=args.lerobot_steps,
+        compare_features=args.compare_features,
     )
     emit(result, args.json)
     return 0

@@ -27,7 +27,10 @@ Numbers that must agree and why they do (checked by the slow parity test in test
 - the decoder's input content: LeRobot feeds zeros, so only bundles trained with
   ``decoder_input="zeros"`` can be exported (actlab's default feeds the learned queries);
 - ``n_action_steps`` queueing and temporal ensembling are the same algorithm in both;
-- images: LeRobot's ACT does not resize, so ``downscale_img_square`` cannot be exported.
+- images: LeRobot's ACT does not resize, so ``downscale_img_square`` cannot be exported;
+- LeRobot's ACT has torchvision ResNets only, concatenates every camera's tokens and reads one
+  observation (``n_obs_steps`` 1): ViT backbones, ``camera_fusion`` other than ``tokens`` and
+  ``n_obs_steps > 1`` are refused.
 """
 
 from __future__ import annotations
@@ -86,6 +89,26 @@ def check_exportable(config: Any, camera_keys: list[str], file: Path | None = No
             expected="resnet18 or resnet34",
             found=config.vision_backbone,
             fix=f"train with --set policy.vision_backbone=resnet18 to export, or {_EVAL_IN_ACTLAB}",
+        )
+    if config.camera_fusion != "tokens":
+        raise ActlabError(
+            f"LeRobot's ACT has no camera fusion: it always gives every camera's tokens to the encoder "
+            f"(camera_fusion=tokens), this policy fuses them ({config.camera_fusion})",
+            file=file,
+            field="camera_fusion",
+            expected="tokens",
+            found=config.camera_fusion,
+            fix=f"train with --set policy.camera_fusion=tokens to export, or {_EVAL_IN_ACTLAB}",
+        )
+    if config.n_obs_steps != 1:
+        raise ActlabError(
+            "LeRobot's ACT reads the current observation only (its n_obs_steps must be 1); this policy "
+            f"reads the last {config.n_obs_steps}",
+            file=file,
+            field="n_obs_steps",
+            expected=1,
+            found=config.n_obs_steps,
+            fix=f"train with --set policy.n_obs_steps=1 to export, or {_EVAL_IN_ACTLAB}",
         )
     if config.decoder_input != "zeros":
         raise ActlabError(

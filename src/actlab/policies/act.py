@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import dataclasses
 import numbers
 from typing import Any
 
@@ -28,12 +29,13 @@ from torch import nn
 
 from actlab.errors import ActlabError
 from actlab.policies.backbones import IMAGENET_MEAN, IMAGENET_STD, load_imagenet_weights, make_backbone
-from actlab.policies.configs import ACTConfig
+from actlab.policies.configs import VIT_BACKBONES, ACTConfig
 from actlab.policies.contract import FEATURES_SUFFIX
 from actlab.policies.ensemble import TemporalEnsembler
 from actlab.policies.inference import GraphedInference, plan_inference_graphs
 from actlab.policies.layers import Decoder, Encoder, sinusoid_1d, sinusoid_2d
 from actlab.policies.normalize import Normalizer, mean_std
+from actlab.policies.vit import FAMILIES, ViTBackbone, make_vit, recorded_config
 
 STATE = "observation.state"
 ACTION = "action"
@@ -90,6 +92,19 @@ def _last(x: torch.Tensor, sample_ndim: int) -> torch.Tensor:
     return x[:, -1] if x.ndim == sample_ndim + 2 else x
 
 
+def _frames(x: torch.Tensor, k: int, sample_ndim: int, key: str) -> torch.Tensor:
+    """(B, K, *sample) observation window -> (B*K, *sample), oldest frame first. Static shape test only."""
+    if x.ndim != sample_ndim + 2 or x.shape[1] != k:
+        raise ActlabError(
+            f"{key!r} has no window of n_obs_steps frames",
+            field=key,
+            expected=f"(B, {k}, ...) at offsets {list(range(1 - k, 1))} (policy.delta_indices)",
+            found=tuple(x.shape),
+            fix="fetch observations with policy.delta_indices, or call select_action (it keeps the history)",
+        )
+    return x.flatten(0, 1)
+
+
 class ACTPolicy(nn.Module):
     """ACT policy: ``forward(batch) -> (loss, metrics)``, ``predict_action_chunk``, ``select_action``."""
 
@@ -119,14 +134,24 @@ class ACTPolicy(nn.Module):
         self._validate_features()
         self._input_stats = {k: stats[k] for k in self.stats_keys() if k in stats}
         self.normalizer = Normalizer(self._normalizer_entries(stats))
+        self._pretrained = pretrained
         self._build_model()
         self._reset_parameters()
         if self.camera_keys:
-            if pretrained and config.pretrained_backbone_weights == "imagenet":
+            if isinstance(self.backbone, ViTBackbone):
+                if pretrained and config.pretrained_backbone_weights is not None:
+                    self.backbone.load_pretrained(config.pretrained_backbone_weights)
+                # The architecture actually built, so that load_policy rebuilds it without the hub.
+                self.config = dataclasses.replace(
+                    config, vit_config=recorded_config(self.backbone.model.config)
+                )
+            elif pretrained and config.pretrained_backbone_weights == "imagenet":
                 load_imagenet_weights(self.backbone)
-            if config.freeze_backbone:
+            if self.config.freeze_backbone:
                 self.backbone.requires_grad_(False)
         self._action_queue: collections.deque = collections.deque()
+        # the last n_obs_steps - 1 observations seen by select_action, oldest first (reset() clears it)
+        self._obs_history: collections.deque = collections.deque(maxlen=max(1, config.n_obs_steps - 1))
         self._graphed_inference: GraphedInference | None = None  # set by use_cuda_graphs
         self._ensembler = (
             TemporalEnsembler(config.temporal_ensemble_coeff, config.chunk_size)
@@ -161,14 +186,14 @@ class ACTPolicy(nn.Module):
 
     def _image_entries(self, stats: dict[str, Any]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         out = {}
+        vit = FAMILIES.get(self.config.vision_backbone)
+        # "imagenet": what the pretrained weights expect (each ViT's image-processor values, vit.py)
+        mean, std = (vit.mean, vit.std) if vit is not None else (IMAGENET_MEAN, IMAGENET_STD)
         for key in self.camera_keys:
             if self.config.image_norm == "dataset":
                 out[key] = mean_std(stats, key, (3, 1, 1), self.config.image_std_floor, mode="floor")
             else:
-                out[key] = (
-                    torch.tensor(IMAGENET_MEAN).view(3, 1, 1),
-                    torch.tensor(IMAGENET_STD).view(3, 1, 1),
-                )
+                out[key] = (torch.tensor(mean).view(3, 1, 1), torch.tensor(std).view(3, 1, 1))
         return out
 
     def _build_model(self) -> None:
@@ -192,24 +217,72 @@ class ACTPolicy(nn.Module):
             self.register_buffer(
                 "vae_encoder_pos_enc", sinusoid_1d(2 + cfg.chunk_size, d)[None], persistent=False
             )
+        self._img_size = cfg.downscale_img_square  # square side images are resized to (None: kept)
         if self.camera_keys:
-            self.backbone = make_backbone(cfg.vision_backbone, cfg.cnn_small_max_grid, cfg.cnn_small_channels)
-            self.encoder_img_feat_input_proj = nn.Conv2d(self.backbone.out_channels, d, kernel_size=1)
-            grids = [self._feature_grid(k) for k in self.camera_keys]
-            pos = torch.cat([sinusoid_2d(h, w, d) for h, w in grids])  # (sum h*w, D), cameras in order
-            self.register_buffer("encoder_cam_pos", pos, persistent=False)
+            self._build_vision(d)
         self.encoder = Encoder(cfg.n_encoder_layers, *layer_args)
         self.decoder = Decoder(cfg.n_decoder_layers, *layer_args)
         self.encoder_robot_state_input_proj = nn.Linear(self.state_dim, d)
         self.encoder_latent_input_proj = nn.Linear(cfg.latent_dim, d)
-        self.encoder_1d_feature_pos_embed = nn.Embedding(2 + self.n_extra_tokens, d)
+        # [latent, K states, extra]: K = n_obs_steps (1: LeRobot's [latent, state])
+        self.encoder_1d_feature_pos_embed = nn.Embedding(1 + cfg.n_obs_steps + self.n_extra_tokens, d)
         self.decoder_pos_embed = nn.Embedding(cfg.chunk_size, d)
         self.action_head = nn.Linear(d, self.action_dim)
 
+    def _build_vision(self, d: int) -> None:
+        """Backbone, camera fusion and the image tokens' positions (docs/policies.md "Camera fusion")."""
+        cfg = self.config
+        if cfg.vision_backbone in VIT_BACKBONES:
+            weights = cfg.pretrained_backbone_weights if self._pretrained else None
+            self.backbone = make_vit(
+                cfg.vision_backbone, cfg.vit_config, cfg.vit_features, cfg.downscale_img_square, weights
+            )
+            self._img_size = self.backbone.input_size  # a ViT always sees its own input size
+        else:
+            self.backbone = make_backbone(cfg.vision_backbone, cfg.cnn_small_max_grid, cfg.cnn_small_channels)
+        channels, n_cam = self.backbone.out_channels, len(self.camera_keys)
+        grids = [self._feature_grid(k) for k in self.camera_keys]
+        if cfg.camera_fusion != "tokens" and len(set(grids)) > 1:
+            raise ActlabError(
+                f"camera_fusion={cfg.camera_fusion} combines cameras position by position, but their "
+                "feature grids differ",
+                field="camera_fusion",
+                expected="cameras with the same image size (one token grid)",
+                found=dict(zip(self.camera_keys, grids)),
+                fix="resize every camera to one size (data.image_size or downscale_img_square), use "
+                "vit_features=pooled, or camera_fusion=tokens",
+            )
+        if cfg.camera_fusion == "gated" and n_cam < 2:
+            raise ActlabError(
+                "camera_fusion=gated weighs cameras against each other and needs at least two",
+                field="camera_fusion",
+                expected="two or more cameras",
+                found=self.camera_keys,
+                fix="use camera_fusion=tokens (or mean) with one camera",
+            )
+        if cfg.camera_fusion == "concat_mlp":
+            act = nn.ReLU() if cfg.feedforward_activation == "relu" else nn.GELU()
+            # every camera's channels at one grid position -> D
+            self.encoder_img_fusion_mlp = nn.Sequential(nn.Linear(n_cam * channels, d), act, nn.Linear(d, d))
+        else:
+            self.encoder_img_feat_input_proj = nn.Conv2d(channels, d, kernel_size=1)
+        if cfg.camera_fusion == "gated":
+            # gate logit of a camera = w . (its tokens averaged over positions) + its own bias
+            self.encoder_img_gate = nn.Linear(d, 1, bias=False)
+            self.encoder_img_gate_bias = nn.Parameter(torch.zeros(n_cam))
+        if cfg.camera_fusion == "tokens":
+            pos = torch.cat([sinusoid_2d(h, w, d) for h, w in grids])  # (sum h*w, D), cameras in order
+        else:
+            pos = sinusoid_2d(*grids[0], d)  # (h*w, D): one fused grid
+        self.register_buffer("encoder_cam_pos", pos, persistent=False)
+        if cfg.n_obs_steps > 1:
+            # which of the K observation steps an image token comes from (added to its 2-D position)
+            self.encoder_obs_time_embed = nn.Embedding(cfg.n_obs_steps, d)
+
     def _feature_grid(self, key: str) -> tuple[int, int]:
         _, h, w = self.image_shapes[key]
-        if self.config.downscale_img_square is not None:
-            h = w = self.config.downscale_img_square
+        if self._img_size is not None:
+            h = w = self._img_size
         return self.backbone.feature_shape(h, w)
 
     def _reset_parameters(self) -> None:
@@ -271,7 +344,7 @@ class ACTPolicy(nn.Module):
         """uint8 [0, 255] or float [0, 1] (N, 3, H, W) -> normalized float, resized if configured."""
         dtype = self.encoder_cam_pos.dtype  # the model's dtype (a buffer: not a bf16 working weight copy)
         x = images.to(dtype) * (1.0 / 255.0) if images.dtype == torch.uint8 else images.to(dtype)
-        size = self.config.downscale_img_square
+        size = self._img_size
         if size is not None and tuple(x.shape[-2:]) != (size, size):
             x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
         return self.normalizer.normalize(key, x)
@@ -291,15 +364,20 @@ class ACTPolicy(nn.Module):
             )
         return self.backbone(self._prep_images(camera_key, images))
 
-    def _image_tokens(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(B, n_image_tokens, D) for every camera, in camera order."""
+    def _obs_frames(self, x: torch.Tensor, sample_ndim: int, key: str) -> torch.Tensor:
+        """An observation as (B*K, *sample) frames, oldest first (K = 1: the newest frame, (B, *sample))."""
+        k = self.config.n_obs_steps
+        return _last(x, sample_ndim) if k == 1 else _frames(x, k, sample_ndim, key)
+
+    def _feature_maps(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Backbone features (B*K, C', h, w) per camera: cached ones as given, the others computed."""
         feats: dict[str, torch.Tensor] = {}
         raw = [k for k in self.camera_keys if k + FEATURES_SUFFIX not in batch]
         for key in self.camera_keys:
             if key + FEATURES_SUFFIX in batch:
-                feats[key] = _last(batch[key + FEATURES_SUFFIX], 3)  # (B, C', h, w) cached features
+                feats[key] = self._obs_frames(batch[key + FEATURES_SUFFIX], 3, key + FEATURES_SUFFIX)
         if raw:
-            imgs = [self._prep_images(k, _last(batch[k], 3)) for k in raw]  # each (B, 3, H, W)
+            imgs = [self._prep_images(k, self._obs_frames(batch[k], 3, k)) for k in raw]  # (B*K, 3, H, W)
             if len({tuple(x.shape) for x in imgs}) == 1:
                 # One backbone call for all cameras: fewer, larger kernels.
                 for key, f in zip(raw, self.backbone(torch.cat(imgs)).chunk(len(raw))):
@@ -307,12 +385,50 @@ class ACTPolicy(nn.Module):
             else:
                 for key, x in zip(raw, imgs):
                     feats[key] = self.backbone(x)
-        w = self.encoder_img_feat_input_proj.weight
-        tokens = [
-            self.encoder_img_feat_input_proj(feats[k].to(w.dtype)).flatten(2).transpose(1, 2)  # (B, h*w, D)
-            for k in self.camera_keys
-        ]
-        return torch.cat(tokens, dim=1)
+        return feats
+
+    def _image_tokens(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(B, K * n_image_tokens, D): each observation step's camera tokens fused by ``camera_fusion``.
+
+        Per step: ``tokens`` keeps every camera's projected grid side by side (camera order); ``mean``
+        averages the projected grids position by position; ``concat_mlp`` concatenates the cameras'
+        backbone channels per position and maps them to D with a 2-layer MLP; ``gated`` sums the
+        projected grids weighted by a softmax over cameras of learned logits (one per camera and sample,
+        from its tokens averaged over positions). Pooled ViT features are a 1 x 1 grid, so the same rules
+        give one token per camera (tokens) or one fused token (the others).
+        """
+        feats = self._feature_maps(batch)
+        fusion = self.config.camera_fusion
+        if fusion == "concat_mlp":
+            mlp = self.encoder_img_fusion_mlp
+            x = torch.cat([feats[k] for k in self.camera_keys], dim=1)  # (B*K, n_cam*C', h, w)
+            tokens = mlp(x.to(mlp[0].weight.dtype).flatten(2).transpose(1, 2))  # (B*K, h*w, D)
+        else:
+            w = self.encoder_img_feat_input_proj.weight
+            per_cam = [
+                self.encoder_img_feat_input_proj(feats[k].to(w.dtype)).flatten(2).transpose(1, 2)
+                for k in self.camera_keys
+            ]  # each (B*K, h*w, D)
+            if fusion == "tokens":
+                tokens = torch.cat(per_cam, dim=1)  # (B*K, sum h*w, D)
+            elif fusion == "mean":
+                tokens = torch.stack(per_cam).mean(0)  # (B*K, h*w, D)
+            else:  # gated
+                stacked = torch.stack(per_cam, dim=1)  # (B*K, n_cam, h*w, D)
+                logits = self.encoder_img_gate(stacked.mean(2))[..., 0] + self.encoder_img_gate_bias
+                gates = torch.softmax(logits, dim=-1)  # (B*K, n_cam)
+                tokens = (gates[..., None, None].to(stacked.dtype) * stacked).sum(1)  # (B*K, h*w, D)
+        k = self.config.n_obs_steps
+        return tokens.reshape(tokens.shape[0] // k, k * tokens.shape[1], tokens.shape[2])  # (B, K*n, D)
+
+    def _image_pos(self) -> torch.Tensor:
+        """(K * n_image_tokens, D) positions: the 2-D table, plus a learned embedding per step for K > 1."""
+        if self.config.n_obs_steps == 1:
+            return self.encoder_cam_pos
+        pos = self.encoder_cam_pos[None] + self.encoder_obs_time_embed.weight[:, None].to(
+            self.encoder_cam_pos
+        )
+        return pos.flatten(0, 1)  # (K*n, D), oldest step first
 
     # ------------------------------------------------------------------------------------------ hooks
     def _state_input(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -366,17 +482,20 @@ class ACTPolicy(nn.Module):
         """Normalized action chunk (B, H, A), and (mu, log_sigma_x2) when the CVAE encoder ran."""
         state_n = self._state_input(batch)  # (B, D)
         latent, mu, log_sigma_x2 = self._latent(state_n, targets, keep)
-        tokens = [
-            self.encoder_latent_input_proj(latent)[:, None],  # (B, 1, D)
-            self.encoder_robot_state_input_proj(state_n)[:, None],  # (B, 1, D)
-        ]
+        if self.config.n_obs_steps == 1:
+            state_tok = self.encoder_robot_state_input_proj(state_n)[:, None]  # (B, 1, D)
+        else:
+            _frames(batch[STATE], self.config.n_obs_steps, 1, STATE)  # shape check: (B, K, D)
+            window_n = self.normalizer.normalize(STATE, batch[STATE])  # (B, K, D), oldest first
+            state_tok = self.encoder_robot_state_input_proj(window_n)  # (B, K, D)
+        tokens = [self.encoder_latent_input_proj(latent)[:, None], state_tok]  # (B, 1, D), (B, K, D)
         extra = self._extra_tokens(batch, targets, keep, prefix)
         if extra is not None:
             tokens.append(extra)  # (B, n_extra, D)
         pos = [self.encoder_1d_feature_pos_embed.weight]  # (2 + n_extra, D)
         if self.camera_keys:
             tokens.append(self._image_tokens(batch))  # (B, n_img, D)
-            pos.append(self.encoder_cam_pos)
+            pos.append(self._image_pos())
         x = torch.cat(tokens, dim=1)  # (B, S, D)
         pos_t = torch.cat(pos)[None].to(x.dtype)  # (1, S, D)
         memory = self.encoder(x, pos_t)  # (B, S, D)
@@ -474,7 +593,7 @@ class ACTPolicy(nn.Module):
                 found=None if state is None else tuple(state.shape),
                 fix="pass the robot's joint state, batch first",
             )
-        size = self.config.downscale_img_square
+        size = self._img_size
         for key in self.camera_keys:
             if key + FEATURES_SUFFIX in obs:
                 continue
@@ -501,8 +620,29 @@ class ACTPolicy(nn.Module):
             )
 
     def _observation(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Hook: the observation as the model reads it (act_relative adds its state window)."""
+        """Hook: the observation as the model reads it: with ``n_obs_steps`` > 1 and a single frame, the
+        window built from the history ``select_action`` keeps (act_relative adds its state window)."""
+        if self.config.n_obs_steps > 1 and obs[STATE].ndim == 2:
+            return self._obs_window(obs)
         return obs
+
+    def _history_keys(self, obs: dict[str, torch.Tensor]) -> list[str]:
+        keys = [STATE]
+        for key in self.camera_keys:
+            keys.append(key + FEATURES_SUFFIX if key + FEATURES_SUFFIX in obs else key)
+        return keys
+
+    def _obs_window(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """(B, ...) current observation -> (B, K, ...) windows of the last K, oldest first. Before K - 1
+        steps have passed the episode's first observation fills the start (the sampler clamps the same
+        way at episode starts, LeRobot's padding)."""
+        past = list(self._obs_history)
+        k = self.config.n_obs_steps
+        frames = [past[0] if past else obs] * (k - 1 - len(past)) + past + [obs]
+        out = dict(obs)
+        for key in self._history_keys(obs):
+            out[key] = torch.stack([f[key].to(obs[key].device) for f in frames], dim=1)
+        return out
 
     @torch.no_grad()
     def predict_action_chunk(
@@ -544,6 +684,10 @@ class ACTPolicy(nn.Module):
     @torch.no_grad()
     def select_action(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Next action (B, A): pops a queue of ``n_action_steps`` from a chunk, or temporal ensembling."""
+        if self.config.n_obs_steps > 1 and obs[STATE].ndim == 2:
+            window = self._obs_window(obs)
+            self._obs_history.append({k: obs[k].detach().clone() for k in self._history_keys(obs)})
+            obs = window
         if self._ensembler is not None:
             return self._ensembler.update(self.predict_action_chunk(obs))
         if not self._action_queue:
@@ -552,7 +696,8 @@ class ACTPolicy(nn.Module):
         return self._action_queue.popleft()
 
     def reset(self) -> None:
-        """Clear the action queue and the ensembler: call before every episode."""
+        """Clear the action queue, the ensembler and the observation history: call before every episode."""
         self._action_queue.clear()
+        self._obs_history.clear()
         if self._ensembler is not None:
             self._ensembler.reset()

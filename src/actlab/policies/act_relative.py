@@ -236,7 +236,7 @@ class ACTRelativePolicy(ACTPolicy):
     def _observation(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if self.config.obs_state_delta_frames is not None and obs[STATE].ndim == 2:
             return {**obs, STATE: self._state_window(obs[STATE])}
-        return obs
+        return super()._observation(obs)
 
     @torch.no_grad()
     def select_action(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:

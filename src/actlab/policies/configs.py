@@ -8,13 +8,25 @@ The ``type`` field names the registry entry and is written into ``config.json`` 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from actlab.errors import ActlabError
 from actlab.policies.contract import FEATURES_SUFFIX
 from actlab.utils.config import did_you_mean
 
-BACKBONES = ("resnet18", "resnet34", "cnn_small")
+RESNETS = ("resnet18", "resnet34")
+# Pretrained ViT encoders through Hugging Face transformers (the optional extra `actlab[vit]`).
+VIT_BACKBONES = ("clip_vit", "siglip_vit", "dinov2_vit")
+BACKBONES = (*RESNETS, "cnn_small", *VIT_BACKBONES)
+# Weights a ViT backbone loads when pretrained_backbone_weights is "imagenet" (the field's default, kept
+# for the ResNets): the smallest common checkpoint of each family on the Hugging Face hub.
+VIT_DEFAULT_WEIGHTS = {
+    "clip_vit": "openai/clip-vit-base-patch32",
+    "siglip_vit": "google/siglip-base-patch16-224",
+    "dinov2_vit": "facebook/dinov2-small",
+}
+VIT_FEATURES = ("tokens", "pooled")
+CAMERA_FUSIONS = ("tokens", "mean", "concat_mlp", "gated")
 ACTIVATIONS = ("relu", "gelu")
 IMAGE_NORMS = ("imagenet", "dataset")
 DECODER_INPUTS = ("queries", "zeros")
@@ -49,17 +61,36 @@ class ACTConfig:
     temporal_ensemble_coeff: float | None = None
 
     # --- vision ---
-    # image encoder: "resnet18" / "resnet34" (torchvision names, frozen BatchNorm), or "cnn_small" (fast)
+    # image encoder: "resnet18" / "resnet34" (torchvision names, frozen BatchNorm), "cnn_small" (fast), or
+    # a pretrained ViT through transformers (extra `actlab[vit]`): "clip_vit", "siglip_vit", "dinov2_vit"
     vision_backbone: str = "resnet18"
-    # "imagenet": torchvision's ImageNet weights via torch.hub (internet once); null for cnn_small
-    pretrained_backbone_weights: Literal["imagenet"] | None = "imagenet"
+    # ResNets: "imagenet" (torchvision's weights via torch.hub, internet once) or null; cnn_small: null;
+    # ViTs: a hub id (e.g. openai/clip-vit-base-patch32) or a local directory of a save_pretrained model,
+    # "imagenet" meaning the family's default id (VIT_DEFAULT_WEIGHTS), or null (random, vit_config's size)
+    pretrained_backbone_weights: str | None = "imagenet"
+    # ViTs: transformers vision-config fields (hidden_size, num_hidden_layers, patch_size, image_size, ...)
+    # over the family's default config (ViT-B/32 CLIP, ViT-B/16 SigLIP, ViT-S/14 DINOv2) when there are no
+    # weights; filled from the weights' config when the policy is built, so a bundle rebuilds offline
+    vit_config: dict[str, Any] | None = None
+    # ViTs: "tokens" (the patch-token grid, CLS / register tokens dropped) or "pooled" (one embedding per
+    # frame: the model's pooler output)
+    vit_features: str = "tokens"
     # cnn_small only: feature maps larger than this per side are average-pooled to it (fewer image tokens:
     # 8 -> 5 made a d=128 CPU training step 1.6-4.4x faster, docs/benchmarks.md)
     cnn_small_max_grid: int = 8
     # cnn_small only: output channels of its 3x3 convs (strides 2, 2, 2, then 1); narrower is faster on CPU
     cnn_small_channels: tuple[int, ...] = (32, 64, 128, 128)
-    # freeze the backbone: no gradients; a trainer may then pass cached "<camera>.features" instead
-    freeze_backbone: bool = False
+    # freeze the backbone: no gradients; a trainer may then pass cached "<camera>.features" instead.
+    # null (default): frozen for the ViT backbones, trained for the others (resolved when the config is
+    # built: an override of vision_backbone on an existing config keeps the value already resolved)
+    freeze_backbone: bool | None = None
+    # how camera features become encoder tokens (docs/policies.md "Camera fusion"): "tokens" (every
+    # camera's tokens side by side), "mean" (average over cameras per grid position), "concat_mlp" (channels
+    # of all cameras concatenated per position, then a 2-layer MLP), "gated" (learned softmax gates)
+    camera_fusion: str = "tokens"
+    # observations of context: the last K frames of state and images (offsets -(K-1)..0, clamped to the
+    # episode's first frame as LeRobot pads); 1 = the current frame only
+    n_obs_steps: int = 1
     # resize every camera image to this square size (pixels) before the backbone; null keeps it
     downscale_img_square: int | None = None
     # image normalization after /255: "imagenet" mean/std, or "dataset" per-channel stats (std floored)
@@ -139,16 +170,7 @@ class ACTConfig:
             "one of " + ", ".join(BACKBONES),
             f"{self.vision_backbone!r}{did_you_mean(self.vision_backbone, BACKBONES)}",
         )
-        _check(
-            self.pretrained_backbone_weights in (None, "imagenet"),
-            name,
-            "pretrained_backbone_weights",
-            '"imagenet" or null',
-            self.pretrained_backbone_weights,
-        )
-        if self.vision_backbone == "cnn_small" and self.pretrained_backbone_weights is not None:
-            # No pretrained weights exist for cnn_small: record what is really used.
-            object.__setattr__(self, "pretrained_backbone_weights", None)
+        self._check_vision(name)
         min_px = 8 if self.vision_backbone == "cnn_small" else 32
         _check(
             self.downscale_img_square is None or self.downscale_img_square >= min_px,
@@ -219,6 +241,73 @@ class ACTConfig:
             "no repeated camera keys",
             self.cameras,
         )
+        _check(
+            self.camera_fusion in CAMERA_FUSIONS,
+            name,
+            "camera_fusion",
+            "one of " + ", ".join(CAMERA_FUSIONS),
+            f"{self.camera_fusion!r}{did_you_mean(self.camera_fusion, CAMERA_FUSIONS)}",
+        )
+        _check(
+            isinstance(self.n_obs_steps, int) and self.n_obs_steps >= 1,
+            name,
+            "n_obs_steps",
+            "an integer >= 1",
+            self.n_obs_steps,
+        )
+
+    def _check_vision(self, name: str) -> None:
+        """Backbone weights, ViT options and the frozen default (resolved here to what is really used)."""
+        weights = self.pretrained_backbone_weights
+        vit = self.vision_backbone in VIT_BACKBONES
+        if self.freeze_backbone is None:
+            object.__setattr__(self, "freeze_backbone", vit)
+        _check(
+            isinstance(self.freeze_backbone, bool),
+            name,
+            "freeze_backbone",
+            "true, false or null",
+            self.freeze_backbone,
+        )
+        if self.vision_backbone == "cnn_small" and weights is not None:
+            # No pretrained weights exist for cnn_small: record what is really used.
+            object.__setattr__(self, "pretrained_backbone_weights", None)
+        elif vit:
+            if weights == "imagenet":
+                # The field's default names ImageNet ResNets; a ViT records the checkpoint it really loads.
+                object.__setattr__(
+                    self, "pretrained_backbone_weights", VIT_DEFAULT_WEIGHTS[self.vision_backbone]
+                )
+            _check(
+                weights is None or (isinstance(weights, str) and weights.strip() != ""),
+                name,
+                "pretrained_backbone_weights",
+                f"a hub id (e.g. {VIT_DEFAULT_WEIGHTS[self.vision_backbone]}), a local directory, or null",
+                weights,
+            )
+        else:
+            _check(
+                weights in (None, "imagenet"),
+                name,
+                "pretrained_backbone_weights",
+                f'"imagenet" or null for {self.vision_backbone}',
+                weights,
+                "hub ids and local directories are for the ViT backbones (" + ", ".join(VIT_BACKBONES) + ")",
+            )
+        _check(
+            self.vit_config is None or (vit and isinstance(self.vit_config, dict)),
+            name,
+            "vit_config",
+            "null, or a mapping of transformers vision-config fields for a ViT backbone",
+            self.vit_config,
+        )
+        _check(
+            self.vit_features in VIT_FEATURES,
+            name,
+            "vit_features",
+            "one of " + ", ".join(VIT_FEATURES),
+            self.vit_features,
+        )
 
     # ------------------------------------------------------------------------------------------ requests
     def camera_keys(self, features: dict[str, Any]) -> list[str]:
@@ -237,15 +326,19 @@ class ACTConfig:
                 )
         return list(self.cameras)
 
+    def obs_offsets(self) -> list[int]:
+        """Frame offsets of the observation context: ``-(K-1) .. 0`` for ``n_obs_steps = K``."""
+        return list(range(1 - self.n_obs_steps, 1))
+
     def state_offsets(self) -> list[int]:
         """Frame offsets of ``observation.state`` the policy reads (0 = the current frame)."""
-        return [0]
+        return self.obs_offsets()
 
     def delta_indices(self, camera_keys: list[str]) -> dict[str, list[int]]:
         """Every key the sampler must fetch with its frame offsets (only frames the policy uses)."""
         out: dict[str, list[int]] = {"observation.state": self.state_offsets()}
         for key in camera_keys:
-            out[key] = [0]
+            out[key] = self.obs_offsets()
         out["action"] = list(range(self.chunk_size))
         return out
 
@@ -296,10 +389,18 @@ class ACTRelativeConfig(ACTConfig):
             f"0 <= rtc_max_delay < chunk_size ({self.chunk_size})",
             self.rtc_max_delay,
         )
+        _check(
+            self.obs_state_delta_frames is None or self.n_obs_steps == 1,
+            name,
+            "n_obs_steps",
+            "1 when obs_state_delta_frames is set (the delta token reads a 2-frame state window)",
+            self.n_obs_steps,
+            "use n_obs_steps (the state history holds the same information) or obs_state_delta_frames",
+        )
 
     def state_offsets(self) -> list[int]:
         if self.obs_state_delta_frames is None:
-            return [0]
+            return super().state_offsets()
         return [-self.obs_state_delta_frames, 0]
 
     def stats_request(self) -> dict[str, Any]:

@@ -19,6 +19,10 @@ Also in the same run: the kernels per step and the share of the step the device 
 inference latency per predicted chunk at batch 1 (eager, and replayed from a CUDA graph on CUDA), the
 NVML utilization during the full-step blocks (n/a without NVML or a GPU), and with ``lerobot_python``
 lerobot 0.6.1's own ACT training step on the same dataset and device, side by side.
+
+With ``compare_features`` (a frozen backbone, whose features the run caches once per stored frame), a
+third block joins the alternation: the model-only step on the same samples given as images, so the
+frozen encoder runs inside every step, which is what training costs without the feature cache.
 """
 
 from __future__ import annotations
@@ -45,11 +49,15 @@ from actlab.utils.device import resolve_device
 
 def synth_for(cfg: TrainConfig, out: Path, episodes: int = 8, length: int = 60) -> Path:
     """A real LeRobot v3 dataset (AV1 video) with the cameras and dimensions the config's policy expects."""
-    keys = list(getattr(cfg.policy, "cameras", ()) or ("observation.images.top",))
+    # two cameras named like `actlab data convert`'s when the policy fuses cameras (gated needs two)
+    default = ("observation.images.top",)
+    if getattr(cfg.policy, "camera_fusion", "tokens") != "tokens":
+        default = ("observation.images.left", "observation.images.right")
+    keys = list(getattr(cfg.policy, "cameras", ()) or default)
     size = cfg.data.image_size or 64
     size += size % 2  # yuv420p needs even sizes
     cameras = {k.removeprefix("observation.images."): (size, size) for k in keys}
-    dim = 14 if cfg.name == "aloha" else 6
+    dim = 14 if cfg.name.startswith("aloha") else 6
     return synth_dataset(
         out, episodes=episodes, length=length, cameras=cameras, state_dim=dim, action_dim=dim
     )
@@ -90,6 +98,33 @@ def _inference_obs(run, batch: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _image_batch(run, batch: dict[str, Any]) -> dict[str, Any]:
+    """``batch``'s samples with the camera images in place of their cached features (prepared for the
+    step as the trainer prepares images, without augmentation): the frozen encoder then runs in the step."""
+    # lazy: DeviceData may import torch (actlab.datasets keeps it lazy); training modules import without it
+    from actlab.datasets import DeviceData
+    from actlab.errors import ActlabError
+    from actlab.training.augment import prepare_images
+
+    if not run.policy.config.freeze_backbone or not any(k.endswith(FEATURES_SUFFIX) for k in batch):
+        raise ActlabError(
+            "--compare-features compares cached backbone features with the backbone run in every step, "
+            "but this run caches no features",
+            field="policy.freeze_backbone",
+            expected="a frozen backbone and at least one camera",
+            found=f"freeze_backbone={run.policy.config.freeze_backbone}, cameras {run.image_keys or 'none'}",
+            fix="--set policy.freeze_backbone=true (the ViT backbones are frozen by default)",
+        )
+    deltas = {k: v for k, v in run.policy.delta_indices.items() if k in run.image_keys}
+    images = DeviceData(run.dataset, run.store, deltas, run.device, frames_on_device=False).gather(
+        batch["index"]
+    )
+    raw = {k: v for k, v in batch.items() if not k.endswith(FEATURES_SUFFIX + "_is_pad")}
+    raw = {k: v for k, v in raw.items() if not k.endswith(FEATURES_SUFFIX)}
+    raw.update({k: v for k, v in images.items() if k != "index"})
+    return prepare_images(raw, run.image_keys, None, None, run.cfg.channels_last)
+
+
 def bench_train(
     cfg: TrainConfig,
     *,
@@ -100,12 +135,14 @@ def bench_train(
     peak_tflops: float | None = None,
     util_sampler: Any = None,
     profile_steps: int = 3,
+    compare_features: bool = False,
 ) -> dict[str, Any]:
     """Measure model-only and full step times for ``cfg`` (``data.path`` set); returns a report dict.
 
     ``peak_tflops`` (e.g. from ``measure_peak_tflops``) replaces the datasheet peak for MFU, and gives
     one where the table has none (a CPU, an unlisted GPU). ``util_sampler`` (a profiling.nvml
-    UtilSampler) gives the NVML utilization during the full-step blocks.
+    UtilSampler) gives the NVML utilization during the full-step blocks. ``compare_features`` adds the
+    step with the frozen encoder run every step (images instead of cached features), same samples.
     """
     # lazy: inference imports torch; training modules import without it
     from actlab.policies.inference import chunk_latency_ms
@@ -114,10 +151,15 @@ def bench_train(
     try:
         _block(run, warmup, None)  # allocator, autotuning, compile, graph capture, prefetch thread start
         fixed = run.next_batch()
-        model_s, full_s, full_windows = [], [], []
+        with_images = _image_batch(run, fixed) if compare_features else None
+        if with_images is not None:
+            _block(run, 1, with_images)  # its own first-call costs (allocator, autotuning) stay out
+        model_s, full_s, full_windows, encoder_s = [], [], [], []
         for _ in range(rounds):
             model_s.append(_block(run, steps, fixed) / steps)
             full_s.append(_block(run, steps, None, full_windows) / steps)
+            if with_images is not None:
+                encoder_s.append(_block(run, steps, with_images) / steps)
         util = _median_util(util_sampler, full_windows)
         prof = profile_step(lambda: run.step(fixed), run.device, steps=profile_steps)
         latency = chunk_latency_ms(run.policy, _inference_obs(run, fixed))
@@ -138,6 +180,7 @@ def bench_train(
                 "mfu_model_only": model_tp["mfu"],
                 "mfu_full": full_tp["mfu"],
             }
+        features = _features_comparison(run, model_s, encoder_s, with_images)
         return {
             "benchmark": "train",
             "device": str(run.device),
@@ -156,6 +199,7 @@ def bench_train(
                 "profiler_counted": prof["counted"],
                 "steps_timed": f"{rounds} alternating block pairs x {steps} steps",
                 "dataset": cfg.data.path,
+                **features["config"],
             },
             "metrics": {
                 "model_only_step_ms": model_ms,
@@ -176,8 +220,9 @@ def bench_train(
                 "nvml_util_median_pct": _na(util),
                 "inference_ms_per_chunk_eager": latency["eager_ms"],
                 "inference_ms_per_chunk_captured": _na(latency["captured_ms"]),
+                **features["metrics"],
             },
-            "ratios": {"full_vs_model_only": full_ms / model_ms},
+            "ratios": {"full_vs_model_only": full_ms / model_ms, **features["ratios"]},
             "notes": [
                 "model-only: one batch already on the device, step repeated; full: sample + gather + "
                 "augment + step each time; blocks alternate so noise hits both",
@@ -193,11 +238,45 @@ def bench_train(
                 "nvml_util_median_pct: NVML utilization.gpu during the full-step blocks"
                 + ("" if util is not None else f" (n/a: {_no_util_reason(util_sampler)})"),
                 *([run.graphs_off_reason] if run.graphs_off_reason else []),
+                *features["notes"],
                 *notes,
             ],
         }
     finally:
         run.close()
+
+
+def _features_comparison(run, model_s: list[float], encoder_s: list[float], with_images) -> dict[str, Any]:
+    """Report entries of the cached-features vs encoder-every-step comparison (empty when not asked)."""
+    out: dict[str, Any] = {"config": {}, "metrics": {}, "ratios": {}, "notes": []}
+    if with_images is None:
+        return out
+    cfg = run.policy.config
+    n_frames = sum(
+        int(v.shape[0]) * (int(v.shape[1]) if v.ndim == 5 else 1)
+        for k, v in with_images.items()
+        if k in run.image_keys
+    )
+    out["config"]["backbone"] = f"{cfg.vision_backbone} (frozen), {n_frames} frames per batch"
+    weights = getattr(cfg, "pretrained_backbone_weights", None)
+    if weights is None:
+        out["config"]["backbone"] += ", random weights (timing only)"
+    cached_ms, every_ms = 1000 * statistics.median(model_s), 1000 * statistics.median(encoder_s)
+    out["metrics"] = {
+        "cached_features_step_ms": cached_ms,
+        "encoder_every_step_ms": every_ms,
+        "encoder_every_step_ms_fastest": 1000 * min(encoder_s),
+    }
+    # adjacent blocks see the same machine load: the median of their ratios is robust on a shared machine
+    out["ratios"]["encoder_every_step_vs_cached"] = statistics.median(
+        e / m for e, m in zip(encoder_s, model_s)
+    )
+    out["notes"].append(
+        "cached_features_step_ms = model_only_step_ms (the frozen backbone's features computed once per "
+        "stored frame, gathered by index); encoder_every_step_ms: the same samples as images, the frozen "
+        "backbone run inside every step (no gradient through it); blocks alternate with the others"
+    )
+    return out
 
 
 def _no_util_reason(sampler) -> str:
@@ -249,6 +328,7 @@ def run_bench(
     lerobot_python: str | None = None,
     lerobot_workers: int = 4,
     lerobot_steps: int = 30,
+    compare_features: bool = False,
 ) -> dict[str, Any]:
     """``bench_train`` on ``dataset``, or on a synthetic dataset built in a temporary directory; with
     ``lerobot_python`` also lerobot's own ACT step on the same dataset, device and config (after actlab's
@@ -263,7 +343,13 @@ def run_bench(
         sampler = _util_sampler(cfg, device)
         try:
             result = bench_train(
-                cfg, steps=steps, rounds=rounds, device=device, peak_tflops=peak_tflops, util_sampler=sampler
+                cfg,
+                steps=steps,
+                rounds=rounds,
+                device=device,
+                peak_tflops=peak_tflops,
+                util_sampler=sampler,
+                compare_features=compare_features,
             )
             if not dataset:
                 result["config"]["dataset"] = "synthetic (temporary, 8 episodes x 60 frames)"

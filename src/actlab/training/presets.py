@@ -6,6 +6,8 @@
 - ``so101_sim``: full-size ACT (ResNet-18) on the simulated SO-101 data, for a GPU.
 - ``aloha``: full-size ACT for 14-dim bimanual ALOHA data with the 480x640 top camera (resize with
   ``data.image_size``), for a GPU.
+- ``aloha_clip``: 14-dim bimanual data imported from ``.npy`` episodes with a frozen CLIP ViT-B/32
+  (features computed once per frame), cameras fused, the last 3 observations as context, for a GPU.
 
 Policy fields are passed to the policy's own config class, so a preset fails at once (with a
 did-you-mean) if a name drifts from ``actlab.policies``.
@@ -183,11 +185,51 @@ def aloha() -> TrainConfig:
     )
 
 
+def aloha_clip() -> TrainConfig:
+    """The bimanual team's setup: 14-dim ALOHA-like data from ``.npy`` (``actlab data convert``: cameras
+    ``observation.images.left`` / ``right``), a frozen CLIP ViT-B/32 image encoder whose pooled embedding
+    is cached once per stored frame, the cameras fused by concatenation + MLP, and the last 3
+    observations (state and images) as context. Everything else is ACT's (LeRobot) full size, for a GPU.
+    """
+    return TrainConfig(
+        name="aloha_clip",
+        policy=_policy(
+            **{
+                **ACT_FULL,
+                "vision_backbone": "clip_vit",
+                "pretrained_backbone_weights": "openai/clip-vit-base-patch32",
+                "freeze_backbone": True,
+                "vit_features": "pooled",  # one 768-d embedding per camera and frame
+                "camera_fusion": "concat_mlp",  # the team also used mean and gated: --set to compare
+                "n_obs_steps": 3,
+            }
+        ),
+        data=DataConfig(
+            image_size=224,  # CLIP's input size: frames are resized once, when the FrameStore is built
+            val_fraction=0.05,
+        ),
+        augment=AugmentConfig(),  # off: a frozen encoder's cached features cannot be augmented
+        optim=OptimConfig(lr=1e-5, backbone_lr=1e-5, weight_decay=1e-4, grad_clip=10.0),
+        schedule=ScheduleConfig(kind="constant", warmup_steps=0),
+        eval=ValidationConfig(every=5000, batches=16),
+        checkpoint=CheckpointConfig(every=10_000, keep_last=3, keep_best=True),
+        log=LogConfig(every=100),
+        steps=100_000,
+        batch_size=8,
+        device="auto",
+        amp="auto",
+    )
+
+
 PRESETS: dict[str, tuple[str, Callable[[], TrainConfig]]] = {
     "tiny": ("d=32 ACT on 32 px images, 20 steps on CPU (tests)", tiny),
     "so101_sim_cpu": ("small ACT (d=64), two 80 px cameras, ~7 min on 2 CPU cores (the demo)", so101_sim_cpu),
     "so101_sim": ("full ACT (ResNet-18) on SO-101 sim data, one GPU", so101_sim),
     "aloha": ("full ACT, 14-dim ALOHA, top camera 480x640, one GPU", aloha),
+    "aloha_clip": (
+        "14-dim bimanual .npy data, frozen CLIP ViT-B/32, fused cameras, 3 obs of context",
+        aloha_clip,
+    ),
 }
 
 
