@@ -103,3 +103,18 @@ def test_a_config_json_with_the_retired_kill_at_step_key_still_loads():
     assert "kill_at_step" not in config_to_dict(cfg)
     with pytest.raises(ActlabError, match="unknown config key 'kill_at_step'"):
         apply_train_overrides(cfg, ["kill_at_step=3"])  # a test hook, not an override
+
+
+def test_switching_between_cnn_and_vit_backbones_resolves_freezing_again():
+    """A built config holds its resolved freeze_backbone (trained for CNNs); switching a preset to a ViT
+    freezes the ViT unless the same overrides say otherwise, and switching back trains the CNN."""
+    vit = ["policy.vision_backbone=clip_vit", "policy.pretrained_backbone_weights=null"]
+    frozen = apply_train_overrides(get_preset("tiny"), vit)
+    assert get_preset("tiny").policy.freeze_backbone is False
+    assert frozen.policy.freeze_backbone is True
+    assert apply_train_overrides(frozen, ["policy.vision_backbone=cnn_small"]).policy.freeze_backbone is False
+    tuned = apply_train_overrides(get_preset("tiny"), [*vit, "policy.freeze_backbone=false"])
+    assert tuned.policy.freeze_backbone is False
+    # within one family an explicit choice stays: a frozen ResNet stays frozen on resnet34
+    frozen_cnn = apply_train_overrides(get_preset("tiny"), ["policy.freeze_backbone=true"])
+    assert apply_train_overrides(frozen_cnn, ["policy.vision_backbone=resnet34"]).policy.freeze_backbone

@@ -82,7 +82,7 @@ class ACTConfig:
     cnn_small_channels: tuple[int, ...] = (32, 64, 128, 128)
     # freeze the backbone: no gradients; a trainer may then pass cached "<camera>.features" instead.
     # null (default): frozen for the ViT backbones, trained for the others (resolved when the config is
-    # built: an override of vision_backbone on an existing config keeps the value already resolved)
+    # built; `--set policy.vision_backbone=...` that switches between a CNN and a ViT resolves it again)
     freeze_backbone: bool | None = None
     # how camera features become encoder tokens (docs/policies.md "Camera fusion"): "tokens" (every
     # camera's tokens side by side), "mean" (average over cameras per grid position), "concat_mlp" (channels

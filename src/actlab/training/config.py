@@ -370,6 +370,7 @@ def apply_train_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig
         policy_items = [o for o in overrides if o.split("=", 1)[0].strip().startswith("policy.")]
         cfg = dataclasses.replace(cfg, policy=_switch_policy_type(cfg.policy, policy_items))
         overrides = [o for o in overrides if o not in policy_items]
+    overrides = _refreeze(cfg.policy, overrides)
     for item in overrides:
         key = item.split("=", 1)[0].strip()
         if key.startswith("policy.") and cfg.policy is None:
@@ -379,6 +380,23 @@ def apply_train_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig
                 fix="start from a preset (--preset NAME)",
             )
     return cfgutil.apply_overrides(cfg, overrides)
+
+
+def _refreeze(policy: PolicyConfig | None, overrides: list[str]) -> list[str]:
+    """``freeze_backbone`` follows a switch between a ViT and a CNN backbone unless it is overridden too.
+
+    A built config holds the resolved value (frozen for ViTs, trained for CNNs), so without this
+    ``--set policy.vision_backbone=clip_vit`` on a ResNet preset would fine-tune the whole ViT."""
+    from actlab.policies.configs import VIT_BACKBONES
+
+    keys = dict(o.split("=", 1) for o in overrides if "=" in o)
+    keys = {k.strip(): v.strip() for k, v in keys.items()}
+    new = keys.get("policy.vision_backbone")
+    if new is None or "policy.freeze_backbone" in keys or not hasattr(policy, "vision_backbone"):
+        return overrides
+    if (new in VIT_BACKBONES) == (policy.vision_backbone in VIT_BACKBONES):
+        return overrides
+    return [*overrides, "policy.freeze_backbone=null"]
 
 
 def _switch_policy_type(old: PolicyConfig | None, items: list[str]) -> PolicyConfig:
