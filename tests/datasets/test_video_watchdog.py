@@ -9,6 +9,7 @@ at the end so the planted thread finishes.
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -95,6 +96,45 @@ def test_a_stall_while_replacing_keeps_the_old_dataset_and_a_rerun_succeeds(tmp_
         for ep in _episodes(2):
             w.add_episode(ep, task="new")  # the re-run: the stall was a one-off, as the deadlock is
     assert open_dataset(root).tasks == ["new"] and len(open_dataset(root)) == 24
+
+
+@pytest.mark.timeout(60)
+def test_an_abort_stuck_in_the_encoder_is_abandoned_too(tmp_path, stall_once, monkeypatch):
+    # As seen in a real SVT-AV1 deadlock (two cameras, gdb: every SVT thread waiting on a semaphore): the
+    # wrist encoder blocks in its per-frame call, the watchdog fires, and the writer aborts both cameras;
+    # the top camera's abort drains its encoder, which blocks too. That drain was not watched, so the
+    # abort (and the recording) waited forever. Now the error arrives within about two stall periods.
+    real_abort = video_mod.VideoEncoder.abort
+    drain = threading.Event()
+
+    def abort(self):
+        if tmp_path in self.path.parents and "top" in str(self.path):
+            drain.set()
+            stall_once.release.wait()  # stuck in the drain until the test ends
+        return real_abort(self)
+
+    stalled_encode = video_mod.VideoEncoder.encode  # the fixture's (the wrist camera's stall)
+
+    def encode(self, frames):
+        if tmp_path in self.path.parents and "top" in str(self.path):
+            time.sleep(0.05)  # the top camera runs behind, so it is inside an episode when the abort comes
+        return stalled_encode(self, frames)
+
+    monkeypatch.setattr(video_mod.VideoEncoder, "encode", encode)
+    monkeypatch.setattr(video_mod.VideoEncoder, "abort", abort)
+    stall_once.armed.set()
+    with (
+        pytest.raises(ActlabError, match="no progress for 0.5 s") as e,
+        DatasetWriter(tmp_path / "ds", 30, make_features(5, 5, CAMS), video=VideoOptions(stall_s=0.5)) as w,
+    ):
+        # more episodes than the wrist queue holds (4): the recorder waits on the stalled wrist encoder,
+        # and the watchdog's error comes while the top camera is still encoding
+        for ep in _episodes(8):
+            w.add_episode(ep, task="x")
+    assert stall_once.entered.is_set() and drain.is_set()  # both encoders were stuck
+    assert "observation.images.wrist" in str(e.value.file)
+    assert not stall_once.release.is_set()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no dataset, no temp directory
 
 
 @pytest.mark.parametrize("threaded", [True, False])

@@ -243,6 +243,11 @@ class EncoderThread:
                 except BaseException as e:
                     self._error = e
             if item is None and self._encoder is not None:  # aborted with a file open: drain, drop it
+                # The drain calls into the encoder too, and a deadlocked SVT-AV1 blocks there as well
+                # (seen: one camera's encoder stuck in send_picture, the other's abort stuck in
+                # svt_av1_enc_get_packet, every SVT thread waiting on a semaphore): watched like an item,
+                # so abort() gives up on it after stall_s instead of waiting forever.
+                self._beat, self._busy = self._clock(), True
                 self._encoder.abort()
                 self._encoder = None
             with self._changed:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from actlab.datasets import DatasetWriter, make_features
-from actlab.datasets.video import EncoderStalled
+from actlab.datasets.video import EncoderStalled, VideoOptions
 from actlab.errors import ActlabError
 from actlab.sim import FPS, TASK_TEXT, ExpertConfig, ExpertPolicy, make_env, task_config
 from actlab.sim.scene import JOINT_NAMES
@@ -229,6 +229,11 @@ META_EPISODE_BYTES = 3 << 10
 EXPERT_EPISODE_STEPS = 163
 # A recording whose video encoder stalled is started over once (record_dataset).
 RECORD_ATTEMPTS = 2
+# Seconds without an encoded frame before the recorder's watchdog calls an encoder stalled. A sim camera
+# frame (64-480 px) takes milliseconds to encode, and well under a second at a load average of 20, so 30 s
+# (not the writer's general 120 s) still never fires on a slow machine and a deadlocked SVT-AV1 costs
+# half a minute before the recording starts over.
+RECORD_STALL_S = 30.0
 
 
 def estimate_bytes(config: RecordConfig) -> int:
@@ -320,6 +325,7 @@ def _record_once(
         robot_type="so101",
         overwrite=overwrite,
         estimated_bytes=need,
+        video=VideoOptions(stall_s=RECORD_STALL_S),
     ) as writer:
         bar = tqdm(
             total=config.episodes, unit="ep", desc="recording", disable=not progress, dynamic_ncols=True
