@@ -202,8 +202,11 @@ class EncoderThread:
     episode while this thread encodes the previous one (``max_pending`` items may wait; 0 makes every
     call wait until its item is encoded). Errors surface at the next call or at ``finish``.
 
-    Why a watchdog: SVT-AV1 3.x can deadlock inside ``svt_av1_enc_send_picture`` (every encoder thread
-    waiting on a semaphore, CPU at 0; public reports against 3.1.x, seen here as hung recordings). The
+    Why a watchdog: SVT-AV1 can deadlock inside ``svt_av1_enc_send_picture`` (every encoder thread
+    waiting on a semaphore, CPU at 0; public reports against 3.1.x, and seen here with 4.1.0 as bundled by
+    PyAV 18.1: a recording on a loaded 2-core machine stopped at episode 13, gdb showing one camera's
+    encoder in send_picture, the other's drain in ``svt_av1_enc_get_packet`` and all 80 SVT threads in
+    ``sem_wait``). The
     encoding thread records a heartbeat after every frame; a caller that waits on it (a full queue,
     ``finish``) raises :class:`ActlabError` naming the file once the current item has made no progress
     for ``stall_s`` seconds. A thread stuck in C cannot be stopped: it is abandoned (a daemon thread,

@@ -79,7 +79,17 @@ def plot_training(rows: Sequence[dict[str, Any]], path: str | Path, title: str |
 def _draw_losses(ax: Any, rows: Sequence[dict[str, Any]]) -> None:
     for key in loss_keys(rows):
         steps, values = _series(rows, key)
-        ax.plot(steps, values, lw=1.6 if key == "loss" else 1.0, label=key)
+        # The total under the terms, wide and light: when one term is nearly all of it (ACT's l1_loss,
+        # once the KL term has collapsed) the two curves coincide and the total still shows.
+        total = key == "loss"
+        ax.plot(
+            steps,
+            values,
+            lw=4.0 if total else 1.0,
+            alpha=0.45 if total else 1.0,
+            label=key,
+            zorder=1 if total else 2,
+        )
     steps, values = _series(rows, "val_loss")
     if len(steps):
         best = int(np.argmin(values))
