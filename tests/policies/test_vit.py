@@ -6,18 +6,10 @@ import torch
 from actlab.errors import ActlabError
 from actlab.policies import ACTConfig, load_policy, make_policy, save_policy
 from conftest import make_batch, make_features, make_stats, observation, tiny_kwargs
+from tiny_vit import TINY_VIT
 
 transformers = pytest.importorskip("transformers", reason="pip install -e '.[vit]'")
 
-# hidden 32, 2 layers, 2 heads, patch 8 on 32 px: a few ms per forward
-TINY_VIT = {
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "intermediate_size": 64,
-    "patch_size": 8,
-    "image_size": 32,
-}
 FAMILIES = ("clip_vit", "siglip_vit", "dinov2_vit")
 
 

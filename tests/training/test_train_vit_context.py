@@ -13,15 +13,7 @@ from actlab.datasets.sampler import window_indices
 from actlab.policies import ACTConfig
 from actlab.training import apply_train_overrides, get_preset, with_dataset
 from actlab.training.build import build_run
-
-TINY_VIT = {
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "intermediate_size": 64,
-    "patch_size": 8,
-    "image_size": 32,
-}
+from tiny_vit import TINY_VIT
 
 
 @pytest.fixture(scope="module")

@@ -100,8 +100,10 @@ examples:
       --steps 10 --rounds 10 --json                                  # the demo's training step
   actlab bench train --preset so101_sim --dataset runs/demo/data --device cuda \\
       --lerobot-python /work/lerobot-venv/bin/python                 # lerobot 0.6.1's own step beside it
-  actlab bench train --preset aloha_clip --set policy.pretrained_backbone_weights=null \
-      --compare-features                   # frozen CLIP: cached features vs the encoder in every step
+  actlab bench train --preset tiny --set policy.vision_backbone=clip_vit --compare-features \\
+      --set policy.pretrained_backbone_weights=null --steps 3 --rounds 3 \\
+      --set 'policy.vit_config={"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}'
+  actlab bench train --preset aloha_clip --device cuda --compare-features   # the real CLIP ViT-B/32
 
 model_only_step_ms: the step on a batch already on the device (repeated); full_step_ms: sample +
 gather + augment + step, as `actlab train` runs it. Blocks of each alternate in one run;
@@ -114,7 +116,8 @@ inference_ms_per_chunk is predict_action_chunk at batch 1, eager and CUDA-graph 
 nvml_util_median_pct is NVML utilization.gpu (n/a without a GPU). --lerobot-python runs lerobot's own
 ACT training step on the same dataset, device and config in a child process, after actlab's run.
 --compare-features (a frozen backbone) adds the model-only step on the same samples as images, the
-frozen encoder run inside every step: encoder_every_step_ms vs cached_features_step_ms.
+frozen encoder run inside every step: encoder_every_step_ms vs cached_features_step_ms (above: a
+small CLIP with random weights, seconds on a CPU; then the aloha_clip preset's CLIP ViT-B/32).
 """
 
 
