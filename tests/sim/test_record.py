@@ -221,7 +221,6 @@ def test_a_full_disk_while_recording_exits_2_leaves_nothing_and_can_be_run_again
 
 
 def test_a_stalled_encoder_is_recorded_again_and_gives_the_same_dataset(tmp_path, monkeypatch, capsys):
-    import functools
     import threading
 
     from actlab.datasets import open_dataset
@@ -243,14 +242,14 @@ def test_a_stalled_encoder_is_recorded_again_and_gives_the_same_dataset(tmp_path
         return real(self, frames)
 
     monkeypatch.setattr(video_mod.VideoEncoder, "encode", encode)
-    quick = functools.partial(record_mod.DatasetWriter, video=video_mod.VideoOptions(stall_s=0.5))
-    monkeypatch.setattr(record_mod, "DatasetWriter", quick)
+    monkeypatch.setattr(record_mod, "RECORD_STALL_S", 0.5)  # the recorder's watchdog: 0.5 s, not 30
     try:
         again = record_dataset(tmp_path / "retried", cfg, progress=False)
     finally:
         release.set()
     assert taken.is_set()
-    assert "made no progress" in capsys.readouterr().err  # the user is told, and it was recorded again
+    # the user is told (with the recorder's watchdog period), and it was recorded again
+    assert "made no progress for 0.5 s" in capsys.readouterr().err
     a, b = open_dataset(clean.path), open_dataset(again.path)
     np.testing.assert_array_equal(a.column("action"), b.column("action"))
     np.testing.assert_array_equal(a.column("observation.state"), b.column("observation.state"))
@@ -258,7 +257,6 @@ def test_a_stalled_encoder_is_recorded_again_and_gives_the_same_dataset(tmp_path
 
 
 def test_a_second_stall_is_the_error(tmp_path, monkeypatch):
-    import functools
     import threading
 
     from actlab.datasets import video as video_mod
@@ -273,10 +271,9 @@ def test_a_second_stall_is_the_error(tmp_path, monkeypatch):
         return real(self, frames)
 
     monkeypatch.setattr(video_mod.VideoEncoder, "encode", encode)
-    quick = functools.partial(record_mod.DatasetWriter, video=video_mod.VideoOptions(stall_s=0.5))
-    monkeypatch.setattr(record_mod, "DatasetWriter", quick)
+    monkeypatch.setattr(record_mod, "RECORD_STALL_S", 0.5)  # the recorder's watchdog: 0.5 s, not 30
     try:
-        with pytest.raises(video_mod.EncoderStalled):
+        with pytest.raises(video_mod.EncoderStalled, match="no progress for 0.5 s"):
             record_dataset(
                 tmp_path / "ds", RecordConfig(episodes=1, image_size=16, workers=0), progress=False
             )
