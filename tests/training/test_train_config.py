@@ -118,3 +118,19 @@ def test_switching_between_cnn_and_vit_backbones_resolves_freezing_again():
     # within one family an explicit choice stays: a frozen ResNet stays frozen on resnet34
     frozen_cnn = apply_train_overrides(get_preset("tiny"), ["policy.freeze_backbone=true"])
     assert apply_train_overrides(frozen_cnn, ["policy.vision_backbone=resnet34"]).policy.freeze_backbone
+
+
+def test_switching_backbones_resolves_default_weights_again_and_keeps_chosen_ones():
+    """aloha_clip holds CLIP's default checkpoint, resolved from "imagenet": another backbone gets its own
+    default, not CLIP's weights; weights the user named, or none, stay as they are."""
+    clip = get_preset("aloha_clip")
+    assert clip.policy.pretrained_backbone_weights == "openai/clip-vit-base-patch32"
+    siglip = apply_train_overrides(clip, ["policy.vision_backbone=siglip_vit"]).policy
+    assert siglip.pretrained_backbone_weights == "google/siglip-base-patch16-224"
+    resnet = apply_train_overrides(clip, ["policy.vision_backbone=resnet18"]).policy
+    assert (resnet.pretrained_backbone_weights, resnet.freeze_backbone) == ("imagenet", False)
+    mine = ["policy.vision_backbone=siglip_vit", "policy.pretrained_backbone_weights=/models/siglip"]
+    assert apply_train_overrides(clip, mine).policy.pretrained_backbone_weights == "/models/siglip"
+    # tiny's cnn_small has no weights (null): a switch to a ResNet does not start a download
+    tiny = apply_train_overrides(get_preset("tiny"), ["policy.vision_backbone=resnet18"])
+    assert tiny.policy.pretrained_backbone_weights is None

@@ -82,7 +82,7 @@ class ACTConfig:
     cnn_small_channels: tuple[int, ...] = (32, 64, 128, 128)
     # freeze the backbone: no gradients; a trainer may then pass cached "<camera>.features" instead.
     # null (default): frozen for the ViT backbones, trained for the others (resolved when the config is
-    # built; `--set policy.vision_backbone=...` that switches between a CNN and a ViT resolves it again)
+    # built; `--set policy.vision_backbone=...` resolves it again, see training.config)
     freeze_backbone: bool | None = None
     # how camera features become encoder tokens (docs/policies.md "Camera fusion"): "tokens" (every
     # camera's tokens side by side), "mean" (average over cameras per grid position), "concat_mlp" (channels

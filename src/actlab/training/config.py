@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from actlab.errors import ActlabError
 from actlab.policies import get_config_class
+from actlab.policies.configs import VIT_BACKBONES, VIT_DEFAULT_WEIGHTS
 from actlab.policies.contract import PolicyConfig
 from actlab.utils import config as cfgutil
 
@@ -370,7 +371,7 @@ def apply_train_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig
         policy_items = [o for o in overrides if o.split("=", 1)[0].strip().startswith("policy.")]
         cfg = dataclasses.replace(cfg, policy=_switch_policy_type(cfg.policy, policy_items))
         overrides = [o for o in overrides if o not in policy_items]
-    overrides = _refreeze(cfg.policy, overrides)
+    overrides = _rederive_backbone_fields(cfg.policy, overrides)
     for item in overrides:
         key = item.split("=", 1)[0].strip()
         if key.startswith("policy.") and cfg.policy is None:
@@ -382,21 +383,27 @@ def apply_train_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig
     return cfgutil.apply_overrides(cfg, overrides)
 
 
-def _refreeze(policy: PolicyConfig | None, overrides: list[str]) -> list[str]:
-    """``freeze_backbone`` follows a switch between a ViT and a CNN backbone unless it is overridden too.
+def _rederive_backbone_fields(policy: PolicyConfig | None, overrides: list[str]) -> list[str]:
+    """Fields a built config derived from ``vision_backbone`` are derived again when the overrides switch
+    it, unless the same overrides set them.
 
-    A built config holds the resolved value (frozen for ViTs, trained for CNNs), so without this
-    ``--set policy.vision_backbone=clip_vit`` on a ResNet preset would fine-tune the whole ViT."""
-    from actlab.policies.configs import VIT_BACKBONES
-
+    A built config holds resolved values: ``freeze_backbone`` (null -> frozen for ViTs, trained for CNNs)
+    and ``pretrained_backbone_weights`` ("imagenet" -> the ViT family's default hub id). Kept as they were,
+    ``--set policy.vision_backbone=clip_vit`` on a ResNet preset would fine-tune the whole ViT, and
+    ``siglip_vit`` on the aloha_clip preset would load CLIP's checkpoint into SigLIP."""
     keys = dict(o.split("=", 1) for o in overrides if "=" in o)
     keys = {k.strip(): v.strip() for k, v in keys.items()}
     new = keys.get("policy.vision_backbone")
-    if new is None or "policy.freeze_backbone" in keys or not hasattr(policy, "vision_backbone"):
+    old = getattr(policy, "vision_backbone", None)
+    if new is None or old is None or new == old:
         return overrides
-    if (new in VIT_BACKBONES) == (policy.vision_backbone in VIT_BACKBONES):
-        return overrides
-    return [*overrides, "policy.freeze_backbone=null"]
+    extra = []
+    if "policy.freeze_backbone" not in keys and (new in VIT_BACKBONES) != (old in VIT_BACKBONES):
+        extra.append("policy.freeze_backbone=null")
+    weights = policy.pretrained_backbone_weights
+    if "policy.pretrained_backbone_weights" not in keys and weights == VIT_DEFAULT_WEIGHTS.get(old, ""):
+        extra.append("policy.pretrained_backbone_weights=imagenet")  # resolved again for the new backbone
+    return [*overrides, *extra]
 
 
 def _switch_policy_type(old: PolicyConfig | None, items: list[str]) -> PolicyConfig:
