@@ -48,3 +48,13 @@ def test_no_help_shows_an_escaped_percent_sign():
     shown = {" ".join(path): p.format_help() for path, p in _all_parsers(build_parser())}
     assert len(shown) > 20
     assert [cmd for cmd, text in shown.items() if "%%" in text] == []
+
+
+def test_eval_video_pick_choices_are_the_harness_s():
+    # The CLI lists them itself (it must not import the evaluation harness to build its parser).
+    from actlab.cli import build_parser
+    from actlab.evaluation.harness import VIDEO_PICKS
+
+    evaluate = dict(_all_parsers(build_parser()))[("actlab", "eval")]
+    pick = next(a for a in evaluate._actions if a.dest == "video_pick")
+    assert tuple(pick.choices) == VIDEO_PICKS and pick.default == VIDEO_PICKS[0]
