@@ -58,3 +58,13 @@ def test_eval_video_pick_choices_are_the_harness_s():
     evaluate = dict(_all_parsers(build_parser()))[("actlab", "eval")]
     pick = next(a for a in evaluate._actions if a.dest == "video_pick")
     assert tuple(pick.choices) == VIDEO_PICKS and pick.default == VIDEO_PICKS[0]
+
+
+def test_eval_default_seed_is_the_harness_s():
+    # Written out in the parser for the same reason; it must stay the held-out default.
+    from actlab.cli import build_parser
+    from actlab.evaluation.seeds import DEFAULT_SEED
+
+    evaluate = dict(_all_parsers(build_parser()))[("actlab", "eval")]
+    seed = next(a for a in evaluate._actions if a.dest == "seed")
+    assert seed.default == DEFAULT_SEED

@@ -12,6 +12,7 @@ from actlab.cli import main
 from actlab.errors import ActlabError
 from actlab.evaluation import EnvSpec, EvalConfig, evaluate, resolve_paths
 from actlab.evaluation.harness import VIDEO_HOLD_S
+from actlab.evaluation.seeds import DEFAULT_SEED
 from actlab.evaluation.video import read_video
 from procs import run_cli
 
@@ -46,7 +47,7 @@ def test_sweep_writes_tables_plot_videos_and_whiskers(tiny_run, tmp_path, capsys
     assert [c["step"] for c in ckpts] == [10, 20, 30]
     assert [c["name"] for c in ckpts] == ["step_0000010", "step_0000020", "step_0000030"]
     for c in ckpts:  # identical seeded episodes for every checkpoint
-        assert [e["seed"] for e in c["episodes"]] == [0, 1]
+        assert [e["seed"] for e in c["episodes"]] == [DEFAULT_SEED, DEFAULT_SEED + 1]
         s = c["summary"]
         assert s["episodes"] == 2 and 0.0 <= s["ci_low"] <= s["success_rate"] <= s["ci_high"] <= 1.0
         assert sum(s["outcomes"].values()) == 2
@@ -135,9 +136,9 @@ def test_act_bundle_is_reset_before_every_episode_and_stale_queues_cannot_leak(t
     alone = evaluate(
         load_policy(bundle),
         spec,
-        EvalConfig(episodes=1, seed=2, workers=1, batch_envs=1, threads_per_worker=1),
+        EvalConfig(episodes=1, seed=DEFAULT_SEED + 2, workers=1, batch_envs=1, threads_per_worker=1),
     )
-    assert alone.episodes[0].seed == ev.episodes[2].seed == 2
+    assert alone.episodes[0].seed == ev.episodes[2].seed == DEFAULT_SEED + 2
     assert alone.episodes[0].max_lift_m == ev.episodes[2].max_lift_m
     # Batched lockstep: one reset per group, then one batched call per step.
     log = CallLog(load_policy(bundle))
@@ -161,3 +162,43 @@ def test_policy_images_follow_the_bundle(tiny_run):
     )
     assert ev.episodes[0].steps == 3
     assert np.isfinite(ev.summary.mean_reward)
+
+
+def test_training_scenes_are_refused_and_only_evaluated_on_request(tiny_run, tmp_path, capsys):
+    """The recorder writes its episodes' seeds, training copies them into every bundle, and evaluation
+    refuses seeds that meet them: the demonstrations' own scenes are not a held-out measurement."""
+    data_info = json.loads((tiny_run.parent / "data" / "meta" / "info.json").read_text())
+    assert data_info["actlab_sim"] == {"task": "so101_pick_place", "episode_seeds": [0, 1, 2, 3]}
+    bundle = tiny_run / "checkpoints" / "step_0000010"
+    meta = json.loads((bundle / "actlab.json").read_text())
+    assert meta["extra"]["train"]["dataset"]["sim"]["episode_seeds"] == [0, 1, 2, 3]
+
+    base = ["eval", str(tiny_run), "--episodes", "2", "--max-steps", "3", "--workers", "1"]
+    out = tmp_path / "eval"
+    assert main([*base, "--seed", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "scenes the policy was trained on" in err and "--seed" in err and "2 of 2 are training" in err
+    assert "--allow-training-seeds" in err and not out.exists()  # refused before any episode ran
+
+    # On request it runs, says so on stderr, and every row and record counts the training scenes.
+    assert main([*base, "--seed", "3", "--allow-training-seeds", "--json"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert [c["training_scene_episodes"] for c in report["checkpoints"]] == [1, 1, 1]  # seed 3 of 3..4
+    assert captured.err.count("start from scenes it was trained on") == 3
+    assert main([*base, "--seed", "3", "--allow-training-seeds", "--markdown"]) == 0
+    assert capsys.readouterr().out.count("(1 training scenes)") == 3
+
+    # A bundle from before seeds were recorded in it is checked against the dataset it names.
+    old = tmp_path / "old_bundle"
+    import shutil
+
+    shutil.copytree(bundle, old)
+    del meta["extra"]["train"]["dataset"]["sim"]
+    (old / "actlab.json").write_text(json.dumps(meta))
+    with pytest.raises(ActlabError, match="trained on"):
+        evaluate(str(old), EnvSpec("so101_pick_place", max_steps=3), EvalConfig(episodes=1, seed=0, workers=1))
+    # The defaults never meet the recorder's seeds.
+    assert EvalConfig().seed == DEFAULT_SEED
+    ev = evaluate(str(old), EnvSpec("so101_pick_place", max_steps=3), EvalConfig(episodes=1, workers=1))
+    assert ev.training_scenes == 0 and ev.episodes[0].seed == DEFAULT_SEED

@@ -26,8 +26,10 @@ step_0005000 is the last checkpoint of the CPU demo (`ls runs/demo/run/checkpoin
 evaluates any LeRobot policy (ACT, Diffusion, SmolVLA, Pi0 ...) in its own venv; a LeRobot run directory
 sweeps its checkpoints, and a bundle given beside it is evaluated side by side on the same seeds.
 
-Episode i starts from env.reset(seed=SEED+i) for every checkpoint, the policy is reset before every
-episode, and each bundle's own normalization statistics are used. Results: success rate with a Wilson
+Episode i starts from env.reset(seed=SEED+i) for every checkpoint (SEED 100000 by default: the
+demo's sweep seeds, never the scenes its demonstrations were recorded from; seeds that meet a bundle's
+training scenes are refused), the policy is reset before every episode, and each bundle's own
+normalization statistics are used. Results: success rate with a Wilson
 95% interval, failure taxonomy (never_picked_up, dropped_during_transport, missed_goal, timeout), pick
 and drop rates, mean steps of successful episodes, max lift height (docs/evaluation.md).
 """
@@ -47,7 +49,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_lerobot_flags(p)
     p.add_argument("--task", default="so101_pick_place", help="sim task or gymnasium id (gym_pusht/PushT-v0)")
     p.add_argument("--episodes", type=int, default=50, metavar="N", help="episodes per checkpoint (50)")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="episode i uses seed S+i (0)")
+    # 100000 is actlab.evaluation.seeds.DEFAULT_SEED, written out so that --help stays light (a test checks)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=100_000,
+        metavar="S",
+        help="episode i uses seed S+i (100000: above the seeds `actlab sim record` and the demo record from)",
+    )
+    p.add_argument(
+        "--allow-training-seeds",
+        action="store_true",
+        help="evaluate even when seeds S.. include scenes a bundle's training data was recorded from "
+        "(refused by default; the results then count those episodes)",
+    )
     p.add_argument("--videos", type=int, default=0, metavar="K", help="mp4 of K episodes (0)")
     p.add_argument(
         "--video-pick",
@@ -95,6 +110,7 @@ def _run(args: argparse.Namespace) -> int:
     cfg = EvalConfig(
         episodes=args.episodes,
         seed=args.seed,
+        allow_training_seeds=args.allow_training_seeds,
         workers=args.workers,
         batch_envs=args.batch_envs,
         videos=args.videos,

@@ -37,6 +37,19 @@ DEFAULT_FEATURES: dict[str, dict[str, Any]] = {
 
 CAMERA_DTYPES = ("video", "image")
 
+# An extra info.json key (LeRobot ignores keys it does not know) in which actlab's sim recorder says which
+# initial scenes its episodes start from: {"task": sim task name, "episode_seeds": [env.reset seed of
+# episode 0, 1, ...]}. Evaluation refuses to score a policy on the scenes it was trained on.
+SIM_INFO_KEY = "actlab_sim"
+
+
+def sim_seeds(info: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The recorder's ``{"task", "episode_seeds"}`` of a dataset's info.json, or None when it has none."""
+    block = info.get(SIM_INFO_KEY)
+    if not isinstance(block, Mapping) or not isinstance(block.get("episode_seeds"), list):
+        return None
+    return {"task": str(block.get("task", "")), "episode_seeds": [int(s) for s in block["episode_seeds"]]}
+
 
 def is_camera(feature: Mapping[str, Any]) -> bool:
     """True for image features (``video`` stored in mp4, ``image`` stored as PNG bytes in parquet)."""

@@ -185,6 +185,7 @@ class DatasetWriter:
         self._columns: dict[str, list[np.ndarray]] = {k: [] for k in self.numeric_keys}
         self._episode_stats: list[dict[str, dict[str, np.ndarray]]] = []
         self._total = 0
+        self._extra_info: dict[str, Any] = {}
         self._data_position = -1
         self._data_writer: pq.ParquetWriter | None = None
         self._data_path: Path | None = None
@@ -424,6 +425,15 @@ class DatasetWriter:
         complete once the writer is closed."""
         return sum(cam.reordered for cam in self._cameras.values())
 
+    def add_info(self, key: str, value: Any) -> None:
+        """Record an extra top-level key in ``meta/info.json`` (readers ignore keys they do not know, as
+        LeRobot does); the format's own keys cannot be replaced."""
+        if key in self._info(0):
+            raise ActlabError(
+                "this info.json key belongs to the dataset format", field=key, fix="use another key"
+            )
+        self._extra_info[key] = value
+
     def close(self) -> Path:
         """Finish every file, write the metadata and move the dataset into place; returns ``root``."""
         if self._closed:
@@ -534,4 +544,5 @@ class DatasetWriter:
             "data_path": fmt.DATA_PATH,
             "video_path": fmt.VIDEO_PATH if self.camera_keys else None,
             "features": self.features,
+            **self._extra_info,
         }

@@ -33,6 +33,7 @@ from actlab.demo.report import write_report
 from actlab.errors import ActlabError
 from actlab.evaluation import EnvSpec, EvalConfig, run_eval, wilson_interval
 from actlab.evaluation.results import FAILURES
+from actlab.evaluation.seeds import DEFAULT_SEED
 from actlab.evaluation.sweep import best_checkpoint, resolve_paths
 from actlab.policies.info import synthetic_features, unit_stats
 from actlab.policies.registry import make_policy
@@ -58,8 +59,8 @@ STAGES = ("record", "train", "eval", "report")
 SUCCESS_PLOT = "eval/success_vs_step.png"
 STATE_FILE = "demo_state.json"
 # Evaluation seeds start far from the recording seeds (0, 1, ...): the sweep measures held-out cube
-# positions, not the demonstrations' own initial states.
-EVAL_SEED = 100_000
+# positions, not the demonstrations' own initial states (`actlab eval`'s default seed, the same).
+EVAL_SEED = DEFAULT_SEED
 # The best checkpoint is confirmed on other seeds again: picking the maximum of several checkpoints' success
 # rates on the same episodes overestimates the chosen one's.
 CONFIRM_SEED = 200_000

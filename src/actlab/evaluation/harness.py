@@ -23,6 +23,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import pickle
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -34,6 +35,7 @@ from actlab.evaluation.envs import EnvSpec, env_fps, make_eval_env
 from actlab.evaluation.policy_io import ObsAdapter, PolicyInputs, bundle_inputs, policy_inputs
 from actlab.evaluation.results import CheckpointEval, EpisodeResult, pick_video_episodes, summarize
 from actlab.evaluation.rollout import EpisodeTrace, rollout, to_result
+from actlab.evaluation.seeds import DEFAULT_SEED, check_training_seeds
 from actlab.evaluation.video import VIDEO_HOLD_S, annotate_episode, env_frame, write_video
 from actlab.policies.contract import RolloutPolicy
 
@@ -45,7 +47,12 @@ class EvalConfig:
     """How many episodes, where they run and what is written besides the numbers."""
 
     episodes: int = 50  # episodes per policy
-    seed: int = 0  # episode i is reset with seed + i (identical for every checkpoint)
+    # episode i is reset with seed + i (identical for every checkpoint); the default starts above the sim
+    # recorder's seeds (actlab.evaluation.seeds), so it never replays the demonstrations' own scenes
+    seed: int = DEFAULT_SEED
+    # evaluate even on seeds a bundle's training data was recorded from (refused otherwise); the
+    # results then count, per policy, the episodes that start from a training scene
+    allow_training_seeds: bool = False
     workers: int = 2  # worker processes for bundle/factory sources (1: run in this process)
     # envs stepped in lockstep per policy call in one process (batched inference; factories always 1)
     batch_envs: int = 4
@@ -61,7 +68,7 @@ class EvalConfig:
     threads_per_worker: int | None = None
 
     def __post_init__(self) -> None:
-        for name, low in (("episodes", 1), ("workers", 1), ("batch_envs", 1), ("videos", 0)):
+        for name, low in (("episodes", 1), ("seed", 0), ("workers", 1), ("batch_envs", 1), ("videos", 0)):
             value = getattr(self, name)
             if not isinstance(value, int) or value < low:
                 raise ActlabError(f"{name} must be an integer >= {low}", field=name, found=value)
@@ -342,6 +349,13 @@ def evaluate_many(
     names = [s.name for s in sources]
     if len(set(names)) != len(names):
         raise ActlabError("two policies have the same name", found=", ".join(names), fix="rename one")
+    trained_on = check_training_seeds(sources, spec.task, cfg.seed, cfg.episodes, cfg.allow_training_seeds)
+    for name, overlap in trained_on.items():
+        print(
+            f"warning: {name}: {len(overlap['seeds'])} of {cfg.episodes} episodes start from scenes it was "
+            f"trained on ({overlap['dataset']}); --allow-training-seeds was given",
+            file=sys.stderr,
+        )
     first_inputs = next((i for i in map(source_inputs, sources) if i is not None), None)
     spec = spec_for_inputs(spec, first_inputs)
     video_root = Path(out_dir) / "videos" if out_dir is not None and cfg.videos > 0 else None
@@ -372,7 +386,8 @@ def evaluate_many(
     out = []
     for src in sources:
         eps = sorted(results[src.name], key=lambda r: r.index)
-        out.append(CheckpointEval(src.name, src.path, src.step, summarize(eps), eps))
+        seen = len(trained_on.get(src.name, {}).get("seeds", ()))
+        out.append(CheckpointEval(src.name, src.path, src.step, summarize(eps), eps, training_scenes=seen))
     return out
 
 

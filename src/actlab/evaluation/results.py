@@ -129,15 +129,20 @@ class CheckpointEval:
     step: int | None  # training step of the checkpoint, when known
     summary: Summary  # aggregate
     episodes: list[EpisodeResult] = field(default_factory=list)  # per-episode results, by index
+    # episodes that started from a scene of the policy's training data (only with allow_training_seeds)
+    training_scenes: int = 0
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "name": self.name,
             "path": self.path,
             "step": self.step,
             "summary": self.summary.to_dict(),
             "episodes": [e.to_dict() for e in self.episodes],
         }
+        if self.training_scenes:
+            out["training_scene_episodes"] = self.training_scenes
+        return out
 
 
 def _pct(x: float | None) -> str:
@@ -164,8 +169,10 @@ SUMMARY_HEADERS: tuple[str, ...] = (
 def summary_row(ev: CheckpointEval) -> list[str]:
     """One table row: success with CI, each failure class as a count, rates, steps and lift (cm)."""
     s = ev.summary
+    # an evaluation on training scenes (--allow-training-seeds) says so in its own row
+    flag = f" ({ev.training_scenes} training scenes)" if ev.training_scenes else ""
     return [
-        ev.name,
+        ev.name + flag,
         "-" if ev.step is None else str(ev.step),
         f"{s.successes}/{s.episodes} ({_pct(s.success_rate)})",
         f"[{_pct(s.ci_low)}, {_pct(s.ci_high)}]",

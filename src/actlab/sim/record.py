@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from actlab.datasets import DatasetWriter, make_features
+from actlab.datasets.format import SIM_INFO_KEY
 from actlab.datasets.video import EncoderStalled, VideoOptions
 from actlab.errors import ActlabError
 from actlab.sim import FPS, TASK_TEXT, ExpertConfig, ExpertPolicy, make_env, task_config
@@ -318,6 +319,7 @@ def _record_once(
     start = time.perf_counter()
     attempts = successes = frames = written = 0
     failed: list[int] = []
+    seeds: list[int] = []  # the reset seed of every written episode, in episode order
     with DatasetWriter(
         out_dir,
         fps=FPS,
@@ -339,6 +341,7 @@ def _record_once(
                     failed.append(episode["seed"])
                 if episode["success"] or config.keep_failures:
                     writer.add_episode(episode["frames"], task=TASK_TEXT)
+                    seeds.append(int(episode["seed"]))
                     frames += episode["length"]
                     written += 1
                     bar.update(1)
@@ -358,6 +361,9 @@ def _record_once(
                 found=f"{written} successes (failed seeds: {failed[:10]}...)",
                 fix="record with --keep-failures, or lower the randomization ranges",
             )
+        # Which initial scenes the demonstrations start from: `actlab eval` refuses to score a policy on
+        # the seeds its training data was recorded from (docs/evaluation.md, "Seeds").
+        writer.add_info(SIM_INFO_KEY, {"task": config.task, "episode_seeds": seeds})
     bar.close()
     return RecordSummary(
         path=str(out_dir),

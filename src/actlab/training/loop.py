@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from actlab.datasets.format import sim_seeds
 from actlab.errors import ActlabError
 from actlab.profiling.timing import PhaseTimer
 from actlab.training import ddp
@@ -764,6 +765,9 @@ class Loop:
                                 "fingerprint": run.dataset.fingerprint,
                                 "episodes": len(run.dataset.episodes),
                                 "frames": len(run.dataset),
+                                # the sim scenes its episodes start from (sim-recorded data only):
+                                # `actlab eval` refuses these seeds, the training scenes
+                                "sim": sim_seeds(run.dataset.info),
                             },
                             "train_episodes": list(run.split.train_episodes),
                             "val_episodes": list(run.split.val_episodes),
