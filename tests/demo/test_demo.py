@@ -202,3 +202,17 @@ def test_the_demo_never_deletes_a_run_directory_another_process_is_using(tmp_pat
 
     _remove_run(run)
     assert not run.exists() and not list(out.rglob(LOCK_FILE))
+
+
+def test_few_eval_episodes_film_at_most_that_many_unless_told_otherwise(tmp_path, capsys):
+    # `--eval-episodes 2` without --videos was refused (the default 3 videos > 2 episodes) with no fix.
+    from actlab.cli import build_parser
+    from actlab.demo.pipeline import DEFAULT_VIDEOS, DemoConfig
+
+    assert DemoConfig(eval_episodes=2).videos == 2
+    assert DemoConfig(eval_episodes=50).videos == DEFAULT_VIDEOS
+    assert build_parser().parse_args(["demo", "--eval-episodes", "2"]).videos is None
+    # An explicit count is never changed behind the user's back: refused, naming the flag and the fix.
+    assert _demo(tmp_path / "d", "--eval-episodes", "2", "--videos", "3") == 2
+    err = capsys.readouterr().err
+    assert "--videos" in err and "--videos 2 or fewer" in err

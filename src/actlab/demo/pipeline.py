@@ -74,6 +74,8 @@ ROLLOUT_VIDEO_BYTES_PER_FRAME = 1600
 WHISKERS_VIDEO_BYTES_PER_FRAME = 2600
 # Plots, metrics.jsonl, results files and the report pages: well under this.
 REPORT_BYTES = 2_000_000
+# Rollout videos of the best checkpoint when --videos is not given (fewer when there are fewer episodes).
+DEFAULT_VIDEOS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,8 +94,9 @@ class DemoConfig:
     image_size: int | None = None
     # evaluation episodes per checkpoint of the sweep (held-out seeds from EVAL_SEED)
     eval_episodes: int = 50
-    # rollout videos of the best checkpoint (its first episodes)
-    videos: int = 3
+    # rollout videos of the best checkpoint; None: DEFAULT_VIDEOS, or every evaluation episode when there
+    # are fewer (a default must not refuse `--eval-episodes 2`); an explicit number is never changed
+    videos: int | None = None
     # simulation / rollout worker processes
     workers: int = 2
     # training config overrides (``key=value``, as ``actlab train --set``)
@@ -102,6 +105,8 @@ class DemoConfig:
     fresh: bool = False
 
     def __post_init__(self) -> None:
+        if self.videos is None:  # frozen: resolved once here, so every later reader sees a number
+            object.__setattr__(self, "videos", min(DEFAULT_VIDEOS, self.eval_episodes))
         for name, low in (("episodes", 2), ("eval_episodes", 1), ("videos", 0), ("workers", 1)):
             if getattr(self, name) < low:
                 raise ActlabError(
@@ -113,6 +118,8 @@ class DemoConfig:
                 field="--videos",
                 expected=f"<= --eval-episodes ({self.eval_episodes})",
                 found=self.videos,
+                fix=f"pass --videos {self.eval_episodes} or fewer, or leave --videos out (it then films "
+                f"min({DEFAULT_VIDEOS}, --eval-episodes))",
             )
         if self.image_size is not None and (self.image_size < 16 or self.image_size % 2):
             raise ActlabError(
