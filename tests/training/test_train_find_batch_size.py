@@ -124,7 +124,7 @@ def test_the_frame_cache_counts_only_where_the_step_holds_it(tiny_dataset, capsy
 
 
 def test_when_nothing_fits_it_says_what_used_the_budget(tiny_dataset, capsys):
-    code, first = _fbs_json(tiny_dataset, capsys, "--memory-limit", "64GiB")
+    _, first = _fbs_json(tiny_dataset, capsys, "--memory-limit", "64GiB")
     peak = first["trials"][0]["memory_bytes"]
     # A margin of 50% on a limit 20% above the peak: the trial runs to the end (the watchdog stops a
     # process only past the limit) and is over the budget.
