@@ -7,6 +7,7 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from actlab.cli import main
@@ -51,7 +52,7 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     # Every picture and link of the report exists, and the pictures are real PNGs.
     md = (out / "report.md").read_text()
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
-    links = re.findall(r"(?<!!)\[[^\]]*\]\(([^)]+\.mp4)\)", md)
+    links = re.findall(r"\]\(([^)]+\.mp4)\)", md)
     assert {"scene.png", "run/training.png", "eval/success_vs_step.png"} <= set(images)
     assert any("whiskers" in p for p in images) and any("videos" in p for p in links)
     for rel in images:
@@ -61,7 +62,11 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     html = (out / "report.html").read_text()
     assert all(f'src="{rel}"' in html for rel in images)
     # Videos are players in the page (the rollout videos and the whiskers video), not only links.
-    players = re.findall(r'<video controls muted loop playsinline preload="metadata" src="([^"]+)">', html)
+    found = re.findall(
+        r'<video controls muted loop playsinline preload="metadata" poster="([^"]+)" src="([^"]+)">', html
+    )
+    posters = {video: poster for poster, video in found}
+    players = list(posters)
     assert sorted(players) == sorted(links) and any("whiskers" in p for p in players)
     # With a failure among the fresh episodes (the 20-step toy policy fails them all), the one video is
     # of a failure, named by its class.
@@ -70,6 +75,14 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     if not all(e["success"] for e in media):
         assert filmed["outcome"] != "success"
     assert f"eval/best/{filmed['video']}" in players
+    # Its preview is its last frame (how it ended), not frame 0.
+    from actlab.evaluation.video import read_video
+
+    last = read_video(out / "eval" / "best" / filmed["video"])[-1]
+    from PIL import Image
+
+    poster = np.asarray(Image.open(out / posters[f"eval/best/{filmed['video']}"]))
+    assert poster.shape == last.shape and np.array_equal(poster, last)
     assert f"(seed {filmed['seed']}): {filmed['outcome'].replace('_', ' ')}" in md
 
     # The summary and the report say what the sweep's results.json says about the best checkpoint, and

@@ -482,6 +482,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         rows=rows,
         failures=FAILURES,
         success_plot=SUCCESS_PLOT,
+        batch_size=load_run_config(out / "run").batch_size,
     )
     log.done("report", t0, f"{out / 'report.html'}")
     return summary
