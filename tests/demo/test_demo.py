@@ -60,7 +60,7 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     for rel in links:
         assert (out / rel).stat().st_size > 1000, rel
     html = (out / "report.html").read_text()
-    assert all(f'src="{rel}"' in html for rel in images)
+    assert all(f'src="{rel}"' in html or f'poster="{rel}"' in html for rel in images)
     # Videos are players in the page (the rollout videos and the whiskers video), not only links.
     found = re.findall(
         r'<video controls muted loop playsinline preload="metadata" poster="([^"]+)" src="([^"]+)">', html

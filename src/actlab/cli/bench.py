@@ -37,9 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 _DATA_EPILOG = """\
 examples:
   actlab bench data runs/demo/data --batch-size 32 --action-horizon 30 --seconds 5 --baseline-seconds 15
-  actlab data synth --episodes 20 --frames 4000 --image-size 224 --out data/bench224
-  actlab bench data data/bench224 --batch-size 8 --action-horizon 100 --seconds 5 --baseline-seconds 15
-  actlab bench data data/bench224 --batch-size 8 --action-horizon 100 \\
+  actlab data synth --episodes 20 --frames 4000 --image-size 224 --out runs/bench224
+  actlab bench data runs/bench224 --batch-size 8 --action-horizon 100 --seconds 5 --baseline-seconds 15
+  actlab bench data runs/bench224 --batch-size 8 --action-horizon 100 \\
       --lerobot-python /work/lerobot-venv/bin/python          # also time real lerobot 0.6.1
 
 samples_per_s is the training sampler (FrameStore + EpisodeSampler + DeviceData.gather on CPU, index
@@ -228,11 +228,20 @@ def _register_eval(g) -> None:
 
 
 def _run_eval(args) -> int:
+    import sys
+
     from actlab.evaluation.bench import bench_eval
     from actlab.profiling.report import emit
 
     result = bench_eval(
-        args.path, args.task, args.episodes, args.max_steps, args.workers, args.batch_envs, args.seed
+        args.path,
+        args.task,
+        args.episodes,
+        args.max_steps,
+        args.workers,
+        args.batch_envs,
+        args.seed,
+        progress=sys.stderr,  # stdout stays the report (or --json)
     )
     emit(result, args.json)
     return 0

@@ -19,9 +19,9 @@ examples:
       --out runs/stats.json
   actlab data cache runs/demo/data --image-size 80 --cache-dir runs/demo/cache   # the demo's FrameStore
   actlab data cache runs/demo/data --cache-dir runs/demo/cache --verify    # check every checksum
-  actlab data synth --episodes 20 --frames 4000 --image-size 224 --out data/bench224
-  actlab data info data/bench224
-  actlab data convert my_npy_episodes --out data/converted --fps 30 --task "pick the cube"
+  actlab data synth --episodes 20 --frames 4000 --image-size 224 --out runs/bench224
+  actlab data info runs/bench224
+  actlab data convert my_npy_episodes --out runs/converted --fps 30 --task "pick the cube"
 
 `data convert` reads a directory of your own recordings: observations.npy, actions.npy and
 rollout_length.npy (docs/datasets.md). The demo's FrameStore lives in runs/demo/cache (the default
