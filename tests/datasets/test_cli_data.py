@@ -50,8 +50,12 @@ def test_bench_data_reports_side_by_side(tiny_dataset, tmp_path, capsys):
     ]
     args += ["--baseline-seconds", "0.3", "--workers", "0", "--cache-dir", str(tmp_path), "--json"]
     assert main(args) == 0
-    res = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    res = json.loads(captured.out)
     assert res["benchmark"] == "data"
+    # It says what it is timing while it runs (stderr; stdout stays the JSON), and explains its ratios.
+    assert "[1/2] actlab's sampler" in captured.err and "[2/2] LeRobot-style loader" in captured.err
+    assert any(n.startswith("vs_lerobot_reference_160: ") for n in res["notes"])
     m = res["metrics"]
     assert m["samples_per_s"] > 0 and m["baseline_samples_per_s"] > 0
     # The ratio of the two rates measured in this run (which one is faster is for `actlab bench data` to
