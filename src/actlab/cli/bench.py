@@ -287,12 +287,14 @@ def _register_encode(g) -> None:
     )
     p.add_argument("--encodes", type=int, default=2000, help="episode-camera encodes in all (default 2000)")
     p.add_argument("--workers", type=int, default=4, help="writer processes at once (default 4)")
-    p.add_argument("--burners", type=int, default=-1, help="busy processes (default: one per core)")
+    p.add_argument("--burners", type=int, default=-1, help="busy processes; -1: one per core (default -1)")
     p.add_argument("--cameras", type=int, default=2, help="cameras per dataset (default 2)")
     p.add_argument("--frames", type=int, default=30, help="frames per episode (default 30)")
     p.add_argument("--image-size", type=int, default=64, help="square frame side, even (default 64)")
     p.add_argument("--episodes-per-dataset", type=int, default=10, help="episodes per file (default 10)")
-    p.add_argument("--hang-seconds", type=float, default=60.0, help="no episode for this long = hung")
+    p.add_argument(
+        "--hang-seconds", type=float, default=60.0, help="no episode for this long = hung (default 60)"
+    )
     p.add_argument("--codec", default="libsvtav1", help="libsvtav1 (default) or libx264")
     add_json_flag(p)
     p.set_defaults(_run=_run_encode)

@@ -119,7 +119,9 @@ def _stats(g) -> None:
     p.add_argument(
         "--state-delta", type=int, default=None, metavar="N", help="also compute state[t] - state[t-N] stats"
     )
-    p.add_argument("--image-samples", type=int, default=512, help="frames sampled for image stats")
+    p.add_argument(
+        "--image-samples", type=int, default=512, help="frames sampled for image stats (default 512)"
+    )
     p.add_argument("--out", default=None, help="write all stats to this JSON file")
     p.add_argument("--write-meta", action="store_true", help="rewrite meta/stats.json (absolute stats)")
     p.add_argument("--no-cache", action="store_true", help="recompute even if cached")
@@ -188,7 +190,7 @@ def _convert(g) -> None:
         "src", metavar="SRC", help="directory with observations.npy, actions.npy, rollout_length.npy"
     )
     p.add_argument("--out", required=True, help="new dataset directory")
-    p.add_argument("--fps", type=int, default=30, help="frames per second of the recording")
+    p.add_argument("--fps", type=int, default=30, help="frames per second of the recording (default 30)")
     p.add_argument("--task", default="task", help="task description stored with every episode")
     p.add_argument("--robot-type", default=None, help="robot_type written to info.json")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
@@ -286,14 +288,16 @@ def _synth(g) -> None:
         g, "synth", "write a synthetic LeRobot v3 dataset (AV1) of moving shapes, e.g. for benchmarks"
     )
     p.add_argument("--out", required=True, help="new dataset directory")
-    p.add_argument("--episodes", type=int, default=20)
-    p.add_argument("--frames", type=int, default=4000, help="total frames, split evenly over episodes")
-    p.add_argument("--image-size", type=int, default=224, help="square camera size (even)")
-    p.add_argument("--cameras", default="top", help="comma-separated camera names")
-    p.add_argument("--state-dim", type=int, default=6)
-    p.add_argument("--action-dim", type=int, default=6)
-    p.add_argument("--fps", type=int, default=30)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--episodes", type=int, default=20, help="episodes (default 20)")
+    p.add_argument(
+        "--frames", type=int, default=4000, help="total frames, split evenly over episodes (default 4000)"
+    )
+    p.add_argument("--image-size", type=int, default=224, help="square camera size in px, even (default 224)")
+    p.add_argument("--cameras", default="top", help="comma-separated camera names (default top)")
+    p.add_argument("--state-dim", type=int, default=6, help="observation.state size (default 6)")
+    p.add_argument("--action-dim", type=int, default=6, help="action size (default 6)")
+    p.add_argument("--fps", type=int, default=30, help="frames per second (default 30)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the shapes' motion (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.set_defaults(_run=_run_synth)
 

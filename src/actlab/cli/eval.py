@@ -45,7 +45,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("paths", nargs="*", metavar="PATH", help="checkpoint bundle(s) or run directory(ies)")
     p.add_argument("--expert", action="store_true", help="evaluate the sim's scripted expert (no PATH)")
     _add_lerobot_flags(p)
-    p.add_argument("--task", default="so101_pick_place", help="sim task or gymnasium id (gym_pusht/PushT-v0)")
+    p.add_argument(
+        "--task",
+        default="so101_pick_place",
+        help="sim task or gymnasium id, e.g. gym_pusht/PushT-v0 (default so101_pick_place)",
+    )
     p.add_argument("--episodes", type=int, default=50, metavar="N", help="episodes per checkpoint (50)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="episode i uses seed S+i (0)")
     p.add_argument("--videos", type=int, default=0, metavar="K", help="mp4 of K episodes (0)")

@@ -123,12 +123,21 @@ def _register_bench(g) -> None:
         help="a variant of the base config; the first is the reference (default: the base only); "
         "cached_features=true freezes the backbone and feeds precomputed features",
     )
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=8, help="samples per step (default 8)")
     p.add_argument("--cameras", nargs="*", default=["top"], help="camera names (default: top)")
-    p.add_argument("--image-size", type=int, nargs=2, default=[480, 640], metavar=("H", "W"))
-    p.add_argument("--state-dim", type=int, default=6)
-    p.add_argument("--action-dim", type=int, default=6)
-    p.add_argument("--steps", type=int, default=10, help="timed steps per variant (after 2 warm-up steps)")
+    p.add_argument(
+        "--image-size",
+        type=int,
+        nargs=2,
+        default=[480, 640],
+        metavar=("H", "W"),
+        help="camera size (default 480 640)",
+    )
+    p.add_argument("--state-dim", type=int, default=6, help="observation.state size (default 6)")
+    p.add_argument("--action-dim", type=int, default=6, help="action size (default 6)")
+    p.add_argument(
+        "--steps", type=int, default=10, help="timed steps per variant, after 2 warm-up steps (default 10)"
+    )
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (default cpu)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     add_json_flag(p)
