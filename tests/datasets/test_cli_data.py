@@ -85,3 +85,17 @@ def test_bench_data_refuses_bad_arguments(tiny_dataset, capsys):
     for extra in (["--workers", "-1"], ["--seconds", "0"]):
         assert main(["bench", "data", str(tiny_dataset), *extra]) == 2
         assert "--workers must be >= 0" in capsys.readouterr().err
+
+
+def test_stats_table_has_one_row_per_dimension_and_never_wraps_mid_row(make_dataset, tmp_path, capsys):
+    # A 14-dim state printed as one numpy array per cell broke each row over several lines.
+    ds = make_dataset(tmp_path / "d", episodes=2, length=10, state_dim=14, action_dim=14)
+    assert main(["data", "stats", str(ds), "--relative-horizon", "4", "--no-cache"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    width = len(lines[0])
+    assert all(len(line) == width for line in lines) and width < 100, lines
+    state = [line for line in lines if line.startswith("observation.state ")]
+    assert len(state) == 1
+    i = lines.index(state[0])
+    assert all(line.startswith(" ") for line in lines[i + 1 : i + 14])  # its other 13 dimensions
+    assert any(line.startswith("action.relative ") for line in lines)

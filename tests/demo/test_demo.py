@@ -36,6 +36,8 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     # It said how much disk it would use before it started, and the estimate holds (within 2x).
     err = capsys.readouterr().err
     assert re.search(r"disk: about [\d.]+ MiB \(recording .*, frame cache .*\)", err.split("[1/4]")[0]), err
+    recorded = next(line for line in err.splitlines() if "recorded 4 episodes" in line)
+    assert len(re.findall(r"\d s\b", recorded)) == 1, recorded  # the recording time, said once
     from actlab.demo.pipeline import DemoConfig, estimate_disk, resolve
 
     overrides = ("checkpoint.every=10", "eval.every=10", "log.every=5", "steps=20")

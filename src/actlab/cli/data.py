@@ -129,6 +129,19 @@ def _stats(g) -> None:
     p.set_defaults(_run=_run_stats)
 
 
+def _dim_names(feature, n: int) -> list[str]:
+    """Names of a feature's ``n`` dimensions: its ``names`` when they fit (a list, or a dict's first
+    list), the channel for a camera, else the index."""
+    names = (feature or {}).get("names")
+    if isinstance(names, dict):
+        names = next((v for v in names.values() if isinstance(v, list)), None)
+    if isinstance(feature, dict) and feature.get("dtype") in ("video", "image") and n == 3:
+        return ["red", "green", "blue"]
+    if isinstance(names, list) and len(names) == n:
+        return [str(x) for x in names]
+    return [str(i) for i in range(n)]
+
+
 def _run_stats(args) -> int:
     import numpy as np
 
@@ -161,19 +174,28 @@ def _run_stats(args) -> int:
     if args.json:
         _print_json(stats_to_json(stats))
         return 0
+    # One row per dimension: a vector in one cell wrapped mid-row (numpy breaks long arrays into lines).
     rows = []
     for key, st in stats.items():
         if key in DEFAULT_FEATURES:
             continue
         mean, std = np.asarray(st["mean"]).ravel(), np.asarray(st["std"]).ravel()
-        rows.append(
-            (
-                key,
-                np.array2string(mean, precision=3, max_line_width=60),
-                np.array2string(std, precision=3, max_line_width=60),
+        lo = np.asarray(st.get("min", mean)).ravel()
+        hi = np.asarray(st.get("max", mean)).ravel()
+        # action.relative / observation.state.delta: the names of the feature they are computed from
+        names = _dim_names(ds.features.get(key) or ds.features.get(key.rsplit(".", 1)[0]), len(mean))
+        for i in range(len(mean)):
+            rows.append(
+                (
+                    key if i == 0 else "",
+                    names[i],
+                    f"{mean[i]:.4g}",
+                    f"{std[i]:.4g}",
+                    f"{lo[i]:.4g}",
+                    f"{hi[i]:.4g}",
+                )
             )
-        )
-    print(table(rows, ["feature", "mean", "std"]))
+    print(table(rows, ["feature", "dim", "mean", "std", "min", "max"]))
     if args.out:
         print(f"\nwrote {args.out}")
     if args.write_meta:

@@ -263,7 +263,7 @@ def _record(cfg: DemoConfig, plan: dict, out: Path, state: dict, log: StageLog) 
     shutil.rmtree(out / "eval", ignore_errors=True)
     result = {**dataclasses.asdict(summary), "success_rate": summary.success_rate}
     result["failed_seeds"] = list(result["failed_seeds"])
-    log.done("record", t0, summary.line())
+    log.done("record", t0, summary.line(timed=False))  # the stage line adds the time, once
     _finish_stage(out, state, "record", settings, result, log.seconds["record"])
     return result
 
