@@ -277,7 +277,9 @@ class GpuProbe:
 # ------------------------------------------------------------------------------------------- driver
 def load_config(preset: str, dataset: str, overrides: list[str] | None, device: str | None) -> Any:
     """The preset with the dataset, overrides and device applied (validated: errors name the key)."""
-    if not Path(dataset).exists():
+    from actlab.datasets.hub import dataset_location
+
+    if not dataset_location(dataset).exists():  # a path, or owner/name in LeRobot's local Hub cache
         raise ActlabError("dataset not found", file=dataset, field="--dataset", fix="check the path")
     cfg = apply_train_overrides(with_dataset(get_preset(preset), dataset), list(overrides or []))
     if device is not None:
