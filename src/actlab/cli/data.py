@@ -22,9 +22,12 @@ examples:
   actlab data synth --episodes 20 --frames 4000 --image-size 224 --out runs/bench224
   actlab data info runs/bench224
   actlab data convert my_npy_episodes --out runs/converted --fps 30 --task "pick the cube"
+  actlab data view runs/demo/data --episode 0 --out runs/view     # runs/view/episode_000.html
 
 `data convert` reads a directory of your own recordings: observations.npy, actions.npy and
-rollout_length.npy (docs/datasets.md). The demo's FrameStore lives in runs/demo/cache (the default
+rollout_length.npy (docs/datasets.md). A PATH may be a Hub repo id (owner/name) of a dataset in LeRobot's
+local cache. `data view` writes one episode as a page: its video, a filmstrip, state and action curves.
+The demo's FrameStore lives in runs/demo/cache (the default
 is $ACTLAB_CACHE/frames or ~/.cache/actlab/frames).
 """
 
@@ -37,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _convert(g)
     _cache(g)
     _synth(g)
+    _view(g)
 
 
 def _parser(g, name: str, help: str) -> argparse.ArgumentParser:
@@ -303,6 +307,26 @@ def _verify_cache(args, ds, t0: float) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- synth
+
+
+def _view(g) -> None:
+    p = _parser(g, "view", "one episode as an HTML page: its video, a filmstrip, state and action curves")
+    p.add_argument("path", metavar="PATH", help="LeRobot v3.0 dataset directory (or owner/name, see above)")
+    p.add_argument("--episode", type=int, default=0, help="episode index (default 0)")
+    p.add_argument(
+        "--out", required=True, metavar="DIR", help="directory for episode_NNN.html and its images"
+    )
+    p.set_defaults(_run=_run_view)
+
+
+def _run_view(args) -> int:
+    from actlab.datasets import open_dataset
+    from actlab.datasets.view import episode_view
+    from actlab.viz.dataset import write_episode_page
+
+    page = write_episode_page(episode_view(open_dataset(args.path), args.episode), args.out)
+    print(f"wrote {page} (open it in a browser; .md beside it)")
+    return 0
 
 
 def _synth(g) -> None:
