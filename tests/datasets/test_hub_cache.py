@@ -36,3 +36,27 @@ def test_what_counts_as_a_repo_id_and_where_lerobot_home_is(monkeypatch, tmp_pat
     monkeypatch.delenv("HF_LEROBOT_HOME", raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     assert lerobot_home() == tmp_path / "hf" / "lerobot"  # lerobot 0.6.1: Path(HF_HOME) / "lerobot"
+
+
+def test_a_lerobot_policy_by_repo_id_comes_from_huggingface_hubs_cache(tmp_path, monkeypatch):
+    # `actlab eval --lerobot-policy owner/name` with the policy downloaded by lerobot (from_pretrained).
+    import json
+    import sys
+
+    from actlab.lerobot.bridge import lerobot_sources
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.chdir(tmp_path)
+    repo = tmp_path / "hub" / "models--me--act_pick"
+    snap = repo / "snapshots" / "f00d"
+    snap.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("f00d")
+    cfg = {
+        "type": "act",
+        "input_features": {"observation.state": {"type": "STATE", "shape": [6]}},
+        "output_features": {"action": {"type": "ACTION", "shape": [6]}},
+    }
+    (snap / "config.json").write_text(json.dumps(cfg))
+    (source,), _ = lerobot_sources(["me/act_pick"], sys.executable)
+    assert source.name == "me/act_pick" and source.obj.policy_dir == snap and source.obj.type == "act"

@@ -179,8 +179,8 @@ def _add_lerobot_flags(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="DIR",
-        help="a LeRobot pretrained_model directory of any policy type, or a lerobot-train output directory "
-        "(every checkpoint: a sweep); repeatable",
+        help="a LeRobot pretrained_model directory of any policy type, a lerobot-train output directory "
+        "(every checkpoint: a sweep), or owner/name of a policy in the local Hugging Face cache; repeatable",
     )
     g.add_argument("--lerobot-python", metavar="PY", help="python of the environment lerobot is installed in")
     g.add_argument(

@@ -1,4 +1,4 @@
-"""LeRobot datasets by Hub repo id, from the local cache LeRobot keeps (nothing is downloaded).
+"""LeRobot datasets (and policies) by Hub repo id, from the local caches (nothing is downloaded).
 
 lerobot 0.6.1 (``lerobot/utils/constants.py``, ``lerobot/datasets/dataset_metadata.py``) keeps datasets in
 two places under ``HF_LEROBOT_HOME`` (``$HF_LEROBOT_HOME``, else ``$HF_HOME/lerobot``, ``HF_HOME`` being
@@ -11,6 +11,10 @@ two places under ``HF_LEROBOT_HOME`` (``$HF_LEROBOT_HOME``, else ``$HF_HOME/lero
 
 :func:`find_hub_dataset` looks in both, in that order (LeRobot's own order: a local dataset wins), and
 takes the snapshot of ``refs/v3.0`` (LeRobot's default revision), else ``refs/main``, else the newest.
+
+Policies (``PreTrainedPolicy.from_pretrained(repo_id)``) are downloaded by huggingface_hub into its own
+cache, ``$HF_HUB_CACHE`` or ``$HF_HOME/hub``: ``models--<owner>--<name>/snapshots/<commit>/`` with
+``refs/main``; :func:`find_hub_model` finds a policy directory (``config.json``) there.
 """
 
 from __future__ import annotations
@@ -35,10 +39,7 @@ def lerobot_home() -> Path:
     """LeRobot's ``HF_LEROBOT_HOME`` for this environment (see the module docstring)."""
     if os.environ.get("HF_LEROBOT_HOME"):
         return Path(os.environ["HF_LEROBOT_HOME"]).expanduser()
-    hf_home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
-    )
-    return Path(os.path.expandvars(os.path.expanduser(hf_home))) / "lerobot"
+    return _hf_home() / "lerobot"
 
 
 def hub_dataset_places(repo_id: str) -> list[Path]:
@@ -91,3 +92,34 @@ def not_found_hint(path: str | Path) -> str | None:
         '(`python -c "from lerobot.datasets.lerobot_dataset import LeRobotDataset; '
         f"LeRobotDataset('{path}')\"`) or pass the dataset's directory"
     )
+
+
+def hub_cache() -> Path:
+    """huggingface_hub's cache: ``$HF_HUB_CACHE``, else ``HF_HOME/hub`` (HF_HOME as in lerobot_home)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    return _hf_home() / "hub"
+
+
+def _hf_home() -> Path:
+    hf_home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
+    )
+    return Path(os.path.expandvars(os.path.expanduser(hf_home)))
+
+
+def find_hub_model(repo_id: str) -> Path | None:
+    """The snapshot directory of model ``repo_id`` in huggingface_hub's cache (one with ``config.json``,
+    as LeRobot policies are saved), or None."""
+    repo = hub_cache() / f"models--{repo_id.replace('/', '--')}"
+    snap = _snapshot(repo) if repo.is_dir() else None
+    return snap if snap is not None and (snap / "config.json").is_file() else None
+
+
+def model_location(path: str | Path) -> Path:
+    """``path`` itself when it exists (or is not a repo id); else the cached snapshot of model ``owner/name``
+    when there is one; else ``path`` unchanged."""
+    p = Path(path)
+    if p.exists() or not is_repo_id(str(path)):
+        return p
+    return find_hub_model(str(path)) or p
