@@ -68,3 +68,38 @@ def test_eval_default_seed_is_the_harness_s():
     evaluate = dict(_all_parsers(build_parser()))[("actlab", "eval")]
     seed = next(a for a in evaluate._actions if a.dest == "seed")
     assert seed.default == DEFAULT_SEED
+
+
+def test_every_option_has_help_that_names_its_default():
+    # `data synth --help` and `bench data --help` listed options with neither help nor default.
+    import argparse
+
+    from actlab.cli import build_parser
+
+    def walk(p, path):
+        yield path, p
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sp in a.choices.items():
+                    yield from walk(sp, f"{path} {name}")
+
+    skip = (
+        argparse._HelpAction,
+        argparse._SubParsersAction,
+        argparse._VersionAction,
+        argparse._StoreConstAction,
+    )
+    bad = []
+    for path, p in walk(build_parser(), "actlab"):
+        for a in p._actions:
+            if isinstance(a, skip) or not a.option_strings:
+                continue
+            d, text = a.default, a.help or ""
+            shown = {str(d), f"{d:g}" if isinstance(d, float) else str(d)}
+            if isinstance(d, (list, tuple)):
+                shown |= {" ".join(map(str, d)), ",".join(map(str, d))}
+            if not text or (
+                d not in (None, False, [], argparse.SUPPRESS) and not any(s in text for s in shown)
+            ):
+                bad.append(f"{path} {a.option_strings[0]}: {text or 'no help'} (default {d!r})")
+    assert bad == []

@@ -71,7 +71,7 @@ PARSE_ONLY = {
     "torchrun --nproc_per_node 2": "torchrun with 2 processes on CUDA GPUs",
     "actlab find-batch-size --preset so101_sim --dataset runs/demo/data --device cuda": "a CUDA GPU",
     "actlab monitor --out runs/lerobot.csv -- lerobot-train": "lerobot's own lerobot-train",
-    "actlab bench data data/bench224 --batch-size 8 --action-horizon 100 --lerobot-python": "a lerobot venv",
+    "actlab bench data runs/bench224 --batch-size 8 --action-horizon 100 --lerobot-python": "a lerobot venv",
     "actlab bench train --preset so101_sim --dataset runs/demo/data --device cuda": "a CUDA GPU and a "
     "lerobot venv",
     "actlab eval --lerobot-policy": "a lerobot venv (and a LeRobot checkpoint of any policy type)",
@@ -280,9 +280,11 @@ def test_help_examples_run(block, toy_demo, tmp_path, monkeypatch):
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "demo").symlink_to(root, target_is_directory=True)
     monkeypatch.chdir(tmp_path)
+    inputs = set()
     for name, write in USER_INPUTS.items():
         if any(name in shlex.split(example, comments=True) for example in block):
             write(tmp_path / name)
+            inputs.add(Path(name).parts[0])
     for example in block:
         args = sized(_command_args(example), checkpoints)
         if _parse_only_reason(example):
@@ -296,6 +298,9 @@ def test_help_examples_run(block, toy_demo, tmp_path, monkeypatch):
             f"exit {code}, expected {expected}, after {time.perf_counter() - t0:.1f} s; output (end):\n"
             f"{output[-4000:]}"
         )
+    # Outputs go under runs/ (git-ignored): example outputs showed up in `git status` of a clone.
+    stray = sorted(p.name for p in tmp_path.iterdir() if p.name not in {"runs", *inputs})
+    assert stray == [], f"these examples wrote outside runs/: {stray}\n" + "\n".join(block)
 
 
 # ------------------------------------------------------------------------------------------- coverage

@@ -50,8 +50,12 @@ def test_bench_data_reports_side_by_side(tiny_dataset, tmp_path, capsys):
     ]
     args += ["--baseline-seconds", "0.3", "--workers", "0", "--cache-dir", str(tmp_path), "--json"]
     assert main(args) == 0
-    res = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    res = json.loads(captured.out)
     assert res["benchmark"] == "data"
+    # It says what it is timing while it runs (stderr; stdout stays the JSON), and explains its ratios.
+    assert "[1/2] actlab's sampler" in captured.err and "[2/2] LeRobot-style loader" in captured.err
+    assert any(n.startswith("vs_lerobot_reference_160: ") for n in res["notes"])
     m = res["metrics"]
     assert m["samples_per_s"] > 0 and m["baseline_samples_per_s"] > 0
     # The ratio of the two rates measured in this run (which one is faster is for `actlab bench data` to
@@ -81,3 +85,17 @@ def test_bench_data_refuses_bad_arguments(tiny_dataset, capsys):
     for extra in (["--workers", "-1"], ["--seconds", "0"]):
         assert main(["bench", "data", str(tiny_dataset), *extra]) == 2
         assert "--workers must be >= 0" in capsys.readouterr().err
+
+
+def test_stats_table_has_one_row_per_dimension_and_never_wraps_mid_row(make_dataset, tmp_path, capsys):
+    # A 14-dim state printed as one numpy array per cell broke each row over several lines.
+    ds = make_dataset(tmp_path / "d", episodes=2, length=10, state_dim=14, action_dim=14)
+    assert main(["data", "stats", str(ds), "--relative-horizon", "4", "--no-cache"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    width = len(lines[0])
+    assert all(len(line) == width for line in lines) and width < 100, lines
+    state = [line for line in lines if line.startswith("observation.state ")]
+    assert len(state) == 1
+    i = lines.index(state[0])
+    assert all(line.startswith(" ") for line in lines[i + 1 : i + 14])  # its other 13 dimensions
+    assert any(line.startswith("action.relative ") for line in lines)

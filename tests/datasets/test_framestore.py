@@ -230,3 +230,22 @@ def test_verify_finds_one_damaged_chunk_and_the_next_open_refuses_it(
         FrameStore.open(root)
     assert main([*args, "--rebuild"]) == 0
     assert main([*args, "--verify"]) == 0
+
+
+def test_a_store_of_the_same_fingerprint_elsewhere_is_reused_not_decoded_again(
+    make_dataset, tmp_path, capsys
+):
+    # `actlab bench data runs/demo/data` decoded a second 1.8 GB store into the user cache although the
+    # demo's identical one was in runs/demo/cache.
+    ds = open_dataset(make_dataset(tmp_path / "demo" / "data", episodes=1, length=6))
+    demo = FrameStore.build(ds, image_size=16, cache_dir=tmp_path / "demo" / "cache", progress=False)
+    default = FrameStore.path_for(ds, 16)
+    again = FrameStore.build(ds, image_size=16)  # the default location: none there yet
+    assert again.root == demo.root and not default.exists()
+    assert f"FrameStore: reusing {demo.root}" in capsys.readouterr().err
+    # Remembered wherever it was built (not only beside the dataset), and an explicit location is honoured.
+    other = open_dataset(make_dataset(tmp_path / "other", episodes=1, length=6))
+    elsewhere = FrameStore.build(other, cache_dir=tmp_path / "fast_disk", progress=False)
+    assert FrameStore.build(other, progress=False).root == elsewhere.root
+    mine = FrameStore.build(other, cache_dir=tmp_path / "mine", progress=False)
+    assert mine.root.parent == tmp_path / "mine" and mine.root != elsewhere.root

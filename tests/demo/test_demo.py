@@ -7,6 +7,7 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from actlab.cli import main
@@ -35,6 +36,8 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     # It said how much disk it would use before it started, and the estimate holds (within 2x).
     err = capsys.readouterr().err
     assert re.search(r"disk: about [\d.]+ MiB \(recording .*, frame cache .*\)", err.split("[1/4]")[0]), err
+    recorded = next(line for line in err.splitlines() if "recorded 4 episodes" in line)
+    assert len(re.findall(r"\d s\b", recorded)) == 1, recorded  # the recording time, said once
     from actlab.demo.pipeline import DemoConfig, estimate_disk, resolve
 
     overrides = ("checkpoint.every=10", "eval.every=10", "log.every=5", "steps=20")
@@ -51,7 +54,7 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     # Every picture and link of the report exists, and the pictures are real PNGs.
     md = (out / "report.md").read_text()
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
-    links = re.findall(r"(?<!!)\[[^\]]*\]\(([^)]+\.mp4)\)", md)
+    links = re.findall(r"\]\(([^)]+\.mp4)\)", md)
     assert {"scene.png", "run/training.png", "eval/success_vs_step.png"} <= set(images)
     assert any("whiskers" in p for p in images) and any("videos" in p for p in links)
     for rel in images:
@@ -59,9 +62,13 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     for rel in links:
         assert (out / rel).stat().st_size > 1000, rel
     html = (out / "report.html").read_text()
-    assert all(f'src="{rel}"' in html for rel in images)
+    assert all(f'src="{rel}"' in html or f'poster="{rel}"' in html for rel in images)
     # Videos are players in the page (the rollout videos and the whiskers video), not only links.
-    players = re.findall(r'<video controls muted loop playsinline preload="metadata" src="([^"]+)">', html)
+    found = re.findall(
+        r'<video controls muted loop playsinline preload="metadata" poster="([^"]+)" src="([^"]+)">', html
+    )
+    posters = {video: poster for poster, video in found}
+    players = list(posters)
     assert sorted(players) == sorted(links) and any("whiskers" in p for p in players)
     # With a failure among the fresh episodes (the 20-step toy policy fails them all), the one video is
     # of a failure, named by its class.
@@ -70,6 +77,14 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     if not all(e["success"] for e in media):
         assert filmed["outcome"] != "success"
     assert f"eval/best/{filmed['video']}" in players
+    # Its preview is its last frame (how it ended), not frame 0.
+    from actlab.evaluation.video import read_video
+
+    last = read_video(out / "eval" / "best" / filmed["video"])[-1]
+    from PIL import Image
+
+    poster = np.asarray(Image.open(out / posters[f"eval/best/{filmed['video']}"]))
+    assert poster.shape == last.shape and np.array_equal(poster, last)
     assert f"(seed {filmed['seed']}): {filmed['outcome'].replace('_', ' ')}" in md
 
     # The summary and the report say what the sweep's results.json says about the best checkpoint, and
@@ -202,3 +217,17 @@ def test_the_demo_never_deletes_a_run_directory_another_process_is_using(tmp_pat
 
     _remove_run(run)
     assert not run.exists() and not list(out.rglob(LOCK_FILE))
+
+
+def test_few_eval_episodes_film_at_most_that_many_unless_told_otherwise(tmp_path, capsys):
+    # `--eval-episodes 2` without --videos was refused (the default 3 videos > 2 episodes) with no fix.
+    from actlab.cli import build_parser
+    from actlab.demo.pipeline import DEFAULT_VIDEOS, DemoConfig
+
+    assert DemoConfig(eval_episodes=2).videos == 2
+    assert DemoConfig(eval_episodes=50).videos == DEFAULT_VIDEOS
+    assert build_parser().parse_args(["demo", "--eval-episodes", "2"]).videos is None
+    # An explicit count is never changed behind the user's back: refused, naming the flag and the fix.
+    assert _demo(tmp_path / "d", "--eval-episodes", "2", "--videos", "3") == 2
+    err = capsys.readouterr().err
+    assert "--videos" in err and "--videos 2 or fewer" in err

@@ -113,7 +113,7 @@ def test_sweep_plot(tmp_path):
     assert has(SWEEP_COLOR, confirmed) > 100
 
 
-def test_whiskers_forecast_is_exact_when_the_first_action_is_executed(tmp_path):
+def test_whiskers_forecast_is_exact_when_the_first_action_is_executed(tmp_path, capsys):
     pytest.importorskip("mujoco")
     # The expert as a chunking policy executes exactly each predicted chunk's first action, so the
     # forward simulation from a copied state must land where the real step lands: error 0.
@@ -127,6 +127,8 @@ def test_whiskers_forecast_is_exact_when_the_first_action_is_executed(tmp_path):
     )
     assert info["first_step_error_m"] == 0.0
     assert info["steps"] == 60 and info["predictions"] == 12
+    # Its progress is shown (it ran silently after the evaluation's bar, 10-40 s).
+    assert "whiskers (" in capsys.readouterr().err
     frames = read_video(tmp_path / "w.mp4")
     assert len(frames) == 61 + round(VIDEO_HOLD_S * 30) and frames[0].shape == (128, 128, 3)  # + held end
     # The lossless still for reports, written beside the video: one of the video's frames.

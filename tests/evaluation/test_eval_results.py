@@ -95,3 +95,30 @@ def test_tables_have_one_row_per_checkpoint():
     assert "dropped_during_transport" in lines[0]
     page = markdown_report(evals, "sweep", {"task": "x"})
     assert page.startswith("# sweep") and "- task: x" in page
+
+
+def test_the_terminal_table_fits_a_terminal_and_says_which_episodes_were_filmed():
+    # The eval table was ~190 columns wide in a terminal, and nothing said which episodes the videos show.
+    import dataclasses
+
+    from actlab.evaluation.results import COMPACT_LEGEND
+    from actlab.evaluation.sweep import EvalReport
+
+    eps = [ep(i, "success", 150) for i in range(48)] + [
+        ep(48, "dropped_during_transport", 300, drops=1),
+        ep(49, "never_picked_up", 300, picked=False),
+    ]
+    eps[48] = dataclasses.replace(eps[48], video="videos/step_0005000_episode_048.mp4")
+    eps[0] = dataclasses.replace(eps[0], video="videos/step_0005000_episode_000.mp4")
+    ev = CheckpointEval("step_0005000", "runs/demo/run/checkpoints/step_0005000", 5000, summarize(eps), eps)
+    text = EvalReport([ev, ev], None, {}, {}).table(markdown=False)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines[:4]) <= 110, lines[:4]
+    assert "48/50 96%" in lines[2] and COMPACT_LEGEND in text
+    assert lines[-1] == (
+        "filmed (step_0005000): episode 0 (seed 1000, success), "
+        "episode 48 (seed 1048, dropped_during_transport)"
+    )
+    # results.md keeps the full class names and lists each episode's video.
+    md = markdown_report([ev], "t")
+    assert "dropped_during_transport" in md and "videos/step_0005000_episode_048.mp4" in md

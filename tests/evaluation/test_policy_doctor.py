@@ -268,3 +268,30 @@ def test_normalization_bounds_on_known_stats():
     assert f.severity == "error" and f.numbers["std_ratio"] == pytest.approx(57.3)
     [f] = check_normalization(flat, ds)
     assert f.severity == "error" and "500" in f.message  # a pixel becomes a value of up to about 500
+
+
+def test_an_imprecise_or_behind_checkpoint_is_not_sent_to_the_deployment_setup(tmp_path):
+    # The demo's step 1000 (38% in the sweep, skill 0.18) got the best checkpoint's verdict and "look at
+    # the deployment setup".
+    from actlab.evaluation.doctor import SKILL_PRECISE, compare_with_run_best
+
+    precise = decide([], {"train": {"skill": 0.08}, "heldout": {"skill": 0.09}})
+    assert precise.name == "reproduces_demonstrations" and "deployment setup" in precise.message
+    rough = decide([], {"train": {"skill": 0.18}, "heldout": {"skill": 0.19}})
+    assert rough.name == "reproduces_demonstrations" and rough.message.startswith(
+        "reproduces the demonstrations open-loop, but not precisely (skill 0.19"
+    )
+    assert "train longer or compare checkpoints first" in rough.message and 0.08 < SKILL_PRECISE < 0.18
+
+    ckpts = tmp_path / "run" / "checkpoints"
+    for step, loss in ((1000, 0.106), (5000, 0.05)):
+        (ckpts / f"step_{step:07d}").mkdir(parents=True)
+        meta = {"extra": {"train": {"step": step, "val_loss": loss}}}
+        (ckpts / f"step_{step:07d}" / "actlab.json").write_text(json.dumps(meta))
+    (ckpts / "best.json").write_text(json.dumps({"step": 5000, "path": "step_0005000", "val_loss": 0.05}))
+    behind = compare_with_run_best(ckpts / "step_0001000")
+    assert behind.severity == "warning" and "2.1x the run's best checkpoint step_0005000" in behind.message
+    assert compare_with_run_best(ckpts / "step_0005000").severity == "ok"
+    assert compare_with_run_best(tmp_path) is None  # not a run checkpoint: nothing to compare with
+    verdict = decide([behind], {"train": {"skill": 0.08}})
+    assert verdict.name == "behind_run_best" and "deployment" not in verdict.message.split("before")[0]

@@ -67,8 +67,14 @@ def test_policy_bench_side_by_side(capsys):
         " --variant base: --variant cached:cached_features=true"
     )
     assert main(args) == 0
-    result = json.loads(capsys.readouterr().out)
-    assert result["benchmark"] == "policy"
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert result["benchmark"] == "policy" and result["command"] == "actlab policy bench"
     assert result["metrics"]["base.step_ms"] > 0 and result["metrics"]["cached.step_ms"] > 0
     assert result["metrics"]["cached.trainable_params"] < result["metrics"]["base.trainable_params"]
     assert "cached_vs_base" in result["ratios"]
+    # Said while it runs (stderr), and the ratio explained in words: "frozen_vs_base 1" explained nothing.
+    assert "building cached (cached_features=true)" in captured.err and "round 1/1: base" in captured.err
+    assert any(n.startswith("cached_vs_base = ") and "above 1 cached is faster" in n for n in result["notes"])
+    assert main([a for a in args if a != "--json"]) == 0
+    assert capsys.readouterr().out.startswith("actlab policy bench  (device: cpu)")

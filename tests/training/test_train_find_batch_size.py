@@ -99,3 +99,51 @@ def test_finds_a_batch_on_the_gpu(tiny_dataset, capsys):
     assert out["measure"] == "GPU memory reserved" and out["recommended"] is not None
     ran = sorted((t["batch_size"], t["memory_bytes"]) for t in out["trials"] if t["ran"])
     assert ran[-1][1] > ran[0][1] > 0  # reserved memory grows with the batch
+
+
+def _fbs_json(tiny_dataset, capsys, *extra: str) -> tuple[int, dict]:
+    argv = ["find-batch-size", "--preset", "tiny", "--dataset", str(tiny_dataset), "--device", "cpu"]
+    code = main([*argv, "--start", "2", "--max", "2", "--steps", "1", *extra, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_the_frame_cache_counts_only_where_the_step_holds_it(tiny_dataset, capsys):
+    # After the demo, the 1.7 GiB frame cache copied into RAM (frames_on_device=auto on CPU) was counted
+    # against a 3 GiB limit: "even 1 exceeds the budget". auto is measured as the memmap and named in a note;
+    # an explicit true is counted, and the trial says how much of its memory the frames were.
+    frames = 3 * 40 * 3 * 32 * 32  # the tiny dataset's decoded frames (uint8)
+    code, auto = _fbs_json(tiny_dataset, capsys, "--memory-limit", "64GiB")
+    assert code == 0 and auto["trials"][0]["frames_bytes"] == 0
+    assert any("not counted: the decoded frame cache" in n for n in auto["notes"]), auto["notes"]
+    code, held = _fbs_json(
+        tiny_dataset, capsys, "--memory-limit", "64GiB", "--set", "data.frames_on_device=true"
+    )
+    assert code == 0 and held["trials"][0]["frames_bytes"] == frames and held["notes"] == []
+    t = held["trials"][0]
+    assert 0 < t["before_step_bytes"] <= t["memory_bytes"]
+
+
+def test_when_nothing_fits_it_says_what_used_the_budget(tiny_dataset, capsys):
+    _, first = _fbs_json(tiny_dataset, capsys, "--memory-limit", "64GiB")
+    peak = first["trials"][0]["memory_bytes"]
+    # A margin of 50% on a limit 20% above the peak: the trial runs to the end (the watchdog stops a
+    # process only past the limit) and is over the budget.
+    argv = ["find-batch-size", "--preset", "tiny", "--dataset", str(tiny_dataset), "--device", "cpu"]
+    argv += ["--start", "2", "--max", "2", "--steps", "1", "--memory-limit", str(int(peak * 1.2))]
+    assert main([*argv, "--margin", "0.5"]) == 1
+    out = capsys.readouterr().out
+    assert "no batch size fits: even batch 2 used" in out
+    assert "MiB the built run before its first step" in out and "MiB the training steps" in out
+    assert "fix:" in out and "--memory-limit" in out
+
+
+def test_a_frame_copy_that_fills_the_budget_is_named_with_its_fix():
+    from actlab.training.batch_size import Probe, SearchResult, Trial, render_search
+
+    gib = 1024 * MIB
+    p = Probe(1, ok=False, memory_bytes=3 * gib + 40 * MIB, frames_bytes=1791 * MIB, detail="stopped")
+    result = SearchResult(limit_bytes=3 * gib, margin=0.1, trials=[Trial(p, False)], first_fail=1)
+    text = render_search(result, "RSS")
+    assert "1,791 MiB the decoded frame cache copied into memory" in text
+    assert "the build alone passed the limit" in text
+    assert "fix: --set data.frames_on_device=false" in text

@@ -16,7 +16,7 @@ ORDER = 50
 
 _GROUP_EPILOG = """\
 examples:
-  actlab bench data runs/demo/data --batch-size 32 --action-horizon 30 --seconds 5 \\
+  actlab bench data runs/demo/data --image-size 80 --batch-size 32 --action-horizon 30 --seconds 5 \\
       --baseline-seconds 15                         # the demo's sampler vs a LeRobot-style loader
   actlab bench train --preset tiny --steps 10 --rounds 10   # model-only vs full step (synthetic data)
   actlab bench eval runs/demo/run/checkpoints/step_0005000 --episodes 8 --max-steps 100
@@ -36,16 +36,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 _DATA_EPILOG = """\
 examples:
-  actlab bench data runs/demo/data --batch-size 32 --action-horizon 30 --seconds 5 --baseline-seconds 15
-  actlab data synth --episodes 20 --frames 4000 --image-size 224 --out data/bench224
-  actlab bench data data/bench224 --batch-size 8 --action-horizon 100 --seconds 5 --baseline-seconds 15
-  actlab bench data data/bench224 --batch-size 8 --action-horizon 100 \\
+  actlab bench data runs/demo/data --image-size 80 --batch-size 32 --action-horizon 30 --seconds 5 \\
+      --baseline-seconds 15          # at the demo's 80 px: reuses its frame cache runs/demo/cache
+  actlab data synth --episodes 20 --frames 4000 --image-size 224 --out runs/bench224
+  actlab bench data runs/bench224 --batch-size 8 --action-horizon 100 --seconds 5 --baseline-seconds 15
+  actlab bench data runs/bench224 --batch-size 8 --action-horizon 100 \\
       --lerobot-python /work/lerobot-venv/bin/python          # also time real lerobot 0.6.1
 
 samples_per_s is the training sampler (FrameStore + EpisodeSampler + DeviceData.gather on CPU, index
-math included); the one-time FrameStore build is reported separately (cache_build_s). The baseline is a
-LeRobot-style DataLoader (per-sample random-access video decode in worker processes), timed in the
-same run.
+math included); the one-time FrameStore build is reported separately (cache_build_s). The frame cache goes
+to --cache-dir, else $ACTLAB_CACHE/frames (~/.cache/actlab/frames), unless a finished one of the same
+dataset fingerprint, image size and cameras already exists elsewhere (built with a cache dir, or in
+cache/ beside the dataset): that one is reused, and the command says which. The baseline is a
+LeRobot-style DataLoader (per-sample random-access video decode in worker processes), timed in the same
+run. vs_lerobot_reference_160 is samples_per_s over 160 samples/s, what lerobot 0.6.1's loader delivered
+on the 2-core reference machine (224 px AV1, batch 8, 2 workers): a yardstick when no lerobot runs here.
 """
 
 
@@ -58,20 +63,30 @@ def _register_data(g) -> None:
         description="Measure actlab's training sampler and a LeRobot-style loader on one dataset.",
     )
     p.add_argument("path", metavar="PATH", help="LeRobot v3.0 dataset directory")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--action-horizon", type=int, default=100, help="action chunk length (ACT: 100)")
-    p.add_argument("--seconds", type=float, default=5.0, help="time actlab's sampler this long")
-    p.add_argument("--image-size", type=int, default=None, help="FrameStore image size (default: native)")
+    p.add_argument("--batch-size", type=int, default=8, help="samples per batch (default 8)")
+    p.add_argument("--action-horizon", type=int, default=100, help="action chunk length (default 100: ACT's)")
+    p.add_argument("--seconds", type=float, default=5.0, help="time actlab's sampler this long (default 5)")
+    p.add_argument(
+        "--image-size", type=int, default=None, help="FrameStore image size in px (default: the native size)"
+    )
     p.add_argument("--no-baseline", action="store_true", help="skip the LeRobot-style baseline")
-    p.add_argument("--baseline-seconds", type=float, default=15.0, help="time the baseline this long")
-    p.add_argument("--workers", type=int, default=2, help="baseline DataLoader workers")
+    p.add_argument(
+        "--baseline-seconds", type=float, default=15.0, help="time the baseline this long (default 15)"
+    )
+    p.add_argument("--workers", type=int, default=2, help="baseline DataLoader workers (default 2)")
     p.add_argument("--lerobot-python", default=None, help="python of a lerobot 0.6.1 venv: also time it")
-    p.add_argument("--cache-dir", default=None, help="FrameStore location (default: $ACTLAB_CACHE/frames)")
+    p.add_argument(
+        "--cache-dir",
+        default=None,
+        help="FrameStore location (default: $ACTLAB_CACHE/frames, or a finished store found elsewhere)",
+    )
     add_json_flag(p)
     p.set_defaults(_run=_run_data)
 
 
 def _run_data(args) -> int:
+    import sys
+
     from actlab.datasets.bench import bench_data
     from actlab.profiling.report import emit
 
@@ -86,6 +101,7 @@ def _run_data(args) -> int:
         workers=args.workers,
         lerobot_python=args.lerobot_python,
         cache_dir=args.cache_dir,
+        progress=sys.stderr,  # stdout stays the report (or --json)
     )
     emit(result, args.json)
     return 0
@@ -228,11 +244,20 @@ def _register_eval(g) -> None:
 
 
 def _run_eval(args) -> int:
+    import sys
+
     from actlab.evaluation.bench import bench_eval
     from actlab.profiling.report import emit
 
     result = bench_eval(
-        args.path, args.task, args.episodes, args.max_steps, args.workers, args.batch_envs, args.seed
+        args.path,
+        args.task,
+        args.episodes,
+        args.max_steps,
+        args.workers,
+        args.batch_envs,
+        args.seed,
+        progress=sys.stderr,  # stdout stays the report (or --json)
     )
     emit(result, args.json)
     return 0
@@ -262,12 +287,14 @@ def _register_encode(g) -> None:
     )
     p.add_argument("--encodes", type=int, default=2000, help="episode-camera encodes in all (default 2000)")
     p.add_argument("--workers", type=int, default=4, help="writer processes at once (default 4)")
-    p.add_argument("--burners", type=int, default=-1, help="busy processes (default: one per core)")
+    p.add_argument("--burners", type=int, default=-1, help="busy processes; -1: one per core (default -1)")
     p.add_argument("--cameras", type=int, default=2, help="cameras per dataset (default 2)")
     p.add_argument("--frames", type=int, default=30, help="frames per episode (default 30)")
     p.add_argument("--image-size", type=int, default=64, help="square frame side, even (default 64)")
     p.add_argument("--episodes-per-dataset", type=int, default=10, help="episodes per file (default 10)")
-    p.add_argument("--hang-seconds", type=float, default=60.0, help="no episode for this long = hung")
+    p.add_argument(
+        "--hang-seconds", type=float, default=60.0, help="no episode for this long = hung (default 60)"
+    )
     p.add_argument("--codec", default="libsvtav1", help="libsvtav1 (default) or libx264")
     add_json_flag(p)
     p.set_defaults(_run=_run_encode)

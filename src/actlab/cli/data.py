@@ -19,12 +19,15 @@ examples:
       --out runs/stats.json
   actlab data cache runs/demo/data --image-size 80 --cache-dir runs/demo/cache   # the demo's FrameStore
   actlab data cache runs/demo/data --cache-dir runs/demo/cache --verify    # check every checksum
-  actlab data synth --episodes 20 --frames 4000 --image-size 224 --out data/bench224
-  actlab data info data/bench224
-  actlab data convert my_npy_episodes --out data/converted --fps 30 --task "pick the cube"
+  actlab data synth --episodes 20 --frames 4000 --image-size 224 --out runs/bench224
+  actlab data info runs/bench224
+  actlab data convert my_npy_episodes --out runs/converted --fps 30 --task "pick the cube"
+  actlab data view runs/demo/data --episode 0 --out runs/view     # runs/view/episode_000.html
 
 `data convert` reads a directory of your own recordings: observations.npy, actions.npy and
-rollout_length.npy (docs/datasets.md). The demo's FrameStore lives in runs/demo/cache (the default
+rollout_length.npy (docs/datasets.md). A PATH may be a Hub repo id (owner/name) of a dataset in LeRobot's
+local cache. `data view` writes one episode as a page: its video, a filmstrip, state and action curves.
+The demo's FrameStore lives in runs/demo/cache (the default
 is $ACTLAB_CACHE/frames or ~/.cache/actlab/frames).
 """
 
@@ -37,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _convert(g)
     _cache(g)
     _synth(g)
+    _view(g)
 
 
 def _parser(g, name: str, help: str) -> argparse.ArgumentParser:
@@ -119,12 +123,27 @@ def _stats(g) -> None:
     p.add_argument(
         "--state-delta", type=int, default=None, metavar="N", help="also compute state[t] - state[t-N] stats"
     )
-    p.add_argument("--image-samples", type=int, default=512, help="frames sampled for image stats")
+    p.add_argument(
+        "--image-samples", type=int, default=512, help="frames sampled for image stats (default 512)"
+    )
     p.add_argument("--out", default=None, help="write all stats to this JSON file")
     p.add_argument("--write-meta", action="store_true", help="rewrite meta/stats.json (absolute stats)")
     p.add_argument("--no-cache", action="store_true", help="recompute even if cached")
     add_json_flag(p)
     p.set_defaults(_run=_run_stats)
+
+
+def _dim_names(feature, n: int) -> list[str]:
+    """Names of a feature's ``n`` dimensions: its ``names`` when they fit (a list, or a dict's first
+    list), the channel for a camera, else the index."""
+    names = (feature or {}).get("names")
+    if isinstance(names, dict):
+        names = next((v for v in names.values() if isinstance(v, list)), None)
+    if isinstance(feature, dict) and feature.get("dtype") in ("video", "image") and n == 3:
+        return ["red", "green", "blue"]
+    if isinstance(names, list) and len(names) == n:
+        return [str(x) for x in names]
+    return [str(i) for i in range(n)]
 
 
 def _run_stats(args) -> int:
@@ -159,19 +178,28 @@ def _run_stats(args) -> int:
     if args.json:
         _print_json(stats_to_json(stats))
         return 0
+    # One row per dimension: a vector in one cell wrapped mid-row (numpy breaks long arrays into lines).
     rows = []
     for key, st in stats.items():
         if key in DEFAULT_FEATURES:
             continue
         mean, std = np.asarray(st["mean"]).ravel(), np.asarray(st["std"]).ravel()
-        rows.append(
-            (
-                key,
-                np.array2string(mean, precision=3, max_line_width=60),
-                np.array2string(std, precision=3, max_line_width=60),
+        lo = np.asarray(st.get("min", mean)).ravel()
+        hi = np.asarray(st.get("max", mean)).ravel()
+        # action.relative / observation.state.delta: the names of the feature they are computed from
+        names = _dim_names(ds.features.get(key) or ds.features.get(key.rsplit(".", 1)[0]), len(mean))
+        for i in range(len(mean)):
+            rows.append(
+                (
+                    key if i == 0 else "",
+                    names[i],
+                    f"{mean[i]:.4g}",
+                    f"{std[i]:.4g}",
+                    f"{lo[i]:.4g}",
+                    f"{hi[i]:.4g}",
+                )
             )
-        )
-    print(table(rows, ["feature", "mean", "std"]))
+    print(table(rows, ["feature", "dim", "mean", "std", "min", "max"]))
     if args.out:
         print(f"\nwrote {args.out}")
     if args.write_meta:
@@ -188,7 +216,7 @@ def _convert(g) -> None:
         "src", metavar="SRC", help="directory with observations.npy, actions.npy, rollout_length.npy"
     )
     p.add_argument("--out", required=True, help="new dataset directory")
-    p.add_argument("--fps", type=int, default=30, help="frames per second of the recording")
+    p.add_argument("--fps", type=int, default=30, help="frames per second of the recording (default 30)")
     p.add_argument("--task", default="task", help="task description stored with every episode")
     p.add_argument("--robot-type", default=None, help="robot_type written to info.json")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
@@ -281,19 +309,41 @@ def _verify_cache(args, ds, t0: float) -> int:
 # ----------------------------------------------------------------------------------------------- synth
 
 
+def _view(g) -> None:
+    p = _parser(g, "view", "one episode as an HTML page: its video, a filmstrip, state and action curves")
+    p.add_argument("path", metavar="PATH", help="LeRobot v3.0 dataset directory (or owner/name, see above)")
+    p.add_argument("--episode", type=int, default=0, help="episode index (default 0)")
+    p.add_argument(
+        "--out", required=True, metavar="DIR", help="directory for episode_NNN.html and its images"
+    )
+    p.set_defaults(_run=_run_view)
+
+
+def _run_view(args) -> int:
+    from actlab.datasets import open_dataset
+    from actlab.datasets.view import episode_view
+    from actlab.viz.dataset import write_episode_page
+
+    page = write_episode_page(episode_view(open_dataset(args.path), args.episode), args.out)
+    print(f"wrote {page} (open it in a browser; .md beside it)")
+    return 0
+
+
 def _synth(g) -> None:
     p = _parser(
         g, "synth", "write a synthetic LeRobot v3 dataset (AV1) of moving shapes, e.g. for benchmarks"
     )
     p.add_argument("--out", required=True, help="new dataset directory")
-    p.add_argument("--episodes", type=int, default=20)
-    p.add_argument("--frames", type=int, default=4000, help="total frames, split evenly over episodes")
-    p.add_argument("--image-size", type=int, default=224, help="square camera size (even)")
-    p.add_argument("--cameras", default="top", help="comma-separated camera names")
-    p.add_argument("--state-dim", type=int, default=6)
-    p.add_argument("--action-dim", type=int, default=6)
-    p.add_argument("--fps", type=int, default=30)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--episodes", type=int, default=20, help="episodes (default 20)")
+    p.add_argument(
+        "--frames", type=int, default=4000, help="total frames, split evenly over episodes (default 4000)"
+    )
+    p.add_argument("--image-size", type=int, default=224, help="square camera size in px, even (default 224)")
+    p.add_argument("--cameras", default="top", help="comma-separated camera names (default top)")
+    p.add_argument("--state-dim", type=int, default=6, help="observation.state size (default 6)")
+    p.add_argument("--action-dim", type=int, default=6, help="action size (default 6)")
+    p.add_argument("--fps", type=int, default=30, help="frames per second (default 30)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the shapes' motion (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     p.set_defaults(_run=_run_synth)
 

@@ -40,7 +40,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--episodes", type=int, default=300, help="demonstrations to record (300)")
     p.add_argument("--image-size", type=int, default=None, help="camera size in px (80 CPU / 128 GPU)")
     p.add_argument("--eval-episodes", type=int, default=50, help="evaluation episodes per checkpoint (50)")
-    p.add_argument("--videos", type=int, default=3, help="rollout videos of the best checkpoint (3)")
+    p.add_argument(
+        "--videos",
+        type=int,
+        default=None,
+        help="rollout videos of the best checkpoint (3, or --eval-episodes when that is fewer)",
+    )
     p.add_argument("--workers", type=int, default=2, help="simulation and rollout processes (2)")
     add_set_flag(p, "training config override, as in actlab train (repeatable)")
     p.add_argument("--fresh", action="store_true", help="discard previous results in --out and start over")

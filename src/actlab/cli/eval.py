@@ -47,7 +47,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("paths", nargs="*", metavar="PATH", help="checkpoint bundle(s) or run directory(ies)")
     p.add_argument("--expert", action="store_true", help="evaluate the sim's scripted expert (no PATH)")
     _add_lerobot_flags(p)
-    p.add_argument("--task", default="so101_pick_place", help="sim task or gymnasium id (gym_pusht/PushT-v0)")
+    p.add_argument(
+        "--task",
+        default="so101_pick_place",
+        help="sim task or gymnasium id, e.g. gym_pusht/PushT-v0 (default so101_pick_place)",
+    )
     p.add_argument("--episodes", type=int, default=50, metavar="N", help="episodes per checkpoint (50)")
     # 100000 is actlab.evaluation.seeds.DEFAULT_SEED, written out so that --help stays light (a test checks)
     p.add_argument(
@@ -191,8 +195,8 @@ def _add_lerobot_flags(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="DIR",
-        help="a LeRobot pretrained_model directory of any policy type, or a lerobot-train output directory "
-        "(every checkpoint: a sweep); repeatable",
+        help="a LeRobot pretrained_model directory of any policy type, a lerobot-train output directory "
+        "(every checkpoint: a sweep), or owner/name of a policy in the local Hugging Face cache; repeatable",
     )
     g.add_argument("--lerobot-python", metavar="PY", help="python of the environment lerobot is installed in")
     g.add_argument(

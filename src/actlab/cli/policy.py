@@ -22,7 +22,8 @@ _GROUP_EPILOG = """\
 examples:
   actlab policy info runs/demo/run/checkpoints/step_0005000   # parameters per module of the demo's policy
   actlab policy bench act --batch-size 32 --steps 10 --cameras top wrist --image-size 80 80 \\
-      --set vision_backbone=cnn_small --variant base: --variant frozen:cached_features=true
+      --set vision_backbone=cnn_small --set dim_model=128 --set dim_feedforward=512 --set n_action_steps=10 \\
+      --set chunk_size=30 --variant base: --variant frozen:cached_features=true   # small ACT, frozen or not
   actlab policy doctor runs/demo/run/checkpoints/step_0005000 --dataset runs/demo/data
   actlab policy import outputs/train/act_so101/checkpoints/last/pretrained_model --out runs/lerobot_act
 
@@ -122,12 +123,21 @@ def _register_bench(g) -> None:
         help="a variant of the base config; the first is the reference (default: the base only); "
         "cached_features=true freezes the backbone and feeds precomputed features",
     )
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=8, help="samples per step (default 8)")
     p.add_argument("--cameras", nargs="*", default=["top"], help="camera names (default: top)")
-    p.add_argument("--image-size", type=int, nargs=2, default=[480, 640], metavar=("H", "W"))
-    p.add_argument("--state-dim", type=int, default=6)
-    p.add_argument("--action-dim", type=int, default=6)
-    p.add_argument("--steps", type=int, default=10, help="timed steps per variant (after 2 warm-up steps)")
+    p.add_argument(
+        "--image-size",
+        type=int,
+        nargs=2,
+        default=[480, 640],
+        metavar=("H", "W"),
+        help="camera size (default 480 640)",
+    )
+    p.add_argument("--state-dim", type=int, default=6, help="observation.state size (default 6)")
+    p.add_argument("--action-dim", type=int, default=6, help="action size (default 6)")
+    p.add_argument(
+        "--steps", type=int, default=10, help="timed steps per variant, after 2 warm-up steps (default 10)"
+    )
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (default cpu)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     add_json_flag(p)
@@ -135,6 +145,8 @@ def _register_bench(g) -> None:
 
 
 def _run_bench(args: argparse.Namespace) -> int:
+    import sys
+
     import torch
 
     from actlab.policies.bench import bench_policy
@@ -154,6 +166,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         action_dim=args.action_dim,
         steps=args.steps,
         device=str(resolve_device(args.device)),
+        progress=sys.stderr,  # stdout stays the report (or --json)
     )
     emit(result, args.json)
     return 0
@@ -163,7 +176,7 @@ _DOCTOR_EPILOG = """\
 examples:
   # the demo's first and last checkpoints on the demo's data (training/held-out split from the bundle)
   actlab policy doctor runs/demo/run/checkpoints/step_0001000 --dataset runs/demo/data
-  actlab policy doctor runs/demo/run/checkpoints/step_0005000 --dataset runs/demo/data --out doctor/5000
+  actlab policy doctor runs/demo/run/checkpoints/step_0005000 --dataset runs/demo/data --out runs/doctor/5000
   # a bundle without a recorded split (e.g. from `actlab policy import`): say which episodes trained it
   actlab policy doctor runs/demo/run/checkpoints/step_0005000 --dataset runs/demo/data \\
       --train-episodes 0-2 --heldout-episodes 3 --json

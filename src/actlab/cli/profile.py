@@ -140,7 +140,9 @@ def _register_find_batch_size(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--margin", type=float, default=0.1, help="fraction of the limit kept free (default 0.1)")
     p.add_argument("--start", type=int, default=1, help="first batch size tried (default 1)")
     p.add_argument("--max", type=int, default=None, dest="max_batch", help="largest batch size to try")
-    p.add_argument("--multiple-of", type=int, default=1, help="only try multiples of this (e.g. 8)")
+    p.add_argument(
+        "--multiple-of", type=int, default=1, help="only try multiples of this, e.g. 8 (default 1)"
+    )
     p.add_argument(
         "--tolerance",
         type=float,

@@ -14,8 +14,8 @@ _EPILOG = """\
 examples:
   actlab sim view --out runs/scene.png --seed 3 --image-size 80     # a frame strip of one expert episode
   actlab sim expert --episodes 100                    # scripted expert success rate on seeds 0..99
-  actlab sim record --episodes 50 --out data/sim50 --image-size 80 --seed 1000   # 50 more demos
-  actlab data info data/sim50
+  actlab sim record --episodes 50 --out runs/sim50 --image-size 80 --seed 1000   # 50 more demos
+  actlab data info runs/sim50
   actlab sim bench --image-size 128 --frames 400 --episodes 3   # render settings, physics speed
 
 Observations and actions are the six SO-101 joints in LeRobot order (shoulder_pan, shoulder_lift,

@@ -63,6 +63,52 @@ def cache_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "actlab"
 
 
+# Where stores built or opened outside the default location live, by store name (a JSON file in the
+# default location): a build for the default location reuses one of them instead of decoding the same
+# frames a second time (the demo's 1.7 GiB store in runs/demo/cache, then `actlab bench data
+# runs/demo/data` decoding it again into ~/.cache). A hint only: every entry is opened and verified
+# before use, and a lost update (two processes writing it at once) only costs a decode.
+_KNOWN = "known_stores.json"
+_KNOWN_PER_NAME = 8  # paths remembered per store name (the most recent)
+
+
+def _known_file() -> Path:
+    return cache_root() / "frames" / _KNOWN
+
+
+def _read_known() -> dict[str, list[str]]:
+    try:
+        known = json.loads(_known_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return known if isinstance(known, dict) else {}
+
+
+def remember_store(path: Path) -> None:
+    """Record where a store outside the default location lives (best effort: never fails the caller)."""
+    path = Path(path).resolve()
+    if path.parent == (cache_root() / "frames").resolve():
+        return
+    known = _read_known()
+    paths = [p for p in known.get(path.name, []) if isinstance(p, str) and p != str(path)]
+    known[path.name] = [*paths, str(path)][-_KNOWN_PER_NAME:]
+    with contextlib.suppress(OSError, ActlabError):
+        atomic_write_json(_known_file(), known)
+
+
+def store_candidates(ds: LeRobotV3Dataset, name: str) -> list[Path]:
+    """Existing directories that may hold the store ``name`` of ``ds`` outside the default location: the
+    remembered ones, then ``cache/`` beside the dataset (the demo's layout: DIR/data and DIR/cache)."""
+    found = [Path(p) for p in _read_known().get(name, []) if isinstance(p, str)]
+    found.append(Path(ds.root).resolve().parent / "cache" / name)
+    seen, out = set(), []
+    for p in found:
+        if p.is_dir() and str(p) not in seen:
+            seen.add(str(p))
+            out.append(p)
+    return out
+
+
 @contextlib.contextmanager
 def _build_lock(path: Path, progress: bool) -> Iterator[None]:
     """Exclusive lock on ``.<store name>.lock`` beside the store, deleted again by its holder.
@@ -262,6 +308,10 @@ class FrameStore:
             raise ActlabError("image_size must be >= 2", field="image_size", found=image_size)
         path = cls.path_for(ds, image_size, keys, cache_dir)
         if not rebuild and (store := cls._try_open(path)[0]) is not None:
+            if cache_dir is not None:
+                remember_store(path)
+            return store
+        if not rebuild and cache_dir is None and (store := cls._reuse_elsewhere(ds, path, progress)):
             return store
         path.parent.mkdir(parents=True, exist_ok=True)
         # One builder at a time per store: a second process waits here, then opens the finished store
@@ -275,7 +325,27 @@ class FrameStore:
                     print(f"FrameStore: {damage}; rebuilding {path} from the dataset", file=sys.stderr)
             meta = cls._build_locked(ds, path, keys, image_size, progress)
         cls._remove_stale(path, meta)
-        return cls.open(path)
+        store = cls.open(path)
+        if cache_dir is not None:
+            remember_store(path)
+        return store
+
+    @classmethod
+    def _reuse_elsewhere(cls, ds: LeRobotV3Dataset, path: Path, progress: bool) -> FrameStore | None:
+        """A finished store of the same name (same dataset fingerprint, image size and cameras) outside
+        the default location, instead of decoding the frames again into ``path``; None when there is none.
+        An explicit ``cache_dir`` is honoured as given (never redirected)."""
+        for other in store_candidates(ds, path.name):
+            store = cls._try_open(other)[0]
+            if store is not None:
+                if progress:
+                    print(
+                        f"FrameStore: reusing {other} ({human_bytes(store.nbytes)}; the same dataset "
+                        f"fingerprint and options) instead of decoding it again into {path.parent}",
+                        file=sys.stderr,
+                    )
+                return store
+        return None
 
     @classmethod
     def _try_open(cls, path: Path) -> tuple[FrameStore | None, str | None]:

@@ -16,6 +16,7 @@ import numpy as np
 
 from actlab.datasets import format as fmt
 from actlab.datasets import layout
+from actlab.datasets.hub import dataset_location, not_found_hint
 from actlab.datasets.layout import EpisodeInfo, check_info_types, read_info, resolve_root
 from actlab.datasets.sampler import window_indices
 from actlab.datasets.video import VideoDecoder, iter_decode, to_rgb
@@ -301,5 +302,13 @@ class LeRobotV3Dataset:
 
 
 def open_dataset(path: str | Path) -> LeRobotV3Dataset:
-    """Open a local LeRobot v3.0 dataset directory (v2.1 is refused with a conversion hint)."""
-    return LeRobotV3Dataset(resolve_root(path))
+    """Open a local LeRobot v3.0 dataset directory (v2.1 is refused with a conversion hint). A Hub repo
+    id ``owner/name`` that is no directory here opens that dataset from LeRobot's local cache
+    (:mod:`actlab.datasets.hub`; nothing is downloaded)."""
+    try:
+        return LeRobotV3Dataset(resolve_root(dataset_location(path)))
+    except ActlabError as e:
+        hint = not_found_hint(path)
+        if hint is None or e.problem != "dataset directory not found":
+            raise
+        raise ActlabError(e.problem, file=e.file, fix=f"check the path; {hint}") from e

@@ -75,6 +75,8 @@ ROLLOUT_VIDEO_BYTES_PER_FRAME = 1600
 WHISKERS_VIDEO_BYTES_PER_FRAME = 2600
 # Plots, metrics.jsonl, results files and the report pages: well under this.
 REPORT_BYTES = 2_000_000
+# Rollout videos of the best checkpoint when --videos is not given (fewer when there are fewer episodes).
+DEFAULT_VIDEOS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,8 +95,9 @@ class DemoConfig:
     image_size: int | None = None
     # evaluation episodes per checkpoint of the sweep (held-out seeds from EVAL_SEED)
     eval_episodes: int = 50
-    # rollout videos of the best checkpoint (its first episodes)
-    videos: int = 3
+    # rollout videos of the best checkpoint; None: DEFAULT_VIDEOS, or every evaluation episode when there
+    # are fewer (a default must not refuse `--eval-episodes 2`); an explicit number is never changed
+    videos: int | None = None
     # simulation / rollout worker processes
     workers: int = 2
     # training config overrides (``key=value``, as ``actlab train --set``)
@@ -103,6 +106,8 @@ class DemoConfig:
     fresh: bool = False
 
     def __post_init__(self) -> None:
+        if self.videos is None:  # frozen: resolved once here, so every later reader sees a number
+            object.__setattr__(self, "videos", min(DEFAULT_VIDEOS, self.eval_episodes))
         for name, low in (("episodes", 2), ("eval_episodes", 1), ("videos", 0), ("workers", 1)):
             if getattr(self, name) < low:
                 raise ActlabError(
@@ -114,6 +119,8 @@ class DemoConfig:
                 field="--videos",
                 expected=f"<= --eval-episodes ({self.eval_episodes})",
                 found=self.videos,
+                fix=f"pass --videos {self.eval_episodes} or fewer, or leave --videos out (it then films "
+                f"min({DEFAULT_VIDEOS}, --eval-episodes))",
             )
         if self.image_size is not None and (self.image_size < 16 or self.image_size % 2):
             raise ActlabError(
@@ -257,7 +264,7 @@ def _record(cfg: DemoConfig, plan: dict, out: Path, state: dict, log: StageLog) 
     shutil.rmtree(out / "eval", ignore_errors=True)
     result = {**dataclasses.asdict(summary), "success_rate": summary.success_rate}
     result["failed_seeds"] = list(result["failed_seeds"])
-    log.done("record", t0, summary.line())
+    log.done("record", t0, summary.line(timed=False))  # the stage line adds the time, once
     _finish_stage(out, state, "record", settings, result, log.seconds["record"])
     return result
 
@@ -476,6 +483,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         rows=rows,
         failures=FAILURES,
         success_plot=SUCCESS_PLOT,
+        batch_size=load_run_config(out / "run").batch_size,
     )
     log.done("report", t0, f"{out / 'report.html'}")
     return summary

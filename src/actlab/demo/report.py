@@ -21,14 +21,40 @@ _TIME_KEYS = (
 )
 
 
-def step_time_breakdown(rows: list[dict[str, Any]], skip_first: int = 1) -> dict[str, float]:
-    """Mean per-step seconds of each phase over the logged windows (the first, warm-up window skipped)."""
-    rows = [r for r in rows if "time_step_s" in r][skip_first:] or [r for r in rows if "time_step_s" in r]
-    if not rows:
+def step_time_breakdown(
+    rows: list[dict[str, Any]], batch_size: int | None = None, skip_first: int = 1
+) -> dict[str, Any]:
+    """The steady state of a run's step time, and how busy the machine was, from its metrics rows.
+
+    One source for every figure: the windows after the first (warm-up) that took less than
+    ``SLOW_FACTOR`` x the fastest quarter's step time are the steady ones; the phases, the whole step and
+    samples/s (``batch_size`` / step time: the same windows, so the three agree) are their means. Windows
+    slowed down by other work on a shared CPU (5-40x seen) are counted apart (``slow_windows``,
+    ``slowest_step_s``), with the highest 1-minute load average recorded (``max_load_avg_1m``).
+    """
+    import numpy as np
+
+    from actlab.training.slowdown import SLOW_FACTOR
+
+    timed = [r for r in rows if "time_step_s" in r]
+    later = timed[skip_first:] or timed
+    if not later:
         return {}
-    out = {key: sum(r[key] for r in rows) / len(rows) for _, key in _TIME_KEYS if key in rows[0]}
-    out["time_step_s"] = sum(r["time_step_s"] for r in rows) / len(rows)
-    out["samples_per_s"] = sum(r.get("samples_per_s", 0.0) for r in rows) / len(rows)
+    fast = float(np.percentile([r["time_step_s"] for r in later], 25))
+    steady = [r for r in later if r["time_step_s"] < SLOW_FACTOR * fast] or later
+    out: dict[str, Any] = {
+        key: sum(r[key] for r in steady) / len(steady) for _, key in _TIME_KEYS if key in steady[0]
+    }
+    out["time_step_s"] = sum(r["time_step_s"] for r in steady) / len(steady)
+    if batch_size and out["time_step_s"] > 0:
+        out["samples_per_s"] = batch_size / out["time_step_s"]
+    else:  # no batch size given: the steady windows' own wall-clock rates
+        out["samples_per_s"] = float(np.median([r.get("samples_per_s", 0.0) for r in steady]))
+    out["batch_size"] = batch_size
+    out["windows"], out["slow_windows"] = len(later), len(later) - len(steady)
+    out["slowest_step_s"] = max(r["time_step_s"] for r in later)
+    loads = [r["load_avg_1m"] for r in timed if isinstance(r.get("load_avg_1m"), (int, float))]
+    out["max_load_avg_1m"] = max(loads) if loads else None
     return out
 
 
@@ -53,12 +79,14 @@ def write_report(
     rows: list[dict[str, Any]],
     failures: tuple[str, ...],
     success_plot: str | None = None,
+    batch_size: int | None = None,
 ) -> dict[str, Any]:
     """Write the demo's report pages and summary.json into ``out``; returns the summary dict.
 
     ``rows``: the training run's metrics rows; ``failures``: the evaluation's failure classes, in the
     order of the table's columns; ``success_plot``: the figure of the sweep with the fresh-seed
-    confirmation beside it (relative to ``out``; default: the sweep's own plot, without it).
+    confirmation beside it (relative to ``out``; default: the sweep's own plot, without it);
+    ``batch_size``: the run's, so that the step time and samples/s of the report come from one source.
     """
     sweep, media = evaluation["sweep"], evaluation["media"]
     best = next(c for c in sweep["checkpoints"] if c["name"] == evaluation["best"])
@@ -87,20 +115,38 @@ def write_report(
         "image_size": plan["image_size"],
         "dataset": {k: record[k] for k in ("episodes", "frames", "successes", "attempts")},
         "train": {k: train[k] for k in ("step", "final_loss", "best_val_loss", "samples_per_s", "wall_s")},
-        "step_time": step_time_breakdown(rows),
+        "step_time": step_time_breakdown(rows, batch_size),
         "stage_seconds": stage_seconds,  # as measured when each stage ran (earlier runs for reused ones)
         "reused_stages": reused,
     }
     summary["wall_s"] = round(time.perf_counter() - wall0, 1)  # this invocation
     # record + train + eval as measured when they ran: the demo's cost from scratch
     summary["pipeline_s"] = round(sum(v for k, v in stage_seconds.items() if k != "report"), 1)
-    report = _build(plan, record, train, sweep, media, best, summary, failures, success_plot)
+    posters = write_posters(out, media)
+    report = _build(plan, record, train, sweep, media, best, summary, failures, success_plot, posters)
     report.write(out)
     atomic_write_json(out / "summary.json", summary)
     return summary
 
 
-def _build(plan, record, train, sweep, media, best, summary, failures, success_plot) -> Report:
+def write_posters(out: Path, media: dict[str, Any]) -> dict[str, str]:
+    """The last frame of each filmed rollout as a PNG beside its video: ``{video: poster}``, relative to
+    ``out``. Why the last: a browser previews a video with frame 0, where every episode looks the same; the
+    last frame shows how it ended (the failure's class is written on it)."""
+    from actlab.evaluation.video import write_last_frame
+
+    posters = {}
+    for e in media["checkpoints"][0]["episodes"]:
+        if e.get("video"):
+            video = Path("eval/best") / e["video"]
+            poster = video.with_suffix(".last.png")
+            if (out / video).is_file():
+                write_last_frame(out / video, out / poster)
+                posters[str(video)] = str(poster)
+    return posters
+
+
+def _build(plan, record, train, sweep, media, best, summary, failures, success_plot, posters) -> Report:
     s, c = best["summary"], media["checkpoints"][0]["summary"]
     r = Report("actlab demo: SO-101 pick-and-place")
     r.paragraph(
@@ -116,7 +162,7 @@ def _build(plan, record, train, sweep, media, best, summary, failures, success_p
     _dataset_section(r, record, plan)
     _training_section(r, train, summary["step_time"])
     _eval_section(r, sweep, failures, success_plot, c)
-    _media_section(r, media)
+    _media_section(r, media, posters)
     r.heading("Reproduce")
     r.code(
         "actlab demo --out DIR            # this report (re-running reuses finished stages)\n"
@@ -181,16 +227,18 @@ def _training_section(r: Report, train: dict, times: dict) -> None:
             ["steps", train["step"]],
             ["final training loss", f"{train['final_loss']:.4f}" if train["final_loss"] is not None else "-"],
             ["best validation loss", f"{train['best_val_loss']:.4f}" if train["best_val_loss"] else "-"],
-            ["samples/s", f"{train['samples_per_s']:.0f}"],
+            ["samples/s over the whole loop", f"{train['samples_per_s']:.0f}"],
             ["training loop time", duration(train["wall_s"])],
         ],
         ["run (run/)", "value"],
     )
     r.paragraph(
-        "The training loop time covers the optimizer steps with the validation passes and checkpoint "
-        "writes between them. The train stage's time in the table above is longer: it also includes "
-        "decoding every camera frame once into the frame cache (cache/), computing the normalization "
-        "statistics and building the model before the first step, and drawing this figure after the last."
+        "The training loop time and its samples/s cover the optimizer steps with the validation passes "
+        "and checkpoint writes between them (and any stretch the machine was busy); the steady-state "
+        "figures are below the training figure. The train stage's time in the table above is longer: it "
+        "also includes decoding every camera frame once into the frame cache (cache/), computing the "
+        "normalization statistics and building the model before the first step, and drawing this figure "
+        "after the last."
     )
     r.image(
         "run/training.png",
@@ -204,9 +252,32 @@ def _training_section(r: Report, train: dict, times: dict) -> None:
             for label, key in _TIME_KEYS
             if key in times
         ]
-        rows.append(["whole step", f"{1000 * total:.1f} ms", f"{times['samples_per_s']:.0f} samples/s"])
-        r.paragraph("Where a training step's time went (mean over the logged windows after the first):")
+        per = f" at batch {times['batch_size']}" if times.get("batch_size") else ""
+        rows.append(["whole step", f"{1000 * total:.1f} ms", f"{times['samples_per_s']:.0f} samples/s{per}"])
+        r.paragraph(
+            "Where a steady training step's time went (mean over the logged windows after the first, "
+            "leaving out windows slowed down 3x or more by other work on the machine; samples/s is the "
+            "batch size over this step time):"
+        )
         r.table(rows, ["phase", "time per step", "share"])
+        busy = busy_sentence(times)
+        if busy:
+            r.paragraph(busy)
+
+
+def busy_sentence(times: dict[str, Any]) -> str:
+    """Says when the machine was busy during training (empty when it was not, as far as the rows show)."""
+    slow, n = times.get("slow_windows", 0), times.get("windows", 0)
+    load = times.get("max_load_avg_1m")
+    if not slow:
+        return ""
+    load_words = f", 1-minute load average up to {load:.1f}" if load is not None else ""
+    return (
+        f"The machine was busy during training: {slow} of {n} logged windows took 3x or more the steady "
+        f"step time (up to {1000 * times['slowest_step_s']:,.0f} ms a step{load_words}). They are left out "
+        "of the breakdown above and drawn off the scale in the figure; the whole-loop samples/s includes "
+        "them. On a shared CPU run with OMP_WAIT_POLICY=PASSIVE (docs/training.md)."
+    )
 
 
 def _eval_section(
@@ -253,7 +324,7 @@ def _eval_section(
         )
 
 
-def _media_section(r: Report, media: dict) -> None:
+def _media_section(r: Report, media: dict, posters: dict[str, str]) -> None:
     files = media["files"]
     if "whiskers_still" in files:
         r.heading("Whiskers: predicted action chunks")
@@ -262,7 +333,11 @@ def _media_section(r: Report, media: dict) -> None:
             "A frame of the whiskers video (top camera): the gripper paths of the latest predicted chunks "
             "in green (older ones fading) and the path the gripper really took in magenta.",
         )
-        r.video(f"eval/best/{files['whiskers']}", "whiskers video, fresh episode 0")
+        r.video(
+            f"eval/best/{files['whiskers']}",
+            "whiskers video, fresh episode 0",
+            poster=f"eval/best/{files['whiskers_still']}",
+        )
     episodes = media["checkpoints"][0]["episodes"]
     filmed = [e for e in episodes if e["video"]]
     if not filmed:
@@ -281,8 +356,9 @@ def _media_section(r: Report, media: dict) -> None:
     r.paragraph(
         f"{len(filmed)} of the {len(episodes)} fresh episodes, {what}. SUCCESS appears from the step the "
         "simulator reports the cube in the bowl; a failure's class appears when the episode has ended "
-        "(the last frame is held for a second)."
+        "(the last frame is held for a second). Each preview is the video's last frame: how it ended."
     )
     for e in filmed:
         outcome = e["outcome"].replace("_", " ")
-        r.video(f"eval/best/{e['video']}", f"episode {e['index']} (seed {e['seed']}): {outcome}")
+        video = f"eval/best/{e['video']}"
+        r.video(video, f"episode {e['index']} (seed {e['seed']}): {outcome}", poster=posters.get(video))

@@ -72,6 +72,13 @@ CONSTANT_STD = 1.01e-3
 # the test suite's tiny policies: untrained 3-5, trained 0.1-0.4 on training episodes; a policy that
 # generalizes stays well under 1 on held-out episodes (0.4), one that memorized is above 1 there (1.5).
 SKILL_LEARNED = 0.7  # below: the policy beats the baselines
+# Above this a policy that learned is still imprecise: on the demo's run (2026-11-24) step 1000 replayed at
+# skill 0.18 and succeeded in 38% of the sweep, step 5000 at 0.08 and 100%. Its advice then points at
+# training (more steps, another checkpoint) before the deployment setup.
+SKILL_PRECISE = 0.15
+# A checkpoint whose validation loss is this many times its run's best checkpoint's is behind it (the
+# demo's step 1000 vs its best; windows of one run differ by a few percent).
+RUN_BEST_RATIO = 1.25
 
 # Actions. Predictions beyond q01..q99 widened by RANGE_MARGIN of the span are out of range.
 RANGE_MARGIN = 0.1
@@ -126,6 +133,9 @@ VERDICTS = {
     "unknown, so 'did not learn' and 'memorized' cannot be told apart (pass --train-episodes)",
     "unsafe_actions": "it reproduces the demonstrations on average, but its actions leave the dataset's "
     "range or never move the gripper (see the action findings)",
+    "behind_run_best": "it learned, but its run has a clearly better checkpoint (see the checkpoint "
+    "finding): doctor or evaluate that one (`actlab eval RUN` sweeps them all) before suspecting the "
+    "deployment setup",
     "reproduces_demonstrations": "reproduces the demonstrations open-loop: if it fails on the robot or in "
     "the sim, look at the deployment setup (policy.reset() before each episode, the same stats, camera "
     "names and sizes, action units)",
@@ -592,9 +602,48 @@ def decide(findings: Sequence[Finding], replay: Mapping[str, Any]) -> Verdict:
         name = "memorized" if "train" in replay else "does_not_generalize"
     elif error("actions"):
         name = "unsafe_actions"
+    elif any(f.check == "checkpoint" and f.severity != "ok" for f in findings):
+        name = "behind_run_best"
     else:
         name = "reproduces_demonstrations"
+        skill = max((s["skill"] for s in replay.values() if "skill" in s), default=None)
+        if skill is not None and skill > SKILL_PRECISE:  # learned, imprecisely: not the deployment first
+            return Verdict(
+                name,
+                f"reproduces the demonstrations open-loop, but not precisely (skill {skill:.2f}; a "
+                f"well-trained policy replays under {SKILL_PRECISE}): if it fails, train longer or compare "
+                "checkpoints first (`actlab eval RUN` sweeps them all); look at the deployment setup once a "
+                "checkpoint that replays precisely still fails",
+            )
     return Verdict(name, VERDICTS[name])
+
+
+def compare_with_run_best(bundle: str | Path) -> Finding | None:
+    """How a run checkpoint (``RUN/checkpoints/step_N``) compares with its run's best one (lowest
+    validation loss, ``best.json``); None for a bundle outside a run or without validation losses.
+
+    Design choice: the validation loss the run recorded, not a replay of the best checkpoint: it measures
+    the same thing (chunk error on held-out episodes, in action std) at no cost, where a second replay
+    would double the doctor's time.
+    """
+    here = Path(bundle).resolve()
+    try:
+        best = json.loads((here.parent / "best.json").read_text())
+        mine = json.loads((here / "actlab.json").read_text())["extra"]["train"]["val_loss"]
+        best_loss, best_path = float(best["val_loss"]), str(best["path"])
+        mine = float(mine)
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+    numbers = {"val_loss": mine, "best": best_path, "best_val_loss": best_loss}
+    if best_path == here.name or best_loss <= 0 or mine < RUN_BEST_RATIO * best_loss:
+        msg = f"validation loss {mine:.4f}; the run's best checkpoint ({best_path}) {best_loss:.4f}"
+        return Finding("checkpoint", "checkpoint vs run best", "ok", msg, numbers)
+    msg = (
+        f"validation loss {mine:.4f} is {mine / best_loss:.1f}x the run's best checkpoint {best_path} "
+        f"({best_loss:.4f}): this one is under-trained or overfit by comparison; doctor "
+        f"{here.parent / best_path}"
+    )
+    return Finding("checkpoint", "checkpoint vs run best", "warning", msg, numbers)
 
 
 # ------------------------------------------------------------------------------------------ driver
@@ -732,7 +781,12 @@ def doctor_bundle(bundle: str | Path, dataset: str | Path, cfg: DoctorConfig | N
     if cfg.cache_dir is None:
         cfg = dataclasses.replace(cfg, cache_dir=run_cache_dir(bundle))
     policy = load_policy(bundle, device=cfg.device)
-    return diagnose(policy, dataset, cfg, bundle=bundle, name=str(bundle))
+    result = diagnose(policy, dataset, cfg, bundle=bundle, name=str(bundle))
+    versus_best = compare_with_run_best(bundle)
+    if versus_best is not None:
+        result.findings.append(versus_best)
+        result.verdict = decide(result.findings, result.replay)
+    return result
 
 
 def run_cache_dir(bundle: str | Path) -> str | None:

@@ -184,9 +184,54 @@ def summary_row(ev: CheckpointEval) -> list[str]:
     ]
 
 
+# The terminal's table: short headers and cells (with the full names it was ~190 columns wide), the
+# names spelled out in a legend below it. Markdown pages wrap, so they keep SUMMARY_HEADERS.
+COMPACT_HEADERS: tuple[str, ...] = (
+    "checkpoint", "step", "success", "95% CI", "not picked", "dropped", "missed", "timeout", "pick",
+    "drop", "steps", "lift",
+)  # fmt: skip
+COMPACT_LEGEND = (
+    "not picked: never_picked_up, dropped: dropped_during_transport, missed: missed_goal (episode counts); "
+    "pick, drop: pick and drop rates; steps: mean length of the successful episodes; lift: max lift"
+)
+
+
+def _compact_row(ev: CheckpointEval) -> list[str]:
+    s = ev.summary
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{100 * x:.0f}%"
+
+    return [
+        ev.name,
+        "-" if ev.step is None else str(ev.step),
+        f"{s.successes}/{s.episodes} {pct(s.success_rate)}",
+        f"{pct(s.ci_low)[:-1]}-{pct(s.ci_high)}",
+        *[str(s.outcomes[f]) for f in FAILURES],
+        pct(s.pick_rate),
+        pct(s.drop_rate),
+        _num(s.mean_success_steps, 0),
+        _num(s.max_lift_m, 1, 100.0, " cm"),
+    ]
+
+
 def results_table(evals: Sequence[CheckpointEval], markdown: bool = True) -> str:
-    """The summary table, one row per checkpoint (a sweep) or a single row."""
-    return table([summary_row(e) for e in evals], list(SUMMARY_HEADERS), markdown=markdown)
+    """The summary table, one row per checkpoint (a sweep) or a single row; for a terminal
+    (``markdown=False``) with short headers and a legend below."""
+    if markdown:
+        return table([summary_row(e) for e in evals], list(SUMMARY_HEADERS), markdown=True)
+    return table([_compact_row(e) for e in evals], list(COMPACT_HEADERS)) + "\n" + COMPACT_LEGEND
+
+
+def filmed_lines(evals: Sequence[CheckpointEval]) -> list[str]:
+    """Which episodes were filmed, one line per checkpoint that has videos: index, seed, outcome."""
+    lines = []
+    for ev in evals:
+        filmed = [e for e in ev.episodes if e.video]
+        if filmed:
+            what = ", ".join(f"episode {e.index} (seed {e.seed}, {e.outcome})" for e in filmed)
+            lines.append(f"filmed ({ev.name}): {what}")
+    return lines
 
 
 def episodes_table(ev: CheckpointEval, markdown: bool = True) -> str:
@@ -200,10 +245,12 @@ def episodes_table(ev: CheckpointEval, markdown: bool = True) -> str:
             "-" if e.picked is None else ("yes" if e.picked else "no"),
             "-" if e.drop_events is None else e.drop_events,
             _num(e.max_lift_m, 1, 100.0, " cm"),
+            e.video or "-",
         ]
         for e in ev.episodes
     ]
-    return table(rows, ["episode", "seed", "outcome", "steps", "picked", "drops", "max lift"], markdown)
+    headers = ["episode", "seed", "outcome", "steps", "picked", "drops", "max lift", "video"]
+    return table(rows, headers, markdown)
 
 
 def markdown_report(evals: Sequence[CheckpointEval], title: str, meta: dict | None = None) -> str:

@@ -23,7 +23,13 @@ from typing import Any
 from actlab.errors import ActlabError
 from actlab.evaluation.envs import EnvSpec
 from actlab.evaluation.harness import EvalConfig, PolicySource, as_source, evaluate_many
-from actlab.evaluation.results import CheckpointEval, EpisodeResult, markdown_report, results_table
+from actlab.evaluation.results import (
+    CheckpointEval,
+    EpisodeResult,
+    filmed_lines,
+    markdown_report,
+    results_table,
+)
 from actlab.evaluation.whiskers import check_whiskers_options, whiskers_video
 from actlab.utils.io import atomic_dir, atomic_write_json, atomic_write_text, read_json
 from actlab.viz.eval import plot_success_vs_step
@@ -110,7 +116,8 @@ class EvalReport:
         }
 
     def table(self, markdown: bool = False) -> str:
-        return results_table(self.evals, markdown=markdown)
+        """The summary table, then which episodes were filmed (when any were)."""
+        return "\n".join([results_table(self.evals, markdown=markdown), *filmed_lines(self.evals)])
 
 
 def best_checkpoint(evals: Sequence[CheckpointEval]) -> CheckpointEval | None:

@@ -190,6 +190,24 @@ def write_video(path: str | Path, frames: Iterable[np.ndarray], fps: int, codec:
     return path
 
 
+def write_last_frame(video: str | Path, png: str | Path) -> Path:
+    """Write the last frame of ``video`` as a PNG (atomically): a video's preview image. Why the last: a
+    rollout video ends on the outcome (a failure's class written on its final frame), which frame 0, the
+    browser's default preview, never shows."""
+    import av
+    from PIL import Image
+
+    last = None
+    with av.open(str(video)) as container:
+        for frame in container.decode(video=0):
+            last = frame
+    if last is None:
+        raise ActlabError("the video has no frames", file=video, fix="record the video again")
+    with atomic_file(png, "wb") as f:
+        Image.fromarray(last.to_ndarray(format="rgb24")).save(f, format="PNG")
+    return Path(png)
+
+
 def read_video(path: str | Path) -> list[np.ndarray]:
     """Decode every frame of a video as HWC uint8 RGB (for tests and inspection)."""
     import av

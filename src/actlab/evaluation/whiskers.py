@@ -204,6 +204,7 @@ def _whiskers_video(source, spec, cfg, path, episode, every, style, still) -> di
 
 def _episode(source, spec, cfg, env, inputs, path, episode, every, style, still) -> dict:
     import torch
+    from tqdm.auto import tqdm
 
     policy = _build_policy(source, env, cfg.device)
     if not hasattr(policy, "predict_action_chunk"):
@@ -223,7 +224,11 @@ def _episode(source, spec, cfg, env, inputs, path, episode, every, style, still)
     actual = [env.grasp_position()]
     infos, raw_frames, errors = [], [], []
     frame_preds: list[int] = []  # per frame: index of the newest prediction drawn on it
+    # A bar: this episode re-renders every frame with its predictions (10-40 s on 2 CPU cores), and it ran
+    # after the evaluation's own bar had finished, in silence.
+    bar = tqdm(total=env_max_steps(env), desc=f"whiskers ({source.name}, episode {episode})", unit="step")
     for t in range(env_max_steps(env)):
+        bar.update(1)
         batch = adapter([obs])
         if t % every == 0:
             with torch.inference_mode():
@@ -240,6 +245,7 @@ def _episode(source, spec, cfg, env, inputs, path, episode, every, style, still)
             errors.append(float(np.linalg.norm(preds_world[-1][0] - actual[-1])))
         if terminated or truncated:
             break
+    bar.close()
     raw_frames.append(_frame(env, preds_world, actual, style))
     frame_preds.append(len(preds_world) - 1)
     outcome = classify(PhaseRecord.from_infos(infos)).outcome

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from actlab.datasets.hub import model_location
 from actlab.errors import ActlabError
 from actlab.evaluation.harness import PolicySource
 from actlab.lerobot.child import PROTOCOL_VERSION, ProtocolError, read_message, write_message
@@ -362,10 +363,10 @@ def lerobot_sources(
     slot = ChildSlot()
     found: list[tuple[str, Path, int | None]] = []
     for raw in paths:
-        p = Path(raw)
+        p = model_location(raw)  # a directory, or owner/name in huggingface_hub's local cache
         if (p / "config.json").is_file():
-            # lerobot-train's layout: checkpoints/<step or "last">/pretrained_model
-            name = p.parent.name if p.name == "pretrained_model" else p.name
+            # lerobot-train's layout: checkpoints/<step or "last">/pretrained_model; a Hub snapshot: its id
+            name = p.parent.name if p.name == "pretrained_model" else (p.name if p == Path(raw) else str(raw))
             found.append((name, p, int(name) if name.isdigit() else None))
             continue
         ckpts = sorted(

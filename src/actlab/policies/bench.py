@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 
@@ -89,21 +89,32 @@ def bench_policy(
     warmup: int = 2,
     device: str = "cpu",
     seed: int = 0,
+    progress: TextIO | None = None,
 ) -> dict[str, Any]:
-    """Median training-step time per variant and its speed-up over the first; a profiling.report dict."""
+    """Median training-step time per variant and its speed-up over the first; a profiling.report dict.
+    ``progress``: a text stream told what is built and each round's step times (None: silent)."""
+
+    def say(text: str) -> None:
+        if progress is not None:
+            print(text, file=progress, flush=True)
+
     dev = resolve_device(device)
     base = apply_config_overrides(get_config_class(type_name)(), list(overrides))
     features = synthetic_features(state_dim, action_dim, cameras, image_shape)
     runs = {}
     for text in variants:
         name, extra = parse_variant(text)
+        say(f"building {name} ({', '.join(extra) or 'the base config'}), batch {batch_size} on {dev}")
         runs[name] = _setup(base, extra, features, batch_size, dev, seed)
     times: dict[str, list[float]] = {name: [] for name in runs}
     for i in range(warmup + steps):
+        took = {}
         for name, (policy, batch, opt) in runs.items():
-            dt = _step(policy, batch, opt, dev)
+            took[name] = dt = _step(policy, batch, opt, dev)
             if i >= warmup:
                 times[name].append(dt)
+        what = "warm-up" if i < warmup else f"round {i - warmup + 1}/{steps}"
+        say(f"  {what}: " + ", ".join(f"{n} {1000 * t:,.0f} ms" for n, t in took.items()))
     med = {name: statistics.median(v) for name, v in times.items()}
     first = next(iter(med))
     metrics: dict[str, float] = {}
@@ -114,8 +125,15 @@ def bench_policy(
             p.numel() for p in runs[name][0].parameters() if p.requires_grad
         )
     ratios = {f"{name}_vs_{first}": round(med[first] / t, 2) for name, t in med.items() if name != first}
+    readable = [
+        f"{name}_vs_{first} = {med[first] / t:.2f}: {name}'s step takes {1000 * t:,.1f} ms, {first}'s "
+        f"{1000 * med[first]:,.1f} ms (median of {steps}); above 1 {name} is faster, below 1 slower"
+        for name, t in med.items()
+        if name != first
+    ]
     return {
         "benchmark": "policy",
+        "command": "actlab policy bench",
         "device": str(dev),
         "config": {
             "type": type_name,
@@ -130,7 +148,10 @@ def bench_policy(
         "metrics": metrics,
         "ratios": ratios,
         "notes": [
+            *readable,
             "step = forward + backward + AdamW step on synthetic batches; variants interleaved per round",
-            f"{PSEUDO}=true: frozen backbone with features precomputed once (the trainer's frozen path)",
+            f"{PSEUDO}=true: frozen backbone with features precomputed once (the trainer's frozen path): "
+            "it saves the backbone's share of the step (forward and backward), so the smaller the backbone "
+            "is next to the transformer, the closer the ratio is to 1",
         ],
     }

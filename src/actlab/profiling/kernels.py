@@ -18,7 +18,10 @@ is never reported as the step time: the bench times steps without the profiler.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from actlab.profiling.timing import synchronize
@@ -96,6 +99,25 @@ def summarize_events(
     }
 
 
+@contextlib.contextmanager
+def native_stderr_silenced() -> Iterator[None]:
+    """Send file descriptor 2 to /dev/null inside the block. Why: starting and stopping torch.profiler,
+    libkineto writes ``STAGE:``/``USDT: ... profiler_start`` lines to the process's stderr from C++, with no
+    setting that turns them off (KINETO_LOG_LEVEL does not), into the output of `actlab bench train`.
+    Only the profiler's start and stop run inside; the profiled steps do not."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+
+
 def profile_step(fn: Callable[[], Any], device: Any, steps: int = 3) -> dict[str, Any]:
     """Run ``fn`` (one training step) ``steps`` times under the profiler; see :func:`summarize_events`.
 
@@ -110,12 +132,18 @@ def profile_step(fn: Callable[[], Any], device: Any, steps: int = 3) -> dict[str
     cuda = getattr(device, "type", str(device)) == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     synchronize(device)
-    with profile(activities=activities, record_shapes=True) as prof:
+    prof = profile(activities=activities, record_shapes=True)
+    with native_stderr_silenced():
+        prof.start()
+    try:
         t0 = time.perf_counter()
         for _ in range(steps):
             fn()
         synchronize(device)  # the last step's kernels are inside the window
         window_us = (time.perf_counter() - t0) * 1e6
+    finally:
+        with native_stderr_silenced():
+            prof.stop()
 
     def computes_below(e) -> bool:
         return any(does_work(c.name) or computes_below(c) for c in e.cpu_children)

@@ -76,7 +76,8 @@ def emit(result: dict[str, Any], as_json: bool, stream: TextIO | None = None) ->
         stream.write(json.dumps(result, indent=2, default=_jsonable))
         stream.write("\n")
         return
-    title = f"actlab bench {result.get('benchmark', '?')}"
+    # "command": the command that produced it, when it is not `actlab bench <benchmark>`
+    title = result.get("command") or f"actlab bench {result.get('benchmark', '?')}"
     if "device" in result:
         title += f"  (device: {result['device']})"
     stream.write(title + "\n\n")

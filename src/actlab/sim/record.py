@@ -105,12 +105,13 @@ class RecordSummary:
         """Expert success rate over the attempts."""
         return self.successes / max(self.attempts, 1)
 
-    def line(self) -> str:
-        """The one-line summary printed by ``actlab sim record``."""
+    def line(self, timed: bool = True) -> str:
+        """The one-line summary printed by ``actlab sim record``; ``timed=False`` leaves out the time (for a
+        caller that prints its own, as the demo's stage line does)."""
+        took = f" in {self.seconds:.1f} s" if timed else ""
         return (
-            f"recorded {self.episodes} episodes ({self.frames} frames) to {self.path} "
-            f"in {self.seconds:.1f} s; expert success {self.successes}/{self.attempts} "
-            f"({100 * self.success_rate:.1f}%)"
+            f"recorded {self.episodes} episodes ({self.frames} frames) to {self.path}{took}; "
+            f"expert success {self.successes}/{self.attempts} ({100 * self.success_rate:.1f}%)"
         )
 
 

@@ -24,6 +24,7 @@ import multiprocessing as mp
 import signal
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -48,10 +49,21 @@ _TRIAL_TIMEOUT_S = 900.0  # one trial (build + steps) taking longer than this is
 _PRELOAD = ["torch", "torch._dynamo", "torch.optim", "actlab.policies", "actlab.training.build"]
 
 
-def _run_steps(cfg: Any, device: Any, steps: int) -> float:
-    """Build the run for ``cfg`` and time ``steps`` optimizer steps; returns seconds for the steps."""
+def _frames_in_memory(run: Any) -> int:
+    """Bytes of decoded frames the run holds in process (or device) memory: the FrameStore when
+    ``frames_on_device`` copied it there, 0 when the step gathers from the memory-mapped cache file."""
+    if run.store is None or not run.device_data.frames_on_device:
+        return 0
+    return sum(int(run.store.frames[k].nbytes) for k in run.device_data.image_keys)
+
+
+def _run_steps(cfg: Any, device: Any, steps: int, built: Callable[[Any], None] | None = None) -> float:
+    """Build the run for ``cfg`` and time ``steps`` optimizer steps; returns seconds for the steps.
+    ``built(run)`` is called between the build and the first step (to measure what the build holds)."""
     run = build_run(cfg, device)
     try:
+        if built is not None:
+            built(run)
         t0 = time.perf_counter()
         for _ in range(steps):
             run.step(run.next_batch())
@@ -62,6 +74,13 @@ def _run_steps(cfg: Any, device: Any, steps: int) -> float:
 
 
 # ------------------------------------------------------------------------------------------- CPU probe
+def _rss_self() -> int:
+    """This process's resident set now (VmRSS), in bytes."""
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
 def _peak_rss_self() -> int:
     """This process's peak resident set (VmHWM), in bytes."""
     try:
@@ -84,8 +103,12 @@ def _is_cpu_oom(e: BaseException) -> bool:
 
 def _cpu_trial(cfg_dict: dict[str, Any], steps: int, conn: Any) -> None:
     """Runs in a forked child: build + steps, then report the peak RSS through ``conn``."""
+
+    def built(run: Any) -> None:  # what the build holds before any step: the breakdown of a failure
+        conn.send({"built": _rss_self(), "frames": _frames_in_memory(run)})
+
     try:
-        seconds = _run_steps(config_from_dict(cfg_dict), "cpu", steps)
+        seconds = _run_steps(config_from_dict(cfg_dict), "cpu", steps, built)
         conn.send({"ok": True, "peak": _peak_rss_self(), "seconds": seconds})
     except BaseException as e:  # reported to the parent, which decides what it means
         if _is_cpu_oom(e):
@@ -101,8 +124,11 @@ def _cpu_trial(cfg_dict: dict[str, Any], steps: int, conn: Any) -> None:
 class CpuProbe:
     """Peak RSS of a fresh process running the steps, stopped early once it passes ``limit_bytes``."""
 
-    def __init__(self, cfg: Any, limit_bytes: int, steps: int) -> None:
+    def __init__(self, cfg: Any, limit_bytes: int, steps: int, frames_bytes: int | None = None) -> None:
         self.cfg, self.limit_bytes, self.steps = cfg, limit_bytes, steps
+        # the decoded frames a trial copies into its RAM (data.frames_on_device=true), when known: named in
+        # a trial stopped before it finished building
+        self.frames_bytes = frames_bytes
         self._cfg_dict = config_to_dict(dataclasses.replace(cfg, device="cpu"))
         self._ctx = mp.get_context("forkserver")
         # Only takes effect if this process has not started its fork server yet; otherwise each trial
@@ -118,7 +144,7 @@ class CpuProbe:
         proc.start()
         child.close()
         watched = psutil.Process(proc.pid)
-        seen, msg, killed = 0, None, False
+        seen, msg, killed, built = 0, None, False, None
         deadline = time.monotonic() + _TRIAL_TIMEOUT_S
         try:
             while msg is None and proc.is_alive():
@@ -138,8 +164,12 @@ class CpuProbe:
                     )
                 if parent.poll(_POLL_S):
                     msg = parent.recv()
-            if msg is None and not killed and parent.poll(0):
+                    if "built" in msg:  # the build's own footprint; the result comes after the steps
+                        built, msg = msg, None
+            while msg is None and not killed and parent.poll(0):
                 msg = parent.recv()
+                if "built" in msg:
+                    built, msg = msg, None
         except EOFError:
             msg = None
         finally:
@@ -148,7 +178,10 @@ class CpuProbe:
                 proc.kill()
                 proc.join()
             parent.close()
-        return self._verdict(batch_size, msg, seen, killed, proc.exitcode)
+        probe = self._verdict(batch_size, msg, seen, killed, proc.exitcode)
+        if built is None:  # stopped during the build: at least the frames it was copying are known
+            return dataclasses.replace(probe, frames_bytes=self.frames_bytes)
+        return dataclasses.replace(probe, before_step_bytes=built["built"], frames_bytes=built["frames"])
 
     def _verdict(self, batch_size: int, msg: dict | None, seen: int, killed: bool, code: int | None) -> Probe:
         if killed:
@@ -202,21 +235,35 @@ class GpuProbe:
         cfg = dataclasses.replace(self.cfg, batch_size=batch_size)
         self._release()
         torch.cuda.reset_peak_memory_stats(self.device)
-        seconds, oom = None, None
+        seconds, oom, held = None, None, {}
+
+        def built(run: Any) -> None:  # what the build holds on the device before the first step
+            held.update(before=int(torch.cuda.memory_reserved(self.device)), frames=_frames_in_memory(run))
+
         try:
-            seconds = _run_steps(cfg, self.device, self.steps)
+            seconds = _run_steps(cfg, self.device, self.steps, built)
         except torch.cuda.OutOfMemoryError as e:
             oom = str(e).splitlines()[0][:160]
         peak = int(torch.cuda.max_memory_reserved(self.device))
         self._release()  # after the except block: the exception no longer pins the step's tensors
+        before, frames = held.get("before"), held.get("frames")
         if oom is not None:
-            return Probe(batch_size, ok=False, memory_bytes=peak, detail=f"CUDA OOM: {oom}")
+            return Probe(
+                batch_size,
+                ok=False,
+                memory_bytes=peak,
+                detail=f"CUDA OOM: {oom}",
+                before_step_bytes=before,
+                frames_bytes=frames,
+            )
         return Probe(
             batch_size,
             ok=True,
             memory_bytes=peak,
             seconds=seconds,
             detail=f"{self.steps} steps in {seconds:.2f} s",
+            before_step_bytes=before,
+            frames_bytes=frames,
         )
 
     def _release(self) -> None:
@@ -230,7 +277,9 @@ class GpuProbe:
 # ------------------------------------------------------------------------------------------- driver
 def load_config(preset: str, dataset: str, overrides: list[str] | None, device: str | None) -> Any:
     """The preset with the dataset, overrides and device applied (validated: errors name the key)."""
-    if not Path(dataset).exists():
+    from actlab.datasets.hub import dataset_location
+
+    if not dataset_location(dataset).exists():  # a path, or owner/name in LeRobot's local Hub cache
         raise ActlabError("dataset not found", file=dataset, field="--dataset", fix="check the path")
     cfg = apply_train_overrides(with_dataset(get_preset(preset), dataset), list(overrides or []))
     if device is not None:
@@ -265,6 +314,7 @@ def find_batch_size(
     cfg = load_config(preset, dataset, overrides, device)
     dev = resolve_device(cfg.device)
     limit = parse_bytes(memory_limit) if memory_limit is not None else None
+    notes: list[str] = []
     if dev.type == "cuda":
         probe, limit, what = _gpu_setup(cfg, dev, steps, limit, progress)
     elif dev.type == "cpu":
@@ -275,8 +325,9 @@ def find_batch_size(
                 expected="a size such as 2GiB",
                 fix="pass --memory-limit with the RAM the training may use",
             )
+        cfg, frames, notes = _cpu_frames_placement(cfg)
         _prepare_cpu(cfg, start)
-        probe, what = CpuProbe(cfg, limit, steps), "RSS"
+        probe, what = CpuProbe(cfg, limit, steps, frames_bytes=frames), "RSS"
     else:
         raise ActlabError(
             f"batch-size search is not supported on {dev.type}", field="--device", expected="cuda or cpu"
@@ -299,6 +350,7 @@ def find_batch_size(
         multiple_of=multiple_of,
         tolerance=tolerance,
     )
+    result.notes.extend(notes)
     return result, what
 
 
@@ -315,6 +367,38 @@ def _gpu_setup(cfg: Any, dev: Any, steps: int, limit: int | None, progress: Text
                 file=progress,
             )
     return GpuProbe(cfg, dev, steps), limit, "GPU memory reserved"
+
+
+def _cpu_frames_placement(cfg: Any) -> tuple[Any, int | None, list[str]]:
+    """On CPU, where the trials keep the decoded frames: (config, bytes copied into RAM or None, notes).
+
+    Design choice: ``data.frames_on_device=auto`` is measured as ``false`` (the step gathers from the
+    memory-mapped cache file). Why: the RAM copy is a fixed cost that does not grow with the batch, and
+    ``auto`` only makes it when half the free memory holds it; counting it made the search after the demo
+    report that not even batch 1 fits a 3 GiB limit (1.7 GiB of it the frame copy). The copy is named in a
+    note instead. ``true`` is measured as asked: the copy is then counted, and named when nothing fits.
+    """
+    from actlab.datasets import FrameStore, open_dataset
+    from actlab.training.build import camera_keys
+
+    choice = cfg.data.frames_on_device
+    try:
+        ds = open_dataset(cfg.data.path)
+        nbytes = FrameStore.estimate_bytes(ds, cfg.data.image_size, camera_keys(ds, cfg))
+    except (ActlabError, OSError, ValueError):  # for a message only; a bad dataset fails in the build
+        nbytes = None
+    if choice is True:
+        return cfg, nbytes, []
+    if choice == "auto":
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, frames_on_device=False))
+        size = "" if not nbytes else f" ({nbytes / _MIB:,.0f} MiB)"
+        note = (
+            f"not counted: the decoded frame cache{size}, read from its memory-mapped file by every "
+            "trial. `actlab train` (data.frames_on_device=auto) copies it into RAM as well when half the "
+            "free memory holds it: add it to the peak, or train with --set data.frames_on_device=false"
+        )
+        return cfg, 0, [note]
+    return cfg, 0, []
 
 
 def _prepare_cpu(cfg: Any, start: int) -> None:

@@ -29,6 +29,11 @@ class Probe:
     memory_bytes: int | None  # peak memory measured (GPU: allocator reserved; CPU: process RSS)
     detail: str = ""  # why it failed, or what was measured, in words
     seconds: float | None = None  # wall time of the measured step(s), for a rough samples/s
+    # memory held once the run was built, before the first step (runtime, model, optimizer, data); None:
+    # not measured (the trial stopped during the build)
+    before_step_bytes: int | None = None
+    # of which decoded frames copied into RAM / onto the device (data.frames_on_device); None: unknown
+    frames_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,7 @@ class SearchResult:
     recommended: int | None = None  # largest batch size that fit within the budget
     first_fail: int | None = None  # smallest batch size that did not fit (None: never failed)
     reached_max: bool = False  # stopped at max_batch while still fitting
+    notes: list[str] = field(default_factory=list)  # what the measurement left out or assumed, in words
 
     @property
     def budget_bytes(self) -> int:
@@ -64,6 +70,7 @@ class SearchResult:
             "recommended": self.recommended,
             "first_fail": self.first_fail,
             "reached_max": self.reached_max,
+            "notes": list(self.notes),
             "trials": [
                 {
                     "batch_size": t.probe.batch_size,
@@ -72,6 +79,8 @@ class SearchResult:
                     "fits": t.fits,
                     "seconds": t.probe.seconds,
                     "detail": t.probe.detail,
+                    "before_step_bytes": t.probe.before_step_bytes,
+                    "frames_bytes": t.probe.frames_bytes,
                 }
                 for t in self.trials
             ],
@@ -178,10 +187,46 @@ def render_search(result: SearchResult, what: str) -> str:
         "",
     ]
     if result.recommended is None:
-        lines.append(f"no batch size fits: even {result.trials[0].probe.batch_size} exceeds the budget")
+        lines += nothing_fits(result, what)
     else:
         extra = " (stopped at --max)" if result.reached_max else f"; {result.first_fail} does not fit"
         if result.first_fail is not None and result.first_fail - result.recommended > 1 and result.tolerance:
             extra += f" (bisection stopped within {result.tolerance:.0%})"
         lines.append(f"recommended batch size: {result.recommended}{extra}")
+    lines += [f"note: {n}" for n in result.notes]
     return "\n".join(lines)
+
+
+def nothing_fits(result: SearchResult, what: str) -> list[str]:
+    """Why not even the smallest batch fits: what used the budget (frame copy, the built run, the steps),
+    and the fix for the largest part."""
+    mib = 1024 * 1024
+    p = min((t.probe for t in result.trials), key=lambda p: p.batch_size)
+    peak = "an unknown amount" if p.memory_bytes is None else f"{p.memory_bytes / mib:,.0f} MiB"
+    lines = [
+        f"no batch size fits: even batch {p.batch_size} used {peak} of {what}, over the budget of "
+        f"{result.budget_bytes / mib:,.0f} MiB"
+    ]
+    frames = p.frames_bytes or 0
+    parts = []
+    if frames:
+        parts.append(
+            f"{frames / mib:,.0f} MiB the decoded frame cache copied into memory (data.frames_on_device)"
+        )
+    if p.before_step_bytes is not None:
+        rest = max(0, p.before_step_bytes - frames)
+        parts.append(
+            f"{rest / mib:,.0f} MiB the built run before its first step (runtime, model, optimizer, data)"
+        )
+        if p.memory_bytes is not None:
+            parts.append(f"{max(0, p.memory_bytes - p.before_step_bytes) / mib:,.0f} MiB the training steps")
+    elif p.memory_bytes is not None:
+        parts.append("the trial was stopped before its first step: the build alone passed the limit")
+    if parts:
+        lines.append("what used it: " + "; ".join(parts))
+    if frames and frames >= 0.25 * result.budget_bytes:
+        fix = "--set data.frames_on_device=false (the step then reads frames from the memory-mapped cache)"
+    else:
+        fix = "a smaller model or image size (--set policy.* / data.image_size)"
+    lines.append(f"fix: {fix}, or a larger --memory-limit")
+    return lines

@@ -34,6 +34,7 @@ from actlab.training.config import (
 from actlab.training.ddp import DistInfo
 from actlab.training.metrics_log import METRICS_FILE, MetricsLog, check_sinks, read_metrics
 from actlab.training.schedule import sync_lr
+from actlab.training.slowdown import SlowdownWatch, cure_applied
 from actlab.utils.disk import write_error
 from actlab.utils.io import atomic_write_json, read_json
 from actlab.utils.lock import LOCK_FILE, DirLock
@@ -493,6 +494,25 @@ def _min_none(*values: float | None) -> float | None:
     return min(present) if present else None
 
 
+def _load_1m() -> float | None:
+    """The 1-minute load average (None where the OS has none)."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def _slowdown_watch(run: TrainRun) -> SlowdownWatch | None:
+    """A SlowdownWatch for a CPU run whose threads may spin on a shared machine; None otherwise."""
+    import torch
+
+    threads = torch.get_num_threads()
+    if run.device.type != "cpu" or cure_applied(num_threads=threads):
+        return None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return SlowdownWatch(cpus=cpus, threads=threads)
+
+
 def _due(step: int, every: int, total: int) -> bool:
     return step == total or (every > 0 and step % every == 0)
 
@@ -526,6 +546,8 @@ class Loop:
         self.hist_n = 0
         # loop start time and step (throughput recorded with each checkpoint)
         self._t0, self._start = time.perf_counter(), 0
+        # says once when a shared CPU slows the steps down (None: not a CPU run, or the cure is applied)
+        self.slowdown = _slowdown_watch(run)
 
     def train_from(self, start: int) -> RunSummary:
         cfg = self.cfg
@@ -643,6 +665,13 @@ class Loop:
                 / max(1, self.run.split.train_frames),
             }
         )
+        load = _load_1m()
+        if load is not None:
+            row["load_avg_1m"] = load  # how busy the machine was (the demo's report says so)
+        if self.slowdown is not None and self.run.dist.is_main:
+            note = self.slowdown.update(step, step_time, load)
+            if note is not None:
+                self.log.message(note)
         watched = {k: row[k] for k in ("loss", "grad_norm") if k in row}
         # (made before the window is reset: it reads the window to name the first bad step)
         diverged = None if all(math.isfinite(v) for v in watched.values()) else self._diverged(step, watched)

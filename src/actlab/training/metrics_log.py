@@ -82,7 +82,9 @@ class MetricsLog:
         if progress:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True)
+            self._bar = tqdm(
+                total=total_steps, initial=start_step, unit="step", dynamic_ncols=True, desc="train"
+            )
 
     def _truncate_after(self, step: int) -> None:
         if not self.path.is_file():

@@ -43,10 +43,11 @@ class Report:
         """``path`` relative to the report's directory."""
         self.blocks.append(_Block("image", {"path": path, "caption": caption}))
 
-    def video(self, path: str, caption: str) -> None:
+    def video(self, path: str, caption: str, poster: str | None = None) -> None:
         """An mp4 (``path`` relative to the report's directory): a player in the HTML page (muted, looping,
-        with controls), a link in the markdown; both with the caption and a link to the file."""
-        self.blocks.append(_Block("video", {"path": path, "caption": caption}))
+        with controls), a link in the markdown; both with the caption and a link to the file. ``poster``:
+        an image shown before it plays (and in the markdown, linking to the video) instead of frame 0."""
+        self.blocks.append(_Block("video", {"path": path, "caption": caption, "poster": poster}))
 
     def links(self, items: Sequence[tuple[str, str]]) -> None:
         """A bullet list of (label, relative path) links."""
@@ -69,7 +70,10 @@ class Report:
             elif b.kind == "image":
                 out += [f"![{d['caption']}]({d['path']})", "", f"*{d['caption']}*", ""]
             elif b.kind == "video":
-                out += [f"[video: {d['caption']}]({d['path']})", ""]
+                if d.get("poster"):
+                    out += [f"[![{d['caption']}]({d['poster']})]({d['path']})", "", f"*{d['caption']}*", ""]
+                else:
+                    out += [f"[video: {d['caption']}]({d['path']})", ""]
             elif b.kind == "links":
                 out += [f"- [{label}]({path})" for label, path in d["items"]] + [""]
             elif b.kind == "code":
@@ -101,8 +105,10 @@ class Report:
             elif b.kind == "video":
                 # playsinline + muted: mobile browsers autoplay-block or full-screen a video otherwise
                 src = e(d["path"])
+                poster = f' poster="{e(d["poster"])}"' if d.get("poster") else ""
                 body.append(
-                    f'<figure><video controls muted loop playsinline preload="metadata" src="{src}"></video>'
+                    f'<figure><video controls muted loop playsinline preload="metadata"{poster} src="{src}">'
+                    "</video>"
                     f'<figcaption>{e(d["caption"])} (<a href="{src}">mp4</a>)</figcaption></figure>'
                 )
             elif b.kind == "links":

@@ -129,6 +129,38 @@ def _draw_lrs(ax: Any, rows: Sequence[dict[str, Any]]) -> None:
     _legend_outside(ax)
 
 
+def step_time_top(total_ms: np.ndarray, slow_factor: float = 3.0) -> float | None:
+    """The step-time axis's top: 1.5x the slowest steady window (those under ``slow_factor`` x the fastest
+    quarter's; 3: actlab.training.slowdown's SLOW_FACTOR, which viz cannot import), or None (autoscale)
+    when no window is that slow. Why: a few windows slowed down 5-40x by other work on a shared CPU (or
+    the warm-up window) scaled the axis to themselves and the steady breakdown became a sliver."""
+    if len(total_ms) < 3:
+        return None
+    fast = float(np.percentile(total_ms, 25))
+    steady = total_ms[total_ms < slow_factor * fast]
+    if len(steady) == len(total_ms) or not len(steady):
+        return None
+    return 1.5 * float(steady.max())
+
+
+def _robust_top(ax: Any, steps: np.ndarray, total_ms: np.ndarray) -> None:
+    top = step_time_top(total_ms)
+    if top is None:
+        return
+    ax.set_ylim(0, top)
+    over = total_ms > top
+    ax.plot(steps[over], np.full(int(over.sum()), top), "v", color="crimson", ms=5, clip_on=False)
+    ax.annotate(
+        f"{int(over.sum())} window(s) off the scale, up to {total_ms.max():,.0f} ms "
+        "(warm-up, or other work on the machine)",
+        xy=(0.01, 0.97),
+        xycoords="axes fraction",
+        va="top",
+        fontsize=7,
+        color="crimson",
+    )
+
+
 def _draw_times(ax: Any, rows: Sequence[dict[str, Any]]) -> None:
     timed = [r for r in rows if all(isinstance(r.get(k), (int, float)) for k in _TIME_KEYS)]
     if timed:
@@ -136,6 +168,7 @@ def _draw_times(ax: Any, rows: Sequence[dict[str, Any]]) -> None:
         parts = [np.asarray([r[k] for r in timed]) * 1000.0 for k in _TIME_KEYS]
         ax.stackplot(steps, *parts, labels=_TIME_LABELS, alpha=0.8)
         ax.set_ylabel("step time (ms, stacked)")
+        _robust_top(ax, steps, sum(parts))
     handles, labels = ax.get_legend_handles_labels()
     steps, sps = _series(rows, "samples_per_s")
     if len(steps):

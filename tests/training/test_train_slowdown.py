@@ -1,0 +1,55 @@
+"""A shared CPU's slowdown is noticed and the cure said once (actlab.training.slowdown + the loop)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from actlab.cli import main
+from actlab.training.metrics_log import read_metrics
+from actlab.training.slowdown import SlowdownWatch, cure_applied
+
+
+def test_a_window_far_above_the_runs_steady_state_is_said_once():
+    w = SlowdownWatch(cpus=2, threads=2)
+    # warm-up window (slow, not judged), steady windows, then another job arrives: 50 ms -> 2.4 s
+    said = [w.update(s, t, 1.5) for s, t in ((50, 0.9), (100, 0.05), (150, 0.06), (200, 2.4), (250, 2.5))]
+    assert said[:3] == [None, None, None] and said[4] is None
+    assert "at step 200: 2.40 s a step, 48x this run's steady 50 ms" in said[3]
+    assert "OMP_WAIT_POLICY=PASSIVE" in said[3] and "num_threads=1" in said[3]
+
+
+def test_a_busy_machine_is_said_before_the_steps_show_it_and_only_once():
+    w = SlowdownWatch(cpus=2, threads=2)
+    assert w.update(50, 0.05, 3.9) is None  # own 2 threads + 1.9 others: not beyond 2 CPUs
+    note = w.update(100, 0.05, 4.5)
+    assert note is not None and "load average 4.5 on 2 CPUs" in note and "OMP_WAIT_POLICY" in note
+    assert w.update(150, 5.0, 9.0) is None
+
+
+def test_noise_is_not_a_slowdown():
+    w = SlowdownWatch(cpus=2, threads=2)
+    assert all(w.update(s, t, 1.0) is None for s, t in enumerate([0.3, 0.08, 0.1, 0.09, 0.12, 0.2]))
+
+
+def test_cure_applied():
+    assert cure_applied({"OMP_WAIT_POLICY": "passive"}) and cure_applied({}, num_threads=1)
+    assert not cure_applied({}, num_threads=2)
+
+
+def test_training_on_a_busy_cpu_says_what_to_do(tiny_dataset, tmp_path, capsys, monkeypatch):
+    import actlab.training.loop as loop
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setattr(loop, "_load_1m", lambda: 64.0)  # the real value varies; the wiring is under test
+    threads = torch.get_num_threads()
+    argv = ["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(tmp_path / "run")]
+    argv += ["--set", "steps=6", "--set", "log.every=2", "--set", "num_threads=2", "--device", "cpu"]
+    try:
+        assert main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+    err = capsys.readouterr().err
+    assert err.count("OMP_WAIT_POLICY=PASSIVE") == 1 and "load average 64.0" in err
+    rows = [r for r in read_metrics(tmp_path / "run") if "time_step_s" in r]
+    assert rows and all(r["load_avg_1m"] == pytest.approx(64.0) for r in rows)
