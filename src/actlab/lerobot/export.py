@@ -258,6 +258,10 @@ def _notes(policy: Any) -> list[str]:
     return notes
 
 
+# What an export directory says wrote it: --overwrite replaces only an earlier export.
+EXPORT_KIND = "actlab policy export"
+
+
 def export_policy(
     policy: Any, out_dir: str | Path, overwrite: bool = False, source: str | None = None
 ) -> dict:
@@ -285,7 +289,7 @@ def export_policy(
         "output_features": config["output_features"],
         "notes": _notes(policy),
     }
-    with atomic_dir(out_dir, overwrite=overwrite) as tmp:
+    with atomic_dir(out_dir, overwrite, kind=EXPORT_KIND, inputs=[source] if source else ()) as tmp:
         atomic_write_json(tmp / "config.json", config, indent=4)
         atomic_write_bytes(tmp / "model.safetensors", save(tensors))
         atomic_write_json(tmp / f"{PREPROCESSOR}.json", pre)

@@ -279,7 +279,9 @@ def import_lerobot_act(policy_dir: str | Path, out: str | Path, overwrite: bool 
             buffers.mean.copy_(torch.from_numpy(np.asarray(entry["mean"])).view_as(buffers.mean))
             buffers.std.copy_(torch.from_numpy(np.asarray(entry["std"])).view_as(buffers.std))
     extra = {"imported_from": str(policy_dir), "lerobot_type": "act", "notes": notes}
-    save_policy(policy.eval(), out, extra=extra, overwrite=overwrite)
+    save_policy(
+        policy.eval(), out, extra=extra, overwrite=overwrite, kind="actlab policy import", inputs=[policy_dir]
+    )
     return {
         "source": str(policy_dir),
         "out": str(out),
