@@ -40,7 +40,7 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.policies import load_policy
-from actlab.utils.io import atomic_dir, atomic_write_bytes, atomic_write_json
+from actlab.utils.io import atomic_dir, atomic_write_bytes, atomic_write_json, check_out_dir
 
 # The LeRobot release whose format this writes (and whose source the tests run against).
 LEROBOT_VERSION = "0.6.1"
@@ -304,5 +304,6 @@ def export_policy(
 def export_bundle(bundle: str | Path, out_dir: str | Path, overwrite: bool = False) -> dict:
     """Load an actlab bundle (``load_policy``) and export it with :func:`export_policy`."""
 
+    check_out_dir(out_dir, EXPORT_KIND, overwrite, [bundle])  # a refused --out costs nothing
     policy = load_policy(bundle, device="cpu")
     return export_policy(policy, out_dir, overwrite=overwrite, source=str(bundle))
