@@ -259,3 +259,19 @@ def test_a_temp_dir_of_a_live_process_or_not_ours_is_never_reclaimed(tmp_path, c
     live.rename(tmp_path / "was-live")
     assert main(synth) == 0 and read_output_marker(out)["kind"] == "actlab data synth"
     assert other_host.is_dir() and foreign.is_dir()
+
+
+def test_a_second_demo_in_the_same_directory_is_refused_at_once(tmp_path, capsys):
+    # Before: two demos in one --out recorded, trained and evaluated into the same stage directories.
+    from actlab.utils.lock import DirLock
+
+    out = tmp_path / "demo"
+    out.mkdir()
+    (out / "demo_state.json").write_text("{}")
+    with DirLock(out, "demo directory"):  # as a running demo holds it
+        assert (
+            main(["demo", "--out", str(out), "--device", "cpu", "--episodes", "2", "--image-size", "16"]) == 2
+        )
+    err = capsys.readouterr().err
+    assert "demo directory is in use by another actlab process" in err
+    assert sorted(p.name for p in out.iterdir()) == ["demo_state.json"]

@@ -214,7 +214,7 @@ def convert_npy(
         robot_type=robot_type,
         video=video,
         overwrite=overwrite,
-        kind="actlab data import",
+        kind="actlab data convert",
         inputs=[src],
     ) as w:
         for ep in episodes:

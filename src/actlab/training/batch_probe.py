@@ -146,7 +146,7 @@ class CpuProbe:
             proc.join(timeout=30)
             if proc.is_alive():
                 proc.kill()
-                proc.join()
+                proc.join(timeout=30)  # SIGKILL: only a process stuck in the kernel outlives it
             parent.close()
         return self._verdict(batch_size, msg, seen, killed, proc.exitcode)
 
