@@ -256,8 +256,8 @@ def import_lerobot_act(policy_dir: str | Path, out: str | Path, overwrite: bool 
 
     import torch
 
-    check_out_dir(out, IMPORT_KIND, overwrite, [policy_dir])  # a refused --out costs nothing
     act_cfg, features, stats, weights, notes = read_lerobot_act(policy_dir)
+    check_out_dir(out, IMPORT_KIND, overwrite, [policy_dir])  # before the conversion
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # make_policy floors tiny stds; the exact ones are set below
         policy = make_policy(act_cfg, features, stats, pretrained=False)
