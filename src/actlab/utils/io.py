@@ -154,9 +154,9 @@ def reclaim_leftovers(path: str | Path) -> list[int]:
                 live.append(pid)
             continue
         if what == "old" and not os.path.lexists(path):
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # (not put back: left as it is, never deleted)
                 _rename_noreplace(entry, path)
-                continue
+            continue
         shutil.rmtree(entry, ignore_errors=True)
     return sorted(set(live))
 
