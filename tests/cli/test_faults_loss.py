@@ -275,3 +275,20 @@ def test_a_second_demo_in_the_same_directory_is_refused_at_once(tmp_path, capsys
     err = capsys.readouterr().err
     assert "demo directory is in use by another actlab process" in err
     assert sorted(p.name for p in out.iterdir()) == ["demo_state.json"]
+
+
+def test_an_old_output_moved_aside_by_a_dead_run_is_put_back_not_deleted(tmp_path):
+    # Where the filesystem cannot swap two directories in one step, the commit of an --overwrite moves
+    # the old output aside first: a run killed between the two renames must not cost the old output.
+    from actlab.utils.io import _host_tag
+
+    out = tmp_path / "out"
+    aside = tmp_path / f".out.actlab-{_host_tag()}-{2**22 + 7}-abcd1234.old"
+    aside.mkdir()
+    (aside / "result.json").write_text("old")
+    assert reclaim_leftovers(out) == []
+    assert (out / "result.json").read_text() == "old" and not aside.exists()
+    aside.mkdir()  # the new output did arrive: the aside copy is the stale one
+    (aside / "result.json").write_text("stale")
+    assert reclaim_leftovers(out) == [] and not aside.exists()
+    assert (out / "result.json").read_text() == "old"
