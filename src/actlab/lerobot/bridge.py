@@ -330,12 +330,18 @@ class LeRobotBridgePolicy:
         """Ask the child to exit (killed after CLOSE_WAIT_S); a no-op when it is not running."""
         proc = self._proc
         if proc is not None and proc.poll() is None:
+            # The goodbye is read under the same deadline: a child that never answers it is killed.
+            timer = threading.Timer(CLOSE_WAIT_S, self._on_deadline, args=(proc,))
+            timer.daemon = True
+            timer.start()
             try:
                 write_message(proc.stdin, {"op": "close"})
                 read_message(proc.stdout)
                 proc.wait(timeout=CLOSE_WAIT_S)
             except (OSError, EOFError, ProtocolError, subprocess.TimeoutExpired):
                 pass
+            finally:
+                timer.cancel()
         self._kill()
         if self._stderr is not None:
             self._stderr.close()
