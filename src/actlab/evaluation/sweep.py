@@ -163,7 +163,8 @@ def run_eval(
         meta["seconds"] = round(time.perf_counter() - t0, 2)
         return EvalReport(evals, None, {}, meta)
     out_dir = Path(out_dir)
-    inputs = [s.path for s in sources if s.path is not None]  # never deleted by --overwrite, nor written in
+    # Never deleted by --overwrite, nor written into: the bundles, and a bridged LeRobot policy's directory.
+    inputs = [s.path or getattr(s.obj, "policy_dir", None) for s in sources]
     with atomic_dir(out_dir, overwrite=overwrite, kind=EVAL_KIND, inputs=inputs) as tmp:
         t0 = time.perf_counter()
         evals = evaluate_many(sources, spec, cfg, tmp, on_episode)
