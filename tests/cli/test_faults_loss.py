@@ -292,3 +292,23 @@ def test_an_old_output_moved_aside_by_a_dead_run_is_put_back_not_deleted(tmp_pat
     (aside / "result.json").write_text("stale")
     assert reclaim_leftovers(out) == [] and not aside.exists()
     assert (out / "result.json").read_text() == "old"
+
+
+def test_a_sigterm_during_the_commit_waits_for_both_renames():
+    # The commit's renames are not cut in half: the signal is raised once they are done.
+    from procs import run_python
+
+    code = """
+import os, signal
+from actlab.errors import Terminated
+from actlab.utils.procs import exit_on_sigterm, sigterm_deferred
+with exit_on_sigterm():
+    try:
+        with sigterm_deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            print("block finished")
+    except Terminated as e:
+        print("then raised", e.code)
+"""
+    r = run_python(code, timeout=60)
+    assert r.returncode == 0 and r.stdout.splitlines()[:2] == ["block finished", "then raised 143"], r

@@ -83,11 +83,10 @@ def sigterm_deferred() -> Iterator[None]:
         yield
     finally:
         _DEFERRED[0] -= 1
-    if _DEFERRED[0] == 0 and _DEFERRED[1]:
-        _DEFERRED[1] = False
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        if _DEFERRED[0] == 0 and _DEFERRED[1]:  # (also when the block failed: the signal wins)
+            _DEFERRED[1] = False
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        raise Terminated(signal.SIGTERM)
+            raise Terminated(signal.SIGTERM)
 
 
 def pid_alive(pid: int) -> bool:
