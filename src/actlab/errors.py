@@ -53,3 +53,13 @@ class ActlabError(Exception):
             "found": None if self.found is None else str(self.found),
             "fix": self.fix,
         }
+
+
+class Terminated(SystemExit):
+    """Raised in the main thread by SIGTERM where :func:`actlab.utils.procs.exit_on_sigterm` is active:
+    unwinds like Ctrl-C (every ``finally`` runs: worker pools stop, temporary outputs are removed) and,
+    uncaught, exits with 128 + the signal number, as a process killed by that signal would."""
+
+    def __init__(self, signum: int = 15) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum

@@ -6,8 +6,8 @@ from child.py by path), a numpy "policy" behind them. Run by the bridge as its c
 The policy holds the arm still: every action of a chunk is the current state plus ``0.001 * step`` (so the
 sim is not disturbed), with a queue of N_ACTION_STEPS like ACT's. ``LOG_JSON`` receives what it saw
 (resets, seeds, keys, dtypes, tasks) when the bridge closes it. MODE: ``ok``, ``fail-load`` (the hello
-reports a load error), ``crash-after-2`` (exits hard at the third request), ``fail-select`` (every
-select_action raises).
+reports a load error), ``crash-after-2`` (exits hard at the third request), ``hang-after-2`` (never
+answers the third request), ``fail-select`` (every select_action raises).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -48,6 +49,8 @@ class FakeHandler:
         self.log["requests"] += 1
         if self.mode == "crash-after-2" and self.log["requests"] > 2:
             os._exit(3)
+        if self.mode == "hang-after-2" and self.log["requests"] > 2:
+            time.sleep(3600)  # a deadlocked policy: the bridge's deadline must end it
 
     def reset(self, seed):
         self._count()

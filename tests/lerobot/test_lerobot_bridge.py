@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -196,3 +197,23 @@ def test_bridged_policy_runs_in_the_harness_with_a_reset_per_episode(tmp_path):
     seen = json.loads(log.read_text())
     assert seen["resets"] == 2  # policy.reset() before every episode
     assert seen["shapes"]["observation.images.top"] == [1, 3, 32, 32]  # the sim rendered the policy's size
+
+
+def test_a_child_that_stops_answering_is_killed_at_the_deadline(tmp_path):
+    # Before: the bridge read the child's pipe with no deadline, so a deadlocked policy hung the
+    # evaluation forever. Now the child is killed after timeout_s and the error names it and the fix.
+    import psutil
+
+    bridge, _ = _bridge(tmp_path, "hang-after-2", timeout_s=1.5)
+    with bridge:
+        bridge.reset()
+        bridge.select_action(_obs())
+        pid = bridge._proc.pid
+        t0 = time.monotonic()
+        with pytest.raises(ActlabError, match=r"did not answer 'select_action' within 1.5 s") as e:
+            bridge.select_action(_obs())
+        assert time.monotonic() - t0 < 10
+    assert f"pid {pid}" in str(e.value) and "--lerobot-timeout" in str(e.value)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    with pytest.raises(ActlabError, match="timeout must be > 0"):
+        _bridge(tmp_path, timeout_s=0)

@@ -33,6 +33,7 @@ def test_save_load_gives_bit_identical_outputs(tmp_path, cfg):
     ref = policy.predict_action_chunk(obs)
     path = save_policy(policy, tmp_path / "bundle", extra={"step": 2})
     assert sorted(p.name for p in path.iterdir()) == [
+        ".actlab-output.json",  # what wrote it (actlab.utils.io.atomic_dir): what --overwrite may replace
         "actlab.json",
         "config.json",
         "features.json",

@@ -13,7 +13,7 @@ import pkgutil
 import sys
 
 from actlab import __version__
-from actlab.errors import ActlabError
+from actlab.errors import ActlabError, Terminated
 
 # Every example in every --help runs as written after `actlab demo --out runs/demo` (which leaves the
 # recorded dataset in runs/demo/data, the training run in runs/demo/run with checkpoints/step_NNNNNNN/
@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Terminated as e:
+        print("terminated (SIGTERM): worker processes stopped, partial output removed", file=sys.stderr)
+        return int(e.code)
     return int(code or 0)
 
 

@@ -207,6 +207,14 @@ def _add_lerobot_flags(p: argparse.ArgumentParser) -> None:
         help="feed a policy input from another env key, e.g. observation.images.front=observation.images.top",
     )
     g.add_argument(
+        "--lerobot-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="longest wait in seconds for one answer of the lerobot child, loading included (600); past it "
+        "the child is killed and the command fails",
+    )
+    g.add_argument(
         "--instruction",
         metavar="TEXT",
         help="language task sent with every observation (default: the sim task's; VLA policies read it)",
@@ -236,5 +244,6 @@ def _lerobot_sources(args: argparse.Namespace, spec, device: str) -> list:
         device=device,
         instruction=instruction,
         threads=args.threads,
+        **({"timeout_s": args.lerobot_timeout} if getattr(args, "lerobot_timeout", None) else {}),
     )
     return sources

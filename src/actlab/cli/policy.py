@@ -225,8 +225,9 @@ def _register_doctor(g) -> None:
 def _run_doctor(args: argparse.Namespace) -> int:
     from actlab.datasets import parse_episodes
     from actlab.errors import ActlabError
-    from actlab.evaluation.doctor import DoctorConfig, doctor_bundle, render, write_report
+    from actlab.evaluation.doctor import DOCTOR_KIND, DoctorConfig, doctor_bundle, render, write_report
     from actlab.utils.device import resolve_device
+    from actlab.utils.io import check_out_dir
 
     def episodes(spec: str | None, flag: str) -> tuple[int, ...] | None:
         try:
@@ -243,6 +244,8 @@ def _run_doctor(args: argparse.Namespace) -> int:
         device=str(resolve_device(args.device)),
         cache_dir=args.cache_dir,
     )
+    if args.out:  # before the diagnosis: a refused --out costs nothing
+        check_out_dir(args.out, DOCTOR_KIND, args.overwrite, (args.bundle, args.dataset))
     result = doctor_bundle(args.bundle, args.dataset, cfg)
     if args.out:
         write_report(result, args.out, overwrite=args.overwrite)

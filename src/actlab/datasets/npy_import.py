@@ -207,7 +207,16 @@ def convert_npy(
             features[key] = camera_feature(arr.shape[1], arr.shape[2], fps)
         else:
             features[key] = vector_feature(arr.shape[1])
-    with DatasetWriter(out, fps, features, robot_type=robot_type, video=video, overwrite=overwrite) as w:
+    with DatasetWriter(
+        out,
+        fps,
+        features,
+        robot_type=robot_type,
+        video=video,
+        overwrite=overwrite,
+        kind="actlab data convert",
+        inputs=[src],
+    ) as w:
         for ep in episodes:
             w.add_episode(ep, task=task)
     summary["out"] = str(out)

@@ -126,7 +126,9 @@ def synth_dataset(
         )
     rng = np.random.default_rng(seed)
     features = make_features(state_dim, action_dim, cameras, fps)
-    with DatasetWriter(out, fps, features, robot_type="synthetic", video=video, overwrite=overwrite) as w:
+    with DatasetWriter(
+        out, fps, features, robot_type="synthetic", video=video, overwrite=overwrite, kind="actlab data synth"
+    ) as w:
         for n in lens:
             w.add_episode(synth_episode(rng, n, state_dim, action_dim, cameras, fps), task=task)
     return Path(out)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +138,8 @@ class DatasetWriter:
 
     ``features`` maps keys to specs as in ``meta/info.json`` (see :func:`actlab.datasets.make_features`);
     the default columns (timestamp, frame_index, episode_index, index, task_index) are added here.
-    Use as a context manager; ``add_episode`` takes arrays with one row per frame.
+    Use as a context manager; ``add_episode`` takes arrays with one row per frame. ``kind`` (the
+    command's name) and ``inputs``: what ``overwrite`` may replace (see :func:`actlab.utils.io.atomic_dir`).
     """
 
     def __init__(
@@ -154,6 +155,8 @@ class DatasetWriter:
         chunks_size: int = 1000,
         overwrite: bool = False,
         estimated_bytes: int | None = None,
+        kind: str = "DatasetWriter",
+        inputs: Sequence[str | Path] = (),
     ) -> None:
         # ``estimated_bytes``: roughly what the whole dataset will take, when the caller knows (the
         # recorder does); named in the error when the disk fills up.
@@ -173,7 +176,9 @@ class DatasetWriter:
         self.estimated_bytes = estimated_bytes
         self._stack = contextlib.ExitStack()
         try:
-            self._tmp: Path = self._stack.enter_context(atomic_dir(self.root, overwrite=overwrite))
+            self._tmp: Path = self._stack.enter_context(
+                atomic_dir(self.root, overwrite, kind=kind, inputs=inputs)
+            )
         except OSError as e:  # the temporary directory cannot be made beside root (permissions, read-only)
             fault = self._write_error(e, 0)
             if fault is None:

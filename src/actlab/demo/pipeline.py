@@ -49,7 +49,7 @@ from actlab.training.preflight import checkpoint_bytes
 from actlab.utils.config import to_dict
 from actlab.utils.device import resolve_device
 from actlab.utils.disk import free_bytes
-from actlab.utils.io import atomic_write_json, read_json
+from actlab.utils.io import atomic_write_json, read_json, read_output_marker
 from actlab.utils.lock import LOCK_FILE, DirLock
 from actlab.utils.units import human_bytes
 from actlab.viz.eval import plot_success_vs_step
@@ -259,6 +259,7 @@ def _record(cfg: DemoConfig, plan: dict, out: Path, state: dict, log: StageLog) 
     if _stage_current(state, "record", settings, [data / "meta" / "info.json"]):
         log.reuse("record", f"the dataset in {data}", state["record"])
         return state["record"]["result"]
+    _forget_unmarked(data)
     summary = record_dataset(data, rec, overwrite=True)
     _remove_run(out / "run")  # trained and evaluated on the old data
     shutil.rmtree(out / "eval", ignore_errors=True)
@@ -294,6 +295,14 @@ def _train(plan: dict, out: Path, state: dict, log: StageLog) -> dict:
     log.done("train", t0, f"{summary.step} steps, {summary.samples_per_s:.0f} samples/s")
     _finish_stage(out, state, "train", settings, result, log.seconds["train"])
     return result
+
+
+def _forget_unmarked(stage_dir: Path) -> None:
+    """Delete a stage's output written by an actlab before outputs carried their writer's marker: the demo
+    owns it (its state file is in the directory) and is about to redo the stage, but ``overwrite`` replaces
+    only a marked output of the same command."""
+    if stage_dir.is_dir() and not stage_dir.is_symlink() and read_output_marker(stage_dir) is None:
+        shutil.rmtree(stage_dir)
 
 
 def _remove_run(run: Path) -> None:
@@ -357,6 +366,8 @@ def _evaluate(cfg: DemoConfig, out: Path, state: dict, log: StageLog) -> dict:
         return state["eval"]["result"]
     spec = EnvSpec("so101_pick_place")
     sources = resolve_paths([run])
+    _forget_unmarked(sweep_dir)
+    _forget_unmarked(best_dir)
     sweep_cfg = EvalConfig(episodes=cfg.eval_episodes, seed=EVAL_SEED, workers=cfg.workers)
     with _episode_bar(len(sources) * cfg.eval_episodes, "sweep", cfg.eval_episodes, log) as on_episode:
         sweep = run_eval(sources, spec, sweep_cfg, sweep_dir, overwrite=True, on_episode=on_episode)
@@ -445,10 +456,19 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         # Both --fresh (deletes everything) and a plain run (replaces data/, run/, eval/) destroy files:
         # only in a directory the demo made.
         _check_is_demo_dir(out)
-    if cfg.fresh and out.exists():
-        _remove_run(out / "run")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    # One demo at a time in a directory: a second one would record, train and evaluate into the same
+    # stage directories. The lock is released by the kernel when this process dies, however it dies.
+    fix = "wait for pid {pid} (another actlab demo) to finish, or stop it; or choose another --out"
+    with DirLock(out, "demo directory", fix=fix):
+        if cfg.fresh:
+            _remove_run(out / "run")
+            for child in out.iterdir():
+                if child.name != LOCK_FILE:
+                    shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        return _run_stages(cfg, plan, out, wall0)
+
+
+def _run_stages(cfg: DemoConfig, plan: dict[str, Any], out: Path, wall0: float) -> dict[str, Any]:
     state = _load_state(out)
     if not (out / STATE_FILE).is_file():
         atomic_write_json(out / STATE_FILE, state)  # marks the directory as the demo's from the start
@@ -494,7 +514,8 @@ def _check_is_demo_dir(out: Path) -> None:
     replaces data/, run/ and eval/ in it and --fresh deletes it."""
     if not out.is_dir():
         raise ActlabError("the demo's output path is not a directory", file=out, fix="choose another --out")
-    if any(out.iterdir()) and not (out / STATE_FILE).is_file():
+    # (the lock file alone: a demo killed between taking the lock and writing the state file)
+    if any(p.name != LOCK_FILE for p in out.iterdir()) and not (out / STATE_FILE).is_file():
         raise ActlabError(
             "refusing to write into (or delete) a directory that actlab demo did not create",
             file=out,

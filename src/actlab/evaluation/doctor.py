@@ -907,12 +907,16 @@ def figure_episodes(result: DoctorResult, per_set: int = 2) -> list[dict[str, An
     return out
 
 
+# What a doctor report directory says wrote it: --overwrite replaces only an earlier report.
+DOCTOR_KIND = "actlab policy doctor"
+
+
 def write_report(
     result: DoctorResult, out_dir: str | Path, per_set: int = 2, overwrite: bool = False
 ) -> Path:
     """Write ``out_dir`` atomically: report.md, doctor.json (``as_dict()``) and replay.png."""
     episodes = figure_episodes(result, per_set)
-    with atomic_dir(out_dir, overwrite=overwrite) as tmp:
+    with atomic_dir(out_dir, overwrite, kind=DOCTOR_KIND, inputs=(result.policy, result.dataset)) as tmp:
         atomic_write_json(tmp / "doctor.json", result.as_dict())
         if episodes:
             title = f"{result.policy}: {result.verdict.name}"

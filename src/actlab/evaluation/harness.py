@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
-import multiprocessing as mp
 import os
 import pickle
 import sys
@@ -38,6 +37,7 @@ from actlab.evaluation.rollout import EpisodeTrace, rollout, to_result
 from actlab.evaluation.seeds import DEFAULT_SEED, check_training_seeds
 from actlab.evaluation.video import VIDEO_HOLD_S, annotate_episode, env_frame, write_video
 from actlab.policies.contract import RolloutPolicy
+from actlab.utils.procs import worker_pool
 
 VIDEO_PICKS = ("first", "failures")
 
@@ -451,12 +451,9 @@ def torch_threads(n: int | None) -> Iterator[None]:
 
 def _run_pool(sources, spec, cfg, video_root, collect) -> None:
     threads = cfg.threads_per_worker or max(1, (os.cpu_count() or 1) // cfg.workers)
-    # spawn, not fork: the parent may hold an EGL context, torch threads or CUDA state that fork would
-    # copy in a broken state.
-    ctx = mp.get_context("spawn")
-    with cf.ProcessPoolExecutor(
-        cfg.workers, mp_context=ctx, initializer=_init_worker, initargs=(threads,)
-    ) as pool:
+    # Spawned workers that die with this process (SIGKILL included) and are killed when the block is left
+    # by an error or a SIGTERM (actlab.utils.procs).
+    with worker_pool(cfg.workers, _init_worker, (threads,)) as pool:
         futures = {}
         try:
             for src in sources:  # submitted checkpoint by checkpoint: each worker loads each checkpoint once

@@ -37,6 +37,8 @@ from actlab.viz.eval import plot_success_vs_step
 STEP_RE = re.compile(r"^step_(\d+)$")
 # Files whose presence marks a directory as a policy bundle (actlab.policies.save_policy writes both).
 BUNDLE_MARKERS = ("model.safetensors", "config.json")
+# What an evaluation output directory says wrote it: --overwrite replaces only an earlier one.
+EVAL_KIND = "actlab eval"
 
 
 def is_bundle(path: Path) -> bool:
@@ -168,7 +170,9 @@ def run_eval(
         meta["seconds"] = round(time.perf_counter() - t0, 2)
         return EvalReport(evals, None, {}, meta)
     out_dir = Path(out_dir)
-    with atomic_dir(out_dir, overwrite=overwrite) as tmp:
+    # Never deleted by --overwrite, nor written into: the bundles, and a bridged LeRobot policy's directory.
+    inputs = [s.path or getattr(s.obj, "policy_dir", None) for s in sources]
+    with atomic_dir(out_dir, overwrite=overwrite, kind=EVAL_KIND, inputs=inputs) as tmp:
         t0 = time.perf_counter()
         evals = evaluate_many(sources, spec, cfg, tmp, on_episode)
         meta["seconds"] = round(time.perf_counter() - t0, 2)

@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,10 @@ CHILD_SCRIPT = Path(__file__).with_name("child.py")
 STDERR_TAIL = 3000
 # How long a closing child may take before it is killed (seconds).
 CLOSE_WAIT_S = 30.0
+# Default deadline for each answer of the child (seconds), the hello that follows loading the policy
+# included: a large VLA loads in a few minutes on a CPU and one step takes seconds; a child that has not
+# answered in 10 minutes is stuck (a deadlock, a blocked device), not slow.
+REPLY_TIMEOUT_S = 600.0
 
 
 def parse_rename(pairs: Sequence[str]) -> list[tuple[str, str]]:
@@ -147,7 +152,9 @@ class LeRobotBridgePolicy:
     exit). ``instruction``: the language task sent with every observation (VLA policies read it);
     ``threads``: the child's torch threads; ``slot``: shared by bridges of which one runs at a time;
     ``child_script`` / ``child_args``: what the python runs (tests use a fake child); ``env``: the child's
-    environment (default: this one without PYTHONPATH, PYTHONHOME, VIRTUAL_ENV).
+    environment (default: this one without PYTHONPATH, PYTHONHOME, VIRTUAL_ENV); ``timeout_s``: the
+    longest wait for one answer of the child (loading included) before it is killed and an ActlabError
+    raised.
     """
 
     def __init__(
@@ -163,7 +170,14 @@ class LeRobotBridgePolicy:
         child_script: str | Path = CHILD_SCRIPT,
         child_args: Sequence[str] = (),
         env: dict[str, str] | None = None,
+        timeout_s: float = REPLY_TIMEOUT_S,
     ) -> None:
+        if not timeout_s > 0:
+            raise ActlabError(
+                "the lerobot child's timeout must be > 0 s", field="--lerobot-timeout", found=timeout_s
+            )
+        self.timeout_s = float(timeout_s)
+        self._timed_out = False
         self.policy_dir = Path(policy_dir)
         self.python = str(python)
         if not Path(self.python).exists():
@@ -242,15 +256,42 @@ class LeRobotBridgePolicy:
             fix=fix or f"run the lerobot python by hand: {self.python} {self.child_script} {self.policy_dir}",
         )
 
+    def _on_deadline(self, proc: subprocess.Popen) -> None:
+        # Runs on the timer's thread: killing the child ends the main thread's blocked read with EOF.
+        self._timed_out = True
+        with contextlib.suppress(OSError):
+            proc.kill()
+
     def _receive(self, op: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         assert self._proc is not None and self._proc.stdout is not None
+        proc = self._proc
+        self._timed_out = False
+        timer = threading.Timer(self.timeout_s, self._on_deadline, args=(proc,))
+        timer.daemon = True
+        timer.start()
         try:
-            header, arrays = read_message(self._proc.stdout)
+            header, arrays = read_message(proc.stdout)
         except EOFError:
-            code = self._proc.wait()
+            timer.cancel()
+            if self._timed_out:
+                raise self._fail(
+                    f"the lerobot child (pid {proc.pid}) did not answer {op!r} within {self.timeout_s:g} s "
+                    "and was killed",
+                    fix="if the policy is only slow (a large model loading on a CPU), raise "
+                    f"--lerobot-timeout; otherwise run the child by hand to see where it hangs: "
+                    f"{self.python} "
+                    f"{self.child_script} {self.policy_dir}",
+                ) from None
+            try:
+                code = proc.wait(timeout=CLOSE_WAIT_S)  # its stdout closed: it is exiting
+            except subprocess.TimeoutExpired:
+                code = "none: it closed its output but did not exit, killed"
             raise self._fail(f"the lerobot child exited (code {code}) before answering {op!r}") from None
         except ProtocolError as e:
+            timer.cancel()
             raise self._fail(f"the lerobot child broke the protocol while answering {op!r}: {e}") from e
+        finally:
+            timer.cancel()
         if not header.get("ok", False):
             error = header.get("error", "?")
             if op == "hello":
@@ -280,7 +321,8 @@ class LeRobotBridgePolicy:
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             proc.kill()
-            proc.wait()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=CLOSE_WAIT_S)  # SIGKILL: only a process stuck in the kernel outlives it
         for stream in (getattr(proc, "stdin", None), getattr(proc, "stdout", None)):
             if stream is not None:
                 stream.close()
@@ -289,12 +331,18 @@ class LeRobotBridgePolicy:
         """Ask the child to exit (killed after CLOSE_WAIT_S); a no-op when it is not running."""
         proc = self._proc
         if proc is not None and proc.poll() is None:
+            # The goodbye is read under the same deadline: a child that never answers it is killed.
+            timer = threading.Timer(CLOSE_WAIT_S, self._on_deadline, args=(proc,))
+            timer.daemon = True
+            timer.start()
             try:
                 write_message(proc.stdin, {"op": "close"})
                 read_message(proc.stdout)
                 proc.wait(timeout=CLOSE_WAIT_S)
             except (OSError, EOFError, ProtocolError, subprocess.TimeoutExpired):
                 pass
+            finally:
+                timer.cancel()
         self._kill()
         if self._stderr is not None:
             self._stderr.close()

@@ -40,7 +40,7 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.policies import load_policy
-from actlab.utils.io import atomic_dir, atomic_write_bytes, atomic_write_json
+from actlab.utils.io import atomic_dir, atomic_write_bytes, atomic_write_json, check_out_dir
 
 # The LeRobot release whose format this writes (and whose source the tests run against).
 LEROBOT_VERSION = "0.6.1"
@@ -258,6 +258,10 @@ def _notes(policy: Any) -> list[str]:
     return notes
 
 
+# What an export directory says wrote it: --overwrite replaces only an earlier export.
+EXPORT_KIND = "actlab policy export"
+
+
 def export_policy(
     policy: Any, out_dir: str | Path, overwrite: bool = False, source: str | None = None
 ) -> dict:
@@ -285,7 +289,7 @@ def export_policy(
         "output_features": config["output_features"],
         "notes": _notes(policy),
     }
-    with atomic_dir(out_dir, overwrite=overwrite) as tmp:
+    with atomic_dir(out_dir, overwrite, kind=EXPORT_KIND, inputs=[source] if source else ()) as tmp:
         atomic_write_json(tmp / "config.json", config, indent=4)
         atomic_write_bytes(tmp / "model.safetensors", save(tensors))
         atomic_write_json(tmp / f"{PREPROCESSOR}.json", pre)
@@ -300,5 +304,6 @@ def export_policy(
 def export_bundle(bundle: str | Path, out_dir: str | Path, overwrite: bool = False) -> dict:
     """Load an actlab bundle (``load_policy``) and export it with :func:`export_policy`."""
 
+    check_out_dir(out_dir, EXPORT_KIND, overwrite, [bundle])  # a refused --out costs nothing
     policy = load_policy(bundle, device="cpu")
     return export_policy(policy, out_dir, overwrite=overwrite, source=str(bundle))

@@ -24,7 +24,7 @@ from actlab.errors import ActlabError
 from actlab.lerobot.export import ACTION, NORM_EPS, POSTPROCESSOR, PREPROCESSOR, SHARED_FIELDS, STATE
 from actlab.policies import ACTConfig, make_policy, save_policy
 from actlab.policies.backbones import IMAGENET_MEAN, IMAGENET_STD
-from actlab.utils.io import read_json
+from actlab.utils.io import check_out_dir, read_json
 
 # LeRobot range modes: (low stat, high stat).
 _RANGE_MODES = {"MIN_MAX": ("min", "max"), "QUANTILES": ("q01", "q99"), "QUANTILE10": ("q10", "q90")}
@@ -246,6 +246,10 @@ def read_lerobot_act(policy_dir: str | Path) -> tuple[Any, dict, dict, dict[str,
     return act_cfg, features, stats, weights, notes
 
 
+# What an imported bundle says wrote it: --overwrite replaces only an earlier import.
+IMPORT_KIND = "actlab policy import"
+
+
 def import_lerobot_act(policy_dir: str | Path, out: str | Path, overwrite: bool = False) -> dict:
     """Convert a LeRobot ACT directory into an actlab bundle at ``out`` (atomic); returns a summary."""
     import warnings
@@ -253,6 +257,7 @@ def import_lerobot_act(policy_dir: str | Path, out: str | Path, overwrite: bool 
     import torch
 
     act_cfg, features, stats, weights, notes = read_lerobot_act(policy_dir)
+    check_out_dir(out, IMPORT_KIND, overwrite, [policy_dir])  # before the conversion
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # make_policy floors tiny stds; the exact ones are set below
         policy = make_policy(act_cfg, features, stats, pretrained=False)
@@ -279,7 +284,7 @@ def import_lerobot_act(policy_dir: str | Path, out: str | Path, overwrite: bool 
             buffers.mean.copy_(torch.from_numpy(np.asarray(entry["mean"])).view_as(buffers.mean))
             buffers.std.copy_(torch.from_numpy(np.asarray(entry["std"])).view_as(buffers.std))
     extra = {"imported_from": str(policy_dir), "lerobot_type": "act", "notes": notes}
-    save_policy(policy.eval(), out, extra=extra, overwrite=overwrite)
+    save_policy(policy.eval(), out, extra=extra, overwrite=overwrite, kind=IMPORT_KIND, inputs=[policy_dir])
     return {
         "source": str(policy_dir),
         "out": str(out),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,11 +60,21 @@ def write_bundle(policy: Any, directory: str | Path, extra: dict[str, Any] | Non
 
 
 def save_policy(
-    policy: Any, path: str | Path, extra: dict[str, Any] | None = None, overwrite: bool = False
+    policy: Any,
+    path: str | Path,
+    extra: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    *,
+    kind: str = "save_policy",
+    inputs: Sequence[str | Path] = (),
 ) -> Path:
-    """Save ``policy`` as a bundle directory at ``path``, atomically (temp dir + rename)."""
+    """Save ``policy`` as a bundle directory at ``path``, atomically (temp dir + rename).
+
+    ``overwrite`` replaces only a bundle saved with the same ``kind`` (the command's name), never a
+    directory that is, holds or lies inside one of ``inputs`` (see :func:`actlab.utils.io.atomic_dir`);
+    a training checkpoint is never such a bundle."""
     path = Path(path)
-    with atomic_dir(path, overwrite=overwrite) as tmp:
+    with atomic_dir(path, overwrite=overwrite, kind=kind, inputs=inputs) as tmp:
         write_bundle(policy, tmp, extra)
     return path
 

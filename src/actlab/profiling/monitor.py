@@ -278,7 +278,8 @@ def _stop_child(child: subprocess.Popen) -> None:
         child.wait(timeout=10)
     except subprocess.TimeoutExpired:
         child.kill()
-        child.wait()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=10)  # SIGKILL: only a process stuck in the kernel outlives it
 
 
 def run_monitored(

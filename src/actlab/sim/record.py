@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import concurrent.futures as cf
 import dataclasses
-import multiprocessing
 import os
 import sys
 import time
@@ -29,6 +28,7 @@ from actlab.errors import ActlabError
 from actlab.sim import FPS, TASK_TEXT, ExpertConfig, ExpertPolicy, make_env, task_config
 from actlab.sim.scene import JOINT_NAMES
 from actlab.utils.disk import require_free
+from actlab.utils.procs import worker_pool
 from actlab.utils.units import human_bytes
 
 
@@ -176,35 +176,30 @@ def _episodes_in_order(config: RecordConfig, max_attempts: int) -> Iterator[dict
         finally:
             _WORKER.pop("env").close()
         return
-    # spawn, not fork: a forked child would inherit the parent's OpenGL/EGL state. ProcessPoolExecutor, not
-    # multiprocessing.Pool: a Pool whose worker dies (OOM killer, a crash in the GL driver, a failing
-    # initializer) replaces the process and waits forever for the lost episode; the executor fails instead.
-    ctx = multiprocessing.get_context("spawn")
-    pool = cf.ProcessPoolExecutor(
-        config.workers, mp_context=ctx, initializer=_worker_init, initargs=(config,)
-    )
-    try:
-        # A bounded window of episodes in flight keeps memory flat (an episode's frames are ~10-20 MB).
-        window = 2 * config.workers
-        pending: collections.deque = collections.deque()
-        for s in seeds:
-            pending.append(pool.submit(_worker_episode, s))
-            if len(pending) >= window:
+    # ProcessPoolExecutor, not multiprocessing.Pool: a Pool whose worker dies (OOM killer, a crash in the GL
+    # driver, a failing initializer) replaces the process and waits forever for the lost episode; the
+    # executor fails instead. worker_pool: spawned workers that die with this process; leaving early (an
+    # error, or the consumer closing this generator) kills the running episodes.
+    with worker_pool(config.workers, _worker_init, (config,)) as pool:
+        try:
+            # A bounded window of episodes in flight keeps memory flat (an episode's frames are ~10-20 MB).
+            window = 2 * config.workers
+            pending: collections.deque = collections.deque()
+            for s in seeds:
+                pending.append(pool.submit(_worker_episode, s))
+                if len(pending) >= window:
+                    yield pending.popleft().result()
+            while pending:
                 yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-    except cf.process.BrokenProcessPool as e:  # from submit() or result(); a worker's own errors pass as is
-        raise ActlabError(
-            "a recording worker process died (killed, out of memory, or crashed while starting)",
-            field="--workers",
-            found=f"{config.workers} spawned workers; {e}",
-            fix="free memory or use fewer --workers (--workers 0 records in this process and shows a crash "
-            "there); a script that records with workers needs `if __name__ == '__main__':` (spawned "
-            "workers re-import it)",
-        ) from e
-    finally:
-        # Episodes still queued are dropped; the ones running finish (each takes about a second).
-        pool.shutdown(wait=True, cancel_futures=True)
+        except cf.process.BrokenProcessPool as e:  # from submit() or result(); a worker's errors pass as is
+            raise ActlabError(
+                "a recording worker process died (killed, out of memory, or crashed while starting)",
+                field="--workers",
+                found=f"{config.workers} spawned workers; {e}",
+                fix="free memory or use fewer --workers (--workers 0 records in this process and shows a "
+                "crash there); a script that records with workers needs `if __name__ == '__main__':` "
+                "(spawned workers re-import it)",
+            ) from e
 
 
 def dataset_features(config: RecordConfig) -> dict[str, dict[str, Any]]:
@@ -229,6 +224,8 @@ DATA_ROW_BYTES = 80
 META_BYTES = 64 << 10
 META_EPISODE_BYTES = 3 << 10
 EXPERT_EPISODE_STEPS = 163
+# What a recorded dataset says wrote it: --overwrite replaces only an earlier recording.
+RECORD_KIND = "actlab sim record"
 # A recording whose video encoder stalled is started over once (record_dataset).
 RECORD_ATTEMPTS = 2
 # Seconds without an encoded frame before the recorder's watchdog calls an encoder stalled. A sim camera
@@ -329,6 +326,7 @@ def _record_once(
         overwrite=overwrite,
         estimated_bytes=need,
         video=VideoOptions(stall_s=RECORD_STALL_S),
+        kind=RECORD_KIND,
     ) as writer:
         bar = tqdm(
             total=config.episodes, unit="ep", desc="recording", disable=not progress, dynamic_ncols=True

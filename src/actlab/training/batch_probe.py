@@ -176,7 +176,7 @@ class CpuProbe:
             proc.join(timeout=30)
             if proc.is_alive():
                 proc.kill()
-                proc.join()
+                proc.join(timeout=30)  # SIGKILL: only a process stuck in the kernel outlives it
             parent.close()
         probe = self._verdict(batch_size, msg, seen, killed, proc.exitcode)
         if built is None:  # stopped during the build: at least the frames it was copying are known

@@ -8,6 +8,7 @@ cannot be mapped is said in the notes, never silently changed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -85,7 +86,8 @@ def run_lerobot_step(
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the DataLoader workers too
-        proc.communicate()
+        with contextlib.suppress(subprocess.TimeoutExpired):  # a grandchild outside the group may hold a pipe
+            proc.communicate(timeout=30)
         raise ActlabError(
             f"lerobot's training step did not finish in {timeout_s:.0f} s",
             field="--lerobot-python",

@@ -7,11 +7,18 @@ Every file actlab writes goes to a temporary name in the same directory first an
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import json
 import os
+import re
+import secrets
 import shutil
+import socket
 import tempfile
-from collections.abc import Iterator
+import time
+import zlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,36 +88,281 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
-@contextlib.contextmanager
-def atomic_dir(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
-    """Build a directory under a temporary name and rename it to ``path`` only when the block succeeds.
+# Hidden file every atomic_dir output carries: which command kind wrote it (``--overwrite`` replaces only an
+# earlier output of the same kind) and a token naming this particular write (a commit refuses a target that
+# changed while the command ran).
+OUTPUT_MARKER = ".actlab-output.json"
+# renameat2(2) flags (Linux 3.15+; glibc 2.28+ exports the function).
+_RENAME_NOREPLACE = 1
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
 
-    With ``overwrite`` an existing ``path`` is replaced (moved aside, then deleted after the rename);
-    otherwise an existing ``path`` is an error raised before anything is written.
-    """
+
+def _host_tag() -> str:
+    # Temporary names carry the host: a pid means nothing on another machine sharing the filesystem (NFS).
+    return f"{zlib.crc32(socket.gethostname().encode()):08x}"
+
+
+def _tmp_prefix(path: Path) -> str:
+    return f".{path.name}.actlab-"
+
+
+# .NAME.actlab-HOST-PID-RANDOM.tmp (being built, or an old output swapped out) / .old (moved aside)
+_TMP_TAIL = re.compile(r"(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]+\.(?P<what>tmp|old)")
+
+
+def _make_tmp_dir(path: Path, what: str = "tmp") -> Path:
+    while True:
+        tmp = path.with_name(f"{_tmp_prefix(path)}{_host_tag()}-{os.getpid()}-{secrets.token_hex(4)}.{what}")
+        if what != "tmp":
+            return tmp  # a name to rename onto, not created here
+        try:
+            os.mkdir(tmp, 0o700)
+            return tmp
+        except FileExistsError:
+            continue
+
+
+def _our_leftovers(path: Path) -> list[tuple[Path, int, str]]:
+    """(entry, pid, "tmp"/"old") for each temporary directory of ``path`` made on this host by atomic_dir."""
+    prefix, host, found = _tmp_prefix(path), _host_tag(), []
+    try:
+        entries = list(path.parent.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.name.startswith(prefix):
+            continue
+        m = _TMP_TAIL.fullmatch(entry.name[len(prefix) :])
+        if m and m["host"] == host and entry.is_dir() and not entry.is_symlink():
+            found.append((entry, int(m["pid"]), m["what"]))
+    return found
+
+
+def reclaim_leftovers(path: str | Path) -> list[int]:
+    """Remove the temporary directories of ``path`` left by atomic_dir runs that died (SIGKILL, power
+    loss): only names atomic_dir makes, on this host, of a pid that no longer runs. An old output moved
+    aside by a run that died before it put the new one in place is put back. Returns the live writers'
+    pids (another process writing ``path`` now)."""
+    from actlab.utils.procs import pid_alive
+
     path = Path(path)
-    if path.exists() and not overwrite:
+    live = []
+    for entry, pid, what in _our_leftovers(path):
+        if pid == os.getpid() or pid_alive(pid):
+            if pid != os.getpid():
+                live.append(pid)
+            continue
+        if what == "old" and not os.path.lexists(path):
+            with contextlib.suppress(OSError):  # (not put back: left as it is, never deleted)
+                _rename_noreplace(entry, path)
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+    return sorted(set(live))
+
+
+def _renameat2(src: Path, dst: Path, flags: int) -> bool:
+    """renameat2(src, dst, flags); False where the system or the filesystem does not offer it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(src), None, str(dst))
+
+
+def _rename_noreplace(src: Path, dst: Path) -> None:
+    """Rename a directory to ``dst`` only if ``dst`` does not exist (atomically, where renameat2 exists).
+    Elsewhere plain rename(2), which also refuses a non-empty directory or a file at ``dst`` (it would
+    replace only an empty directory, which holds nothing)."""
+    if not _renameat2(src, dst, _RENAME_NOREPLACE):
+        os.rename(src, dst)
+
+
+def read_output_marker(path: str | Path) -> dict[str, Any] | None:
+    """The marker atomic_dir wrote into an output directory; None when there is none (or it is unreadable)."""
+    try:
+        marker = json.loads((Path(path) / OUTPUT_MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) and isinstance(marker.get("kind"), str) else None
+
+
+def _state(path: Path) -> str | None:
+    """What is at ``path`` now: None (nothing), "empty", "token:T" (an atomic_dir output) or "other"."""
+    if not os.path.lexists(path):
+        return None
+    if path.is_symlink() or not path.is_dir():
+        return "other"
+    try:
+        if not any(path.iterdir()):
+            return "empty"
+    except OSError:
+        return "other"
+    marker = read_output_marker(path)
+    return f"token:{marker.get('token')}" if marker else "other"
+
+
+def _related(out: Path, inputs: Sequence[str | Path]) -> Path | None:
+    """The first input that ``out`` is, contains or lies inside (paths resolved, symlinks followed)."""
+    target = out.resolve()
+    for i in inputs:
+        if i is None:
+            continue
+        src = Path(i).resolve()
+        if target == src or target in src.parents or src in target.parents:
+            return Path(i)
+    return None
+
+
+def check_out_dir(
+    path: str | Path, kind: str, overwrite: bool = False, inputs: Sequence[str | Path] = ()
+) -> str | None:
+    """Refuse an output directory the command must not write: one that is, contains or lies inside one
+    of its ``inputs``; an existing one (without ``overwrite``); one that ``overwrite`` may not replace
+    (written by another kind of command, or not by actlab at all); one another actlab process is writing
+    now. Removes this path's temporary leftovers of dead runs. Returns what is there now (see _state),
+    which the commit checks again. Commands call it before their work, so a refusal costs nothing."""
+    path = Path(path)
+    src = _related(path, inputs)
+    if src is not None:
+        raise ActlabError(
+            "the output directory is, holds or lies inside an input of the command",
+            file=path,
+            expected="an --out apart from every input",
+            found=f"input {src}",
+            fix=f"choose an --out outside {src} (nothing was written)",
+        )
+    live = reclaim_leftovers(path)
+    if live:
+        raise ActlabError(
+            f"another actlab process (pid {live[0]}) is writing this output directory now",
+            file=path,
+            fix=f"wait for pid {live[0]} to finish (or stop it), or choose another --out",
+        )
+    state = _state(path)
+    if state is None or (state == "empty" and overwrite):
+        return state
+    marker = read_output_marker(path) if state.startswith("token:") else None
+    if marker is not None and marker["kind"] == kind:
+        if overwrite:
+            return state
         raise ActlabError(
             "output directory already exists",
             file=path,
-            fix="choose another --out, delete it, or pass the command's overwrite flag",
+            found=f"an earlier output of {kind}",
+            fix="pass --overwrite to replace it, or choose another --out",
         )
+    if marker is not None:
+        why = f"the output of {marker['kind']}, not of {kind}"
+    elif state == "empty":
+        why = "an empty directory"
+    elif state == "other" and (path.is_symlink() or not path.is_dir()):
+        why = "not a directory" if not path.is_symlink() else "a symbolic link"
+    else:
+        why = f"a directory {kind} did not write (no {OUTPUT_MARKER} in it)"
+    replaceable = state == "empty"
+    raise ActlabError(
+        "output directory already exists" + ("" if replaceable else " and is not this command's to replace"),
+        file=path,
+        found=why,
+        fix=(
+            "pass --overwrite, or choose another --out"
+            if replaceable
+            else f"choose another --out (--overwrite replaces only an earlier output of {kind}); "
+            "or move it away yourself if it holds nothing you need"
+        ),
+    )
+
+
+def _changed_error(path: Path, kind: str) -> ActlabError:
+    return ActlabError(
+        "the output directory was created or replaced by someone else while this command ran; "
+        "it was left as it is and this command's result discarded",
+        file=path,
+        found=f"a different {path.name} than when {kind} started (two commands writing the same --out?)",
+        fix="run the command again with another --out (or once the other one has finished)",
+    )
+
+
+def _commit(tmp: Path, path: Path, before: str | None, kind: str, ours: list[bool]) -> None:
+    """Put ``tmp`` in place of ``path`` if ``path`` is still what it was at the start (``before``).
+    ``ours[0]`` is False while ``tmp`` holds what was swapped out of ``path`` and is not yet known to be
+    the output checked at the start (then nobody may delete it)."""
+    if _state(path) != before:
+        raise _changed_error(path, kind)
+    if before is None:
+        try:
+            _rename_noreplace(tmp, path)
+        except OSError as e:
+            if e.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+                raise _changed_error(path, kind) from None
+            raise
+        return
+    # Replace: swap the two in one step where the system can, and check that what was swapped out is
+    # still what was checked at the start (anything else is swapped back, untouched).
+    ours[0] = False
+    if _renameat2(tmp, path, _RENAME_EXCHANGE):
+        if _state(tmp) != before:
+            _renameat2(tmp, path, _RENAME_EXCHANGE)
+            ours[0] = True
+            raise _changed_error(path, kind)
+        ours[0] = True
+        shutil.rmtree(tmp, ignore_errors=True)  # the old output (a re-run reclaims it if we die here)
+        return
+    ours[0] = True
+    aside = _make_tmp_dir(path, "old")  # put back by a re-run if this process dies before the next rename
+    os.rename(path, aside)
+    if _state(aside) != before:
+        _rename_noreplace(aside, path)
+        raise _changed_error(path, kind)
+    _rename_noreplace(tmp, path)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_dir(
+    path: str | Path,
+    overwrite: bool = False,
+    *,
+    kind: str = "an actlab command",
+    inputs: Sequence[str | Path] = (),
+) -> Iterator[Path]:
+    """Build a directory under a temporary name and rename it to ``path`` only when the block succeeds.
+
+    ``kind`` names the command (``"actlab eval"``): it is written into the output (:data:`OUTPUT_MARKER`)
+    and ``overwrite`` replaces only an empty directory or an earlier output of the same kind, never one
+    that is, holds or lies inside one of ``inputs`` (see :func:`check_out_dir`). The commit refuses a
+    ``path`` that appeared or changed while the block ran (two commands writing the same output: one
+    gets an error, none is lost). A SIGTERM inside the block removes the temporary directory, as an error
+    does; one left by a SIGKILL is removed by the next run writing the same ``path``.
+    """
+    from actlab.utils.procs import exit_on_sigterm, sigterm_deferred
+
+    path = Path(path)
+    before = check_out_dir(path, kind, overwrite, inputs)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    try:
-        yield tmp
-        old = None
-        if path.exists():
-            old = path.with_name(f".{path.name}.old-{os.getpid()}")
-            os.replace(path, old)
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700 directories
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with exit_on_sigterm():
+        tmp = _make_tmp_dir(path)
+        ours = [True]
+        try:
+            marker = {"kind": kind, "token": secrets.token_hex(8), "pid": os.getpid(), "written": time.time()}
+            atomic_write_json(tmp / OUTPUT_MARKER, marker)
+            yield tmp
+            os.chmod(tmp, 0o777 & ~_umask())  # made 0700 while it is built
+            with sigterm_deferred():
+                _commit(tmp, path, before, kind, ours)
+            _fsync_dir(path.parent)
+        except BaseException:
+            if ours[0]:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 def write_png(path: str | Path, image: Any) -> Path:

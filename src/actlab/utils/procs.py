@@ -1,0 +1,194 @@
+"""Worker processes that die with their parent, and a SIGTERM that cleans up instead of killing outright.
+
+A pool of spawned workers blocks on its task queue; when the parent dies without shutting it down (SIGKILL,
+or SIGTERM's default action, which runs no Python code) nothing ever closes that queue and the workers,
+and multiprocessing's resource tracker that waits for them, live forever (re-parented to init). So:
+
+- every worker of :func:`worker_pool` asks the kernel for SIGKILL when its parent dies (Linux
+  ``prctl(PR_SET_PDEATHSIG)``) and also watches its parent pid once a second (the fallback elsewhere);
+  the resource tracker exits by itself once the parent and the workers are gone (its pipe closes);
+- while a pool (or an :func:`actlab.utils.io.atomic_dir`) is open, SIGTERM raises :class:`Terminated` in
+  the main thread, so ``finally`` blocks run: the pool is stopped and the temporary output removed. A
+  second SIGTERM while that cleanup runs kills at once (the default action);
+- closing a pool never waits without a deadline: workers still running after it are killed.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import ctypes
+import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from actlab.errors import Terminated
+
+# prctl(2) option: the signal a process gets when the thread that created it exits.
+PR_SET_PDEATHSIG = 1
+# How often a worker checks that its parent is still the one that started it (the fallback watch).
+PARENT_POLL_S = 1.0
+# How long a pool that finished its work may take to let its idle workers exit before they are killed.
+POOL_CLOSE_S = 30.0
+# How long the pool's manager thread gets to notice that its workers are gone.
+MANAGER_WAIT_S = 2.0
+# How long killed workers may take to disappear (SIGKILL is not instant for a process in the kernel).
+KILL_WAIT_S = 10.0
+
+
+@contextlib.contextmanager
+def exit_on_sigterm() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Terminated` (once: a second SIGTERM kills at once).
+
+    Only in the main thread, and only where SIGTERM still has its default action: a handler installed by
+    someone else (the trainer checkpoints on SIGTERM; ``actlab profile`` forwards it) is left alone, and
+    nested blocks keep the outer one's handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if _DEFERRED[0]:
+            _DEFERRED[1] = True  # raised when the critical section ends
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM during the cleanup kills
+        raise Terminated(signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGTERM) is handler:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+# [depth of sigterm_deferred blocks, whether a SIGTERM arrived meanwhile]
+_DEFERRED: list = [0, False]
+
+
+@contextlib.contextmanager
+def sigterm_deferred() -> Iterator[None]:
+    """A few steps that must not be cut in half (two renames): a SIGTERM that arrives inside is raised
+    as :class:`Terminated` when the block ends."""
+    _DEFERRED[0] += 1
+    try:
+        yield
+    finally:
+        _DEFERRED[0] -= 1
+        if _DEFERRED[0] == 0 and _DEFERRED[1]:  # (also when the block failed: the signal wins)
+            _DEFERRED[1] = False
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            raise Terminated(signal.SIGTERM)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this machine (a zombie counts, as does another user's)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux; False elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent: int) -> None:
+    while True:
+        time.sleep(PARENT_POLL_S)
+        if os.getppid() != parent:  # re-parented: the parent is gone
+            os._exit(1)
+
+
+def _child_init(parent: int, initializer: Callable[..., Any] | None, initargs: Sequence[Any]) -> None:
+    """Initializer of every :func:`worker_pool` worker: die with ``parent``, then run the caller's own."""
+    # The death signal fires when the *thread* that forked this worker exits; ProcessPoolExecutor starts
+    # spawn-context workers from the thread that calls submit(), which is inside the pool's block.
+    set_parent_death_signal(signal.SIGKILL)
+    if os.getppid() != parent:  # it died before the signal was armed
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent,), name="actlab-parent-watch", daemon=True).start()
+    if initializer is not None:
+        initializer(*initargs)
+
+
+def worker_processes(pool: cf.ProcessPoolExecutor) -> list[Any]:
+    """The pool's worker processes (multiprocessing Process objects) started so far."""
+    return list((getattr(pool, "_processes", None) or {}).values())
+
+
+def close_pool(pool: cf.ProcessPoolExecutor, kill: bool, timeout: float = POOL_CLOSE_S) -> None:
+    """Shut ``pool`` down without an unbounded wait: queued work is cancelled; with ``kill`` (an error or
+    a signal) running workers are killed at once, otherwise idle workers get ``timeout`` seconds to exit
+    before they are killed."""
+    procs = worker_processes(pool)
+    # (shutdown drops the pool's references to these)
+    manager = getattr(pool, "_executor_manager_thread", None)
+    results = getattr(pool, "_result_queue", None)
+    if kill:
+        for p in procs:
+            with contextlib.suppress(Exception):
+                p.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + (KILL_WAIT_S if kill else timeout)
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    late = [p for p in procs if p.exitcode is None]
+    for p in late:
+        with contextlib.suppress(Exception):
+            p.kill()
+    for p in late:
+        p.join(KILL_WAIT_S)
+    if manager is None:
+        return
+    # The pool's manager thread exits once its workers are gone, unless a worker was killed halfway
+    # through sending a result: then it waits forever for the rest of the message (this process holds
+    # the pipe's other end), and interpreter exit waits forever for it. Closing that end gives it EOF.
+    manager.join(MANAGER_WAIT_S)
+    if manager.is_alive() and results is not None:
+        with contextlib.suppress(Exception):
+            results._writer.close()
+        manager.join(KILL_WAIT_S)
+
+
+@contextlib.contextmanager
+def worker_pool(
+    workers: int, initializer: Callable[..., Any] | None = None, initargs: Sequence[Any] = ()
+) -> Iterator[cf.ProcessPoolExecutor]:
+    """A spawn-context ProcessPoolExecutor whose workers die with this process (see the module docstring).
+
+    spawn, not fork: the parent may hold an EGL context, torch threads or CUDA state that fork would copy
+    in a broken state. Leaving the block normally lets idle workers exit; leaving it by an exception (an
+    error, Ctrl-C, or SIGTERM through :func:`exit_on_sigterm`) kills them. Neither waits without a
+    deadline."""
+    ctx = mp.get_context("spawn")
+    pool = cf.ProcessPoolExecutor(
+        workers, mp_context=ctx, initializer=_child_init, initargs=(os.getpid(), initializer, tuple(initargs))
+    )
+    ok = False
+    try:
+        with exit_on_sigterm():
+            yield pool
+        ok = True
+    finally:
+        close_pool(pool, kill=not ok)
