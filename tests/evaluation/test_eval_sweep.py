@@ -196,9 +196,10 @@ def test_training_scenes_are_refused_and_only_evaluated_on_request(tiny_run, tmp
     shutil.copytree(bundle, old)
     del meta["extra"]["train"]["dataset"]["sim"]
     (old / "actlab.json").write_text(json.dumps(meta))
+    short = EnvSpec("so101_pick_place", max_steps=3)
     with pytest.raises(ActlabError, match="trained on"):
-        evaluate(str(old), EnvSpec("so101_pick_place", max_steps=3), EvalConfig(episodes=1, seed=0, workers=1))
+        evaluate(str(old), short, EvalConfig(episodes=1, seed=0, workers=1))
     # The defaults never meet the recorder's seeds.
     assert EvalConfig().seed == DEFAULT_SEED
-    ev = evaluate(str(old), EnvSpec("so101_pick_place", max_steps=3), EvalConfig(episodes=1, workers=1))
+    ev = evaluate(str(old), short, EvalConfig(episodes=1, workers=1))
     assert ev.training_scenes == 0 and ev.episodes[0].seed == DEFAULT_SEED
