@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -48,27 +49,104 @@ def build_parser() -> argparse.ArgumentParser:
             modules.append(mod)
     for mod in sorted(modules, key=lambda m: getattr(m, "ORDER", 100)):
         mod.register(sub)
+    _guard_numbers(parser)
     return parser
 
 
+def _guard_numbers(parser: argparse.ArgumentParser) -> None:
+    """Every int or float option of every command refuses negative, NaN and infinite values at parse
+    time (argparse's usage error, exit 2): they are counts, sizes, seeds, durations and scales, and a
+    negative one fails deep inside a command (a negative --seed reached numpy's SeedSequence as a
+    traceback). An option whose own default is negative (a "-1 = automatic" sentinel) keeps its type.
+    Done here, over the parser, so options added later are covered without anyone remembering to."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sp in action.choices.values():
+                _guard_numbers(sp)
+        elif action.type in (int, float) and not _negative(action.default):
+            action.type = _non_negative(action.type)
+
+
+def _negative(default: object) -> bool:
+    values = default if isinstance(default, (list, tuple)) else [default]
+    return any(isinstance(v, (int, float)) and v < 0 for v in values)
+
+
+def _non_negative(kind: type) -> object:
+    def parse(text: str) -> int | float:
+        value = kind(text)  # ValueError: argparse says "invalid int value"
+        if value != value or value in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError(f"expected a finite number, found {text!r}")
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"expected a number >= 0, found {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in "invalid int value: 'x'"
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    run = getattr(args, "_run", None)
-    if run is None:
-        # A group such as `actlab data` without its subcommand: show that group's help.
-        helper = getattr(args, "_help", parser.print_help)
-        helper()
-        return 0 if args.command is None else 2
+    """Run one ``actlab`` command; the exit status: 0 done, 2 refused (an ActlabError, printed without a
+    traceback), 130 interrupted, 141 stdout closed by the reader, or what the command returns.
+
+    Failures of the environment (a file that cannot be read or written, text that is not UTF-8) are
+    printed in the ActlabError format too (:func:`actlab.errors.from_environment`), naming the file and
+    the fix, so no command ends in a traceback for them; ``ACTLAB_TRACEBACK=1`` shows the traceback.
+    """
     try:
-        code = run(args)
+        parser = build_parser()
+        args = parser.parse_args(argv)  # inside: --help and --help-config print to a pipe too
+        run = getattr(args, "_run", None)
+        if run is None:
+            # A group such as `actlab data` without its subcommand: show that group's help.
+            helper = getattr(args, "_help", parser.print_help)
+            helper()
+            code = 0 if args.command is None else 2
+        else:
+            code = int(run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
     except ActlabError as e:
-        print(f"error: {e.render()}", file=sys.stderr)
-        return 2
+        return _refused(e)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    return int(code or 0)
+    except Exception as e:
+        from actlab.errors import from_environment
+
+        err = from_environment(e)
+        if err is None or os.environ.get("ACTLAB_TRACEBACK"):
+            raise  # a bug: its traceback is what a report needs
+        return _refused(err)
+
+
+# The status of a command whose reader closed stdout (`actlab data info --json | head -1`): 141 = 128 +
+# SIGPIPE, what the shell reports for a C program killed by the same broken pipe (`yes | head` under
+# `set -o pipefail`), so scripts see "the reader stopped", not success and not a failure of ours.
+EXIT_STDOUT_CLOSED = 141
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away: stop quietly, as well-behaved CLIs do. Python ignores SIGPIPE and
+    raises BrokenPipeError instead; stdout is pointed at /dev/null so the interpreter's final flush of
+    the buffered rest cannot raise a second time ("Exception ignored ... BrokenPipeError")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout without a file descriptor (captured in tests)
+        pass
+    return EXIT_STDOUT_CLOSED
+
+
+def _refused(e: ActlabError) -> int:
+    try:
+        print(f"error: {e.render()}", file=sys.stderr)
+    except (BrokenPipeError, ValueError):  # stderr closed as well: the status alone must tell
+        pass
+    return 2
 
 
 def group(sub, name: str, help: str, epilog: str | None = None) -> argparse._SubParsersAction:

@@ -137,3 +137,11 @@ def read_json(path: str | Path, what: str = "JSON file") -> Any:
             file=path,
             fix="repair or regenerate the file",
         ) from e
+    except UnicodeDecodeError as e:  # bytes overwritten, or a binary file where JSON belongs
+        raise ActlabError(
+            f"{what} is not UTF-8 text",
+            file=path,
+            expected="UTF-8 JSON",
+            found=f"{e.reason} at byte {e.start}",
+            fix="restore the file from a copy or regenerate it",
+        ) from e
