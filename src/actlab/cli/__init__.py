@@ -8,6 +8,7 @@ hold argument parsing only; their handlers import the heavy code (torch, mujoco,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import pkgutil
@@ -142,10 +143,8 @@ def _stdout_closed() -> int:
 
 
 def _refused(e: ActlabError) -> int:
-    try:
+    with contextlib.suppress(BrokenPipeError, ValueError):  # stderr closed too: the status alone tells
         print(f"error: {e.render()}", file=sys.stderr)
-    except (BrokenPipeError, ValueError):  # stderr closed as well: the status alone must tell
-        pass
     return 2
 
 

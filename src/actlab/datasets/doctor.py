@@ -71,6 +71,7 @@ class _Doctor:
                         "fix the shape in info.json or re-encode the video",
                     )
                 times = packet_times(path)
+                self._check_unclaimed_frames(path, key, eps, times)
                 for e in eps:
                     _, lo, hi = e.videos[key]
                     count = int(np.count_nonzero((times >= lo - tol) & (times < hi - tol)))
@@ -94,6 +95,33 @@ class _Doctor:
                             f"{hi:.6f}",
                             REEXPORT,
                         )
+
+    def _check_unclaimed_frames(
+        self, path: Path, key: str, eps: list[layout.EpisodeInfo], times: np.ndarray
+    ) -> None:
+        """Frames of the file that belong to no episode: the file is longer than the metadata says (a
+        video replaced by another recording, or appended to), so its frame count and duration differ
+        from the episodes'. The per-episode counts cannot see frames past the last episode's range."""
+        tol = fmt.TIMESTAMP_TOLERANCE_S
+        claimed = np.zeros(len(times), dtype=bool)
+        for e in eps:
+            _, lo, hi = e.videos[key]
+            claimed |= (times >= lo - tol) & (times < hi - tol)
+        extra = int((~claimed).sum())
+        if extra:
+            want = sum(e.length for e in eps)
+            span = float(times.max() - times.min()) + 1 / float(self.info["fps"]) if len(times) else 0.0
+            self.add(
+                "video_frames",
+                f"{extra} frame(s) of the video belong to no episode",
+                path,
+                key,
+                f"{want} frames ({want / float(self.info['fps']):.3f} s) for episodes "
+                f"{', '.join(str(e.index) for e in eps[:5])}{' ...' if len(eps) > 5 else ''}",
+                f"{len(times)} frames ({span:.3f} s), first unclaimed at {float(times[~claimed][0]):.4f} s",
+                "the video is not the one the episodes were written with: restore it from a copy or "
+                "re-encode it from the episodes' frames",
+            )
 
     def check_stats(self) -> None:
         path = self.root / fmt.STATS_PATH

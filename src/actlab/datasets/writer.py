@@ -398,7 +398,11 @@ class DatasetWriter:
                 for k in order
             ]
         )
-        self._data_writer = pq.ParquetWriter(self._data_path, schema, compression="snappy")
+        # Page checksums (CRC32 per page, parquet's own field; LeRobot and pyarrow read them like any
+        # file): bytes overwritten in a data page are an error at read instead of plausible garbage.
+        self._data_writer = pq.ParquetWriter(
+            self._data_path, schema, compression="snappy", write_page_checksum=True
+        )
 
     def _write_video(self, key: str, frames: np.ndarray) -> dict[str, Any]:
         cam = self._cameras[key]
@@ -497,7 +501,7 @@ class DatasetWriter:
         meta = self._tmp / "meta"
         meta.mkdir(parents=True, exist_ok=True)
         tasks = sorted(self._tasks, key=self._tasks.get)
-        pq.write_table(_tasks_table(tasks), meta / "tasks.parquet")
+        pq.write_table(_tasks_table(tasks), meta / "tasks.parquet", write_page_checksum=True)
         self._write_episodes(meta)
         stats = {k: feature_stats(np.concatenate(self._columns[k])) for k in self.numeric_keys}
         for key in self.camera_keys:
@@ -517,7 +521,7 @@ class DatasetWriter:
             rows.append(row)
         path = self._tmp / fmt.EPISODES_PATH.format(chunk_index=0, file_index=0)
         path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(rows), path, compression="snappy")
+        pq.write_table(pa.Table.from_pylist(rows), path, compression="snappy", write_page_checksum=True)
 
     def _info(self, total_tasks: int) -> dict[str, Any]:
         return {

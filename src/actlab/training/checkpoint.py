@@ -135,7 +135,8 @@ class CheckpointManager:
                 _save_torch(rng, state_dir / f"rng_rank{rank}.pt")
             # the sha256 of each state file, checked at resume (a truncated or altered optimizer.pt)
             digests = {f.name: file_sha256(f) for f in sorted(state_dir.glob("*.pt"))}
-            full_meta = {**meta, "step": step, "val_loss": val_loss, "written_at": time.time(), "sha256": digests}
+            full_meta = {**meta, "step": step, "val_loss": val_loss, "written_at": time.time()}
+            full_meta["sha256"] = digests
             atomic_write_json(state_dir / "state.json", full_meta)
             if final.exists():  # a resumed run re-reaching a step it had written before being killed
                 shutil.rmtree(final)
@@ -218,8 +219,6 @@ class CheckpointManager:
     # ----------------------------------------------------------------------------------------- loading
     def load(self, step: int, rank: int) -> ResumeState:
         """Read the training state of checkpoint ``step`` for process ``rank`` (weights are loaded apart)."""
-        import torch
-
         path = self.path(step)
         state_dir = path / "training_state"
         meta = read_json(state_dir / "state.json", "checkpoint state")
@@ -272,9 +271,9 @@ class CheckpointManager:
         if not earlier:
             return f"no earlier checkpoint in {self.root}: start a new run (or restore {self.path(step)})"
         return (
-            f"move the damaged checkpoint out of the way (`{aside}`) and run the same `actlab train --resume` "
-            f"again: it continues from {step_dir_name(earlier[-1])}, the previous checkpoint (never load "
-            "the file with weights_only=False: that runs whatever code it holds)"
+            f"move the damaged checkpoint out of the way (`{aside}`) and run the same `actlab train "
+            f"--resume` again: it continues from {step_dir_name(earlier[-1])}, the previous checkpoint "
+            "(never load the file with weights_only=False: that runs whatever code it holds)"
         )
 
 
