@@ -121,13 +121,16 @@ def _os_error(e: OSError) -> ActlabError:
     name = e.filename if isinstance(e.filename, (str, bytes, os.PathLike)) and e.filename else None
     file = os.fsdecode(name) if name is not None else _file_in_traceback(e)
     found = f"[Errno {e.errno}] {e.strerror}" if e.errno else f"{type(e).__name__}: {e}"
-    where = f"`ls -ld {os.path.dirname(os.path.abspath(file)) if file else '.'}`"
+    folder = os.path.dirname(os.path.abspath(file)) if file else "."
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)  # the nearest directory that exists (a temp dir is gone)
+    where = f"`ls -ld {folder}`"
     kinds = {
-        errno.ENOSPC: ("the disk is full", "free space on that disk (`df -h`), or write somewhere else"),
+        errno.ENOSPC: ("the disk is full", f"free space on that disk (`df -h {folder}`), or write elsewhere"),
         errno.EDQUOT: ("disk quota exceeded", "free space within your quota (`quota`), or write elsewhere"),
         errno.EACCES: ("permission denied", f"check the file's and its directory's permissions ({where})"),
         errno.EPERM: ("operation not permitted", f"check the permissions and attributes ({where})"),
-        errno.EROFS: ("the filesystem is read-only", "write to a writable disk (`findmnt -T PATH` shows it)"),
+        errno.EROFS: ("the filesystem is read-only", f"write to a writable disk (`findmnt -T {folder}`)"),
         errno.EIO: ("I/O error: the disk is failing", "copy what matters off the disk; check `dmesg`"),
         errno.ENOENT: ("file or directory not found", "check the path"),
         errno.EISDIR: ("a directory where a file was expected", "pass the file, not its directory"),
@@ -147,7 +150,7 @@ def _os_error(e: OSError) -> ActlabError:
 
 def _file_in_traceback(e: BaseException) -> str | None:
     """The path the innermost frame of ``e``'s traceback was working on (a local named like a path that
-    names an existing file or directory), or None."""
+    names an existing file or directory, or one being created in an existing directory), or None."""
     import os
 
     frames = []
@@ -158,6 +161,14 @@ def _file_in_traceback(e: BaseException) -> str | None:
     for frame in reversed(frames):
         for name in _PATH_LOCALS:
             value = frame.f_locals.get(name)
-            if isinstance(value, (str, os.PathLike)) and value and os.path.exists(value):
+            if isinstance(value, (str, os.PathLike)) and value and _names_a_path(os.fspath(value)):
                 return os.fspath(value)
     return None
+
+
+def _names_a_path(text: str) -> bool:
+    import os
+
+    if "\n" in text or len(text) > 4096:
+        return False
+    return os.path.exists(text) or (os.sep in text and os.path.isdir(os.path.dirname(text) or "."))

@@ -66,6 +66,22 @@ def _guard_numbers(parser: argparse.ArgumentParser) -> None:
                 _guard_numbers(sp)
         elif action.type in (int, float) and not _negative(action.default):
             action.type = _non_negative(action.type)
+        elif action.dest.endswith("_python") and action.type in (None, str):
+            action.type = _python_program  # --lerobot-python: a directory failed as "permission denied"
+
+
+def _python_program(text: str) -> str:
+    """An interpreter to run, refused at parse time when the path names a directory or a file that is
+    not executable (a directory was reported as "permission denied" by the child's exec). A path that
+    does not exist yet passes the parser (examples are parsed where no such venv is) and is reported as
+    "not found" when the command runs it."""
+    path = os.path.expanduser(text)
+    if os.path.isdir(path) or (os.path.isfile(path) and not os.access(path, os.X_OK)):
+        what = "a directory" if os.path.isdir(path) else "not executable"
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is {what}: expected a Python interpreter, e.g. /path/to/venv/bin/python"
+        )
+    return text
 
 
 def _negative(default: object) -> bool:

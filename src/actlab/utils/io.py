@@ -42,8 +42,11 @@ def _fsync_dir(path: Path) -> None:
 def atomic_file(path: str | Path, mode: str = "wb") -> Iterator[Any]:
     """Open a temporary file beside ``path``; on success it replaces ``path``, on error it is removed."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:  # name the file the user asked for, not the hidden temporary name
+        raise OSError(e.errno, e.strerror, str(path)) from e
     try:
         with os.fdopen(fd, mode) as f:
             yield f
@@ -53,9 +56,11 @@ def atomic_file(path: str | Path, mode: str = "wb") -> Iterator[Any]:
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
         _fsync_dir(path.parent)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename is None:
+            e.filename = str(path)  # a failed write() names no file: name the one being written
         raise
 
 
@@ -95,8 +100,11 @@ def atomic_dir(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
             file=path,
             fix="choose another --out, delete it, or pass the command's overwrite flag",
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    except OSError as e:  # name the directory the user asked for, not the hidden temporary name
+        raise OSError(e.errno, e.strerror, str(path)) from e
     try:
         yield tmp
         old = None
@@ -108,8 +116,10 @@ def atomic_dir(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
         _fsync_dir(path.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and isinstance(e.filename, str) and e.filename.startswith(f"{tmp}{os.sep}"):
+            e.filename = str(path / os.path.relpath(e.filename, tmp))  # the name it would have had
         raise
 
 
