@@ -125,6 +125,12 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         return _stdout_closed()
+    except SystemExit:  # argparse after --help or a usage error: its output may not have reached a pipe
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:  # (argparse itself ignores a failed write, the final flush would not)
+            return _stdout_closed()
+        raise
     except ActlabError as e:
         return _refused(e)
     except KeyboardInterrupt:
