@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from actlab.cli import main
 
 
@@ -78,6 +80,8 @@ def test_synth_refuses_bad_sizes_and_writes_nothing(tmp_path, capsys):
 
 
 def test_bench_data_refuses_bad_arguments(tiny_dataset, capsys):
-    for extra in (["--workers", "-1"], ["--seconds", "0"]):
-        assert main(["bench", "data", str(tiny_dataset), *extra]) == 2
-        assert "--workers must be >= 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # negative numbers are usage errors of the parser (every command)
+        main(["bench", "data", str(tiny_dataset), "--workers", "-1"])
+    assert e.value.code == 2 and "--workers: expected a number >= 0" in capsys.readouterr().err
+    assert main(["bench", "data", str(tiny_dataset), "--seconds", "0"]) == 2
+    assert "--workers must be >= 0" in capsys.readouterr().err

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from actlab.datasets import checksums, layout
 from actlab.datasets import format as fmt
-from actlab.datasets import layout
 from actlab.datasets.layout import REEXPORT, Problem, Report
 from actlab.datasets.video import packet_times, video_info
 from actlab.errors import ActlabError
@@ -121,6 +121,26 @@ class _Doctor:
                 f"{len(times)} frames ({span:.3f} s), first unclaimed at {float(times[~claimed][0]):.4f} s",
                 "the video is not the one the episodes were written with: restore it from a copy or "
                 "re-encode it from the episodes' frames",
+            )
+
+    def check_checksums(self) -> None:
+        """Files whose content differs from the sha256 the writer recorded (bytes damaged on disk or in a
+        copy: an mp4 mostly still decodes, into wrong pixels)."""
+        files, why = checksums.load(self.root, self.info)
+        if files is None:
+            if "stale" in (why or "") or "unreadable" in (why or ""):
+                self.add("checksum", "content checksums not checked", self.root / checksums.CHECKSUMS_PATH,
+                         "(file)", "a current record", why, "ignore, or delete the file", "warning")  # fmt: skip
+            return
+        for rel, expected, found in checksums.damaged(self.root, self.info):
+            self.add(
+                "checksum",
+                "file content differs from what the dataset was written with",
+                self.root / rel,
+                f"{checksums.CHECKSUMS_PATH} files.{rel}",
+                expected,
+                found,
+                checksums.REPAIR,
             )
 
     def check_stats(self) -> None:
@@ -286,4 +306,5 @@ def diagnose(path: str | Path) -> list[Problem]:
     d = _Doctor(lay, report)
     report.stage("videos", d.check_videos)
     report.stage("stats", d.check_stats)
+    report.stage("checksums", d.check_checksums)
     return report.problems

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from actlab.datasets import checksums
 from actlab.datasets import format as fmt
 from actlab.errors import ActlabError
 from actlab.utils.disk import WRITE_ERRNOS, write_error
@@ -328,6 +329,8 @@ class FrameStore:
                 found=f"{human_bytes(free)} free",
                 fix="free space, set ACTLAB_CACHE to a bigger disk, or cache smaller images (--image-size)",
             )
+        for key in keys:  # damaged video bytes would decode into wrong frames without an error
+            checksums.check_videos(ds.root, ds.info, key)
         if progress:
             print(
                 f"FrameStore: decoding {len(ds)} frames x {len(keys)} camera(s) once into {path} "

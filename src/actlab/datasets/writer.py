@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from actlab.datasets import checksums
 from actlab.datasets import format as fmt
 from actlab.datasets.stats import aggregate_stats, feature_stats, image_stats, stats_to_json
 from actlab.datasets.video import EncoderThread, VideoOptions, check_even
@@ -507,7 +508,9 @@ class DatasetWriter:
         for key in self.camera_keys:
             stats[key] = aggregate_stats([s[key] for s in self._episode_stats])
         atomic_write_json(meta / "stats.json", stats_to_json(stats))
-        atomic_write_json(meta / "info.json", self._info(len(tasks)))
+        info = self._info(len(tasks))
+        atomic_write_json(meta / "info.json", info)
+        checksums.record(self._tmp, info)  # sha256 of every data, video and episodes file, checked later
 
     def _write_episodes(self, meta: Path) -> None:
         rows = []
