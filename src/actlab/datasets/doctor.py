@@ -129,8 +129,10 @@ class _Doctor:
         files, why = checksums.load(self.root, self.info)
         if files is None:
             if "stale" in (why or "") or "unreadable" in (why or ""):
-                self.add("checksum", "content checksums not checked", self.root / checksums.CHECKSUMS_PATH,
-                         "(file)", "a current record", why, "ignore, or delete the file", "warning")  # fmt: skip
+                file = self.root / checksums.CHECKSUMS_PATH
+                fix = "nothing to do if the dataset was edited on purpose; delete the record to silence this"
+                self.add("checksum", "content checksums not checked", file, "(file)", "a current record", why,
+                         fix, "warning")  # fmt: skip
             return
         for rel, expected, found in checksums.damaged(self.root, self.info):
             self.add(

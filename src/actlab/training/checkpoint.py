@@ -144,8 +144,8 @@ class CheckpointManager:
             _fsync_dir(self.root)
         except BaseException as e:
             shutil.rmtree(tmp, ignore_errors=True)  # the previous checkpoints are untouched
-            if isinstance(e, OSError) and e.filename is None:
-                e.filename = str(final)  # a failed write() names no file: name the checkpoint
+            if isinstance(e, OSError) and (e.filename is None or str(e.filename).startswith(str(tmp))):
+                e.filename = str(final)  # a failed write() names no file, or a temporary one: the checkpoint
             raise
         try:
             self._update_pointers(step, val_loss)
