@@ -129,3 +129,27 @@ def test_a_checksum_record_of_other_totals_is_stale_and_only_warned_about(copy):
     record.write_text(json.dumps(data))
     (p,) = [p for p in diagnose(copy) if p.check == "checksum"]
     assert p.severity == "warning" and "stale" in p.found
+
+
+def test_stats_json_that_disagrees_with_the_data_is_found(copy):
+    """LeRobot normalizes with meta/stats.json: a std changed there trains it on wrongly scaled inputs."""
+    stats = json.loads((copy / "meta/stats.json").read_text())
+    stats["action"]["std"][3] *= 10
+    (copy / "meta/stats.json").write_text(json.dumps(stats))
+    (p,) = _errors(copy)["stats_mismatch"]
+    assert p.field == "action.mean/std" and "dim 3" in p.found and "--write-meta" in p.fix
+
+
+def test_an_edited_stats_cache_entry_is_recomputed_not_used(tiny_dataset, tmp_path):
+    """The trainer's stats cache (keyed by the dataset's fingerprint) parsed fine after an edit in place
+    and its numbers normalized the next policy; now its digest no longer matches and it is recomputed."""
+    from actlab.datasets import compute_stats
+
+    ds = open_dataset(tiny_dataset)
+    first = compute_stats(ds, cache_dir=tmp_path)
+    (entry,) = tmp_path.glob("*.json")
+    data = json.loads(entry.read_text())
+    data["action"]["std"] = [s * 100 for s in data["action"]["std"]]
+    entry.write_text(json.dumps(data))
+    again = compute_stats(ds, cache_dir=tmp_path)
+    assert np.allclose(again["action"]["std"], first["action"]["std"])

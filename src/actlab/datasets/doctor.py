@@ -41,6 +41,9 @@ class _Doctor:
         self.info = lay.info
         self.report = report
         self.add = report.add
+        # feature -> (N, ...) array of the data files, when they could be read (the stats are checked
+        # against them)
+        self.columns: dict[str, np.ndarray] = {}
 
     def check_videos(self) -> None:
         fps = float(self.info["fps"])
@@ -280,6 +283,7 @@ class _Doctor:
                 RESTATS,
             )
             return
+        self._check_against_data(path, key, mean, std)
         zero = np.flatnonzero(std.ravel() < 1e-8)
         if zero.size:
             self.add(
@@ -293,6 +297,30 @@ class _Doctor:
                 "warning",
             )
 
+    def _check_against_data(self, path: Path, key: str, mean: np.ndarray, std: np.ndarray) -> None:
+        """stats.json's mean/std against the data's own: LeRobot normalizes with stats.json, so numbers
+        changed there (edited, damaged, or left from before episodes were removed) train a LeRobot policy
+        on wrongly scaled inputs without a word. Tolerance: a mean off by more than 5% of the std, or a
+        std off by more than 5%, far above float32 accumulation error (about 1e-6)."""
+        col = self.columns.get(key)
+        if col is None or not len(col) or not np.isfinite(col).all():
+            return  # unreadable or non-finite data are reported by the data checks
+        flat = col.reshape(len(col), -1).astype(np.float64)
+        m, s = flat.mean(axis=0), flat.std(axis=0)
+        scale = np.maximum(s, 1e-6)
+        off = (np.abs(mean.ravel() - m) > 0.05 * scale) | (np.abs(std.ravel() - s) > 0.05 * scale)
+        if off.any():
+            d = int(np.flatnonzero(off)[0])
+            self.add(
+                "stats_mismatch",
+                f"stats.json of {key!r} disagree with the data ({int(off.sum())} dim(s))",
+                path,
+                f"{key}.mean/std",
+                f"dim {d}: mean {m[d]:.6g}, std {s[d]:.6g} (computed from the data files)",
+                f"dim {d}: mean {mean.ravel()[d]:.6g}, std {std.ravel()[d]:.6g}",
+                RESTATS,
+            )
+
 
 def diagnose(path: str | Path) -> list[Problem]:
     """All problems found in the dataset at ``path`` (an empty list for a clean dataset).
@@ -304,8 +332,9 @@ def diagnose(path: str | Path) -> list[Problem]:
     lay = layout.parse(path, report)
     if lay is None:
         return report.problems
-    report.stage("data", lambda: layout.read_data(lay, report))
+    data = report.stage("data", lambda: layout.read_data(lay, report))
     d = _Doctor(lay, report)
+    d.columns = data.columns if data is not None else {}
     report.stage("videos", d.check_videos)
     report.stage("stats", d.check_stats)
     report.stage("checksums", d.check_checksums)
