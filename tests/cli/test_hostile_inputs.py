@@ -442,3 +442,17 @@ def test_bundles_and_training_state_record_their_checksums(world):
     assert set(meta["sha256"]) == {"model.safetensors", "config.json", "stats.json", "features.json"}
     state = json.loads((world["bundle"] / "training_state/state.json").read_text())
     assert "optimizer.pt" in state["sha256"]
+
+
+def test_a_closed_stdout_descriptor_discards_the_output_and_the_command_runs(world):
+    """`actlab ... >&-`: Python starts with sys.stdout None, and the final flush was an AttributeError."""
+    p = subprocess.run(
+        [sys.executable, "-m", "actlab.cli", "data", "info", str(world["data"]), "--json"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.close(1),  # in the child, before exec: fd 1 closed, not a pipe
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-2000:]

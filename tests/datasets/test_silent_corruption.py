@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from actlab.cli import main
-from actlab.datasets import FrameStore, open_dataset
+from actlab.datasets import FrameStore, checksums, open_dataset
 from actlab.datasets.doctor import diagnose
 from actlab.datasets.video import VideoEncoder, VideoOptions, iter_decode
 from actlab.errors import ActlabError
@@ -35,13 +35,15 @@ def _errors(root) -> dict[str, list]:
 
 
 def _set_action(root, row: int, dim: int, value: float) -> None:
-    """Rewrite the data file with one action value changed (a well-formed file: a glitch at recording)."""
+    """Rewrite the data file with one action value changed: a glitch at recording, so the content
+    checksums are recorded again for the file as it is now (a damaged copy is another test)."""
     table = pq.read_table(root / DATA)
     actions = np.asarray(table.column("action").to_pylist(), dtype=np.float32)
     actions[row, dim] = value
     field = table.schema.field("action")
     arr = pa.array([list(map(float, a)) for a in actions], type=field.type)
     pq.write_table(table.set_column(table.schema.get_field_index("action"), field, arr), root / DATA)
+    checksums.record(root, json.loads((root / "meta/info.json").read_text()))
 
 
 def _train_refuses(root, tmp_path, capsys, *words) -> None:

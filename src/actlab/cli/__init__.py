@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     printed in the ActlabError format too (:func:`actlab.errors.from_environment`), naming the file and
     the fix, so no command ends in a traceback for them; ``ACTLAB_TRACEBACK=1`` shows the traceback.
     """
+    _closed_streams_to_devnull()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)  # inside: --help and --help-config print to a pipe too
@@ -143,6 +144,15 @@ def main(argv: list[str] | None = None) -> int:
         if err is None or os.environ.get("ACTLAB_TRACEBACK"):
             raise  # a bug: its traceback is what a report needs
         return _refused(err)
+
+
+def _closed_streams_to_devnull() -> None:
+    """A process started with file descriptor 1 or 2 closed (`actlab train ... >&-`) has sys.stdout or
+    sys.stderr None, and every print to it (and tqdm's bar) would be an AttributeError: what it prints
+    is discarded instead, as if it went to /dev/null, and the command runs to its end."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (open for the process's life)
 
 
 # The status of a command whose reader closed stdout (`actlab data info --json | head -1`): 141 = 128 +

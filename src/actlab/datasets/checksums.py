@@ -106,5 +106,5 @@ def check_videos(root: Path, info: dict[str, Any], key: str) -> None:
 
 REPAIR = (
     "restore the file from a copy (or re-record / re-export the dataset); `actlab data doctor PATH` "
-    "lists every damaged file"
+    f"lists every damaged file. If you changed the file on purpose, delete {CHECKSUMS_PATH}"
 )
