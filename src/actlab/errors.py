@@ -139,6 +139,7 @@ def _os_error(e: OSError) -> ActlabError:
         errno.ENOMEM: ("out of memory", "close other programs or make the job smaller"),
         errno.EMFILE: ("too many open files", "raise the limit (`ulimit -n 4096`) and run again"),
         errno.ENAMETOOLONG: ("file name too long", "use a shorter path"),
+        errno.EPIPE: ("the process at the other end of a pipe exited", "see that process's messages above"),
     }
     problem, fix = kinds.get(
         e.errno or -1, ("a file could not be read or written", "check the file, its disk and the path")

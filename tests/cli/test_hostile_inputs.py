@@ -456,3 +456,15 @@ def test_a_closed_stdout_descriptor_discards_the_output_and_the_command_runs(wor
         env={**os.environ, "PYTHONPATH": SRC},
     )
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-2000:]
+
+
+def test_a_broken_pipe_to_a_child_is_an_error_not_a_quiet_141(monkeypatch, capfd):
+    """Only a closed stdout ends quietly: a BrokenPipeError from a pipe to another process (the LeRobot
+    bridge writes to its child) while stdout is fine is reported, exit 2."""
+
+    def boom(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("actlab.cli.build_parser", lambda: _with_run(build_parser(), boom))
+    assert main(["data", "info", "x"]) == 2
+    assert "the process at the other end of a pipe exited" in capfd.readouterr().err

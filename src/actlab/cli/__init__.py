@@ -15,7 +15,7 @@ import pkgutil
 import sys
 
 from actlab import __version__
-from actlab.errors import ActlabError
+from actlab.errors import ActlabError, from_environment
 
 # Every example in every --help runs as written after `actlab demo --out runs/demo` (which leaves the
 # recorded dataset in runs/demo/data, the training run in runs/demo/run with checkpoints/step_NNNNNNN/
@@ -124,8 +124,10 @@ def main(argv: list[str] | None = None) -> int:
             code = int(run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
         return code
-    except BrokenPipeError:
-        return _stdout_closed()
+    except BrokenPipeError as e:
+        if _stdout_broken():
+            return _stdout_closed()
+        return _refused(from_environment(e))  # a pipe to a child process (e.g. the LeRobot bridge)
     except SystemExit:  # argparse after --help or a usage error: its output may not have reached a pipe
         try:
             sys.stdout.flush()
@@ -138,8 +140,6 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as e:
-        from actlab.errors import from_environment
-
         err = from_environment(e)
         if err is None or os.environ.get("ACTLAB_TRACEBACK"):
             raise  # a bug: its traceback is what a report needs
@@ -159,6 +159,21 @@ def _closed_streams_to_devnull() -> None:
 # SIGPIPE, what the shell reports for a C program killed by the same broken pipe (`yes | head` under
 # `set -o pipefail`), so scripts see "the reader stopped", not success and not a failure of ours.
 EXIT_STDOUT_CLOSED = 141
+
+
+def _stdout_broken() -> bool:
+    """Whether stdout is a pipe whose reader went away (poll reports POLLERR on its write end), so that
+    a BrokenPipeError from a pipe to a child process is not taken for it. A stdout without a descriptor
+    (replaced in tests) counts as the one that broke."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+    except (OSError, ValueError, AttributeError):
+        return True
+    poller.register(fd, select.POLLOUT)
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
 
 
 def _stdout_closed() -> int:
