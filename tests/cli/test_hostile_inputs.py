@@ -270,7 +270,9 @@ def test_full_outputs_name_the_file_and_leave_nothing(world, small_fs):
             os.write(fd, b"\0" * 1024)
     os.close(fd)
     d, b = str(world["data"]), str(world["bundle"])
+    eval_ = ["eval", b, "--episodes", "1", "--max-steps", "5", "--workers", "1", "--seed", "1000"]
     cases = [
+        [*eval_, "--videos", "1", "--out", f"{full}/eval"],
         ["policy", "doctor", b, "--dataset", d, "--max-episodes", "1", "--out", f"{full}/doc"],
         ["monitor", "--out", f"{full}/m.csv", "--", sys.executable, "-c", "import time; time.sleep(1.5)"],
     ]
