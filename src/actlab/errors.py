@@ -73,7 +73,8 @@ def from_environment(e: BaseException) -> ActlabError | None:
     """
     if isinstance(e, OSError):
         return _os_error(e)
-    file = _file_in_traceback(e)
+    named = getattr(e, "filename", None)  # PyAV's errors carry it too
+    file = named if isinstance(named, str) and named else _file_in_traceback(e)
     if isinstance(e, UnicodeDecodeError):
         return ActlabError(
             "a file is not UTF-8 text",
@@ -102,10 +103,11 @@ def from_environment(e: BaseException) -> ActlabError | None:
             fix="close other programs, or make the job smaller (fewer --workers, a smaller batch or image)",
         )
     module = type(e).__module__ or ""
-    if module.startswith(("safetensors", "pyarrow")):
+    kinds = {"safetensors": "weights", "pyarrow": "parquet", "av": "video"}
+    kind = next((k for m, k in kinds.items() if module == m or module.startswith(m + ".")), None)
+    if kind is not None:
         return ActlabError(
-            f"a {'weights' if module.startswith('safetensors') else 'parquet'} file cannot be read: "
-            f"it is damaged or not that kind of file",
+            f"a {kind} file cannot be read: it is damaged or not that kind of file",
             file=file,
             found=f"{type(e).__name__}: {e}",
             fix="restore the file from a copy or regenerate it (`actlab data doctor PATH` lists a "
