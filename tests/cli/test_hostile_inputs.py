@@ -400,7 +400,18 @@ def test_an_import_whose_stats_have_the_wrong_size_is_refused(tmp_path):
         affine_stats({"min": np.zeros(5), "max": np.ones(5)}, "MIN_MAX", (6,), True, 1e-8, tmp_path)
 
 
-def test_environment_failures_never_leave_main_as_a_traceback(monkeypatch, capsys):
+def _av_error(tmp_path):
+    import av
+
+    (tmp_path / "not-a-video.mp4").write_text("{}")
+    try:
+        av.open(str(tmp_path / "not-a-video.mp4"))
+    except Exception as e:  # PyAV's InvalidDataError (a ValueError, not an OSError)
+        return e
+    raise AssertionError("PyAV opened a JSON file as a video")
+
+
+def test_environment_failures_never_leave_main_as_a_traceback(monkeypatch, capsys, tmp_path):
     """The class, not the cases: whatever command meets an OSError, a UnicodeDecodeError or an EOFError
     prints the ActlabError format (file, found, fix) and exits 2; any other exception is a bug and
     keeps its traceback."""
@@ -412,6 +423,7 @@ def test_environment_failures_never_leave_main_as_a_traceback(monkeypatch, capsy
         (OSError(28, "No space left on device"), ["the disk is full", "df -h"]),
         (UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"), ["not UTF-8"]),
         (EOFError("Ran out of input"), ["truncated"]),
+        (_av_error(tmp_path), ["video file cannot be read", "not-a-video.mp4"]),
     ]:
 
         def boom(args, exc=exc):
