@@ -63,3 +63,125 @@ class Terminated(SystemExit):
     def __init__(self, signum: int = 15) -> None:
         super().__init__(128 + signum)
         self.signum = signum
+
+
+# ------------------------------------------------------------------------- failures of the environment
+
+# Names under which actlab code keeps the path it is reading or writing; the innermost frame of a failure
+# that holds one names the file when the exception itself does not (UnicodeDecodeError, EOFError).
+_PATH_LOCALS = ("path", "file", "filename", "fname", "src", "source", "target", "dst", "out")
+
+
+def from_environment(e: BaseException) -> ActlabError | None:
+    """The ActlabError for an exception caused by the environment rather than by actlab's code, or None.
+
+    Covers what a user fixes outside the code: an OSError (a full disk, no permission, a read-only
+    filesystem, a missing file, a directory where a file belongs, a failing disk), text that is not UTF-8,
+    a file that ends early (truncated), a file a library cannot parse (parquet, safetensors), and memory.
+    ``actlab``'s CLI turns these into its usual message (file, found, fix) instead of a traceback; any
+    other exception is a bug and keeps its traceback.
+    """
+    if isinstance(e, OSError):
+        return _os_error(e)
+    named = getattr(e, "filename", None)  # PyAV's errors carry it too
+    file = named if isinstance(named, str) and named else _file_in_traceback(e)
+    if isinstance(e, UnicodeDecodeError):
+        return ActlabError(
+            "a file is not UTF-8 text",
+            file=file,
+            expected="UTF-8 text (JSON metadata and configs are UTF-8)",
+            found=f"{e.reason} at byte {e.start} ({e.object[e.start : e.start + 4]!r})",
+            fix="the file is damaged or not the file actlab expects: restore it from a copy or regenerate it",
+        )
+    if isinstance(e, UnicodeEncodeError):
+        return ActlabError(
+            "text cannot be printed in this terminal's encoding",
+            found=f"{e.encoding}: {e.reason}",
+            fix="run with PYTHONIOENCODING=utf-8 (or a UTF-8 locale, e.g. LANG=C.UTF-8)",
+        )
+    if isinstance(e, EOFError):
+        return ActlabError(
+            "a file ended before its content did (truncated)",
+            file=file,
+            found=str(e) or "end of file",
+            fix="the file was cut short (an interrupted copy or a full disk): restore it or regenerate it",
+        )
+    if isinstance(e, MemoryError):
+        return ActlabError(
+            "out of memory",
+            found="MemoryError",
+            fix="close other programs, or make the job smaller (fewer --workers, a smaller batch or image)",
+        )
+    module = type(e).__module__ or ""
+    kinds = {"safetensors": "weights", "pyarrow": "parquet", "av": "video"}
+    kind = next((k for m, k in kinds.items() if module == m or module.startswith(m + ".")), None)
+    if kind is not None:
+        return ActlabError(
+            f"a {kind} file cannot be read: it is damaged or not that kind of file",
+            file=file,
+            found=f"{type(e).__name__}: {e}",
+            fix="restore the file from a copy or regenerate it (`actlab data doctor PATH` lists a "
+            "dataset's damaged files)",
+        )
+    return None
+
+
+def _os_error(e: OSError) -> ActlabError:
+    import errno
+    import os
+
+    name = e.filename if isinstance(e.filename, (str, bytes, os.PathLike)) and e.filename else None
+    file = os.fsdecode(name) if name is not None else _file_in_traceback(e)
+    found = f"[Errno {e.errno}] {e.strerror}" if e.errno else f"{type(e).__name__}: {e}"
+    folder = os.path.dirname(os.path.abspath(file)) if file else "."
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)  # the nearest directory that exists (a temp dir is gone)
+    where = f"`ls -ld {folder}`"
+    kinds = {
+        errno.ENOSPC: ("the disk is full", f"free space on that disk (`df -h {folder}`), or write elsewhere"),
+        errno.EDQUOT: ("disk quota exceeded", "free space within your quota (`quota`), or write elsewhere"),
+        errno.EACCES: ("permission denied", f"check the file's and its directory's permissions ({where})"),
+        errno.EPERM: ("operation not permitted", f"check the permissions and attributes ({where})"),
+        errno.EROFS: ("the filesystem is read-only", f"write to a writable disk (`findmnt -T {folder}`)"),
+        errno.EIO: ("I/O error: the disk is failing", "copy what matters off the disk; check `dmesg`"),
+        errno.ENOENT: ("file or directory not found", "check the path"),
+        errno.EISDIR: ("a directory where a file was expected", "pass the file, not its directory"),
+        errno.ENOTDIR: ("a file where a directory was expected", "pass the directory, not a file"),
+        errno.ENOEXEC: ("not an executable program", "pass the path of the program itself"),
+        errno.ENOMEM: ("out of memory", "close other programs or make the job smaller"),
+        errno.EMFILE: ("too many open files", "raise the limit (`ulimit -n 4096`) and run again"),
+        errno.ENAMETOOLONG: ("file name too long", "use a shorter path"),
+        errno.EPIPE: ("the process at the other end of a pipe exited", "see that process's messages above"),
+    }
+    problem, fix = kinds.get(
+        e.errno or -1, ("a file could not be read or written", "check the file, its disk and the path")
+    )
+    if e.errno is None:  # a library's OSError about content (pyarrow: "Couldn't deserialize thrift")
+        problem, fix = "a file is damaged or not the kind of file expected", "restore or regenerate it"
+    return ActlabError(f"{problem}", file=file, found=found, fix=f"{fix}; then run the command again")
+
+
+def _file_in_traceback(e: BaseException) -> str | None:
+    """The path the innermost frame of ``e``'s traceback was working on (a local named like a path that
+    names an existing file or directory, or one being created in an existing directory), or None."""
+    import os
+
+    frames = []
+    tb = e.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        for name in _PATH_LOCALS:
+            value = frame.f_locals.get(name)
+            if isinstance(value, (str, os.PathLike)) and value and _names_a_path(os.fspath(value)):
+                return os.fspath(value)
+    return None
+
+
+def _names_a_path(text: str) -> bool:
+    import os
+
+    if "\n" in text or len(text) > 4096:
+        return False
+    return os.path.exists(text) or (os.sep in text and os.path.isdir(os.path.dirname(text) or "."))

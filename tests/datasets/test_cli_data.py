@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from actlab.cli import main
 
 
@@ -82,9 +84,11 @@ def test_synth_refuses_bad_sizes_and_writes_nothing(tmp_path, capsys):
 
 
 def test_bench_data_refuses_bad_arguments(tiny_dataset, capsys):
-    for extra in (["--workers", "-1"], ["--seconds", "0"]):
-        assert main(["bench", "data", str(tiny_dataset), *extra]) == 2
-        assert "--workers must be >= 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # negative numbers are usage errors of the parser (every command)
+        main(["bench", "data", str(tiny_dataset), "--workers", "-1"])
+    assert e.value.code == 2 and "--workers: expected a number >= 0" in capsys.readouterr().err
+    assert main(["bench", "data", str(tiny_dataset), "--seconds", "0"]) == 2
+    assert "--workers must be >= 0" in capsys.readouterr().err
 
 
 def test_stats_table_has_one_row_per_dimension_and_never_wraps_mid_row(make_dataset, tmp_path, capsys):

@@ -131,11 +131,34 @@ def test_shape_mismatch_names_the_tensor(bundle):
     assert e.value.file.endswith("model.safetensors")
 
 
+def _forget_checksums(bundle):
+    """Make ``bundle`` look like one saved before actlab.json recorded the files' sha256."""
+    _edit_json(bundle / "actlab.json", lambda m: {k: v for k, v in m.items() if k != "sha256"})
+
+
 def test_corrupt_weights(bundle):
     data = (bundle / "model.safetensors").read_bytes()
     (bundle / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ActlabError, match="model.safetensors is damaged") as e:
+        load_policy(bundle)
+    assert e.value.file.endswith("model.safetensors") and "another checkpoint" in e.value.fix
+    _forget_checksums(bundle)  # without a recorded checksum the truncation is still caught, by safetensors
     with pytest.raises(ActlabError, match="cannot read the weights"):
         load_policy(bundle)
+
+
+def test_weights_overwritten_in_place_are_refused_by_their_checksum(bundle):
+    """Bytes overwritten inside a tensor leave a well-formed file with wrong numbers: only the sha256
+    recorded at save tells; before it, the bundle loaded and was evaluated as if intact."""
+    file = bundle / "model.safetensors"
+    data = bytearray(file.read_bytes())
+    data[-64:-60] = b"\xff\x7f\x12\x34"  # inside the last tensor's data, past the header
+    file.write_bytes(bytes(data))
+    with pytest.raises(ActlabError, match="damaged") as e:
+        load_policy(bundle)
+    assert e.value.field == "actlab.json sha256.model.safetensors"
+    _forget_checksums(bundle)  # an old bundle (no checksums) still loads: the check is only as old as it
+    load_policy(bundle)
 
 
 def test_bundle_holds_no_pickle(bundle):
@@ -172,6 +195,7 @@ def test_edited_json_files_are_clear_errors_naming_the_file(bundle, name, edit, 
 def test_non_finite_or_non_float_weights_are_rejected(bundle):
     from safetensors.torch import load_file, save_file
 
+    _forget_checksums(bundle)  # the weights are rewritten on purpose: test the checks behind the checksum
     file = bundle / "model.safetensors"
     good = load_file(str(file))
     bad = dict(good, **{"action_head.weight": torch.full_like(good["action_head.weight"], float("nan"))})

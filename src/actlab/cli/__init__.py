@@ -8,12 +8,14 @@ hold argument parsing only; their handlers import the heavy code (torch, mujoco,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import pkgutil
 import sys
 
 from actlab import __version__
-from actlab.errors import ActlabError, Terminated
+from actlab.errors import ActlabError, Terminated, from_environment
 
 # Every example in every --help runs as written after `actlab demo --out runs/demo` (which leaves the
 # recorded dataset in runs/demo/data, the training run in runs/demo/run with checkpoints/step_NNNNNNN/
@@ -48,30 +50,153 @@ def build_parser() -> argparse.ArgumentParser:
             modules.append(mod)
     for mod in sorted(modules, key=lambda m: getattr(m, "ORDER", 100)):
         mod.register(sub)
+    _guard_numbers(parser)
     return parser
 
 
+def _guard_numbers(parser: argparse.ArgumentParser) -> None:
+    """Every int or float option of every command refuses negative, NaN and infinite values at parse
+    time (argparse's usage error, exit 2): they are counts, sizes, seeds, durations and scales, and a
+    negative one fails deep inside a command (a negative --seed reached numpy's SeedSequence as a
+    traceback). An option whose own default is negative (a "-1 = automatic" sentinel) keeps its type.
+    Done here, over the parser, so options added later are covered without anyone remembering to."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sp in action.choices.values():
+                _guard_numbers(sp)
+        elif action.type in (int, float) and not _negative(action.default):
+            action.type = _non_negative(action.type)
+        elif action.dest.endswith("_python") and action.type in (None, str):
+            action.type = _python_program  # --lerobot-python: a directory failed as "permission denied"
+
+
+def _python_program(text: str) -> str:
+    """An interpreter to run, refused at parse time when the path names a directory or a file that is
+    not executable (a directory was reported as "permission denied" by the child's exec). A path that
+    does not exist yet passes the parser (examples are parsed where no such venv is) and is reported as
+    "not found" when the command runs it."""
+    path = os.path.expanduser(text)
+    if os.path.isdir(path) or (os.path.isfile(path) and not os.access(path, os.X_OK)):
+        what = "a directory" if os.path.isdir(path) else "not executable"
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is {what}: expected a Python interpreter, e.g. /path/to/venv/bin/python"
+        )
+    return text
+
+
+def _negative(default: object) -> bool:
+    values = default if isinstance(default, (list, tuple)) else [default]
+    return any(isinstance(v, (int, float)) and v < 0 for v in values)
+
+
+def _non_negative(kind: type) -> object:
+    def parse(text: str) -> int | float:
+        value = kind(text)  # ValueError: argparse says "invalid int value"
+        if value != value or value in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError(f"expected a finite number, found {text!r}")
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"expected a number >= 0, found {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in "invalid int value: 'x'"
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    run = getattr(args, "_run", None)
-    if run is None:
-        # A group such as `actlab data` without its subcommand: show that group's help.
-        helper = getattr(args, "_help", parser.print_help)
-        helper()
-        return 0 if args.command is None else 2
+    """Run one ``actlab`` command; the exit status: 0 done, 2 refused (an ActlabError, printed without a
+    traceback), 130 interrupted, 141 stdout closed by the reader, or what the command returns.
+
+    Failures of the environment (a file that cannot be read or written, text that is not UTF-8) are
+    printed in the ActlabError format too (:func:`actlab.errors.from_environment`), naming the file and
+    the fix, so no command ends in a traceback for them; ``ACTLAB_TRACEBACK=1`` shows the traceback.
+    """
+    _closed_streams_to_devnull()
     try:
-        code = run(args)
+        parser = build_parser()
+        args = parser.parse_args(argv)  # inside: --help and --help-config print to a pipe too
+        run = getattr(args, "_run", None)
+        if run is None:
+            # A group such as `actlab data` without its subcommand: show that group's help.
+            helper = getattr(args, "_help", parser.print_help)
+            helper()
+            code = 0 if args.command is None else 2
+        else:
+            code = int(run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
+        return code
+    except BrokenPipeError as e:
+        if _stdout_broken():
+            return _stdout_closed()
+        return _refused(from_environment(e))  # a pipe to a child process (e.g. the LeRobot bridge)
+    except Terminated as e:  # (a SystemExit: caught before the one of argparse below)
+        with contextlib.suppress(BrokenPipeError, ValueError):
+            print("terminated (SIGTERM): worker processes stopped, partial output removed", file=sys.stderr)
+        return int(e.code)
+    except SystemExit:  # argparse after --help or a usage error: its output may not have reached a pipe
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:  # (argparse itself ignores a failed write, the final flush would not)
+            return _stdout_closed()
+        raise
     except ActlabError as e:
-        print(f"error: {e.render()}", file=sys.stderr)
-        return 2
+        return _refused(e)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Terminated as e:
-        print("terminated (SIGTERM): worker processes stopped, partial output removed", file=sys.stderr)
-        return int(e.code)
-    return int(code or 0)
+    except Exception as e:
+        err = from_environment(e)
+        if err is None or os.environ.get("ACTLAB_TRACEBACK"):
+            raise  # a bug: its traceback is what a report needs
+        return _refused(err)
+
+
+def _closed_streams_to_devnull() -> None:
+    """A process started with file descriptor 1 or 2 closed (`actlab train ... >&-`) has sys.stdout or
+    sys.stderr None, and every print to it (and tqdm's bar) would be an AttributeError: what it prints
+    is discarded instead, as if it went to /dev/null, and the command runs to its end."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (open for the process's life)
+
+
+# The status of a command whose reader closed stdout (`actlab data info --json | head -1`): 141 = 128 +
+# SIGPIPE, what the shell reports for a C program killed by the same broken pipe (`yes | head` under
+# `set -o pipefail`), so scripts see "the reader stopped", not success and not a failure of ours.
+EXIT_STDOUT_CLOSED = 141
+
+
+def _stdout_broken() -> bool:
+    """Whether stdout is a pipe whose reader went away (poll reports POLLERR on its write end), so that
+    a BrokenPipeError from a pipe to a child process is not taken for it. A stdout without a descriptor
+    (replaced in tests) counts as the one that broke."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+    except (OSError, ValueError, AttributeError):
+        return True
+    poller.register(fd, select.POLLOUT)
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away: stop quietly, as well-behaved CLIs do. Python ignores SIGPIPE and
+    raises BrokenPipeError instead; stdout is pointed at /dev/null so the interpreter's final flush of
+    the buffered rest cannot raise a second time ("Exception ignored ... BrokenPipeError")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout without a file descriptor (captured in tests)
+        pass
+    return EXIT_STDOUT_CLOSED
+
+
+def _refused(e: ActlabError) -> int:
+    with contextlib.suppress(BrokenPipeError, ValueError):  # stderr closed too: the status alone tells
+        print(f"error: {e.render()}", file=sys.stderr)
+    return 2
 
 
 def group(sub, name: str, help: str, epilog: str | None = None) -> argparse._SubParsersAction:

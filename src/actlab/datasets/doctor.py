@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from actlab.datasets import checksums, layout
 from actlab.datasets import format as fmt
-from actlab.datasets import layout
 from actlab.datasets.layout import REEXPORT, Problem, Report
 from actlab.datasets.video import packet_times, video_info
 from actlab.errors import ActlabError
@@ -41,6 +41,9 @@ class _Doctor:
         self.info = lay.info
         self.report = report
         self.add = report.add
+        # feature -> (N, ...) array of the data files, when they could be read (the stats are checked
+        # against them)
+        self.columns: dict[str, np.ndarray] = {}
 
     def check_videos(self) -> None:
         fps = float(self.info["fps"])
@@ -71,6 +74,7 @@ class _Doctor:
                         "fix the shape in info.json or re-encode the video",
                     )
                 times = packet_times(path)
+                self._check_unclaimed_frames(path, key, eps, times)
                 for e in eps:
                     _, lo, hi = e.videos[key]
                     count = int(np.count_nonzero((times >= lo - tol) & (times < hi - tol)))
@@ -94,6 +98,55 @@ class _Doctor:
                             f"{hi:.6f}",
                             REEXPORT,
                         )
+
+    def _check_unclaimed_frames(
+        self, path: Path, key: str, eps: list[layout.EpisodeInfo], times: np.ndarray
+    ) -> None:
+        """Frames of the file that belong to no episode: the file is longer than the metadata says (a
+        video replaced by another recording, or appended to), so its frame count and duration differ
+        from the episodes'. The per-episode counts cannot see frames past the last episode's range."""
+        tol = fmt.TIMESTAMP_TOLERANCE_S
+        claimed = np.zeros(len(times), dtype=bool)
+        for e in eps:
+            _, lo, hi = e.videos[key]
+            claimed |= (times >= lo - tol) & (times < hi - tol)
+        extra = int((~claimed).sum())
+        if extra:
+            want = sum(e.length for e in eps)
+            span = float(times.max() - times.min()) + 1 / float(self.info["fps"]) if len(times) else 0.0
+            self.add(
+                "video_frames",
+                f"{extra} frame(s) of the video belong to no episode",
+                path,
+                key,
+                f"{want} frames ({want / float(self.info['fps']):.3f} s) for episodes "
+                f"{', '.join(str(e.index) for e in eps[:5])}{' ...' if len(eps) > 5 else ''}",
+                f"{len(times)} frames ({span:.3f} s), first unclaimed at {float(times[~claimed][0]):.4f} s",
+                "the video is not the one the episodes were written with: restore it from a copy or "
+                "re-encode it from the episodes' frames",
+            )
+
+    def check_checksums(self) -> None:
+        """Files whose content differs from the sha256 the writer recorded (bytes damaged on disk or in a
+        copy: an mp4 mostly still decodes, into wrong pixels)."""
+        files, why = checksums.load(self.root, self.info)
+        if files is None:
+            if "stale" in (why or "") or "unreadable" in (why or ""):
+                file = self.root / checksums.CHECKSUMS_PATH
+                fix = "nothing to do if the dataset was edited on purpose; delete the record to silence this"
+                self.add("checksum", "content checksums not checked", file, "(file)", "a current record", why,
+                         fix, "warning")  # fmt: skip
+            return
+        for rel, expected, found in checksums.damaged(self.root, self.info, "videos/"):  # data: read_data
+            self.add(
+                "checksum",
+                "file content differs from what the dataset was written with",
+                self.root / rel,
+                f"{checksums.CHECKSUMS_PATH} files.{rel}",
+                expected,
+                found,
+                checksums.REPAIR,
+            )
 
     def check_stats(self) -> None:
         path = self.root / fmt.STATS_PATH
@@ -230,6 +283,7 @@ class _Doctor:
                 RESTATS,
             )
             return
+        self._check_against_data(path, key, mean, std)
         zero = np.flatnonzero(std.ravel() < 1e-8)
         if zero.size:
             self.add(
@@ -243,6 +297,30 @@ class _Doctor:
                 "warning",
             )
 
+    def _check_against_data(self, path: Path, key: str, mean: np.ndarray, std: np.ndarray) -> None:
+        """stats.json's mean/std against the data's own: LeRobot normalizes with stats.json, so numbers
+        changed there (edited, damaged, or left from before episodes were removed) train a LeRobot policy
+        on wrongly scaled inputs without a word. Tolerance: a mean off by more than 5% of the std, or a
+        std off by more than 5%, far above float32 accumulation error (about 1e-6)."""
+        col = self.columns.get(key)
+        if col is None or not len(col) or not np.isfinite(col).all():
+            return  # unreadable or non-finite data are reported by the data checks
+        flat = col.reshape(len(col), -1).astype(np.float64)
+        m, s = flat.mean(axis=0), flat.std(axis=0)
+        scale = np.maximum(s, 1e-6)
+        off = (np.abs(mean.ravel() - m) > 0.05 * scale) | (np.abs(std.ravel() - s) > 0.05 * scale)
+        if off.any():
+            d = int(np.flatnonzero(off)[0])
+            self.add(
+                "stats_mismatch",
+                f"stats.json of {key!r} disagree with the data ({int(off.sum())} dim(s))",
+                path,
+                f"{key}.mean/std",
+                f"dim {d}: mean {m[d]:.6g}, std {s[d]:.6g} (computed from the data files)",
+                f"dim {d}: mean {mean.ravel()[d]:.6g}, std {std.ravel()[d]:.6g}",
+                RESTATS,
+            )
+
 
 def diagnose(path: str | Path) -> list[Problem]:
     """All problems found in the dataset at ``path`` (an empty list for a clean dataset).
@@ -254,8 +332,10 @@ def diagnose(path: str | Path) -> list[Problem]:
     lay = layout.parse(path, report)
     if lay is None:
         return report.problems
-    report.stage("data", lambda: layout.read_data(lay, report))
+    data = report.stage("data", lambda: layout.read_data(lay, report))
     d = _Doctor(lay, report)
+    d.columns = data.columns if data is not None else {}
     report.stage("videos", d.check_videos)
     report.stage("stats", d.check_stats)
+    report.stage("checksums", d.check_checksums)
     return report.problems

@@ -34,8 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from actlab.datasets import checksums
 from actlab.datasets import format as fmt
 from actlab.errors import ActlabError
+from actlab.utils.disk import WRITE_ERRNOS, write_error
 from actlab.utils.io import atomic_write_json, read_json
 from actlab.utils.units import human_bytes
 
@@ -107,6 +109,28 @@ def store_candidates(ds: LeRobotV3Dataset, name: str) -> list[Path]:
             seen.add(str(p))
             out.append(p)
     return out
+
+
+def _allocated_memmap(file: Path, shape: tuple[int, ...]) -> np.ndarray:
+    """A writable ``.npy`` memmap of uint8 ``shape`` whose blocks are all allocated on disk now.
+
+    Why: ``open_memmap(mode="w+")`` makes a sparse file; on a disk that fills up later, a store into an
+    unallocated page cannot return ENOSPC and the kernel kills the process with SIGBUS (exit 135, no
+    message, the lock and the temporary store left behind). ``posix_fallocate`` reserves every block up
+    front and fails with ENOSPC (an OSError the caller reports) before a frame is decoded."""
+    mm = np.lib.format.open_memmap(file, mode="w+", dtype=np.uint8, shape=shape)
+    if hasattr(os, "posix_fallocate"):
+        fd = os.open(file, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, max(os.fstat(fd).st_size, 1))
+        except OSError as e:
+            if e.errno not in WRITE_ERRNOS:  # a filesystem that cannot reserve: write as before
+                return mm
+            del mm
+            raise OSError(e.errno, e.strerror, str(file)) from e
+        finally:
+            os.close(fd)
+    return mm
 
 
 @contextlib.contextmanager
@@ -375,6 +399,8 @@ class FrameStore:
                 found=f"{human_bytes(free)} free",
                 fix="free space, set ACTLAB_CACHE to a bigger disk, or cache smaller images (--image-size)",
             )
+        for key in keys:  # damaged video bytes would decode into wrong frames without an error
+            checksums.check_videos(ds.root, ds.info, key)
         if progress:
             print(
                 f"FrameStore: decoding {len(ds)} frames x {len(keys)} camera(s) once into {path} "
@@ -383,7 +409,22 @@ class FrameStore:
             )
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
         try:
-            meta = cls._fill(ds, tmp, keys, image_size, progress)
+            try:
+                meta = cls._fill(ds, tmp, keys, image_size, progress)
+            except OSError as e:  # the disk filled (or failed) while decoding: say so, leave nothing
+                fault = write_error(
+                    e,
+                    path,
+                    out=path.parent,
+                    stopped=f"the frame store was not written (nothing of it is left in {path.parent})",
+                    again="run the command again",
+                    elsewhere="set ACTLAB_CACHE (or --cache-dir) to a directory on a bigger disk",
+                    save_less=", or cache smaller images (--image-size)",
+                    need_bytes=need,
+                )
+                if fault is None:
+                    raise
+                raise fault from e
 
             atomic_write_json(tmp / _META, meta)
             _write_verified(tmp, meta)  # the checksums were just computed from these files
@@ -420,7 +461,7 @@ class FrameStore:
             for j, key in enumerate(keys):
                 shape = (n, *_frame_shape(ds, key, image_size))
                 fname = f"cam{j}.npy"
-                mm = np.lib.format.open_memmap(tmp / fname, mode="w+", dtype=np.uint8, shape=shape)
+                mm = _allocated_memmap(tmp / fname, shape)
                 seen = np.zeros(n, dtype=bool)
                 for i, img in ds.iter_frames(key, image_size):
                     if img.shape != (shape[2], shape[3], shape[1]):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -206,7 +207,11 @@ def read_table(path: Path, what: str, columns: Sequence[str] | None = None):
             fix="restore the file or re-export the dataset",
         )
     try:
-        return pq.read_table(path, columns=list(columns) if columns else None)
+        # page_checksum_verification: pages written with a CRC (actlab writes them) are checked, so
+        # bytes overwritten on disk are an error, not values of -3.7e37; pages without one are read as is.
+        return pq.read_table(
+            path, columns=list(columns) if columns else None, page_checksum_verification=True
+        )
     except Exception as e:  # pyarrow raises several types for damaged files
         raise ActlabError(
             f"cannot read {what}",
@@ -724,9 +729,30 @@ def read_data(layout: Layout, report: Report) -> Data | None:
     _check_rows(layout, table.num_rows, columns, file, report)
     _check_index(columns, file, report)
     _check_finite(columns, file, report)
+    _check_outliers(columns, file, report)
+    _check_checksums(layout, report)  # last: a file edited on purpose is first named for what is wrong
     for arr in columns.values():
         arr.setflags(write=False)
     return Data(table, columns)
+
+
+def _check_checksums(layout: Layout, report: Report) -> None:
+    """Data and episodes files whose content differs from the sha256 actlab's writer recorded (see
+    :mod:`actlab.datasets.checksums`; videos are checked by the doctor and before the FrameStore
+    decodes them). Reading them costs about as much again as parsing them (1 GB/s)."""
+    from actlab.datasets import checksums
+
+    for prefix in ("data/", "meta/episodes/"):
+        for rel, expected, found in checksums.damaged(layout.root, layout.info, prefix):
+            report.add(
+                "checksum",
+                "file content differs from what the dataset was written with",
+                layout.root / rel,
+                f"{checksums.CHECKSUMS_PATH} files.{rel}",
+                expected,
+                found,
+                checksums.REPAIR,
+            )
 
 
 def _check_columns(layout: Layout, table, file: Path, report: Report) -> dict[str, np.ndarray]:
@@ -929,6 +955,47 @@ def _check_index(cols: Mapping[str, np.ndarray], file: Path, report: Report) -> 
 def _episodes_of(sorted_ep: np.ndarray, rows: np.ndarray) -> list[int]:
     """The distinct episodes of some (sorted-order) rows, in order."""
     return [int(e) for e in np.unique(sorted_ep[rows])]
+
+
+# A float value farther than OUTLIER_SPREADS x its dimension's spread from the dimension's median is a
+# corrupted reading, not a motion. The spread is the q01..q99 span of the dimension, at least its |median|
+# and at least 1 (a joint that never moves in 98% of the frames still has a scale). Why 1000: no unit a
+# robot dataset records in (rad, degrees, m, mm, servo ticks 0-4095, gripper 0-100) puts a real reading
+# 1000 spans (and at least 1000 units) away from the median, while a servo read error (1e30) or bytes
+# overwritten inside a float column (a random float32 lies beyond 1e6 in magnitude about 40% of the time,
+# up to 3.4e38) land there and would train a policy with an action std of 1e36 without a word.
+OUTLIER_SPREADS = 1000.0
+
+
+def _check_outliers(cols: Mapping[str, np.ndarray], file: Path, report: Report) -> None:
+    """Problems for float features holding values no recording produces (see OUTLIER_SPREADS)."""
+    for key, arr in cols.items():
+        if key in fmt.DEFAULT_FEATURES or not np.issubdtype(arr.dtype, np.floating) or not len(arr):
+            continue
+        flat = arr.reshape(len(arr), -1).astype(np.float64)
+        finite = np.where(np.isfinite(flat), flat, np.nan)  # NaN/inf are reported by _check_finite
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN dims
+            median = np.nanmedian(finite, axis=0)
+            lo, hi = np.nanquantile(finite, [0.01, 0.99], axis=0)
+            spread = np.maximum(np.maximum(hi - lo, np.abs(median)), 1.0)
+            bad = np.abs(finite - median) > OUTLIER_SPREADS * spread
+        if not bad.any():
+            continue
+        rows, dims = np.nonzero(bad)
+        r, d = int(rows[0]), int(dims[0])
+        ep = cols["episode_index"][r, 0] if "episode_index" in cols else "?"
+        report.add(
+            "outlier",
+            f"{int(bad.any(axis=1).sum())} frame(s) of {key!r} hold values no recording produces",
+            file,
+            key,
+            f"within {OUTLIER_SPREADS:g} x the dim's spread of its median "
+            f"(dim {d}: median {median[d]:.4g}, |x - median| <= {OUTLIER_SPREADS * spread[d]:.4g})",
+            f"{flat[r, d]:.4g} at frame {r} (episode {ep}, dim {d})",
+            "a corrupted file or a sensor read error: restore the data file from a copy, or drop or "
+            "re-record the affected episodes and re-export",
+        )
 
 
 def _check_finite(cols: Mapping[str, np.ndarray], file: Path, report: Report) -> None:

@@ -29,7 +29,7 @@ import numpy as np
 from actlab.datasets.format import QUANTILES
 from actlab.datasets.framestore import cache_root
 from actlab.errors import ActlabError
-from actlab.utils.io import atomic_write_json, read_json
+from actlab.utils.io import atomic_write_json, atomic_write_text, read_json
 
 if TYPE_CHECKING:
     from actlab.datasets.reader import LeRobotV3Dataset
@@ -289,7 +289,7 @@ def compute_stats(
         if value is not None and value < 1:  # a 0-frame delta is all zeros; negative ones look ahead
             raise ActlabError(f"{name} must be >= 1", field=name, expected=">= 1", found=value)
     path = _cache_path(ds, args, Path(cache_dir) if cache_dir else None)
-    if use_cache and path.is_file():
+    if use_cache and path.is_file() and _cache_intact(path):
         try:
             return load_stats(path)
         except ActlabError:
@@ -320,7 +320,26 @@ def compute_stats(
         )
     if use_cache:
         save_stats(stats, path)
+        atomic_write_text(_digest_path(path), _file_digest(path))
     return stats
+
+
+def _digest_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _cache_intact(path: Path) -> bool:
+    """A cache entry whose content is what was written: an entry edited or damaged in place would still
+    parse, and its numbers would normalize a new policy without a word (an entry without a digest, from
+    an older actlab, is recomputed too)."""
+    try:
+        return _digest_path(path).read_text(encoding="utf-8").strip() == _file_digest(path)
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _relative(ds, horizon, absdims, stats, frac, floor_abs, args) -> dict:

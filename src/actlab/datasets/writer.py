@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from actlab.datasets import checksums
 from actlab.datasets import format as fmt
 from actlab.datasets.stats import aggregate_stats, feature_stats, image_stats, stats_to_json
 from actlab.datasets.video import EncoderThread, VideoOptions, check_even
@@ -404,7 +405,11 @@ class DatasetWriter:
                 for k in order
             ]
         )
-        self._data_writer = pq.ParquetWriter(self._data_path, schema, compression="snappy")
+        # Page checksums (CRC32 per page, parquet's own field; LeRobot and pyarrow read them like any
+        # file): bytes overwritten in a data page are an error at read instead of plausible garbage.
+        self._data_writer = pq.ParquetWriter(
+            self._data_path, schema, compression="snappy", write_page_checksum=True
+        )
 
     def _write_video(self, key: str, frames: np.ndarray) -> dict[str, Any]:
         cam = self._cameras[key]
@@ -512,13 +517,15 @@ class DatasetWriter:
         meta = self._tmp / "meta"
         meta.mkdir(parents=True, exist_ok=True)
         tasks = sorted(self._tasks, key=self._tasks.get)
-        pq.write_table(_tasks_table(tasks), meta / "tasks.parquet")
+        pq.write_table(_tasks_table(tasks), meta / "tasks.parquet", write_page_checksum=True)
         self._write_episodes(meta)
         stats = {k: feature_stats(np.concatenate(self._columns[k])) for k in self.numeric_keys}
         for key in self.camera_keys:
             stats[key] = aggregate_stats([s[key] for s in self._episode_stats])
         atomic_write_json(meta / "stats.json", stats_to_json(stats))
-        atomic_write_json(meta / "info.json", self._info(len(tasks)))
+        info = self._info(len(tasks))
+        atomic_write_json(meta / "info.json", info)
+        checksums.record(self._tmp, info)  # sha256 of every data, video and episodes file, checked later
 
     def _write_episodes(self, meta: Path) -> None:
         rows = []
@@ -532,7 +539,7 @@ class DatasetWriter:
             rows.append(row)
         path = self._tmp / fmt.EPISODES_PATH.format(chunk_index=0, file_index=0)
         path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(rows), path, compression="snappy")
+        pq.write_table(pa.Table.from_pylist(rows), path, compression="snappy", write_page_checksum=True)
 
     def _info(self, total_tasks: int) -> dict[str, Any]:
         return {

@@ -69,9 +69,12 @@ def inputs_from_features(features: Mapping[str, Mapping]) -> PolicyInputs:
 
 def _read_json(f: Path) -> Any:
     try:
-        return json.loads(f.read_text())
+        return json.loads(f.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         msg = f"{f.name} is not valid JSON: {e.msg}"
+        raise ActlabError(msg, file=f, fix="use an intact bundle (re-save it with save_policy)") from e
+    except UnicodeDecodeError as e:  # bytes overwritten in the file, or not a JSON file at all
+        msg = f"{f.name} is not UTF-8 text ({e.reason} at byte {e.start})"
         raise ActlabError(msg, file=f, fix="use an intact bundle (re-save it with save_policy)") from e
 
 

@@ -87,14 +87,31 @@ def affine_stats(
         mean, std = stats.get("mean"), stats.get("std")
         if mean is None or std is None:
             raise ActlabError("MEAN_STD needs mean and std statistics", file=file, found=sorted(stats))
-        return mean.reshape(shape), (std + eps if is_input else std).reshape(shape)
+        return _shaped(mean, shape, file, "mean"), _shaped(std + eps if is_input else std, shape, file, "std")
     lo_name, hi_name = _RANGE_MODES[mode]
     lo, hi = stats.get(lo_name), stats.get(hi_name)
     if lo is None or hi is None:
         raise ActlabError(f"{mode} needs {lo_name} and {hi_name} statistics", file=file, found=sorted(stats))
+    lo, hi = _shaped(lo, shape, file, lo_name), _shaped(hi, shape, file, hi_name)
     d = hi - lo
     d = np.where(d == 0, eps, d)
-    return (lo + d / 2).reshape(shape), (d / 2).reshape(shape)
+    return lo + d / 2, d / 2
+
+
+def _shaped(values: np.ndarray, shape: tuple[int, ...], file: Path, name: str) -> np.ndarray:
+    """``values`` as ``shape``, or an ActlabError: statistics of another size belong to another policy
+    (or a damaged file); reshaping them raised a bare ValueError."""
+    if values.size != int(np.prod(shape)):
+        raise ActlabError(
+            f"normalization statistic {name!r} has the wrong size for the config's features",
+            file=file,
+            field=name,
+            expected=f"{int(np.prod(shape))} values (shape {list(shape)})",
+            found=f"{values.size} values (shape {list(values.shape)})",
+            fix="the processor's statistics and config.json come from different policies (or the file is "
+            "damaged): use the directory exactly as LeRobot saved it",
+        )
+    return values.reshape(shape)
 
 
 def _check_config(cfg: dict, file: Path) -> None:

@@ -5,15 +5,19 @@
 <bundle>/config.json         {"type": ..., every config field}
 <bundle>/stats.json          the dataset stats the policy was built from (human-readable copy)
 <bundle>/features.json       the dataset feature spec (keys, dtypes, shapes, names)
-<bundle>/actlab.json         format version, actlab version, creation time, extra (e.g. training step)
+<bundle>/actlab.json         format version, actlab version, creation time, extra (e.g. training step),
+                             sha256 of the four files above
 ```
 ``load_policy(path, device)`` needs nothing else: no dataset, no network (ImageNet weights are in the
-weights file).
+weights file). It checks each file against the sha256 recorded at save, so a weights file damaged on
+disk or in a copy is refused instead of evaluated as if intact (bundles saved before the checksums load
+without the check).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +35,8 @@ from actlab.utils.io import atomic_dir, atomic_write_bytes, atomic_write_json, r
 FORMAT = "actlab.policy"
 FORMAT_VERSION = 1
 FILES = ("model.safetensors", "config.json", "stats.json", "features.json", "actlab.json")
+# The files whose sha256 actlab.json records (actlab.json itself is written last, holding them).
+CHECKSUMMED = FILES[:4]
 
 
 def _jsonable_stats(stats: dict[str, Any]) -> dict[str, Any]:
@@ -55,8 +61,51 @@ def write_bundle(policy: Any, directory: str | Path, extra: dict[str, Any] | Non
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "n_parameters": sum(p.numel() for p in policy.parameters()),
         "extra": extra or {},
+        # hashed from the files as written (read back), so the record is of what reached the disk
+        "sha256": {name: file_sha256(directory / name) for name in CHECKSUMMED},
     }
     atomic_write_json(directory / "actlab.json", meta)
+
+
+def file_sha256(file: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks (about 0.5 s for ACT's 200 MB of weights)."""
+    h = hashlib.sha256()
+    with open(file, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify_bundle(path: Path, meta: dict[str, Any]) -> None:
+    """Check the bundle's files against the sha256 recorded in ``actlab.json`` at save.
+
+    The weights are binary and never edited by hand: a mismatch is an ActlabError (a damaged file would
+    otherwise be evaluated as if intact). The JSON files are human-readable and may be edited on purpose;
+    their content is validated when read, so a mismatch there is a warning. Bundles without checksums
+    (saved before they were recorded) pass.
+    """
+    recorded = meta.get("sha256")
+    if not isinstance(recorded, dict):
+        return
+    for name in CHECKSUMMED:
+        want = recorded.get(name)
+        if not isinstance(want, str):
+            continue
+        found = file_sha256(path / name)
+        if found == want:
+            continue
+        if name != "model.safetensors":
+            warnings.warn(f"{path / name} changed since the bundle was saved (edited?)", stacklevel=3)
+            continue
+        raise ActlabError(
+            f"{name} is damaged: its content differs from what was saved",
+            file=path / name,
+            field=f"actlab.json sha256.{name}",
+            expected=want,
+            found=found,
+            fix="the file changed after the bundle was written (a bad disk, an interrupted copy): use "
+            "another checkpoint of the run or copy the bundle again from its source",
+        )
 
 
 def save_policy(
@@ -232,6 +281,7 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu") -> Any:
             found=meta.get("format_version"),
             fix="upgrade actlab",
         )
+    verify_bundle(path, meta)
     cfg = _read_config(path)
     features = _read_mapping(
         path / "features.json", "feature spec", '{"observation.state": {"shape": [...], ...}, ...}'

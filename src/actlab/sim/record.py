@@ -71,6 +71,9 @@ class RecordConfig:
             raise ActlabError("record at least one camera", field="cameras", expected="top and/or wrist")
         if self.workers < 0:
             raise ActlabError("workers must be >= 0", field="--workers", found=self.workers)
+        # Checked here, in the parent: a worker that raises it dies before its first episode, which the
+        # pool could only report as "a worker died" (with advice about memory).
+        ExpertConfig(noise=self.expert_noise)
         if self.max_attempts_per_episode < 1:
             raise ActlabError(
                 "max_attempts_per_episode must be >= 1",

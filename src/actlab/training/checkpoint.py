@@ -118,6 +118,7 @@ class CheckpointManager:
         """Write checkpoint ``step`` atomically, update ``last.json``/``best.json``, prune old ones."""
         # lazy: bundle imports torch; training modules import without it
         from actlab.policies import write_bundle
+        from actlab.policies.bundle import file_sha256
 
         final = self.path(step)
         tmp = self.root / f".{final.name}.{os.getpid()}.tmp"
@@ -132,7 +133,10 @@ class CheckpointManager:
             _save_torch(optim, state_dir / "optimizer.pt")
             for rank, rng in enumerate(rng_per_rank):
                 _save_torch(rng, state_dir / f"rng_rank{rank}.pt")
+            # the sha256 of each state file, checked at resume (a truncated or altered optimizer.pt)
+            digests = {f.name: file_sha256(f) for f in sorted(state_dir.glob("*.pt"))}
             full_meta = {**meta, "step": step, "val_loss": val_loss, "written_at": time.time()}
+            full_meta["sha256"] = digests
             atomic_write_json(state_dir / "state.json", full_meta)
             if final.exists():  # a resumed run re-reaching a step it had written before being killed
                 shutil.rmtree(final)
@@ -140,8 +144,8 @@ class CheckpointManager:
             _fsync_dir(self.root)
         except BaseException as e:
             shutil.rmtree(tmp, ignore_errors=True)  # the previous checkpoints are untouched
-            if isinstance(e, OSError) and e.filename is None:
-                e.filename = str(final)  # a failed write() names no file: name the checkpoint
+            if isinstance(e, OSError) and (e.filename is None or str(e.filename).startswith(str(tmp))):
+                e.filename = str(final)  # a failed write() names no file, or a temporary one: the checkpoint
             raise
         try:
             self._update_pointers(step, val_loss)
@@ -215,8 +219,6 @@ class CheckpointManager:
     # ----------------------------------------------------------------------------------------- loading
     def load(self, step: int, rank: int) -> ResumeState:
         """Read the training state of checkpoint ``step`` for process ``rank`` (weights are loaded apart)."""
-        import torch
-
         path = self.path(step)
         state_dir = path / "training_state"
         meta = read_json(state_dir / "state.json", "checkpoint state")
@@ -230,11 +232,48 @@ class CheckpointManager:
                     found="missing",
                     fix="resume from another checkpoint or start a new run",
                 )
-        # weights_only=True: a checkpoint is user input and must never be unpickled.
-        opt = torch.load(state_dir / "optimizer.pt", map_location="cpu", weights_only=True)
-        rng = torch.load(rng_file, map_location="cpu", weights_only=True)
+        opt = self._load_torch(step, state_dir / "optimizer.pt", meta)
+        rng = self._load_torch(step, rng_file, meta)
         return ResumeState(
             step=step, path=path, meta=meta, optimizer=opt["optimizer"], scheduler=opt["scheduler"], rng=rng
+        )
+
+    def _load_torch(self, step: int, file: Path, meta: dict[str, Any]) -> Any:
+        """``torch.load`` of a training-state file, checked against the sha256 recorded in state.json at
+        save (checkpoints written before it was recorded are not checked). A damaged file (truncated,
+        overwritten, or holding pickled objects that weights_only refuses) is an ActlabError that offers
+        the previous intact checkpoint, never torch's advice to load it with weights_only=False."""
+        import torch
+
+        from actlab.policies.bundle import file_sha256
+
+        want = (meta.get("sha256") or {}).get(file.name) if isinstance(meta.get("sha256"), dict) else None
+        problem = None
+        if isinstance(want, str) and file_sha256(file) != want:
+            problem = "its content differs from what was saved"
+        else:
+            try:
+                # weights_only=True: a checkpoint is user input and must never be unpickled.
+                return torch.load(file, map_location="cpu", weights_only=True)
+            except Exception as e:  # truncated zip, foreign bytes, or pickled objects weights_only refuses
+                problem = f"torch cannot read it safely ({type(e).__name__}: {str(e).splitlines()[0][:160]})"
+        raise ActlabError(
+            f"checkpoint step {step} is damaged: {problem}",
+            file=file,
+            expected="the training state actlab train wrote",
+            fix=self._fallback_fix(step),
+        )
+
+    def _fallback_fix(self, step: int) -> str:
+        """How to resume from the newest checkpoint before ``step`` (resume takes the newest one)."""
+        earlier = [s for s in self.steps() if s < step]
+        aside = f"mv {self.path(step)} {self.root / ('damaged-' + step_dir_name(step))}"
+        if not earlier:
+            return f"no earlier checkpoint in {self.root}: start a new run (or restore {self.path(step)})"
+        return (
+            f"move the damaged checkpoint out of the way (`{aside}`) and run the same `actlab train "
+            f"--resume` again: it continues from {step_dir_name(earlier[-1])}, the previous checkpoint "
+            "(never load the file with weights_only=False: that runs whatever code it holds)"
         )
 
 

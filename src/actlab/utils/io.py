@@ -49,8 +49,11 @@ def _fsync_dir(path: Path) -> None:
 def atomic_file(path: str | Path, mode: str = "wb") -> Iterator[Any]:
     """Open a temporary file beside ``path``; on success it replaces ``path``, on error it is removed."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:  # name the file the user asked for, not the hidden temporary name
+        raise OSError(e.errno, e.strerror, str(path)) from e
     try:
         with os.fdopen(fd, mode) as f:
             yield f
@@ -60,9 +63,11 @@ def atomic_file(path: str | Path, mode: str = "wb") -> Iterator[Any]:
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
         _fsync_dir(path.parent)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename is None:
+            e.filename = str(path)  # a failed write() names no file: name the one being written
         raise
 
 
@@ -347,9 +352,15 @@ def atomic_dir(
 
     path = Path(path)
     before = check_out_dir(path, kind, overwrite, inputs)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # name the directory the user asked for
+        raise OSError(e.errno, e.strerror, str(path)) from e
     with exit_on_sigterm():
-        tmp = _make_tmp_dir(path)
+        try:
+            tmp = _make_tmp_dir(path)
+        except OSError as e:  # name the directory the user asked for, not the hidden temporary name
+            raise OSError(e.errno, e.strerror, str(path)) from e
         ours = [True]
         try:
             marker = {"kind": kind, "token": secrets.token_hex(8), "pid": os.getpid(), "written": time.time()}
@@ -359,9 +370,15 @@ def atomic_dir(
             with sigterm_deferred():
                 _commit(tmp, path, before, kind, ours)
             _fsync_dir(path.parent)
-        except BaseException:
+        except BaseException as e:
             if ours[0]:
                 shutil.rmtree(tmp, ignore_errors=True)
+            if (
+                isinstance(e, OSError)
+                and isinstance(e.filename, str)
+                and e.filename.startswith(f"{tmp}{os.sep}")
+            ):
+                e.filename = str(path / os.path.relpath(e.filename, tmp))  # the name it would have had
             raise
 
 
@@ -388,4 +405,12 @@ def read_json(path: str | Path, what: str = "JSON file") -> Any:
             f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}",
             file=path,
             fix="repair or regenerate the file",
+        ) from e
+    except UnicodeDecodeError as e:  # bytes overwritten, or a binary file where JSON belongs
+        raise ActlabError(
+            f"{what} is not UTF-8 text",
+            file=path,
+            expected="UTF-8 JSON",
+            found=f"{e.reason} at byte {e.start}",
+            fix="restore the file from a copy or regenerate it",
         ) from e
