@@ -140,7 +140,8 @@ def test_plain_act_export_refuses_what_lerobot_cannot_run_and_says_why(tmp_path,
     with pytest.raises(ActlabError, match=match) as e:
         export_policy(policy, tmp_path / "out", source=str(tmp_path / "bundle"), lerobot_type="act")
     assert field in e.value.field.split(", ") and "actlab eval" in e.value.fix
-    assert "--lerobot-type plugin" in e.value.fix and "pip install ./integrations/lerobot_policy_actlab" in e.value.fix
+    assert "--lerobot-type plugin" in e.value.fix
+    assert "pip install ./integrations/lerobot_policy_actlab" in e.value.fix
     assert not (tmp_path / "out").exists()
     # the default (auto) exports the same policy for actlab's plugin instead
     summary = export_policy(policy, tmp_path / "auto")

@@ -41,7 +41,8 @@ def test_rtc_prefix_is_empty_without_a_left_over_or_a_delay():
 
 
 def _features(h: int, w: int, fit_pad: bool = False) -> dict:
-    info = {"actlab.resize": {"mode": "fit_pad", "from_shape": [96, 128, 3], "image_size": h}} if fit_pad else {}
+    resize = {"mode": "fit_pad", "from_shape": [96, 128, 3], "image_size": h}
+    info = {"actlab.resize": resize} if fit_pad else {}
     return {"observation.images.top": {"dtype": "video", "shape": [h, w, 3], "info": info}}
 
 
@@ -66,8 +67,9 @@ def test_camera_of_another_aspect_ratio_is_refused_naming_both_sizes():
         camera_to_trained(torch.zeros(1, 3, 480, 480), "observation.images.top", trained)
     assert "60x80" in str(e.value.render()) and e.value.field == "observation.images.top"
     # a camera the FrameStore fitted into a padded square takes any aspect ratio, as in training
-    square = trained_cameras(_features(80, 80, fit_pad=True), ["observation.images.top"])
-    out = camera_to_trained(torch.ones(1, 3, 96, 128), "observation.images.top", square["observation.images.top"])
+    key = "observation.images.top"
+    square = trained_cameras(_features(80, 80, fit_pad=True), [key])[key]
+    out = camera_to_trained(torch.ones(1, 3, 96, 128), key, square)
     assert tuple(out.shape) == (1, 3, 80, 80) and int(out[0, 0, 0, 0]) == 0 and int(out[0, 0, 40, 40]) == 255
 
 
