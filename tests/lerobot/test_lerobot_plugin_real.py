@@ -140,12 +140,14 @@ def _probe(export: Path, obs: list[dict], prefixes: list | None, work: Path, nam
     return load_file(str(out))
 
 
-# every exported type: the demo's kind (small CNN, learned queries), zeros, a fusion mode, 3 observation
+# every exported type: the demo's kind (small CNN, learned queries), zeros, ResNet-18 with queries (a
+# ViT needs transformers in lerobot's venv, which lerobot 0.6.1 does not install), a fusion mode, 3 observation
 # steps, temporal ensembling, act_relative (with a prefix through LeRobot's RTC call shape)
 CASES = {
     "cnn_small_queries": lambda: _base(decoder_input="queries"),
     "cnn_small_zeros_prenorm": lambda: _base(decoder_input="zeros", pre_norm=True),
     "fusion_mean": lambda: _base(camera_fusion="mean"),
+    "resnet18_queries": lambda: _base(vision_backbone="resnet18", decoder_input="queries"),
     "n_obs_steps_3": lambda: _base(n_obs_steps=3),
     "ensembling": lambda: _base(temporal_ensemble_coeff=0.01, n_action_steps=1),
     "act_relative_rtc": lambda: _relative(rtc_max_delay=4),
