@@ -97,3 +97,16 @@ def test_sim_robot_restarts_episodes_from_new_seeds_and_logs_each_outcome(tmp_pa
     finally:
         sim.close()
     assert len(JOINT_KEYS) == 6 and JOINT_KEYS[-1] == "gripper.pos"
+
+
+def test_bridged_lerobot_checkpoints_are_named_by_run_and_step_and_last_is_resolved(tmp_path):
+    from actlab.lerobot.bridge import checkpoint_label
+
+    for step in ("000002", "000004"):
+        (tmp_path / "act_run/checkpoints" / step / "pretrained_model").mkdir(parents=True)
+    (tmp_path / "act_run/checkpoints/last").symlink_to("000004")
+    ckpts = tmp_path / "act_run/checkpoints"
+    assert checkpoint_label(ckpts / "last/pretrained_model") == ("act_run_step_0000004", 4)
+    assert checkpoint_label(ckpts / "000002/pretrained_model") == ("act_run_step_0000002", 2)
+    (tmp_path / "mypolicy").mkdir()
+    assert checkpoint_label(tmp_path / "mypolicy") == ("mypolicy", None)
