@@ -141,8 +141,8 @@ def _probe(export: Path, obs: list[dict], prefixes: list | None, work: Path, nam
 
 
 # every exported type: the demo's kind (small CNN, learned queries), zeros, ResNet-18 with queries (a
-# ViT needs transformers in lerobot's venv, which lerobot 0.6.1 does not install), a fusion mode, 3 observation
-# steps, temporal ensembling, act_relative (with a prefix through LeRobot's RTC call shape)
+# ViT needs transformers in lerobot's venv, which lerobot 0.6.1 does not install), a fusion mode, 3
+# observation steps, temporal ensembling, act_relative (with a prefix through LeRobot's RTC call shape)
 CASES = {
     "cnn_small_queries": lambda: _base(decoder_input="queries"),
     "cnn_small_zeros_prenorm": lambda: _base(decoder_input="zeros", pre_norm=True),
