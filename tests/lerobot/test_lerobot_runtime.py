@@ -40,6 +40,13 @@ def test_rtc_prefix_is_empty_without_a_left_over_or_a_delay():
         rtc_prefix(torch.ones(6), 2, 5)
 
 
+def test_rtc_delay_of_a_whole_chunk_is_refused_with_the_reason():
+    with pytest.raises(ActlabError, match="every action would be stale") as e:
+        rtc_prefix(torch.ones(10, 6), inference_delay=30, max_delay=8, chunk_size=30)
+    assert e.value.field == "inference_delay" and "sync engine" in e.value.fix
+    assert rtc_prefix(torch.ones(10, 6), inference_delay=29, max_delay=8, chunk_size=30).used == 8
+
+
 def _features(h: int, w: int, fit_pad: bool = False) -> dict:
     resize = {"mode": "fit_pad", "from_shape": [96, 128, 3], "image_size": h}
     info = {"actlab.resize": resize} if fit_pad else {}

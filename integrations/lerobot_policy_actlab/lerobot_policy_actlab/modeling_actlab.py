@@ -13,6 +13,7 @@ and handed to actlab's policy, which normalizes inside and returns absolute acti
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +173,8 @@ class ActlabActRelativePolicy(_ActlabPolicy):
 
     config_class = ActlabActRelativeConfig
     name = "actlab_act_relative"
+    # RTC calls between two latency lines in the log
+    REPORT_EVERY = 30
 
     def supports_rtc(self) -> bool:
         return self.model.config.rtc_max_delay > 0
@@ -196,7 +199,8 @@ class ActlabActRelativePolicy(_ActlabPolicy):
                 fix="run it with lerobot-rollout's default (sync) inference, or train with "
                 "policy.obs_state_delta_frames=null",
             )
-        prefix = rtc_prefix(prev_chunk_left_over, inference_delay, self.model.config.rtc_max_delay)
+        cfg = self.model.config
+        prefix = rtc_prefix(prev_chunk_left_over, inference_delay, cfg.rtc_max_delay, cfg.chunk_size)
         if prefix.note:
             self._say_once(prefix.note)
         actions = prefix.actions
@@ -204,4 +208,29 @@ class ActlabActRelativePolicy(_ActlabPolicy):
             actions = actions.to(obs[STATE].device, torch.float32)
             if actions.shape[0] != obs[STATE].shape[0]:
                 actions = actions.expand(obs[STATE].shape[0], -1, -1)
-        return self.model.predict_action_chunk(obs, prefix=actions)
+        t0 = time.perf_counter()
+        chunk = self.model.predict_action_chunk(obs, prefix=actions)
+        if inference_delay is not None:
+            self._rtc_log(prefix, time.perf_counter() - t0)
+        return chunk
+
+    def _rtc_log(self, prefix: Any, compute_s: float) -> None:
+        """Every REPORT_EVERY RTC calls: LeRobot's delay (from the latency its engine measured, its
+        maximum so far) and the prefix used, next to this policy's own compute time."""
+        stats = self.__dict__.setdefault("_rtc_stats", {"n": 0, "delays": [], "used": [], "compute": []})
+        stats["n"] += 1
+        stats["delays"].append(prefix.requested)
+        stats["used"].append(prefix.used)
+        stats["compute"].append(compute_s)
+        if stats["n"] % self.REPORT_EVERY == 0:
+            compute_ms = sorted(stats["compute"])
+            logger.info(
+                "actlab RTC: %d chunks; LeRobot inference_delay (its measured latency max, in steps) "
+                "last %d, max %d; prefix used last %d; policy compute median %.1f ms, max %.1f ms",
+                stats["n"],
+                stats["delays"][-1],
+                max(stats["delays"]),
+                stats["used"][-1],
+                1000 * compute_ms[len(compute_ms) // 2],
+                1000 * compute_ms[-1],
+            )

@@ -94,7 +94,9 @@ class RtcPrefix:
     note: str | None  # why used < requested (clamped to rtc_max_delay / fewer real left-over actions)
 
 
-def rtc_prefix(prev_chunk_left_over: Any, inference_delay: int | None, max_delay: int) -> RtcPrefix:
+def rtc_prefix(
+    prev_chunk_left_over: Any, inference_delay: int | None, max_delay: int, chunk_size: int | None = None
+) -> RtcPrefix:
     """Map LeRobot's RTC arguments to actlab's committed-action prefix (docs/lerobot.md "RTC").
 
     LeRobot's engine passes the not-yet-executed actions of the previous chunk (``(T, A)`` or
@@ -106,9 +108,22 @@ def rtc_prefix(prev_chunk_left_over: Any, inference_delay: int | None, max_delay
       prefix would tell the policy the arm is about to go to all-zero joint angles);
     - ``d`` above the trained ``rtc_max_delay`` is clamped to it (the rest of the chunk is predicted
       unconditioned, as in training for the positions after the prefix), with a note;
-    - no left-over (the first chunk, or LeRobot's RTC disabled) means no prefix.
+    - no left-over (the first chunk, or LeRobot's RTC disabled) means no prefix;
+    - a delay of ``chunk_size`` steps or more is refused: every action of the new chunk would be stale
+      before it arrives (LeRobot drops the first ``d``), so the robot would run out of actions.
     """
     requested = int(inference_delay or 0)
+    if chunk_size is not None and requested >= chunk_size:
+        raise ActlabError(
+            f"LeRobot's measured inference delay is {requested} control steps, the policy's whole chunk is "
+            f"{chunk_size}: every action would be stale on arrival",
+            field="inference_delay",
+            expected=f"< chunk_size ({chunk_size}) steps",
+            found=requested,
+            fix="run inference faster (a GPU, --policy.device), lower --fps, or use the sync engine "
+            "(lerobot-rollout without --inference.type=rtc); LeRobot keeps the largest latency it has "
+            "seen, so one slow warm-up call counts",
+        )
     if prev_chunk_left_over is None or requested <= 0 or max_delay <= 0:
         note = None
         if prev_chunk_left_over is not None and requested > 0 and max_delay <= 0:
