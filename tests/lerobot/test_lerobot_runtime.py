@@ -12,6 +12,7 @@ from actlab.errors import ActlabError
 from actlab.lerobot.runtime import (
     JOINT_KEYS,
     SimEpisodes,
+    SimSignal,
     camera_to_trained,
     read_episode_log,
     rtc_prefix,
@@ -82,9 +83,11 @@ def test_camera_of_another_aspect_ratio_is_refused_naming_both_sizes():
 
 def test_sim_robot_restarts_episodes_from_new_seeds_and_logs_each_outcome(tmp_path):
     seen = []
+    signal = SimSignal()
     sim = SimEpisodes(image_size=32, max_steps=4, seed=7, hold_steps=2, log_file=tmp_path / "ep.jsonl",
-                      on_episode=seen.append)  # fmt: skip
+                      on_episode=seen.append, signal=signal)  # fmt: skip
     try:
+        assert (signal.epoch, signal.holding) == (1, True)  # a plugin policy resets and drops its prefix
         obs = sim.observe()
         assert obs["observation.state"].shape == (6,) and obs["observation.images.top"].shape == (32, 32, 3)
         home = obs["observation.state"].astype(np.float64)
@@ -92,9 +95,10 @@ def test_sim_robot_restarts_episodes_from_new_seeds_and_logs_each_outcome(tmp_pa
         applied = sim.act(home + 1000.0)
         assert np.allclose(applied, sim.high_deg) and len(sim._infos) == 0  # held: the action is ignored
         sim.act(home)
+        assert not signal.holding  # the hold is over: actions are executed (and may be committed)
         for _ in range(10):  # the rest of 2 episodes: 4 steps each, 2 held steps after the restart
             sim.act(home)
-        assert [r.seed for r in sim.results] == [7, 8]
+        assert [r.seed for r in sim.results] == [7, 8] and signal.epoch == 3
         assert all(r.outcome == "timeout" or r.outcome == "never_picked_up" for r in sim.results)
         assert seen == sim.results and sim.results[0].steps == 4
         logged = read_episode_log(tmp_path / "ep.jsonl")

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from lerobot.robots.robot import Robot
 
-from actlab.lerobot.runtime import JOINT_KEYS, EpisodeResult, SimEpisodes, pace
+from actlab.lerobot.runtime import JOINT_KEYS, SIM_SIGNAL, EpisodeResult, SimEpisodes, pace
 from lerobot_policy_actlab.config_actlab_so101_sim import ActlabSO101SimConfig
 
 logger = logging.getLogger(__name__)
@@ -62,6 +62,7 @@ class ActlabSO101Sim(Robot):
             log_file=self.config.log_file or None,
             on_episode=self._report,
             cameras=tuple(self.config.camera_names),
+            signal=SIM_SIGNAL,
         )
         self._next_tick = time.perf_counter()
         logger.info(

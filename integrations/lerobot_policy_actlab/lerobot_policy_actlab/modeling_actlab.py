@@ -23,7 +23,7 @@ from torch import Tensor
 
 from actlab.errors import ActlabError
 from actlab.lerobot.export import PLUGIN_BUNDLE
-from actlab.lerobot.runtime import camera_to_trained, rtc_prefix, trained_cameras
+from actlab.lerobot.runtime import SIM_SIGNAL, camera_to_trained, rtc_prefix, trained_cameras
 from lerobot_policy_actlab.configuration_actlab import ActlabActConfig, ActlabActRelativeConfig
 
 logger = logging.getLogger(__name__)
@@ -67,6 +67,15 @@ class _ActlabPolicy(PreTrainedPolicy):
         self.model = actlab_policy
         self._cameras = trained_cameras(self.model.features, list(self.model.camera_keys))
         self._said: set[str] = set()
+        self._sim_epoch = SIM_SIGNAL.epoch
+
+    def _follow_sim(self) -> bool:
+        """With actlab_so101_sim in this process: reset at each of its episode starts (LeRobot does not);
+        returns whether the sim arm is holding (its actions are not executed). False without the sim."""
+        if SIM_SIGNAL.epoch != self._sim_epoch:
+            self._sim_epoch = SIM_SIGNAL.epoch
+            self.model.reset()
+        return SIM_SIGNAL.holding
 
     # ------------------------------------------------------------------------------ load / save
     @classmethod
@@ -139,11 +148,13 @@ class _ActlabPolicy(PreTrainedPolicy):
     @torch.no_grad()
     def predict_action_chunk(self, batch: dict[str, Tensor], **kwargs: Any) -> Tensor:
         """Absolute action chunk (B, H, A)."""
+        self._follow_sim()
         return self.model.predict_action_chunk(self._obs(batch))
 
     @torch.no_grad()
     def select_action(self, batch: dict[str, Tensor], **kwargs: Any) -> Tensor:
         """Next action (B, A): actlab's queue of ``n_action_steps`` (or temporal ensembling)."""
+        self._follow_sim()
         return self.model.select_action(self._obs(batch))
 
 
@@ -188,6 +199,10 @@ class ActlabActRelativePolicy(_ActlabPolicy):
         **kwargs: Any,
     ) -> Tensor:
         """Absolute action chunk (B, H, A), conditioned on the committed prefix when RTC passes one."""
+        if self._follow_sim():
+            # the sim arm holds its pose and drops these actions: nothing is committed yet, so the
+            # chunk is planned from the new scene alone (a prefix of dropped actions would run ahead)
+            prev_chunk_left_over = None
         obs = self._obs(batch)
         if inference_delay is not None and self.model.config.obs_state_delta_frames is not None:
             raise ActlabError(

@@ -154,6 +154,24 @@ def rtc_prefix(
 
 
 # --------------------------------------------------------------------------------------- the sim robot
+@dataclass
+class SimSignal:
+    """What the simulated robot tells a plugin policy in the same process (LeRobot's runtime gives a
+    robot and a policy no other channel, and does not reset the policy between the sim's episodes).
+
+    ``epoch`` counts episode starts: a policy that sees it change resets itself (actlab's action queue,
+    observation history). ``holding`` is True while the arm holds its home pose after a restart: the
+    actions LeRobot pops then are not executed, so an RTC policy must not condition on them as committed.
+    """
+
+    epoch: int = 0  # episode starts so far
+    holding: bool = False  # the arm ignores actions (home-pose hold after a restart)
+
+
+# The one signal of this process: actlab_so101_sim writes it, the plugin's policies read it.
+SIM_SIGNAL = SimSignal()
+
+
 @dataclass(frozen=True)
 class EpisodeResult:
     """One finished episode of the simulated robot."""
@@ -193,6 +211,7 @@ class SimEpisodes:
         log_file: str | Path | None = None,
         on_episode: Callable[[EpisodeResult], None] | None = None,
         cameras: tuple[str, ...] = ("top", "wrist"),
+        signal: SimSignal | None = None,
     ) -> None:
         from actlab.sim import make_env
 
@@ -201,6 +220,7 @@ class SimEpisodes:
         self.hold_steps = int(hold_steps)
         self.log_file = Path(log_file) if log_file else None
         self.on_episode = on_episode
+        self.signal = signal
         self.results: list[EpisodeResult] = []
         lo, hi = self.env.model.actuator_ctrlrange[:6, 0], self.env.model.actuator_ctrlrange[:6, 1]
         self.low_deg, self.high_deg = np.degrees(lo), np.degrees(hi)  # (6,) joint target limits
@@ -211,6 +231,9 @@ class SimEpisodes:
         self._infos: list[dict] = []
         self._hold = self.hold_steps
         self._t0 = time.perf_counter()
+        if self.signal is not None:
+            self.signal.epoch += 1
+            self.signal.holding = self._hold > 0
 
     def observe(self) -> dict[str, np.ndarray]:
         """The latest observation: ``observation.state`` (6,) degrees, ``observation.images.<cam>`` HWC."""
@@ -225,6 +248,8 @@ class SimEpisodes:
         applied = self.clip(action)
         if self._hold > 0:
             self._hold -= 1
+            if self.signal is not None:
+                self.signal.holding = self._hold > 0
             return applied
         self._obs, _, terminated, truncated, info = self.env.step(applied)
         self._infos.append(info)
@@ -295,9 +320,11 @@ def pace(next_tick: float, fps: float) -> float:
 
 __all__ = [
     "JOINT_KEYS",
+    "SIM_SIGNAL",
     "EpisodeResult",
     "RtcPrefix",
     "SimEpisodes",
+    "SimSignal",
     "camera_to_trained",
     "pace",
     "read_episode_log",
