@@ -109,21 +109,12 @@ def rtc_prefix(
     - ``d`` above the trained ``rtc_max_delay`` is clamped to it (the rest of the chunk is predicted
       unconditioned, as in training for the positions after the prefix), with a note;
     - no left-over (the first chunk, or LeRobot's RTC disabled) means no prefix;
-    - a delay of ``chunk_size`` steps or more is refused: every action of the new chunk would be stale
-      before it arrives (LeRobot drops the first ``d``), so the robot would run out of actions.
+    - a delay of ``chunk_size`` steps or more is clamped like any other, with a note: LeRobot's ``d``
+      is the largest latency it has ever seen, so one slow call (a load spike) keeps it there for the
+      rest of the rollout, while what LeRobot drops from the returned chunk is the latency of that call
+      alone. (Refusing it stopped a rollout after one 1.1 s spike: LeRobot gives up after 10 errors.)
     """
     requested = int(inference_delay or 0)
-    if chunk_size is not None and requested >= chunk_size:
-        raise ActlabError(
-            f"LeRobot's measured inference delay is {requested} control steps, the policy's whole chunk is "
-            f"{chunk_size}: every action would be stale on arrival",
-            field="inference_delay",
-            expected=f"< chunk_size ({chunk_size}) steps",
-            found=requested,
-            fix="run inference faster (a GPU, --policy.device), lower --fps, or use the sync engine "
-            "(lerobot-rollout without --inference.type=rtc); LeRobot keeps the largest latency it has "
-            "seen, so one slow warm-up call counts",
-        )
     if prev_chunk_left_over is None or requested <= 0 or max_delay <= 0:
         note = None
         if prev_chunk_left_over is not None and requested > 0 and max_delay <= 0:
@@ -145,6 +136,11 @@ def rtc_prefix(
     note = None
     if used < requested:
         reasons = []
+        if chunk_size is not None and requested >= chunk_size:
+            reasons.append(
+                f"it is a whole chunk ({chunk_size}) or more: LeRobot keeps the largest latency it has seen; "
+                "if inference is really that slow, use the sync engine or a faster device"
+            )
         if requested > max_delay:
             reasons.append(f"clamped to the trained rtc_max_delay {max_delay}")
         if real < min(requested, max_delay):
