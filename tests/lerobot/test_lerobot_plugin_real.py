@@ -219,7 +219,8 @@ def test_lerobot_rollout_runs_the_sim_robot_sync_and_rtc(work, sim_data):
     export_policy(_policy(_relative(rtc_max_delay=4), sim_data), export)
     episodes, _ = _rollout(work, export, "sync", [])
     assert [e["seed"] for e in episodes] == list(range(100_000, 100_000 + len(episodes)))
-    episodes, res = _rollout(work, export, "rtc", ["--inference.type=rtc"])
+    # a chunk every n_action_steps (docs/lerobot.md: queue_threshold = chunk_size - n_action_steps)
+    episodes, res = _rollout(work, export, "rtc", ["--inference.type=rtc", "--inference.queue_threshold=6"])
     assert "RTC inference thread started" in res.stderr
     assert "RTC inference error" not in res.stderr
 
