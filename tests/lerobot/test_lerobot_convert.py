@@ -134,13 +134,67 @@ def test_export_writes_lerobot_names_config_and_processor_stats(tmp_path):
         ),
     ],
 )
-def test_export_refuses_what_lerobot_cannot_run_and_says_why(tmp_path, cfg, field, match):
+def test_plain_act_export_refuses_what_lerobot_cannot_run_and_says_why(tmp_path, cfg, field, match):
     with pytest.warns(UserWarning):
         policy = make_policy(cfg, _features(), _stats(), pretrained=False)
     with pytest.raises(ActlabError, match=match) as e:
-        export_policy(policy, tmp_path / "out", source=str(tmp_path / "bundle"))
-    assert e.value.field == field and "actlab eval" in e.value.fix
+        export_policy(policy, tmp_path / "out", source=str(tmp_path / "bundle"), lerobot_type="act")
+    assert field in e.value.field.split(", ") and "actlab eval" in e.value.fix
+    assert "--lerobot-type plugin" in e.value.fix
+    assert "pip install ./integrations/lerobot_policy_actlab" in e.value.fix
     assert not (tmp_path / "out").exists()
+    # the default (auto) exports the same policy for actlab's plugin instead
+    summary = export_policy(policy, tmp_path / "auto")
+    assert summary["policy_type"] == f"actlab_{cfg.type}" and summary["needs"]
+
+
+def test_plain_act_refusal_lists_every_reason_at_once_and_its_printed_fix_runs(tmp_path, capsys):
+    """The demo's kind of policy (small CNN, learned decoder queries): both reasons in one error, and the
+    command the fix prints (BUNDLE / DIR filled in) exports it, without retraining."""
+    from actlab.cli import main
+    from actlab.lerobot.export import export_bundle
+
+    policy = _policy(_tiny(vision_backbone="cnn_small", decoder_input="queries", camera_fusion="mean"))
+    save_policy(policy, tmp_path / "bundle")
+    assert main(["policy", "export", str(tmp_path / "bundle"), "--lerobot-type", "act",
+                 "--out", str(tmp_path / "act")]) == 2  # fmt: skip
+    assert "vision_backbone, camera_fusion, decoder_input" in capsys.readouterr().err
+    with pytest.raises(ActlabError) as e:
+        export_bundle(tmp_path / "bundle", tmp_path / "act", lerobot_type="act")
+    assert e.value.field == "vision_backbone, camera_fusion, decoder_input"
+    command = e.value.fix.split("instead (same weights, no retraining): ")[1].split(" (the robot")[0]
+    argv = command.replace("BUNDLE", str(tmp_path / "bundle")).replace("DIR", str(tmp_path / "out")).split()
+    assert argv[:3] == ["actlab", "policy", "export"]
+    capsys.readouterr()
+    assert main(argv[1:]) == 0
+    printed = capsys.readouterr().out
+    assert "type actlab_act" in printed and "pip install ./integrations/lerobot_policy_actlab" in printed
+    assert (tmp_path / "out" / "actlab_bundle" / "model.safetensors").is_file()
+
+
+def test_plugin_export_round_trip_gives_the_same_actions_and_parameter_count(tmp_path):
+    """Plugin export -> actlab policy import: the bundle inside is actlab's own (same actions, exactly);
+    the parameter count printed is the policy's parameters (no buffers), equal on both sides."""
+    policy = _policy(_tiny(vision_backbone="cnn_small", decoder_input="queries"))
+    summary = export_policy(policy, tmp_path / "lerobot")
+    cfg = json.loads((tmp_path / "lerobot" / "config.json").read_text())
+    assert cfg["type"] == "actlab_act" and cfg["actlab_config"]["vision_backbone"] == "cnn_small"
+    assert cfg["input_features"][CAMS[0]] == {"type": "VISUAL", "shape": [3, 32, 32]}
+    pre = json.loads((tmp_path / "lerobot" / "policy_preprocessor.json").read_text())
+    assert "normalizer_processor" not in [s["registry_name"] for s in pre["steps"]]
+    back_summary = import_lerobot_act(tmp_path / "lerobot", tmp_path / "bundle")
+    n = sum(p.numel() for p in policy.parameters())
+    assert summary["n_parameters"] == back_summary["n_parameters"] == n
+    back = load_policy(tmp_path / "bundle")
+    obs = _obs()
+    assert torch.equal(policy.predict_action_chunk(obs), back.predict_action_chunk(obs))
+
+
+def test_plain_act_export_counts_parameters_not_the_vae_table(tmp_path):
+    policy = _policy()
+    summary = export_policy(policy, tmp_path / "out")
+    assert summary["policy_type"] == "act" and summary["needs"] is None
+    assert summary["n_parameters"] == sum(p.numel() for p in policy.parameters())
 
 
 def test_decoder_input_zeros_changes_the_actions_and_is_validated():

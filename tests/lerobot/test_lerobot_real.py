@@ -299,7 +299,7 @@ def test_bridge_eval_imported_act_agrees_with_in_process_episode_by_episode(work
     )
     assert res.returncode == 0, res.stderr[-3000:]
     report = json.loads((out / "results.json").read_text())
-    ours, theirs = _episodes(report, "imported_act"), _episodes(report, "000002")
+    ours, theirs = _episodes(report, "imported_act"), _episodes(report, "train_act_step_0000002")
     for a, b in zip(ours, theirs, strict=True):
         assert (a["seed"], a["outcome"], a["steps"]) == (b["seed"], b["outcome"], b["steps"])
         assert abs(a["max_lift_m"] - b["max_lift_m"]) < 1e-3 and abs(a["reward_sum"] - b["reward_sum"]) < 1e-3
@@ -312,7 +312,7 @@ def test_bridge_eval_imported_act_agrees_with_in_process_episode_by_episode(work
             ]
         ),
     )
-    assert (out / "videos/000002/episode_000.mp4").stat().st_size > 0
+    assert (out / "videos/train_act_step_0000002/episode_000.mp4").stat().st_size > 0
     assert "never_picked_up" in (out / "results.md").read_text()  # the taxonomy table
 
 
@@ -326,7 +326,8 @@ def test_bridge_eval_diffusion_with_video(work, lerobot_diffusion):
     (ev,) = report["checkpoints"]
     assert [e["seed"] for e in ev["episodes"]] == [0, 1] and all(e["steps"] == 40 for e in ev["episodes"])
     assert sum(ev["summary"]["outcomes"].values()) == 2
-    assert (out / "videos/000002/episode_000.mp4").stat().st_size > 0
+    assert ev["name"] == "train_diffusion_step_0000002" and ev["step"] == 2  # the run and its step, named
+    assert (out / "videos/train_diffusion_step_0000002/episode_000.mp4").stat().st_size > 0
     assert "success" in res.stdout  # the printed table
 
 

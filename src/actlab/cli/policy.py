@@ -27,7 +27,7 @@ examples:
   actlab policy doctor runs/demo/run/checkpoints/step_0005000 --dataset runs/demo/data
   actlab policy import outputs/train/act_so101/checkpoints/last/pretrained_model --out runs/lerobot_act
 
-`actlab policy export --help` shows how to train a bundle that exports to LeRobot's ACT.
+`actlab policy export --help` shows how any bundle goes to LeRobot (its own ACT or actlab's plugin).
 """
 
 
@@ -255,16 +255,20 @@ def _run_doctor(args: argparse.Namespace) -> int:
 
 _EXPORT_EPILOG = """\
 examples:
-  # LeRobot's ACT: a ResNet backbone and zeros into the decoder (the demo's small CNN has no LeRobot twin)
+  # the demo's policy (small CNN, learned decoder queries): actlab's LeRobot plugin type
+  actlab policy export runs/demo/run/checkpoints/step_0005000 --to lerobot --out runs/demo_lerobot
+  # LeRobot's own ACT where it is exactly equivalent (a ResNet backbone, zeros into the decoder)
   actlab train --preset tiny --dataset runs/demo/data --out runs/lerobot_ready --set steps=20 \\
       --set policy.vision_backbone=resnet18 --set policy.pretrained_backbone_weights=null \\
       --set policy.decoder_input=zeros
   actlab policy export runs/lerobot_ready/checkpoints/step_0000020 --to lerobot --out runs/act_lerobot
   actlab policy import runs/act_lerobot --out runs/roundtrip      # and back: the same weights and stats
 
-On the arm (in lerobot's venv): lerobot-rollout --strategy.type=base --policy.path=runs/act_lerobot
---robot.type=so101_follower ... Only `act` bundles with a ResNet backbone and policy.decoder_input=zeros
-have an exact LeRobot counterpart; anything else is refused with the reason (docs/lerobot.md).
+--lerobot-type auto (default) writes LeRobot's plain `act` where its ACT computes exactly the same actions
+(no plugin on the robot machine), else the plugin's type (`actlab_act`, `actlab_act_relative`), and prints
+the pip line the robot machine needs. On the arm (in lerobot's venv): lerobot-rollout --strategy.type=base
+--policy.path=runs/demo_lerobot --robot.type=so101_follower ...; on the simulated arm:
+--robot.type=actlab_so101_sim (docs/lerobot.md).
 """
 
 
@@ -272,14 +276,22 @@ def _register_export(g) -> None:
     p = subcommand(
         g,
         "export",
-        "write an actlab act bundle as a LeRobot 0.6.x pretrained-policy directory",
+        "write an actlab bundle as a LeRobot 0.6.x pretrained-policy directory (lerobot-rollout, -eval)",
         _EXPORT_EPILOG,
-        description="Convert a bundle into config.json, model.safetensors and the pre/post-processor files "
-        "(normalization statistics) that lerobot loads with ACTPolicy.from_pretrained.",
+        description="Convert a bundle into a directory lerobot loads with --policy.path: LeRobot's own ACT "
+        "(config.json, model.safetensors, normalizer statistics) where exact, else the type of actlab's "
+        "LeRobot plugin (integrations/lerobot_policy_actlab).",
     )
     p.add_argument("bundle", metavar="BUNDLE", help="actlab policy bundle directory")
     p.add_argument("--to", choices=["lerobot"], default="lerobot", help="target format (lerobot)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (new; atomic)")
+    p.add_argument(
+        "--lerobot-type",
+        choices=["auto", "act", "plugin"],
+        default="auto",
+        help="auto: LeRobot's own act where exact, else the plugin's type (default); act: refuse (listing "
+        "every reason) unless exact; plugin: always the plugin's type",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     add_json_flag(p)
     p.set_defaults(_run=_run_export)
@@ -288,16 +300,22 @@ def _register_export(g) -> None:
 def _run_export(args: argparse.Namespace) -> int:
     from actlab.lerobot.export import export_bundle
 
-    summary = export_bundle(args.bundle, args.out, overwrite=args.overwrite)
+    summary = export_bundle(args.bundle, args.out, overwrite=args.overwrite, lerobot_type=args.lerobot_type)
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    print(f"LeRobot {summary['lerobot_format']} ACT policy written to {summary['out']}")
+    kind = summary["policy_type"]
+    print(f"LeRobot {summary['lerobot_format']} policy (type {kind}) written to {summary['out']}")
     print(f"  {summary['n_parameters']:,} parameters, {summary['n_tensors']} tensors")
     for key, feat in summary["input_features"].items():
         print(f"  input  {key}: {feat['type']} {feat['shape']}")
     for note in summary["notes"]:
         print(f"  note: {note}")
+    if summary["needs"]:
+        print(
+            "the robot machine's lerobot venv needs actlab's plugin (run from this repository's root): "
+            + summary["needs"]
+        )
     print(f"deploy: lerobot-rollout --policy.path={summary['out']} ...  (docs/lerobot.md)")
     return 0
 
@@ -309,8 +327,9 @@ examples:
   actlab train --preset tiny --dataset runs/demo/data --init-from runs/lerobot_act --out runs/finetune \\
       --set steps=500                                   # fine-tune it (the model is the bundle's)
 
-Only LeRobot ACT checkpoints can be imported; evaluate any other type (Diffusion, SmolVLA, Pi0 ...)
-through the bridge: actlab eval --lerobot-policy DIR --lerobot-python PY.
+LeRobot ACT checkpoints and checkpoints of actlab's LeRobot plugin (exports, lerobot-train runs of
+--policy.type=actlab_act / actlab_act_relative) can be imported; evaluate any other type (Diffusion,
+SmolVLA, Pi0 ...) through the bridge: actlab eval --lerobot-policy DIR --lerobot-python PY.
 """
 
 
@@ -338,7 +357,8 @@ def _run_import(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
         return 0
     print(f"actlab bundle written to {summary['out']}")
-    print(f"  act, {summary['n_parameters']:,} parameters, cameras {', '.join(summary['cameras'])}")
+    kind = summary["policy_type"]
+    print(f"  {kind}, {summary['n_parameters']:,} parameters, cameras {', '.join(summary['cameras'])}")
     for note in summary["notes"]:
         print(f"  note: {note}")
     return 0

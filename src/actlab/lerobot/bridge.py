@@ -402,6 +402,28 @@ class LeRobotBridgePolicy:
         return self._ask("predict_action_chunk", obs)
 
 
+def checkpoint_label(policy_dir: str | Path) -> tuple[str, int | None]:
+    """(table name, training step) of a LeRobot policy directory.
+
+    lerobot-train writes ``RUN/checkpoints/<step, 6 digits>/pretrained_model`` and a ``last`` symlink to
+    the newest; ``last`` is resolved to its step, and the name says which run and step it is, as actlab's
+    own checkpoints are named (``RUN_step_0000004``), so side-by-side tables are unambiguous. A directory
+    outside that layout keeps its own name and has no step (unless ``training_state/training_step.json``
+    beside it says one).
+    """
+    p = Path(policy_dir)
+    real = p.resolve()
+    ckpt = real.parent if real.name == "pretrained_model" else real
+    step: int | None = int(ckpt.name) if ckpt.name.isdigit() else None
+    state = ckpt / "training_state" / "training_step.json"
+    if step is None and state.is_file():
+        with contextlib.suppress(ValueError, TypeError, ActlabError):
+            step = int(read_json(state, "lerobot training step").get("step"))
+    if ckpt.parent.name == "checkpoints" and step is not None:
+        return f"{ckpt.parent.parent.name}_step_{step:07d}", step
+    return (p.name if p.name != "pretrained_model" else ckpt.name), step
+
+
 def lerobot_sources(
     paths: Sequence[str | Path], python: str | Path, **kwargs: Any
 ) -> tuple[list[Any], ChildSlot]:
@@ -409,13 +431,14 @@ def lerobot_sources(
     ``checkpoints/NNNNNN/pretrained_model``: a sweep). One child runs at a time (the returned slot)."""
 
     slot = ChildSlot()
-    found: list[tuple[str, Path, int | None]] = []
+    found: list[tuple[str, int | None, Path]] = []
     for raw in paths:
         p = model_location(raw)  # a directory, or owner/name in huggingface_hub's local cache
         if (p / "config.json").is_file():
-            # lerobot-train's layout: checkpoints/<step or "last">/pretrained_model; a Hub snapshot: its id
-            name = p.parent.name if p.name == "pretrained_model" else (p.name if p == Path(raw) else str(raw))
-            found.append((name, p, int(name) if name.isdigit() else None))
+            name, step = checkpoint_label(p)
+            if p != Path(raw):  # a Hub snapshot found by its repo id: the id names it
+                name = str(raw)
+            found.append((name, step, p))
             continue
         ckpts = sorted(
             (c for c in (p / "checkpoints").glob("*/pretrained_model") if c.parent.name.isdigit()),
@@ -429,10 +452,10 @@ def lerobot_sources(
                 "with checkpoints/NNNNNN/pretrained_model",
                 fix="pass e.g. outputs/train/RUN/checkpoints/last/pretrained_model",
             )
-        found += [(c.parent.name, c, int(c.parent.name)) for c in ckpts]
+        found += [(*checkpoint_label(c), c) for c in ckpts]
     sources = [
         PolicySource(name=name, obj=LeRobotBridgePolicy(path, python, slot=slot, **kwargs), step=step)
-        for name, path, step in found
+        for name, step, path in found
     ]
     return sources, slot
 
@@ -440,6 +463,7 @@ def lerobot_sources(
 __all__ = [
     "ChildSlot",
     "LeRobotBridgePolicy",
+    "checkpoint_label",
     "dataset_features",
     "lerobot_sources",
     "parse_rename",

@@ -149,7 +149,11 @@ class LeRobotHandler:
         import torch
         from lerobot.configs.policies import PreTrainedConfig
         from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+        from lerobot.utils.import_utils import register_third_party_plugins
 
+        # What lerobot's own scripts do first: import installed lerobot_policy_* plugins (actlab's plugin
+        # types actlab_act / actlab_act_relative among them), so their config types resolve.
+        register_third_party_plugins()
         self.torch = torch
         cfg = PreTrainedConfig.from_pretrained(policy_dir)
         cfg.device = device

@@ -35,6 +35,7 @@ Numbers that must agree and why they do (checked by the slow parity test in test
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,85 +62,122 @@ SHARED_FIELDS = (
     "dim_feedforward", "feedforward_activation", "n_encoder_layers", "n_decoder_layers", "use_vae",
     "latent_dim", "n_vae_encoder_layers", "temporal_ensemble_coeff", "dropout", "kl_weight",
 )  # fmt: skip
+# The LeRobot plugin shipped by this repository (integrations/lerobot_policy_actlab): the distribution,
+# the line that installs it into a lerobot venv (run from the repository root; docs/lerobot.md shows it),
+# the LeRobot policy type of each actlab policy type, and the export's actlab bundle folder.
+PLUGIN_DIST = "lerobot_policy_actlab"
+PLUGIN_PIP = "pip install ./integrations/lerobot_policy_actlab"
+PLUGIN_TYPES = {"act": "actlab_act", "act_relative": "actlab_act_relative"}
+PLUGIN_BUNDLE = "actlab_bundle"
+# --lerobot-type choices: auto = LeRobot's own `act` where exactly equivalent, else the plugin's type.
+LEROBOT_TYPES = ("auto", "act", "plugin")
 # Where an export-refusing setting is explained once.
 _EVAL_IN_ACTLAB = "evaluate it in actlab instead (actlab eval BUNDLE: same harness, taxonomy and videos)"
 
 
-def check_exportable(config: Any, camera_keys: list[str], file: Path | None = None) -> None:
-    """Raise an ActlabError saying why a policy config has no exact LeRobot ACT counterpart."""
+@dataclass(frozen=True)
+class Blocker:
+    """One reason a policy has no exact counterpart in LeRobot's own ACT."""
+
+    field: str  # the actlab config field (or "cameras")
+    expected: Any  # what LeRobot's ACT has
+    found: Any  # what this policy has
+    why: str  # one sentence
+
+
+def act_blockers(config: Any, camera_keys: list[str]) -> list[Blocker]:
+    """Every reason ``config`` cannot become LeRobot's plain ``act`` (empty: it can, exactly)."""
     kind = getattr(config, "type", None)
     if kind == "act_relative":
-        raise ActlabError(
-            "act_relative has no LeRobot counterpart: LeRobot's ACT predicts absolute actions and has no "
-            "state-delta or real-time-chunking prefix token",
-            file=file,
-            field="type",
-            expected="act",
-            found=kind,
-            fix=f"{_EVAL_IN_ACTLAB}; to drive a robot with lerobot-rollout, train an `act` policy with "
-            "--set policy.decoder_input=zeros and export that",
-        )
+        return [
+            Blocker(
+                "type",
+                "act",
+                kind,
+                "LeRobot's ACT predicts absolute actions and has no state-delta or real-time-chunking "
+                "prefix token (no LeRobot counterpart)",
+            )
+        ]
     if kind != "act":
-        raise ActlabError("only actlab `act` bundles can be exported", file=file, field="type", found=kind)
+        return [Blocker("type", "act", kind, "only actlab `act` bundles have a LeRobot ACT counterpart")]
+    out = []
     if config.vision_backbone not in ("resnet18", "resnet34"):
-        raise ActlabError(
-            f"LeRobot's ACT has no {config.vision_backbone} backbone (torchvision ResNets only)",
-            file=file,
-            field="vision_backbone",
-            expected="resnet18 or resnet34",
-            found=config.vision_backbone,
-            fix=f"train with --set policy.vision_backbone=resnet18 to export, or {_EVAL_IN_ACTLAB}",
+        out.append(
+            Blocker(
+                "vision_backbone",
+                "resnet18 or resnet34",
+                config.vision_backbone,
+                f"LeRobot's ACT has no {config.vision_backbone} backbone (torchvision ResNets only)",
+            )
         )
     if config.camera_fusion != "tokens":
-        raise ActlabError(
-            f"LeRobot's ACT has no camera fusion: it always gives every camera's tokens to the encoder "
-            f"(camera_fusion=tokens), this policy fuses them ({config.camera_fusion})",
-            file=file,
-            field="camera_fusion",
-            expected="tokens",
-            found=config.camera_fusion,
-            fix=f"train with --set policy.camera_fusion=tokens to export, or {_EVAL_IN_ACTLAB}",
+        out.append(
+            Blocker(
+                "camera_fusion",
+                "tokens",
+                config.camera_fusion,
+                "LeRobot's ACT has no camera fusion: it always gives every camera's tokens to the encoder",
+            )
         )
     if config.n_obs_steps != 1:
-        raise ActlabError(
-            "LeRobot's ACT reads the current observation only (its n_obs_steps must be 1); this policy "
-            f"reads the last {config.n_obs_steps}",
-            file=file,
-            field="n_obs_steps",
-            expected=1,
-            found=config.n_obs_steps,
-            fix=f"train with --set policy.n_obs_steps=1 to export, or {_EVAL_IN_ACTLAB}",
+        out.append(
+            Blocker(
+                "n_obs_steps",
+                1,
+                config.n_obs_steps,
+                "LeRobot's ACT reads the current observation only (its n_obs_steps must be 1)",
+            )
         )
     if config.decoder_input != "zeros":
-        raise ActlabError(
-            "this bundle feeds the learned queries into the decoder (actlab's default); LeRobot's ACT feeds "
-            "zeros, so its actions would differ",
-            file=file,
-            field="decoder_input",
-            expected="zeros",
-            found=config.decoder_input,
-            fix="train (or fine-tune: actlab train --init-from) with --set policy.decoder_input=zeros, "
-            f"or {_EVAL_IN_ACTLAB}",
+        out.append(
+            Blocker(
+                "decoder_input",
+                "zeros",
+                config.decoder_input,
+                "this bundle feeds the learned queries into the decoder (actlab's default); LeRobot's ACT "
+                "feeds zeros, so its actions would differ",
+            )
         )
     if config.downscale_img_square is not None:
-        raise ActlabError(
-            "LeRobot's ACT does not resize images; this policy resizes every camera inside the model",
-            file=file,
-            field="downscale_img_square",
-            expected="null",
-            found=config.downscale_img_square,
-            fix="train without downscale_img_square (resize the dataset frames: data.image_size), or "
-            + _EVAL_IN_ACTLAB,
+        out.append(
+            Blocker(
+                "downscale_img_square",
+                "null",
+                config.downscale_img_square,
+                "LeRobot's ACT does not resize images; this policy resizes every camera inside the model",
+            )
         )
     if not camera_keys:
-        raise ActlabError(
-            "LeRobot's ACT needs at least one camera (or an environment state, which actlab has not)",
-            file=file,
-            field="cameras",
-            expected="one or more observation.images.* cameras",
-            found="none",
-            fix=_EVAL_IN_ACTLAB,
+        out.append(
+            Blocker(
+                "cameras",
+                "one or more observation.images.* cameras",
+                "none",
+                "LeRobot's ACT needs at least one camera (or an environment state, which actlab has not)",
+            )
         )
+    return out
+
+
+def check_exportable(config: Any, camera_keys: list[str], file: Path | None = None) -> None:
+    """Raise one ActlabError listing every reason a policy config has no exact LeRobot ACT counterpart.
+
+    The fix it gives works as written: export the same bundle as the plugin's type (no retraining).
+    """
+    found = act_blockers(config, camera_keys)
+    if not found:
+        return
+    reasons = "; ".join(f"{b.field}: {b.why}" for b in found)
+    raise ActlabError(
+        f"LeRobot's own ACT cannot run this policy exactly ({len(found)} reason(s)): {reasons}",
+        file=file,
+        field=", ".join(b.field for b in found),
+        expected=", ".join(f"{b.field}={b.expected}" for b in found),
+        found=", ".join(f"{b.field}={b.found}" for b in found),
+        fix="export it for actlab's LeRobot plugin instead (same weights, no retraining): actlab policy "
+        "export BUNDLE --to lerobot --lerobot-type plugin --out DIR (the robot machine needs "
+        f"`{PLUGIN_PIP}`); or {_EVAL_IN_ACTLAB}",
+    )
 
 
 def lerobot_state_dict(policy: Any) -> dict[str, Any]:
@@ -262,19 +300,35 @@ def _notes(policy: Any) -> list[str]:
 EXPORT_KIND = "actlab policy export"
 
 
-def export_policy(
-    policy: Any, out_dir: str | Path, overwrite: bool = False, source: str | None = None
-) -> dict:
-    """Write ``policy`` (an actlab ACT policy) as a LeRobot pretrained-policy directory, atomically.
+def n_parameters(policy: Any) -> int:
+    """The policy's parameter count (what ``actlab policy info`` and LeRobot count: no buffers)."""
+    return int(sum(p.numel() for p in policy.parameters()))
 
-    Returns a summary (files, features, notes). Raises an ActlabError for a policy with no exact LeRobot
-    counterpart (see :func:`check_exportable`).
+
+def export_policy(
+    policy: Any,
+    out_dir: str | Path,
+    overwrite: bool = False,
+    source: str | None = None,
+    lerobot_type: str = "auto",
+) -> dict:
+    """Write ``policy`` as a LeRobot pretrained-policy directory, atomically.
+
+    ``lerobot_type``: ``"act"`` writes LeRobot's own ACT (no plugin needed; an ActlabError listing every
+    reason when that is not exact, see :func:`check_exportable`); ``"plugin"`` writes the type of actlab's
+    LeRobot plugin (:func:`export_plugin_policy`); ``"auto"`` (default) the first where it is exact, else
+    the second. Returns a summary (files, features, notes, ``needs`` = the pip line or None).
     """
+    if lerobot_type not in LEROBOT_TYPES:
+        raise ActlabError("unknown LeRobot export type", field="lerobot_type", expected=LEROBOT_TYPES)
+    file = Path(source) / "config.json" if source else None
+    if lerobot_type == "plugin" or (
+        lerobot_type == "auto" and act_blockers(policy.config, list(policy.camera_keys))
+    ):
+        return export_plugin_policy(policy, out_dir, overwrite=overwrite, source=source)
     from safetensors.torch import save
 
-    check_exportable(
-        policy.config, list(policy.camera_keys), Path(source) / "config.json" if source else None
-    )
+    check_exportable(policy.config, list(policy.camera_keys), file)
     tensors = lerobot_state_dict(policy)
     stats = normalizer_stats(policy)
     pre, post = processor_configs(policy)
@@ -283,8 +337,9 @@ def export_policy(
         "source": source,
         "lerobot_format": LEROBOT_VERSION,
         "policy_type": "act",
+        "needs": None,
         "n_tensors": len(tensors),
-        "n_parameters": int(sum(t.numel() for k, t in tensors.items() if k != "model.vae_encoder_pos_enc")),
+        "n_parameters": n_parameters(policy),
         "input_features": config["input_features"],
         "output_features": config["output_features"],
         "notes": _notes(policy),
@@ -301,9 +356,118 @@ def export_policy(
     return {**summary, "out": str(out_dir)}
 
 
-def export_bundle(bundle: str | Path, out_dir: str | Path, overwrite: bool = False) -> dict:
+def plugin_config(policy: Any) -> dict[str, Any]:
+    """LeRobot ``config.json`` of a plugin-type export (``actlab_act`` / ``actlab_act_relative``).
+
+    The actlab policy config travels whole (``actlab_config``); the LeRobot fields are the features (the
+    cameras at their trained size), ``chunk_size`` / ``n_action_steps`` and, for act_relative, the RTC
+    limit LeRobot's engine must respect.
+    """
+    from actlab.utils import config as cfgutil
+
+    cfg = policy.config
+    inputs, outputs = lerobot_features(policy)
+    return {
+        "type": PLUGIN_TYPES[cfg.type],
+        "n_obs_steps": cfg.n_obs_steps,
+        "input_features": inputs,
+        "output_features": outputs,
+        "device": "cpu",
+        "use_amp": False,
+        "use_peft": False,
+        "push_to_hub": False,
+        "repo_id": None,
+        "private": None,
+        "tags": None,
+        "license": None,
+        "pretrained_path": None,
+        "pretrained_revision": None,
+        "chunk_size": cfg.chunk_size,
+        "n_action_steps": cfg.n_action_steps,
+        "actlab_config": cfgutil.to_dict(cfg),
+        "actlab_features": policy.features,
+    }
+
+
+def plugin_processor_configs() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The plugin's pipelines: rename -> batch -> device, and device(cpu) after. No normalizer: actlab's
+    policy normalizes inside (its statistics are in the bundle), so LeRobot's path runs actlab's math."""
+    device = {"device": "cpu", "float_dtype": None}
+    pre = {
+        "name": PREPROCESSOR,
+        "steps": [
+            {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
+            {"registry_name": "to_batch_processor", "config": {}},
+            {"registry_name": "device_processor", "config": device},
+        ],
+    }
+    post = {"name": POSTPROCESSOR, "steps": [{"registry_name": "device_processor", "config": device}]}
+    return pre, post
+
+
+def _plugin_notes(policy: Any) -> list[str]:
+    notes = []
+    for key in policy.camera_keys:
+        _, h, w = policy.image_shapes[key]
+        notes.append(
+            f"{key}: trained at {h}x{w} (H x W); the plugin resizes the robot camera's frames to it "
+            "(same aspect ratio required)"
+        )
+    if policy.config.type == "act_relative" and policy.config.rtc_max_delay > 0:
+        notes.append(
+            f"real-time chunking: lerobot-rollout --inference.type=rtc uses the committed-action prefix "
+            f"(up to rtc_max_delay={policy.config.rtc_max_delay} steps; a longer LeRobot delay is clamped)"
+        )
+    return notes
+
+
+def export_plugin_policy(
+    policy: Any, out_dir: str | Path, overwrite: bool = False, source: str | None = None
+) -> dict:
+    """Write ``policy`` (any actlab policy) for actlab's LeRobot plugin, atomically.
+
+    The directory holds LeRobot's ``config.json`` (type ``actlab_act`` / ``actlab_act_relative``), the
+    processors' JSON and the actlab bundle itself in ``actlab_bundle/`` (safetensors + JSON): the plugin
+    runs actlab's own policy code on it, so its actions are actlab's by construction.
+    """
+    from actlab.policies.bundle import write_bundle
+
+    kind = policy.config.type
+    if kind not in PLUGIN_TYPES:
+        raise ActlabError(
+            "no LeRobot plugin type for this policy type",
+            field="type",
+            expected=", ".join(PLUGIN_TYPES),
+            found=kind,
+        )
+    config = plugin_config(policy)
+    pre, post = plugin_processor_configs()
+    summary = {
+        "source": source,
+        "lerobot_format": LEROBOT_VERSION,
+        "policy_type": config["type"],
+        "needs": PLUGIN_PIP,
+        "n_tensors": len(policy.state_dict()),
+        "n_parameters": n_parameters(policy),
+        "input_features": config["input_features"],
+        "output_features": config["output_features"],
+        "notes": _plugin_notes(policy),
+    }
+    with atomic_dir(out_dir, overwrite, kind=EXPORT_KIND, inputs=[source] if source else ()) as tmp:
+        atomic_write_json(tmp / "config.json", config, indent=4)
+        atomic_write_json(tmp / f"{PREPROCESSOR}.json", pre)
+        atomic_write_json(tmp / f"{POSTPROCESSOR}.json", post)
+        (tmp / PLUGIN_BUNDLE).mkdir()
+        write_bundle(policy, tmp / PLUGIN_BUNDLE, extra={"exported_from": source})
+        atomic_write_json(tmp / "actlab_export.json", summary)
+    return {**summary, "out": str(out_dir)}
+
+
+def export_bundle(
+    bundle: str | Path, out_dir: str | Path, overwrite: bool = False, lerobot_type: str = "auto"
+) -> dict:
     """Load an actlab bundle (``load_policy``) and export it with :func:`export_policy`."""
 
     check_out_dir(out_dir, EXPORT_KIND, overwrite, [bundle])  # a refused --out costs nothing
     policy = load_policy(bundle, device="cpu")
-    return export_policy(policy, out_dir, overwrite=overwrite, source=str(bundle))
+    return export_policy(policy, out_dir, overwrite=overwrite, source=str(bundle), lerobot_type=lerobot_type)

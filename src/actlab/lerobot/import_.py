@@ -21,8 +21,17 @@ from typing import Any
 import numpy as np
 
 from actlab.errors import ActlabError
-from actlab.lerobot.export import ACTION, NORM_EPS, POSTPROCESSOR, PREPROCESSOR, SHARED_FIELDS, STATE
-from actlab.policies import ACTConfig, make_policy, save_policy
+from actlab.lerobot.export import (
+    ACTION,
+    NORM_EPS,
+    PLUGIN_BUNDLE,
+    PLUGIN_TYPES,
+    POSTPROCESSOR,
+    PREPROCESSOR,
+    SHARED_FIELDS,
+    STATE,
+)
+from actlab.policies import ACTConfig, load_policy, make_policy, save_policy
 from actlab.policies.backbones import IMAGENET_MEAN, IMAGENET_STD
 from actlab.utils.io import check_out_dir, read_json
 
@@ -267,12 +276,44 @@ def read_lerobot_act(policy_dir: str | Path) -> tuple[Any, dict, dict, dict[str,
 IMPORT_KIND = "actlab policy import"
 
 
+def _plugin_type(policy_dir: Path) -> str | None:
+    """The LeRobot type of a directory written for actlab's LeRobot plugin (else None)."""
+    file = policy_dir / "config.json"
+    if not file.is_file():
+        return None
+    cfg = read_json(file, "LeRobot policy config")
+    kind = cfg.get("type") if isinstance(cfg, dict) else None
+    return kind if kind in PLUGIN_TYPES.values() else None
+
+
+def import_plugin_policy(policy_dir: str | Path, out: str | Path, overwrite: bool = False) -> dict:
+    """A checkpoint of actlab's LeRobot plugin (an export, or a ``lerobot-train`` run of its types) ->
+    actlab bundle: the plugin keeps the actlab bundle itself in ``actlab_bundle/`` (safetensors + JSON)."""
+    root = Path(policy_dir)
+    kind = _plugin_type(root)
+    policy = load_policy(root / PLUGIN_BUNDLE, device="cpu")
+    extra = {"imported_from": str(policy_dir), "lerobot_type": kind, "notes": []}
+    save_policy(policy.eval(), out, extra=extra, overwrite=overwrite, kind=IMPORT_KIND, inputs=[policy_dir])
+    return {
+        "source": str(policy_dir),
+        "out": str(out),
+        "policy_type": policy.config.type,
+        "cameras": list(policy.camera_keys),
+        "image_norm": policy.config.image_norm,
+        "n_parameters": int(sum(p.numel() for p in policy.parameters())),
+        "notes": [],
+    }
+
+
 def import_lerobot_act(policy_dir: str | Path, out: str | Path, overwrite: bool = False) -> dict:
-    """Convert a LeRobot ACT directory into an actlab bundle at ``out`` (atomic); returns a summary."""
+    """Convert a LeRobot ACT directory (or a plugin checkpoint, :func:`import_plugin_policy`) into an
+    actlab bundle at ``out`` (atomic); returns a summary."""
     import warnings
 
     import torch
 
+    if Path(policy_dir).is_dir() and _plugin_type(Path(policy_dir)) is not None:
+        return import_plugin_policy(policy_dir, out, overwrite=overwrite)
     act_cfg, features, stats, weights, notes = read_lerobot_act(policy_dir)
     check_out_dir(out, IMPORT_KIND, overwrite, [policy_dir])  # before the conversion
     with warnings.catch_warnings():

@@ -1,0 +1,13 @@
+"""actlab's LeRobot plugin: policy types ``actlab_act`` / ``actlab_act_relative`` and the simulated robot
+``actlab_so101_sim``.
+
+LeRobot's scripts import this package at start (``register_third_party_plugins``: every installed
+distribution named ``lerobot_policy_*``); importing the configuration modules registers the types with
+draccus. The model code is actlab's own (``actlab.policies``); this package holds adapters only.
+"""
+
+from lerobot_policy_actlab.actlab_so101_sim import ActlabSO101Sim
+from lerobot_policy_actlab.config_actlab_so101_sim import ActlabSO101SimConfig
+from lerobot_policy_actlab.configuration_actlab import ActlabActConfig, ActlabActRelativeConfig
+
+__all__ = ["ActlabActConfig", "ActlabActRelativeConfig", "ActlabSO101Sim", "ActlabSO101SimConfig"]

@@ -1,0 +1,35 @@
+"""``--robot.type=actlab_so101_sim``: actlab's simulated SO-101 pick-and-place as a LeRobot robot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lerobot.robots.config import RobotConfig
+
+
+@RobotConfig.register_subclass("actlab_so101_sim")
+@dataclass
+class ActlabSO101SimConfig(RobotConfig):
+    """Every field has a default: ``--robot.type=actlab_so101_sim`` alone runs."""
+
+    # side of the square camera frames (pixels); actlab's sim records at 96 by default, the plugin's
+    # policies resize to their trained size
+    image_size: int = 96
+    # cameras rendered, any of "top" (overhead) and "wrist"; LeRobot features observation.images.<name>
+    camera_names: list[str] = field(default_factory=lambda: ["top", "wrist"])
+    # control rate (Hz): the sim's and actlab's datasets' rate; send_action paces to it in real time
+    fps: int = 30
+    # real-time pacing (False: as fast as the caller steps)
+    realtime: bool = True
+    # episode time limit in control steps (actlab eval's default: 300 = 10 s)
+    max_steps: int = 300
+    # seed of the first episode; episode i uses seed + i (100000: far from actlab's recording seeds 0..N)
+    seed: int = 100_000
+    # seconds the arm holds its home pose after a restart, ignoring actions, while the actions LeRobot
+    # queued for the previous scene drain (LeRobot does not reset the policy between the sim's episodes)
+    hold_s: float = 1.0
+    # JSONL file each finished episode is appended to (outcome, failure class, steps, seed); "" disables
+    log_file: str = "actlab_so101_sim_episodes.jsonl"
+    # largest change of a joint target per step (degrees), like so101_follower's max_relative_target;
+    # None: no limit (targets are still clipped to the joint ranges)
+    max_relative_target: float | None = None

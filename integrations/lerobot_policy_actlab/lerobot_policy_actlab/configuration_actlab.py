@@ -1,0 +1,89 @@
+"""LeRobot configs of actlab's policies: the actlab policy config travels whole in ``actlab_config``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lerobot.configs.policies import PreTrainedConfig
+from lerobot.configs.types import NormalizationMode
+from lerobot.optim.optimizers import AdamWConfig
+
+
+@dataclass
+class _ActlabConfig(PreTrainedConfig):
+    """Fields shared by the actlab types. ``actlab_config`` holds actlab's policy config (its JSON form:
+    ``actlab train --help-config`` lists the fields); empty means actlab's defaults for the type."""
+
+    # actlab's policy config fields (dict), e.g. {"vision_backbone": "cnn_small", "dim_model": 64}
+    actlab_config: dict[str, Any] = field(default_factory=dict)
+    # the dataset features the policy was built for (LeRobot info.json style); set by an export, or from
+    # the dataset by lerobot-train
+    actlab_features: dict[str, Any] = field(default_factory=dict)
+    # actions predicted per call (actlab's chunk_size; copied into actlab_config when it has none)
+    chunk_size: int = 30
+    # actions executed per chunk by select_action (actlab's n_action_steps)
+    n_action_steps: int = 10
+    # LeRobot's processors do no normalization: actlab's policy normalizes inside (its statistics travel
+    # in the bundle), so this mapping is informational
+    normalization_mapping: dict[str, NormalizationMode] = field(
+        default_factory=lambda: {
+            "VISUAL": NormalizationMode.IDENTITY,
+            "STATE": NormalizationMode.IDENTITY,
+            "ACTION": NormalizationMode.IDENTITY,
+        }
+    )
+    # AdamW for lerobot-train (actlab's so101_sim_cpu preset values)
+    optimizer_lr: float = 1e-3
+    optimizer_weight_decay: float = 1e-4
+
+    ACTLAB_TYPE = "act"
+
+    def actlab_fields(self) -> dict[str, Any]:
+        """actlab's config fields: ``actlab_config`` plus chunk_size / n_action_steps when it omits them."""
+        fields = dict(self.actlab_config)
+        fields.setdefault("chunk_size", self.chunk_size)
+        fields.setdefault("n_action_steps", self.n_action_steps)
+        fields.setdefault("n_obs_steps", self.n_obs_steps)
+        fields["type"] = self.ACTLAB_TYPE
+        return fields
+
+    def get_optimizer_preset(self) -> AdamWConfig:
+        return AdamWConfig(lr=self.optimizer_lr, weight_decay=self.optimizer_weight_decay)
+
+    def get_scheduler_preset(self) -> None:
+        return None
+
+    def validate_features(self) -> None:
+        if not self.image_features:
+            raise ValueError("actlab's policies need at least one camera among the inputs")
+
+    @property
+    def observation_delta_indices(self) -> list | None:
+        k = int(self.actlab_fields().get("n_obs_steps", 1))
+        return list(range(1 - k, 1)) if k > 1 else None
+
+    @property
+    def action_delta_indices(self) -> list:
+        return list(range(int(self.actlab_fields()["chunk_size"])))
+
+    @property
+    def reward_delta_indices(self) -> None:
+        return None
+
+
+@PreTrainedConfig.register_subclass("actlab_act")
+@dataclass
+class ActlabActConfig(_ActlabConfig):
+    """actlab's ACT (any backbone, decoder input, camera fusion, n_obs_steps) in LeRobot."""
+
+    ACTLAB_TYPE = "act"
+
+
+@PreTrainedConfig.register_subclass("actlab_act_relative")
+@dataclass
+class ActlabActRelativeConfig(_ActlabConfig):
+    """actlab's act_relative (relative actions, state deltas, RTC prefix) in LeRobot; supports
+    ``lerobot-rollout --inference.type=rtc``."""
+
+    ACTLAB_TYPE = "act_relative"

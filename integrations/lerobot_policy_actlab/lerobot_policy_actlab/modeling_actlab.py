@@ -1,0 +1,251 @@
+"""LeRobot policies wrapping actlab's own modules (``actlab.policies``): no second copy of model code.
+
+An export (``actlab policy export BUNDLE --to lerobot``) holds LeRobot's ``config.json``, the processors'
+JSON and the actlab bundle in ``actlab_bundle/``; ``from_pretrained`` loads that bundle with actlab's
+``load_policy`` (safetensors + JSON, nothing unpickled) and ``save_pretrained`` writes one, so a
+``lerobot-train`` checkpoint of these types is an actlab bundle too (``actlab policy import`` reads it).
+
+Observations arrive as LeRobot makes them: images float ``[0, 1]`` ``(B, C, H, W)`` at the robot camera's
+size, raw joint state; they are resized to the trained size (:func:`actlab.lerobot.runtime.camera_to_trained`)
+and handed to actlab's policy, which normalizes inside and returns absolute actions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from lerobot.policies.pretrained import PreTrainedPolicy
+from torch import Tensor
+
+from actlab.errors import ActlabError
+from actlab.lerobot.export import PLUGIN_BUNDLE
+from actlab.lerobot.runtime import SIM_SIGNAL, camera_to_trained, rtc_prefix, trained_cameras
+from lerobot_policy_actlab.configuration_actlab import ActlabActConfig, ActlabActRelativeConfig
+
+logger = logging.getLogger(__name__)
+STATE = "observation.state"
+
+
+def _build_from_dataset(config: Any, dataset_meta: Any, dataset_stats: Any) -> Any:
+    """A new actlab policy for ``lerobot-train --policy.type=...``: features and statistics from the
+    LeRobot dataset (act_relative's relative-action statistics are computed over its actions)."""
+    from actlab.lerobot.train_support import build_policy_for_dataset
+
+    if dataset_meta is None:
+        raise ActlabError(
+            "an actlab policy is built from a dataset (features, normalization statistics)",
+            field="dataset_meta",
+            expected="lerobot-train --dataset.root=... (or --policy.path=EXPORT)",
+            found=None,
+        )
+    return build_policy_for_dataset(config.actlab_fields(), dataset_meta.root, dataset_stats)
+
+
+class _ActlabPolicy(PreTrainedPolicy):
+    """actlab's policy behind LeRobot's ``PreTrainedPolicy`` interface."""
+
+    config_class = ActlabActConfig
+    name = "actlab_act"
+
+    def __init__(
+        self,
+        config: Any,
+        dataset_stats: Any = None,
+        dataset_meta: Any = None,
+        actlab_policy: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(config)
+        if actlab_policy is None:
+            actlab_policy = _build_from_dataset(config, dataset_meta, dataset_stats)
+            config.actlab_config = _config_dict(actlab_policy)
+            config.actlab_features = actlab_policy.features
+        self.model = actlab_policy
+        self._cameras = trained_cameras(self.model.features, list(self.model.camera_keys))
+        self._said: set[str] = set()
+        self._sim_epoch = SIM_SIGNAL.epoch
+
+    def _follow_sim(self) -> bool:
+        """With actlab_so101_sim in this process: reset at each of its episode starts (LeRobot does not);
+        returns whether the sim arm is holding (its actions are not executed). False without the sim."""
+        if SIM_SIGNAL.epoch != self._sim_epoch:
+            self._sim_epoch = SIM_SIGNAL.epoch
+            self.model.reset()
+        return SIM_SIGNAL.holding
+
+    # ------------------------------------------------------------------------------ load / save
+    @classmethod
+    def from_pretrained(cls, pretrained_name_or_path: str | Path, *, config: Any = None, **kwargs: Any):
+        """Load an export or a checkpoint of this type: its ``actlab_bundle/`` through actlab's loader."""
+        from lerobot.configs.policies import PreTrainedConfig
+
+        from actlab.policies import load_policy
+
+        root = Path(pretrained_name_or_path)
+        if not root.is_dir():
+            from huggingface_hub import snapshot_download
+
+            root = Path(snapshot_download(str(pretrained_name_or_path), revision=kwargs.get("revision")))
+        if config is None:
+            config = PreTrainedConfig.from_pretrained(root)
+        device = config.device or "cpu"
+        policy = cls(config, actlab_policy=load_policy(root / PLUGIN_BUNDLE, device=device))
+        policy.to(device)
+        policy.eval()
+        return policy
+
+    def _save_pretrained(self, save_directory: Path, state_dict: dict[str, Tensor] | None = None) -> None:
+        from actlab.policies.bundle import write_bundle
+
+        self.config.actlab_config = _config_dict(self.model)
+        self.config.actlab_features = self.model.features
+        self.config._save_pretrained(save_directory)
+        (Path(save_directory) / PLUGIN_BUNDLE).mkdir(parents=True, exist_ok=True)
+        write_bundle(self.model, Path(save_directory) / PLUGIN_BUNDLE, extra={"saved_by": "lerobot"})
+
+    # ------------------------------------------------------------------------------ training
+    def get_optim_params(self) -> Any:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def forward(self, batch: dict[str, Tensor]) -> tuple[Tensor, dict | None]:
+        """actlab's loss on a LeRobot training batch (images float [0, 1], windows with ``*_is_pad``)."""
+        loss, metrics = self.model(self._actlab_batch(batch))
+        return loss, {k: float(v.detach()) if torch.is_tensor(v) else v for k, v in metrics.items()}
+
+    def _actlab_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in batch.items() if torch.is_tensor(v)}
+
+    # ------------------------------------------------------------------------------ inference
+    def reset(self) -> None:
+        """Clear actlab's action queue, ensembler and observation history (LeRobot calls it per episode)."""
+        self.model.reset()
+
+    def _obs(self, batch: dict[str, Any]) -> dict[str, Tensor]:
+        """LeRobot observation -> actlab's: cameras resized to the trained size, uint8; state float."""
+        obs: dict[str, Tensor] = {STATE: batch[STATE].float()}
+        for key, trained in self._cameras.items():
+            if key not in batch:
+                raise ActlabError(
+                    f"the observation has no camera {key!r}",
+                    field=key,
+                    expected=", ".join(self._cameras),
+                    found=", ".join(k for k in batch if k.startswith("observation.images")),
+                    fix="name the robot's cameras as the policy's (or lerobot's --rename_map)",
+                )
+            img = batch[key]
+            obs[key] = camera_to_trained(img[:, -1] if img.ndim == 5 else img, key, trained)
+        return obs
+
+    def _say_once(self, note: str) -> None:
+        if note not in self._said:
+            self._said.add(note)
+            logger.warning("actlab: %s", note)
+
+    @torch.no_grad()
+    def predict_action_chunk(self, batch: dict[str, Tensor], **kwargs: Any) -> Tensor:
+        """Absolute action chunk (B, H, A)."""
+        self._follow_sim()
+        return self.model.predict_action_chunk(self._obs(batch))
+
+    @torch.no_grad()
+    def select_action(self, batch: dict[str, Tensor], **kwargs: Any) -> Tensor:
+        """Next action (B, A): actlab's queue of ``n_action_steps`` (or temporal ensembling)."""
+        self._follow_sim()
+        return self.model.select_action(self._obs(batch))
+
+
+def _config_dict(actlab_policy: Any) -> dict[str, Any]:
+    from actlab.utils import config as cfgutil
+
+    return cfgutil.to_dict(actlab_policy.config)
+
+
+class ActlabActPolicy(_ActlabPolicy):
+    """actlab's ACT (``actlab_act``)."""
+
+    config_class = ActlabActConfig
+    name = "actlab_act"
+
+
+class ActlabActRelativePolicy(_ActlabPolicy):
+    """actlab's act_relative (``actlab_act_relative``), with LeRobot's RTC call shape.
+
+    ``lerobot-rollout --inference.type=rtc`` calls ``predict_action_chunk(batch, inference_delay=d,
+    prev_chunk_left_over=L)``: the first ``d`` rows of ``L`` (the previous chunk's actions the robot
+    executes while this one is computed) become actlab's committed prefix, and the returned chunk starts
+    with exactly them (LeRobot then skips its first ``d`` actions). ``d`` above the trained
+    ``rtc_max_delay`` is clamped, LeRobot's zero padding is never used as a prefix
+    (:func:`actlab.lerobot.runtime.rtc_prefix`).
+    """
+
+    config_class = ActlabActRelativeConfig
+    name = "actlab_act_relative"
+    # RTC calls between two latency lines in the log
+    REPORT_EVERY = 30
+
+    def supports_rtc(self) -> bool:
+        return self.model.config.rtc_max_delay > 0
+
+    @torch.no_grad()
+    def predict_action_chunk(
+        self,
+        batch: dict[str, Tensor],
+        inference_delay: int | None = None,
+        prev_chunk_left_over: Tensor | None = None,
+        **kwargs: Any,
+    ) -> Tensor:
+        """Absolute action chunk (B, H, A), conditioned on the committed prefix when RTC passes one."""
+        if self._follow_sim():
+            # the sim arm holds its pose and drops these actions: nothing is committed yet, so the
+            # chunk is planned from the new scene alone (a prefix of dropped actions would run ahead)
+            prev_chunk_left_over = None
+        obs = self._obs(batch)
+        if inference_delay is not None and self.model.config.obs_state_delta_frames is not None:
+            raise ActlabError(
+                "this act_relative reads a state delta s[t] - s[t-N], which needs the state of every "
+                "control step; LeRobot's RTC engine calls the policy once per chunk",
+                field="obs_state_delta_frames",
+                expected="null for --inference.type=rtc",
+                found=self.model.config.obs_state_delta_frames,
+                fix="run it with lerobot-rollout's default (sync) inference, or train with "
+                "policy.obs_state_delta_frames=null",
+            )
+        cfg = self.model.config
+        prefix = rtc_prefix(prev_chunk_left_over, inference_delay, cfg.rtc_max_delay, cfg.chunk_size)
+        if prefix.note:
+            self._say_once(prefix.note)
+        actions = prefix.actions
+        if actions is not None:
+            actions = actions.to(obs[STATE].device, torch.float32)
+            if actions.shape[0] != obs[STATE].shape[0]:
+                actions = actions.expand(obs[STATE].shape[0], -1, -1)
+        t0 = time.perf_counter()
+        chunk = self.model.predict_action_chunk(obs, prefix=actions)
+        if inference_delay is not None:
+            self._rtc_log(prefix, time.perf_counter() - t0)
+        return chunk
+
+    def _rtc_log(self, prefix: Any, compute_s: float) -> None:
+        """Every REPORT_EVERY RTC calls: LeRobot's delay (from the latency its engine measured, its
+        maximum so far) and the prefix used, next to this policy's own compute time."""
+        stats = self.__dict__.setdefault("_rtc_stats", {"n": 0, "delays": [], "used": [], "compute": []})
+        stats["n"] += 1
+        stats["delays"].append(prefix.requested)
+        stats["used"].append(prefix.used)
+        stats["compute"].append(compute_s)
+        if stats["n"] % self.REPORT_EVERY == 0:
+            compute_ms = sorted(stats["compute"])
+            logger.info(
+                "actlab RTC: %d chunks; LeRobot inference_delay (its measured latency max, in steps) "
+                "last %d, max %d; prefix used last %d; policy compute median %.1f ms, max %.1f ms",
+                stats["n"],
+                stats["delays"][-1],
+                max(stats["delays"]),
+                stats["used"][-1],
+                1000 * compute_ms[len(compute_ms) // 2],
+                1000 * compute_ms[-1],
+            )

@@ -1,0 +1,123 @@
+"""What the LeRobot plugin runs on actlab's side (no lerobot needed): RTC prefix mapping, camera frames to
+the trained size, the simulated robot's episodes (real MuJoCo). The plugin inside lerobot itself is tested
+in test_lerobot_real.py (slow)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from actlab.errors import ActlabError
+from actlab.lerobot.runtime import (
+    JOINT_KEYS,
+    SimEpisodes,
+    SimSignal,
+    camera_to_trained,
+    read_episode_log,
+    rtc_prefix,
+    trained_cameras,
+)
+
+
+def test_rtc_prefix_takes_the_first_delay_rows_and_never_lerobots_zero_padding():
+    left = torch.arange(1, 25, dtype=torch.float32).view(4, 6)  # 4 real left-over actions
+    padded = torch.cat([left, torch.zeros(6, 6)])  # LeRobot pads to its execution_horizon (10) with zeros
+    p = rtc_prefix(padded, inference_delay=3, max_delay=5)
+    assert p.used == 3 and p.note is None and torch.equal(p.actions, left[None, :3])
+    p = rtc_prefix(padded, inference_delay=5, max_delay=8)  # more delay than real actions: no zero rows
+    assert p.used == 4 and torch.equal(p.actions, left[None]) and "zero padding" in p.note
+    p = rtc_prefix(padded, inference_delay=9, max_delay=2)  # above the trained maximum: clamped
+    assert p.used == 2 and "clamped to the trained rtc_max_delay 2" in p.note
+
+
+def test_rtc_prefix_is_empty_without_a_left_over_or_a_delay():
+    assert rtc_prefix(None, 4, 5).actions is None  # the first chunk
+    assert rtc_prefix(torch.ones(5, 6), 0, 5).actions is None  # no latency measured yet
+    assert rtc_prefix(torch.zeros(10, 6), 3, 5).actions is None  # only padding
+    p = rtc_prefix(torch.ones(5, 6), 3, 0)
+    assert p.actions is None and "without an RTC prefix" in p.note
+    with pytest.raises(ActlabError, match="prev_chunk_left_over"):
+        rtc_prefix(torch.ones(6), 2, 5)
+
+
+def test_rtc_delay_of_a_whole_chunk_is_clamped_not_refused_and_says_why():
+    """LeRobot's d is its largest latency ever: one load spike must not stop the rollout."""
+    p = rtc_prefix(torch.ones(10, 6), inference_delay=33, max_delay=8, chunk_size=30)
+    assert p.used == 8 and "whole chunk (30)" in p.note and "clamped to the trained rtc_max_delay 8" in p.note
+    assert rtc_prefix(torch.ones(10, 6), inference_delay=29, max_delay=8, chunk_size=30).used == 8
+
+
+def _features(h: int, w: int, fit_pad: bool = False) -> dict:
+    resize = {"mode": "fit_pad", "from_shape": [96, 128, 3], "image_size": h}
+    info = {"actlab.resize": resize} if fit_pad else {}
+    return {"observation.images.top": {"dtype": "video", "shape": [h, w, 3], "info": info}}
+
+
+def test_camera_frames_become_the_trained_size_as_actlab_eval_resizes_them():
+    from actlab.evaluation.policy_io import resize_images
+
+    g = torch.Generator().manual_seed(0)
+    frames = torch.randint(0, 256, (2, 3, 96, 96), generator=g, dtype=torch.uint8)
+    trained = trained_cameras(_features(80, 80), ["observation.images.top"])["observation.images.top"]
+    as_lerobot = frames.float() / 255  # what LeRobot's prepare_observation_for_inference makes
+    out = camera_to_trained(as_lerobot, "observation.images.top", trained)
+    assert out.dtype == torch.uint8 and torch.equal(out, resize_images(frames, (80, 80)))
+    same = camera_to_trained(frames[..., :80, :80].float() / 255, "observation.images.top", trained)
+    assert torch.equal(same, frames[..., :80, :80])  # float -> uint8 is exact at the trained size
+
+
+def test_camera_of_another_aspect_ratio_is_refused_naming_both_sizes():
+    trained = trained_cameras(_features(60, 80), ["observation.images.top"])["observation.images.top"]
+    ok = camera_to_trained(torch.zeros(1, 3, 480, 640), "observation.images.top", trained)
+    assert tuple(ok.shape) == (1, 3, 60, 80)
+    with pytest.raises(ActlabError, match="delivers 480x480") as e:
+        camera_to_trained(torch.zeros(1, 3, 480, 480), "observation.images.top", trained)
+    assert "60x80" in str(e.value.render()) and e.value.field == "observation.images.top"
+    # a camera the FrameStore fitted into a padded square takes any aspect ratio, as in training
+    key = "observation.images.top"
+    square = trained_cameras(_features(80, 80, fit_pad=True), [key])[key]
+    out = camera_to_trained(torch.ones(1, 3, 96, 128), key, square)
+    assert tuple(out.shape) == (1, 3, 80, 80) and int(out[0, 0, 0, 0]) == 0 and int(out[0, 0, 40, 40]) == 255
+
+
+def test_sim_robot_restarts_episodes_from_new_seeds_and_logs_each_outcome(tmp_path):
+    seen = []
+    signal = SimSignal()
+    sim = SimEpisodes(image_size=32, max_steps=4, seed=7, hold_steps=2, log_file=tmp_path / "ep.jsonl",
+                      on_episode=seen.append, signal=signal)  # fmt: skip
+    try:
+        assert (signal.epoch, signal.holding) == (1, True)  # a plugin policy resets and drops its prefix
+        obs = sim.observe()
+        assert obs["observation.state"].shape == (6,) and obs["observation.images.top"].shape == (32, 32, 3)
+        home = obs["observation.state"].astype(np.float64)
+        # clipped like the follower's servos: a target far outside a joint's range stops at the range
+        applied = sim.act(home + 1000.0)
+        assert np.allclose(applied, sim.high_deg) and len(sim._infos) == 0  # held: the action is ignored
+        sim.act(home)
+        assert not signal.holding  # the hold is over: actions are executed (and may be committed)
+        for _ in range(10):  # the rest of 2 episodes: 4 steps each, 2 held steps after the restart
+            sim.act(home)
+        assert [r.seed for r in sim.results] == [7, 8] and signal.epoch == 3
+        assert all(r.outcome == "timeout" or r.outcome == "never_picked_up" for r in sim.results)
+        assert seen == sim.results and sim.results[0].steps == 4
+        logged = read_episode_log(tmp_path / "ep.jsonl")
+        assert [e["seed"] for e in logged] == [7, 8] and logged[0]["outcome"] == sim.results[0].outcome
+        assert sim.summary().startswith("0/2 episodes succeeded")
+        assert "episode 0 seed 7" in sim.results[0].line()
+    finally:
+        sim.close()
+    assert len(JOINT_KEYS) == 6 and JOINT_KEYS[-1] == "gripper.pos"
+
+
+def test_bridged_lerobot_checkpoints_are_named_by_run_and_step_and_last_is_resolved(tmp_path):
+    from actlab.lerobot.bridge import checkpoint_label
+
+    for step in ("000002", "000004"):
+        (tmp_path / "act_run/checkpoints" / step / "pretrained_model").mkdir(parents=True)
+    (tmp_path / "act_run/checkpoints/last").symlink_to("000004")
+    ckpts = tmp_path / "act_run/checkpoints"
+    assert checkpoint_label(ckpts / "last/pretrained_model") == ("act_run_step_0000004", 4)
+    assert checkpoint_label(ckpts / "000002/pretrained_model") == ("act_run_step_0000002", 2)
+    (tmp_path / "mypolicy").mkdir()
+    assert checkpoint_label(tmp_path / "mypolicy") == ("mypolicy", None)
