@@ -266,12 +266,16 @@ class ChunkExecutor:
         due = [b for b, r in enumerate(self.rows) if r.active and r.chunk is not None and r.t % self.s == 0]
         if first or due:
             obs = observe()
+            with_prefix = self.spec.mode == "rtc" and self.d > 0
+            out = None
             if first:  # before the clock starts: no prefix, executed from index 0
-                out = self._call(obs, None, len(first))
+                out = self._call(obs, None, len(first) + (0 if with_prefix else len(due)))
                 for b in first:
                     self._arrive(b, out[b], 0, boundary=False)
             if due:
-                self._start_inferences(obs, due)
+                # One call serves both unless due rows need a prefix: a first chunk never gets one (a
+                # zero-padded prefix would decode to a jump, lerobot #2541), so rtc then calls twice.
+                self._start_inferences(obs, due, None if with_prefix else out)
         actions = []
         for b, r in enumerate(self.rows):
             if r.active:
@@ -310,8 +314,9 @@ class ChunkExecutor:
             )
         return out[:, : self.h]
 
-    def _start_inferences(self, obs: Any, due: list[int]) -> None:
-        """Start the inferences of the rows in ``due`` (one batched call; the other rows ride along)."""
+    def _start_inferences(self, obs: Any, due: list[int], out: Any = None) -> None:
+        """Start the inferences of the rows in ``due`` (one batched call, unless ``out`` already holds
+        its result; the other rows ride along)."""
         import torch
 
         prefix = None
@@ -320,7 +325,8 @@ class ChunkExecutor:
             # pass any D actions of their own chunk (their output is dropped): never zeros, which a
             # relative policy would read as "stay here" (a zero-padded prefix decodes to a jump).
             prefix = torch.stack([self._committed(r) for r in self.rows])  # (B, D, A)
-        out = self._call(obs, prefix, len(due))
+        if out is None:
+            out = self._call(obs, prefix, len(due))
         for b in due:
             r = self.rows[b]
             new = out[b]  # (H, A)
