@@ -199,3 +199,13 @@ def test_bad_settings_are_errors():
         ExecutionSpec("later")
     with pytest.raises(ActlabError, match="observation history"):
         check_execution(ExecutionSpec("async", latency=1), ChunkLimits(12, 5, history=True))
+
+
+def test_a_delay_as_long_as_the_horizon_hands_over_the_chunk_that_just_arrived():
+    policy = Scripted()
+    ex, seen = run(policy, ExecutionSpec("rtc", latency=4, horizon=4, schedule="none"), steps=21)
+    a = ex.executed(0)
+    assert seen == [0, 4, 8, 12, 16, 20] and ex.boundaries(0) == [8, 12, 16, 20]
+    # At step 8 chunk 1 (started at 4) arrives while chunk 2 starts: chunk 2's prefix is chunk 1's.
+    assert np.array_equal(policy.calls[2][1][0].numpy(), a[8:12]) and a[8].tolist() == [1, 4, 4]
+    assert ex.committed_ok(0)

@@ -262,6 +262,13 @@ class ChunkExecutor:
         """The actions (B, A) of this control step; rows that are not active repeat their last one."""
         import torch
 
+        for b, r in enumerate(self.rows):
+            # Arrivals first: with latency == horizon a chunk arrives at the step the next inference
+            # starts, and that inference commits to (and blends with) the chunk that just arrived.
+            if r.active and r.pending is not None and r.pending[0] == r.t:
+                _, start, chunk = r.pending
+                r.pending = None
+                self._arrive(b, chunk, start, boundary=True)
         first = [b for b, r in enumerate(self.rows) if r.active and r.chunk is None]
         due = [b for b, r in enumerate(self.rows) if r.active and r.chunk is not None and r.t % self.s == 0]
         if first or due:
@@ -279,10 +286,6 @@ class ChunkExecutor:
         actions = []
         for b, r in enumerate(self.rows):
             if r.active:
-                if r.pending is not None and r.pending[0] == r.t:
-                    _, start, chunk = r.pending
-                    r.pending = None
-                    self._arrive(b, chunk, start, boundary=True)
                 a = self._action(r)
                 r.actions.append(a.detach().float().cpu().numpy())
                 r.t += 1
