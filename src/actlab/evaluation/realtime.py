@@ -11,6 +11,7 @@ policy before any episode runs, and latencies are parsed (steps, milliseconds, o
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -70,6 +71,7 @@ def parse_modes(text: str) -> list[str]:
             field="--execution",
             expected="a comma list of " + " / ".join(EXECUTION_MODES),
             found=text,
+            fix="e.g. --execution sync,async,rtc",
         )
     return list(dict.fromkeys(modes))
 
@@ -97,6 +99,7 @@ def parse_latencies(text: str, fps: int) -> list[int | str]:
                 field="--latency",
                 expected="a comma list of control steps (0,2,4), milliseconds (100ms) or 'measured'",
                 found=text,
+                fix="e.g. --latency 0,2,4,8 or --latency 100ms",
             ) from None
     return list(dict.fromkeys(out))
 
@@ -110,7 +113,6 @@ def measure_inference(src: Any, spec: Any, cfg: Any, fps: int) -> dict[str, floa
     from actlab.evaluation.envs import make_eval_env
     from actlab.evaluation.harness import _policy_device, source_inputs, spec_for_inputs, torch_threads
     from actlab.evaluation.policy_io import ObsAdapter, policy_inputs
-    from actlab.evaluation.results import _percentile
     from actlab.policies import load_policy
 
     if getattr(src, "path", None) is None:
@@ -128,21 +130,32 @@ def measure_inference(src: Any, spec: Any, cfg: Any, fps: int) -> dict[str, floa
         batch = adapter([obs] * cfg.batch_envs)
     finally:
         getattr(env, "close", lambda: None)()
-    threads = cfg.threads_per_worker or max(1, (__import__("os").cpu_count() or 1) // cfg.workers)
+    threads = cfg.threads_per_worker or max(1, (os.cpu_count() or 1) // cfg.workers)
     times = []
     with torch_threads(threads), torch.inference_mode():
-        for i in range(WARMUP_CALLS + MEASURE_CALLS):
+        for _ in range(WARMUP_CALLS + MEASURE_CALLS):
             t0 = time.perf_counter()
             out = policy.predict_action_chunk(batch)
             out.float().cpu()  # Why: waits for the device, so the time is the whole inference
-            if i >= WARMUP_CALLS:
-                times.append(1000 * (time.perf_counter() - t0))
-    median = _percentile(times, 50) or 0.0
+            times.append(1000 * (time.perf_counter() - t0))
+    return delay_from_timings(times, fps)
+
+
+def delay_from_timings(times_ms: Sequence[float], fps: int, warmup: int = WARMUP_CALLS) -> dict:
+    """Inference times (ms, in call order) -> the delay in control steps: the median of the calls after
+    the first ``warmup`` (whose one-off costs must not set the delay), rounded up; with median_ms, p99_ms
+    and the number of calls timed."""
+    from actlab.evaluation.results import percentile
+
+    kept = list(times_ms)[warmup:]
+    if not kept:
+        raise ValueError(f"no timings after {warmup} warm-up calls")
+    median = percentile(kept, 50) or 0.0
     return {
         "median_ms": round(median, 3),
-        "p99_ms": round(_percentile(times, 99) or 0.0, 3),
-        "steps": math.ceil(median * fps / 1000.0),
-        "calls": len(times),
+        "p99_ms": round(percentile(kept, 99) or 0.0, 3),
+        "steps": math.ceil(round(median * fps / 1000.0, 9)),
+        "calls": len(kept),
     }
 
 

@@ -88,7 +88,7 @@ class Summary:
         return asdict(self)
 
 
-def _percentile(values: Sequence[float], q: float) -> float | None:
+def percentile(values: Sequence[float], q: float) -> float | None:
     """The q-th percentile (linear interpolation), None for no values."""
     if not values:
         return None
@@ -105,8 +105,8 @@ def _smoothness(results: Sequence[EpisodeResult]) -> dict[str, float | None]:
     times = [x for r in results for x in (r.inference_ms or [])]
     return {
         **{k: mean_of(k) for k in ("boundary_jump", "step_change", "spike_factor", "jerk", "chunk_switches")},
-        "inference_ms_median": _percentile(times, 50),
-        "inference_ms_p99": _percentile(times, 99),
+        "inference_ms_median": percentile(times, 50),
+        "inference_ms_p99": percentile(times, 99),
     }
 
 

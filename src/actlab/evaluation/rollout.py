@@ -154,7 +154,7 @@ def _executor(policy: RolloutPolicy, execution: ExecutionSpec | None, traces: li
         return None
     limits = ChunkLimits.from_config(getattr(policy, "config", None) or {})
 
-    def timed(seconds: float, _rows: int) -> None:
+    def timed(seconds: float) -> None:
         for trace in traces:
             trace.inference_s.append(seconds)
 

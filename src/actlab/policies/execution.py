@@ -219,7 +219,7 @@ class ChunkExecutor:
     observation of all B rows. ``restart(rows)`` begins a new episode in those rows (their next step
     computes a first chunk, before their clock starts); ``finish(row)`` freezes a row whose episode ended.
     ``chunk_fn(obs, prefix) -> (B, H, A)`` defaults to ``policy.predict_action_chunk``;
-    ``on_inference(seconds, rows)`` is told how long each call took.
+    ``on_inference(seconds)`` is told how long each call after the clock started took.
     """
 
     def __init__(
@@ -229,7 +229,7 @@ class ChunkExecutor:
         limits: ChunkLimits,
         batch: int,
         chunk_fn: Callable[[Any, Any], Any] | None = None,
-        on_inference: Callable[[float, int], None] | None = None,
+        on_inference: Callable[[float], None] | None = None,
     ) -> None:
         if spec.mode == "sync":
             raise ActlabError(
@@ -276,7 +276,9 @@ class ChunkExecutor:
             with_prefix = self.spec.mode == "rtc" and self.d > 0
             out = None
             if first:  # before the clock starts: no prefix, executed from index 0
-                out = self._call(obs, None, len(first) + (0 if with_prefix else len(due)))
+                # Not timed unless it also serves due rows: it runs before the clock starts (and pays the
+                # warm-up costs, which must not pass for the policy's latency).
+                out = self._call(obs, None, timed=bool(due) and not with_prefix)
                 for b in first:
                     self._arrive(b, out[b], 0, boundary=False)
             if due:
@@ -297,7 +299,7 @@ class ChunkExecutor:
     def _action_dim(self) -> int:
         return next(r.chunk.shape[-1] for r in self.rows if r.chunk is not None)
 
-    def _call(self, obs: Any, prefix: Any, n_rows: int) -> Any:
+    def _call(self, obs: Any, prefix: Any, timed: bool = True) -> Any:
         import time
 
         import torch
@@ -306,8 +308,8 @@ class ChunkExecutor:
         out = self.chunk_fn(obs, prefix)
         out = out.detach() if hasattr(out, "detach") else torch.as_tensor(np.asarray(out, dtype=np.float32))
         out = out.float().cpu()  # (B, H, A); Why: one host sync per inference, the env needs numbers
-        if self.on_inference is not None:
-            self.on_inference(time.perf_counter() - t0, n_rows)
+        if self.on_inference is not None and timed:
+            self.on_inference(time.perf_counter() - t0)
         if out.ndim != 3 or out.shape[0] != len(self.rows) or out.shape[1] < self.h:
             raise ActlabError(
                 "the policy returned a chunk of the wrong shape",
@@ -329,7 +331,7 @@ class ChunkExecutor:
             # relative policy would read as "stay here" (a zero-padded prefix decodes to a jump).
             prefix = torch.stack([self._committed(r) for r in self.rows])  # (B, D, A)
         if out is None:
-            out = self._call(obs, prefix, len(due))
+            out = self._call(obs, prefix)
         for b in due:
             r = self.rows[b]
             new = out[b]  # (H, A)
