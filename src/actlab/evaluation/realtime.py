@@ -230,26 +230,40 @@ def run_sweep(
     if MEASURED in latencies:
         for src in sources:
             measured[src.name] = measure_inference(src, env_spec, cfg, fps)
-    cells_out = []
-    for src in sources:
+    planned = []
+    for src in sources:  # every cell checked (measured delays included) before any episode runs
         steps = [measured[src.name]["steps"] if d == MEASURED else d for d in latencies]
-        steps = list(dict.fromkeys(int(d) for d in steps))
-        for _, spec, s in plan_cells([src], modes, steps, horizon):
-            t0 = time.perf_counter()
-            (ev,) = evaluate_many([src], env_spec, replace(cfg, execution=spec))
-            is_measured = src.name in measured and spec.latency == measured[src.name]["steps"]
-            cell = Cell(
-                policy=src.name,
-                mode=spec.mode,
-                latency=spec.latency,
-                horizon=s,
-                summary=ev.summary,
-                seconds=time.perf_counter() - t0,
-                measured=measured.get(src.name) if is_measured and spec.mode != "sync" else None,
-            )
-            cells_out.append(cell)
-            if on_cell is not None:
-                on_cell(cell)
+        try:
+            planned += plan_cells([src], modes, list(dict.fromkeys(int(d) for d in steps)), horizon)
+        except ActlabError as e:
+            if src.name not in measured:
+                raise
+            m = measured[src.name]
+            raise ActlabError(
+                f"{e.problem} (the measured inference: {m['median_ms']:.1f} ms median at batch "
+                f"{cfg.batch_envs} = {m['steps']} steps at {fps} fps)",
+                field=e.field,
+                expected=e.expected,
+                found=e.found,
+                fix=f"{e.fix}; or a faster --device, or a smaller --batch-envs",
+            ) from e
+    cells_out = []
+    for src, spec, s in planned:
+        t0 = time.perf_counter()
+        (ev,) = evaluate_many([src], env_spec, replace(cfg, execution=spec))
+        is_measured = src.name in measured and spec.latency == measured[src.name]["steps"]
+        cell = Cell(
+            policy=src.name,
+            mode=spec.mode,
+            latency=spec.latency,
+            horizon=s,
+            summary=ev.summary,
+            seconds=time.perf_counter() - t0,
+            measured=measured.get(src.name) if is_measured and spec.mode != "sync" else None,
+        )
+        cells_out.append(cell)
+        if on_cell is not None:
+            on_cell(cell)
     return cells_out, measured
 
 

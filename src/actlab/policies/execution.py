@@ -286,7 +286,7 @@ class ChunkExecutor:
                 # zero-padded prefix would decode to a jump, lerobot #2541), so rtc then calls twice.
                 self._start_inferences(obs, due, None if with_prefix else out)
         actions = []
-        for b, r in enumerate(self.rows):
+        for r in self.rows:
             if r.active:
                 a = self._action(r)
                 r.actions.append(a.detach().float().cpu().numpy())
