@@ -18,8 +18,8 @@ examples:
       --video-pick failures --out runs/eval5000    # film the failures first
   actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 5 --whiskers --out runs/whiskers
   actlab eval --expert --episodes 50                                     # the scripted expert, for reference
-  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 2 --latency 0,4 \
-      --execution sync,async,ensemble --out runs/delay    # a delay sweep: table, figure, one record per cell
+  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 20 --latency 0,4 \\
+      --execution async,ensemble --out runs/delay     # a delay sweep: table, figure, a record per cell
   actlab eval --lerobot-policy outputs/train/diffusion/checkpoints/last/pretrained_model \\
       --lerobot-python ~/lerobot-venv/bin/python --episodes 20 --videos 2 --out runs/diffusion
 
