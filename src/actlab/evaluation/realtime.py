@@ -337,7 +337,7 @@ def plot_sweep(records: Sequence[dict], path: str | Path, title: str | None = No
         ]
         jumps = [r["boundary_jump"] if r["boundary_jump"] is not None else float("nan") for r in rs]
         if mode == "sync" and len(rs) == 1 and len(delays) > 1:
-            line = ax_s.axhline(y[0], ls="--", lw=1, label=f"{label} (no delay)")
+            line = ax_s.axhline(y[0], ls="--", lw=1, color="0.3", label=f"{label} (no delay)")
             ax_s.axhspan(100 * rs[0]["ci_low"], 100 * rs[0]["ci_high"], color=line.get_color(), alpha=0.08)
             ax_j.axhline(jumps[0], ls="--", lw=1, color=line.get_color(), label=f"{label} (no delay)")
             continue
@@ -347,7 +347,7 @@ def plot_sweep(records: Sequence[dict], path: str | Path, title: str | None = No
     ax_s.set_ylabel("success (%), 95% interval")
     ax_s.set_ylim(-2, 102)
     ax_j.set_xlabel("inference delay (control steps)")
-    ax_j.set_ylabel("mean chunk-boundary jump (joint space)")
+    ax_j.set_ylabel("mean chunk-boundary jump (action units; deg in the sim)")
     for ax in (ax_s, ax_j):
         ax.set_xticks(delays)
         ax.grid(alpha=0.3)
