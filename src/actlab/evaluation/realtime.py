@@ -347,7 +347,7 @@ def plot_sweep(records: Sequence[dict], path: str | Path, title: str | None = No
     ax_s.set_ylabel("success (%), 95% interval")
     ax_s.set_ylim(-2, 102)
     ax_j.set_xlabel("inference delay (control steps)")
-    ax_j.set_ylabel("mean chunk-boundary jump (action units; deg in the sim)")
+    ax_j.set_ylabel("mean chunk-boundary jump (action units)")
     for ax in (ax_s, ax_j):
         ax.set_xticks(delays)
         ax.grid(alpha=0.3)
