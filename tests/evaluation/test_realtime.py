@@ -219,6 +219,7 @@ def test_latencies_in_steps_milliseconds_or_measured():
     assert m["steps"] == 2 and m["median_ms"] == 40.0 and m["calls"] == 20 and m["p99_ms"] > 40
 
 
+@pytest.mark.slow  # ~30 s on the busy 2-core machine: loads and times the bundle, then runs an episode
 def test_measured_latency_times_the_bundle_and_reports_it(rel_bundle, capsys):
     """The delay is what this machine measures: a run, or (on a busy machine, a delay the 12-action
     chunk cannot cover) an error that says what was measured; either way before any episode."""
