@@ -11,7 +11,7 @@ from actlab.training.config import config_hash, describe_config, resume_diff
 @pytest.mark.parametrize("name", list(list_presets()))
 def test_every_preset_is_valid_and_round_trips_through_json(name):
     cfg = get_preset(name)
-    assert cfg.name == name and cfg.policy_type == "act"
+    assert cfg.name == name and cfg.policy_type == ("act_relative" if name.endswith("_rtc") else "act")
     again = config_from_dict(json.loads(json.dumps(config_to_dict(cfg))))
     assert again == cfg and config_hash(again) == config_hash(cfg)
     docs = describe_config(cfg)
@@ -20,6 +20,13 @@ def test_every_preset_is_valid_and_round_trips_through_json(name):
     assert {"optim.lr", "policy.dim_model", "data.frames_on_device", "checkpoint.keep_last"} <= {
         k for k, _, _ in docs
     }
+
+
+def test_the_rtc_preset_is_the_demo_recipe_with_prefix_training():
+    demo, rtc = get_preset("so101_sim_cpu"), get_preset("so101_sim_cpu_rtc")
+    assert rtc.policy.rtc_max_delay == 8 < rtc.policy.chunk_size - rtc.policy.n_action_steps
+    assert dataclasses.replace(rtc, name=demo.name, policy=demo.policy) == demo  # same data, budget, optim
+    assert rtc.policy.dim_model == demo.policy.dim_model and rtc.policy.chunk_size == demo.policy.chunk_size
 
 
 def test_presets_differ_where_they_should():

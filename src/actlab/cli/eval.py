@@ -18,6 +18,8 @@ examples:
       --video-pick failures --out runs/eval5000    # film the failures first
   actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 5 --whiskers --out runs/whiskers
   actlab eval --expert --episodes 50                                     # the scripted expert, for reference
+  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 20 --latency 0,4 \\
+      --execution async,ensemble --out runs/delay     # a delay sweep: table, figure, a record per cell
   actlab eval --lerobot-policy outputs/train/diffusion/checkpoints/last/pretrained_model \\
       --lerobot-python ~/lerobot-venv/bin/python --episodes 20 --videos 2 --out runs/diffusion
 
@@ -32,6 +34,16 @@ training scenes are refused), the policy is reset before every episode, and each
 normalization statistics are used. Results: success rate with a Wilson
 95% interval, failure taxonomy (never_picked_up, dropped_during_transport, missed_goal, timeout), pick
 and drop rates, mean steps of successful episodes, max lift height (docs/evaluation.md).
+
+Real time (--execution, --latency): the first chunk of an episode is computed before the clock starts;
+after that an inference starts every --horizon steps from that step's observation and its chunk arrives
+--latency control steps later, the previous chunk executing meanwhile. Modes: sync (the sim waits for the
+policy: today's evaluation, the default), async (switch to the new chunk as it comes), ensemble (ACT's
+temporal ensembling of every arrived chunk, a new inference as soon as the last one finished), blend
+(the new chunk's overlap blended with the old one: inference-time RTC), rtc (blend, and the committed
+actions handed to the policy as a prefix: act_relative trained with rtc_max_delay). Comma lists make a
+grid on the same seeds; every episode also reports chunk-boundary jump, spike factor, jerk and chunk
+switches of the actions it executed.
 """
 
 
@@ -87,6 +99,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-steps", type=int, metavar="T", help="episode step limit (the env's by default)")
     p.add_argument("--image-size", type=int, metavar="PX", help="sim render size (the bundle's by default)")
     p.add_argument("--markdown", action="store_true", help="print the summary as a markdown table")
+    _add_realtime_flags(p)
     add_json_flag(p)
     p.set_defaults(_run=_run)
 
@@ -111,6 +124,7 @@ def _run(args: argparse.Namespace) -> int:
 
     device = str(resolve_device(args.device))  # every spelling checked here; CUDA always indexed
     spec = EnvSpec(task=args.task, image_size=args.image_size, max_steps=args.max_steps)
+    realtime = _realtime_plan(args, spec)
     cfg = EvalConfig(
         episodes=args.episodes,
         seed=args.seed,
@@ -121,6 +135,7 @@ def _run(args: argparse.Namespace) -> int:
         video_pick=args.video_pick,
         device=device,
         threads_per_worker=args.threads,
+        execution=realtime.get("execution"),
     )
     if args.expert:
         from actlab.evaluation.experts import expert_source
@@ -139,6 +154,8 @@ def _run(args: argparse.Namespace) -> int:
             found="--expert",
             fix="pass a checkpoint PATH for --whiskers",
         )
+    if realtime.get("grid"):
+        return _run_sweep(args, sources, spec, cfg, realtime)
     progress = _progress(len(sources) * cfg.episodes, quiet=args.json)
     try:
         report = run_eval(sources, spec, cfg, args.out, args.overwrite, whiskers, on_episode=progress)
@@ -154,6 +171,8 @@ def _run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     print(report.table(markdown=args.markdown))
+    if cfg.execution is not None:
+        print(_smoothness_line(report.evals, cfg.execution))
     print(
         f"\n{cfg.episodes} episodes per checkpoint, seeds {cfg.seed}..{cfg.seed + cfg.episodes - 1}, "
         f"{report.meta['seconds']:.1f} s"
@@ -163,6 +182,151 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{kind}: {report.out_dir / rel}")
         if cfg.videos:
             print(f"videos: {report.out_dir / 'videos'}")
+    return 0
+
+
+def _add_realtime_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "real time: chunks computed while the previous one executes (docs/evaluation.md)"
+    )
+    g.add_argument(
+        "--execution",
+        default="sync",
+        metavar="MODES",
+        help="sync (default: the sim waits for the policy), async (switch to each new chunk as it arrives), "
+        "ensemble (temporal ensembling of the arrived chunks), blend (overlap blended with the old chunk), "
+        "rtc (blend + the committed actions as the policy's prefix; act_relative with rtc_max_delay); "
+        "a comma list makes a sweep",
+    )
+    g.add_argument(
+        "--latency",
+        default="0",
+        metavar="D",
+        help="inference delay in control steps (4), milliseconds rounded up at the env's fps (100ms), or "
+        "'measured' (median time of the policy on --device, batch --batch-envs); a comma list makes a sweep",
+    )
+    g.add_argument(
+        "--horizon",
+        type=int,
+        metavar="S",
+        help="actions executed per chunk (steps between inference starts); default: the policy's "
+        "n_action_steps (ensemble: max(1, delay))",
+    )
+
+
+def _realtime_plan(args: argparse.Namespace, spec) -> dict:
+    """Parsed --execution/--latency/--horizon: one ExecutionSpec, or a grid for the sweep."""
+    from actlab.evaluation.realtime import MEASURED, parse_latencies, parse_modes
+    from actlab.policies.execution import ExecutionSpec
+
+    modes = parse_modes(args.execution)
+    text = str(args.latency)
+    fps = _task_fps(spec) if ("ms" in text or MEASURED in text or len(modes) > 1 or "," in text) else 30
+    latencies = parse_latencies(text, fps)
+    if len(modes) * len(latencies) > 1 or MEASURED in latencies:
+        return {"grid": True, "modes": modes, "latencies": latencies, "fps": fps}
+    (mode,), (d,) = modes, latencies
+    if mode == "sync" and d == 0 and args.horizon is None:
+        return {}
+    return {"execution": ExecutionSpec(mode=mode, latency=int(d), horizon=args.horizon)}
+
+
+def _task_fps(spec) -> int:
+    """Control rate of the task (for --latency in ms and the sweep's ms column)."""
+    if not spec.is_peer:
+        from actlab.sim.env import FPS
+
+        return FPS  # every actlab sim task steps at this rate
+    from actlab.evaluation.envs import env_fps, make_eval_env
+
+    env = make_eval_env(spec)
+    try:
+        return env_fps(env)
+    finally:
+        getattr(env, "close", lambda: None)()
+
+
+def _smoothness_line(evals, execution) -> str:
+    parts = []
+    for ev in evals:
+        s = ev.summary
+        jump = "-" if s.boundary_jump is None else f"{s.boundary_jump:.4f}"
+        spike = "-" if s.spike_factor is None else f"{s.spike_factor:.2f}"
+        jerk = "-" if s.jerk is None else f"{s.jerk:.4f}"
+        parts.append(f"{ev.name}: boundary jump {jump}, spike {spike}, jerk {jerk}")
+    return f"\nexecution {execution.mode}, latency {execution.latency} steps: " + "; ".join(parts)
+
+
+def _run_sweep(args: argparse.Namespace, sources, spec, cfg, plan: dict) -> int:
+    import json
+    import sys
+    import time
+    from pathlib import Path
+
+    from actlab.errors import ActlabError
+    from actlab.evaluation.realtime import MEASURED, plan_cells, plot_sweep, run_sweep, sweep_table
+    from actlab.evaluation.sweep import EVAL_KIND
+    from actlab.utils.io import atomic_dir, atomic_write_json, atomic_write_text, check_out_dir
+
+    if cfg.videos or args.whiskers:
+        raise ActlabError(
+            "videos and whiskers are per evaluation, not per sweep cell",
+            field="--videos / --whiskers",
+            fix="run one cell (a single --execution and --latency) with --videos",
+        )
+    fps = plan["fps"]
+    # Every cell checked against every policy before any episode runs (a measured delay after timing).
+    fixed = [d for d in plan["latencies"] if d != MEASURED]
+    plan_cells(sources, plan["modes"], fixed, args.horizon)
+
+    def say(cell) -> None:
+        if not args.json:
+            s = cell.summary
+            print(
+                f"  {cell.policy} {cell.mode} delay {cell.latency}: {s.successes}/{s.episodes} "
+                f"({cell.seconds:.1f} s)",
+                file=sys.stderr,
+            )
+
+    # The same output rules as one evaluation's (an input is never an --out), checked before the sweep runs.
+    inputs = [s.path or getattr(s.obj, "policy_dir", None) for s in sources]
+    if args.out:
+        check_out_dir(Path(args.out), EVAL_KIND, args.overwrite, inputs)
+    t0 = time.perf_counter()
+    cells, measured = run_sweep(
+        sources, spec, cfg, plan["modes"], plan["latencies"], args.horizon, fps, on_cell=say
+    )
+    records = [c.to_dict(fps) for c in cells]
+    meta = {
+        "task": spec.task,
+        "episodes": cfg.episodes,
+        "seeds": f"{cfg.seed}..{cfg.seed + cfg.episodes - 1} (episode i uses seed + i, every cell)",
+        "fps": fps,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "measured_inference": measured or None,
+    }
+    report = {**meta, "cells": records}
+    table = sweep_table(cells, fps, markdown=args.markdown)
+    if args.out:
+        with atomic_dir(Path(args.out), overwrite=args.overwrite, kind=EVAL_KIND, inputs=inputs) as tmp:
+            atomic_write_json(tmp / "sweep.json", report)
+            md = sweep_table(cells, fps, markdown=True)
+            atomic_write_text(tmp / "sweep.md", f"# actlab eval delay sweep: {spec.task}\n\n{md}\n")
+            plot_sweep(records, tmp / "sweep.png", title=f"{spec.task}: success and boundary jump vs delay")
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print(table)
+    for name, m in measured.items():
+        print(
+            f"\n{name}: inference {m['median_ms']:.1f} ms median, {m['p99_ms']:.1f} ms p99 per chunk "
+            f"(batch {cfg.batch_envs}, {m['calls']} timed calls) -> delay {m['steps']} steps at {fps} fps"
+        )
+    print(f"\n{cfg.episodes} episodes per cell, same seeds in every cell, {meta['seconds']:.1f} s")
+    if args.out:
+        for f in ("sweep.json", "sweep.md", "sweep.png"):
+            print(f"{f}: {Path(args.out) / f}")
     return 0
 
 

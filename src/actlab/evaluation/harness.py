@@ -32,11 +32,13 @@ from typing import Any
 from actlab.errors import ActlabError
 from actlab.evaluation.envs import EnvSpec, env_fps, make_eval_env
 from actlab.evaluation.policy_io import ObsAdapter, PolicyInputs, bundle_inputs, policy_inputs
+from actlab.evaluation.realtime import check_sources_execution
 from actlab.evaluation.results import CheckpointEval, EpisodeResult, pick_video_episodes, summarize
 from actlab.evaluation.rollout import EpisodeTrace, rollout, to_result
 from actlab.evaluation.seeds import DEFAULT_SEED, check_training_seeds
 from actlab.evaluation.video import VIDEO_HOLD_S, annotate_episode, env_frame, write_video
 from actlab.policies.contract import RolloutPolicy
+from actlab.policies.execution import ExecutionSpec
 from actlab.utils.procs import worker_pool
 
 VIDEO_PICKS = ("first", "failures")
@@ -66,6 +68,8 @@ class EvalConfig:
     # torch threads per rollout process (None: cores // workers, at least 1); in-process runs use it too
     # (restored afterwards). Small policies run fastest on 1 thread, and on a busy machine much faster.
     threads_per_worker: int | None = None
+    # how chunks are executed while the next is computed (actlab.policies.execution); None: sync
+    execution: ExecutionSpec | None = None
 
     def __post_init__(self) -> None:
         for name, low in (("episodes", 1), ("seed", 0), ("workers", 1), ("batch_envs", 1), ("videos", 0)):
@@ -178,6 +182,7 @@ class WorkItem:
     filmed: tuple[int, ...]  # episode indices that get a video
     device: str  # policy device
     video_min_height: int  # frame upscaling for videos
+    execution: ExecutionSpec | None = None  # chunk execution (None: sync)
 
 
 @dataclass
@@ -271,7 +276,16 @@ def run_item(item: WorkItem, cache: _Cache, policy_obj: RolloutPolicy | None = N
     inputs = policy_inputs(policy) or (bundle_inputs(item.source.path) if item.source.path else None)
     adapter = ObsAdapter(inputs, _policy_device(policy, item.device))
     envs = cache.get_envs(item.spec, len(item.indices))
-    traces = rollout(policy, envs, seeds, adapter, record, item.spec.reset_options, frame_fn=frames)
+    traces = rollout(
+        policy,
+        envs,
+        seeds,
+        adapter,
+        record,
+        item.spec.reset_options,
+        frame_fn=frames,
+        execution=item.execution,
+    )
     return [_finish(item, i, t, env_fps(envs[0])) for i, t in zip(item.indices, traces)]
 
 
@@ -328,6 +342,7 @@ def _items(
             filmed=tuple(filmed) if video_dir is not None else (),
             device=cfg.device,
             video_min_height=cfg.video_min_height,
+            execution=cfg.execution,
         )
         for start in range(0, len(indices), batch)
     ]
@@ -349,6 +364,7 @@ def evaluate_many(
     names = [s.name for s in sources]
     if len(set(names)) != len(names):
         raise ActlabError("two policies have the same name", found=", ".join(names), fix="rename one")
+    check_sources_execution(sources, cfg.execution)  # a delay a policy cannot take fails before any episode
     trained_on = check_training_seeds(sources, spec.task, cfg.seed, cfg.episodes, cfg.allow_training_seeds)
     for name, overlap in trained_on.items():
         print(

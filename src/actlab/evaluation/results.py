@@ -47,6 +47,13 @@ class EpisodeResult:
     max_lift_m: float | None  # highest cube height above its starting height (metres), if known
     reward_sum: float  # sum of env rewards
     video: str | None = None  # path of the rollout video, when one was written
+    # Smoothness of the executed actions (actlab.policies.execution.chunk_metrics); None where undefined
+    boundary_jump: float | None = None  # mean ||a[b] - a[b-1]|| over chunk boundaries b (joint space)
+    step_change: float | None = None  # mean ||a[t] - a[t-1]|| away from chunk boundaries
+    spike_factor: float | None = None  # boundary_jump / step_change (1: a boundary is an ordinary step)
+    jerk: float | None = None  # mean norm of the third difference of the commanded actions (per step^3)
+    chunk_switches: int | None = None  # chunk boundaries in the episode (None: not a chunked policy)
+    inference_ms: list[float] | None = None  # time of each inference started in the episode (async modes)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -68,9 +75,39 @@ class Summary:
     mean_max_lift_m: float | None  # mean over episodes of the per-episode max lift (metres)
     max_lift_m: float | None  # highest lift over all episodes (metres)
     mean_reward: float  # mean per-episode reward sum
+    # Means over episodes of the per-episode smoothness metrics (EpisodeResult); None where undefined
+    boundary_jump: float | None = None  # mean chunk-boundary jump (joint space)
+    step_change: float | None = None  # mean step-to-step change away from boundaries
+    spike_factor: float | None = None  # mean of the per-episode boundary_jump / step_change
+    jerk: float | None = None  # mean jerk of the commanded actions
+    chunk_switches: float | None = None  # mean chunk switches per episode
+    inference_ms_median: float | None = None  # median time of one inference (async modes), pooled
+    inference_ms_p99: float | None = None  # 99th percentile of the same
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (linear interpolation), None for no values."""
+    if not values:
+        return None
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return float(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
+
+
+def _smoothness(results: Sequence[EpisodeResult]) -> dict[str, float | None]:
+    def mean_of(name: str) -> float | None:
+        return _mean([getattr(r, name) for r in results if getattr(r, name) is not None])
+
+    times = [x for r in results for x in (r.inference_ms or [])]
+    return {
+        **{k: mean_of(k) for k in ("boundary_jump", "step_change", "spike_factor", "jerk", "chunk_switches")},
+        "inference_ms_median": percentile(times, 50),
+        "inference_ms_p99": percentile(times, 99),
+    }
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -101,6 +138,7 @@ def summarize(results: Sequence[EpisodeResult]) -> Summary:
         mean_max_lift_m=_mean(lifts),
         max_lift_m=max(lifts) if lifts else None,
         mean_reward=_mean([r.reward_sum for r in results]) or 0.0,
+        **_smoothness(results),
     )
 
 

@@ -5,6 +5,10 @@ episode's action queue in place and silently ruins an evaluation). All B episode
 batched policy's per-row state (its action queue) starts empty for every one of them; an env whose
 episode has ended keeps feeding its last observation so the batch shape stays fixed, and its actions are
 dropped.
+
+With an ``execution`` other than sync, the actions come from :class:`actlab.policies.execution.ChunkExecutor`
+(chunks computed while the previous one executes, each env with its own chunk clock); in every mode the
+executed actions and chunk boundaries are kept for the smoothness metrics (boundary jump, jerk).
 """
 
 from __future__ import annotations
@@ -21,6 +25,13 @@ from actlab.evaluation.results import EpisodeResult
 from actlab.evaluation.taxonomy import PhaseRecord, classify
 from actlab.evaluation.video import env_frame
 from actlab.policies.contract import RolloutPolicy
+from actlab.policies.execution import (
+    ChunkExecutor,
+    ChunkLimits,
+    ExecutionSpec,
+    chunk_metrics,
+    sync_boundaries,
+)
 
 # info keys kept per step (the rest of a sim info, e.g. arrays, is dropped to keep traces small).
 KEPT_INFO: tuple[str, ...] = ("is_success", "grasped", "lifted", "in_goal", "near_goal", "cube_height")
@@ -38,6 +49,9 @@ class EpisodeTrace:
     infos: list[dict] = field(default_factory=list)  # per step: the KEPT_INFO entries of the step's info
     reward_sum: float = 0.0  # sum of rewards
     frames: list[np.ndarray] | None = None  # camera frames (initial + one per step) when recorded
+    actions: list[np.ndarray] = field(default_factory=list)  # (A,) executed action per step
+    boundaries: list[int] | None = None  # steps that began a new chunk (None: not a chunked policy)
+    inference_s: list[float] = field(default_factory=list)  # seconds of each inference it started (async)
 
     @property
     def steps(self) -> int:
@@ -73,8 +87,12 @@ def rollout(
     reset_options: dict | None = None,
     max_steps: int | None = None,
     frame_fn: Callable[[Any, Mapping], np.ndarray] = env_frame,
+    execution: ExecutionSpec | None = None,
 ) -> list[EpisodeTrace]:
-    """Run one episode in each of ``envs`` (seeded by ``seeds``) with one batched policy call per step."""
+    """Run one episode in each of ``envs`` (seeded by ``seeds``) with one batched policy call per step.
+
+    ``execution``: how chunks are executed (None or sync: ``select_action``, the sim waits for it).
+    """
     import torch
 
     batch = len(envs)
@@ -92,26 +110,63 @@ def rollout(
     caps = [min(env_max_steps(env), max_steps or 10**9) for env in envs]
     radii = [near_goal_radius(env) for env in envs]
     active = [True] * batch
+    executor = _executor(policy, execution, traces)
     while any(active):
         with torch.inference_mode():
-            actions = actions_to_numpy(policy.select_action(adapter(obs)), batch)  # (B, A)
+            if executor is None:
+                actions = actions_to_numpy(policy.select_action(adapter(obs)), batch)  # (B, A)
+            else:
+                actions = actions_to_numpy(executor.step(lambda: adapter(obs)), batch)  # (B, A)
         for i in range(batch):
             if not active[i]:
                 continue
             o, reward, terminated, truncated, info = envs[i].step(actions[i])
             obs[i] = o
+            traces[i].actions.append(actions[i])
             traces[i].infos.append(kept_info(info, radii[i]))
             traces[i].reward_sum += float(reward)
             if traces[i].frames is not None:
                 traces[i].frames.append(frame_fn(envs[i], o))
             if terminated or truncated or traces[i].steps >= caps[i]:
                 active[i] = False
+                if executor is not None:
+                    executor.finish(i)
+    for i, trace in enumerate(traces):
+        if executor is not None:
+            trace.boundaries = executor.boundaries(i)
+        else:
+            trace.boundaries = sync_boundaries(trace.steps, _sync_chunk_steps(policy))
     return traces
+
+
+def _sync_chunk_steps(policy: RolloutPolicy) -> int | None:
+    """Actions per chunk of a policy run by ``select_action`` (None: not chunked, or ensembling)."""
+    cfg = getattr(policy, "config", None)
+    if cfg is None or getattr(cfg, "temporal_ensemble_coeff", None) is not None:
+        return None
+    n = getattr(cfg, "n_action_steps", None)
+    return n if isinstance(n, int) and n > 0 else None
+
+
+def _executor(policy: RolloutPolicy, execution: ExecutionSpec | None, traces: list[EpisodeTrace]) -> Any:
+    """The chunk executor of a non-sync ``execution`` (None for sync); it records inference times."""
+    if execution is None or execution.mode == "sync":
+        return None
+    limits = ChunkLimits.from_config(getattr(policy, "config", None) or {})
+
+    def timed(seconds: float) -> None:
+        for trace in traces:
+            trace.inference_s.append(seconds)
+
+    return ChunkExecutor(policy, execution, limits, len(traces), on_inference=timed)
 
 
 def to_result(index: int, trace: EpisodeTrace, video: str | None = None) -> EpisodeResult:
     """Classify a trace into an EpisodeResult."""
     c = classify(PhaseRecord.from_infos(trace.infos))
+    smooth = (
+        chunk_metrics(np.asarray(trace.actions), trace.boundaries) if trace.boundaries is not None else {}
+    )
     return EpisodeResult(
         index=index,
         seed=trace.seed,
@@ -124,4 +179,10 @@ def to_result(index: int, trace: EpisodeTrace, video: str | None = None) -> Epis
         max_lift_m=c.max_lift_m,
         reward_sum=trace.reward_sum,
         video=video,
+        boundary_jump=smooth.get("boundary_jump"),
+        step_change=smooth.get("step_change"),
+        spike_factor=smooth.get("spike_factor"),
+        jerk=smooth.get("jerk"),
+        chunk_switches=smooth.get("chunk_switches"),
+        inference_ms=[round(1000 * x, 3) for x in trace.inference_s] or None,
     )

@@ -17,6 +17,8 @@ The model of execution (REFERENCE §4, Black et al. 2025):
   ``rtc``: the committed actions (old chunk, steps start..start+d-1) are passed as ``prefix`` to
   ``predict_action_chunk`` (re-expressed against the current state by act_relative) and the result is
   blended as in ``blend``.
+- The rules live in ``actlab.policies.execution`` (the evaluation harness executes chunks on the SO-101
+  sim with the same :class:`~actlab.policies.execution.ChunkExecutor`); this module is the servo "env".
 - Report: the jump at every chunk boundary ``||a[b] - a[b-1]||`` (L2 over action dims), mean and max, the
   mean step-to-step change away from boundaries, and their ratio (the "spike" factor).
 """
@@ -24,7 +26,6 @@ The model of execution (REFERENCE §4, Black et al. 2025):
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -32,8 +33,11 @@ import numpy as np
 import torch
 
 from actlab.errors import ActlabError
+from actlab.policies.execution import ChunkExecutor, ChunkLimits, ExecutionSpec, blend_weights, chunk_metrics
 
 MODES = ("naive", "blend", "rtc")
+# simulate's mode names -> the execution model's (naive switching is plain asynchronous execution)
+_EXECUTION_MODE = {"naive": "async", "blend": "blend", "rtc": "rtc"}
 SCHEDULES = ("exp", "linear", "none")
 
 
@@ -93,10 +97,8 @@ class ExecutionResult:
     @property
     def mean_step(self) -> float:
         """Mean ||a[t] - a[t-1]|| over steps that are not chunk boundaries."""
-        steps = np.linalg.norm(np.diff(self.actions, axis=0), axis=1)  # steps[t-1] = ||a[t] - a[t-1]||
-        mask = np.ones(len(steps), dtype=bool)
-        mask[[b - 1 for b in self.boundaries]] = False
-        return float(steps[mask].mean()) if mask.any() else float("nan")
+        m = chunk_metrics(self.actions, self.boundaries)["step_change"]
+        return float("nan") if m is None else float(m)
 
     def summary(self) -> dict[str, float]:
         jumps = self.boundary_jumps
@@ -110,20 +112,7 @@ class ExecutionResult:
         }
 
 
-def blend_weights(horizon: int, delay: int, execution_horizon: int, schedule: str = "exp") -> torch.Tensor:
-    """Weights of the old chunk per new-chunk index (H,): 1 for k < d, decaying to 0 at k = H - s.
-
-    ``exp`` is the RTC paper's soft mask ``c (e^c - 1) / (e - 1)`` with ``c = (H - s - k) / (H - s - d + 1)``.
-    """
-    k = torch.arange(horizon, dtype=torch.float64)
-    end = horizon - execution_horizon  # old chunk has no actions from here on
-    w = torch.zeros(horizon, dtype=torch.float64)
-    if schedule != "none":
-        c = ((end - k) / (end - delay + 1)).clamp(0, 1)
-        w = c * (torch.exp(c) - 1) / (math.e - 1) if schedule == "exp" else c
-    w[:delay] = 1.0
-    w[end:] = 0.0
-    return w.float()
+__all__ = ["MODES", "SCHEDULES", "ExecutionConfig", "ExecutionResult", "blend_weights", "compare", "simulate"]
 
 
 def _state_obs(policy: Any, history: list[torch.Tensor]) -> torch.Tensor:
@@ -167,7 +156,9 @@ def simulate(
             found=d,
             fix="use mode 'blend', or train act_relative with a larger rtc_max_delay",
         )
-    weights = blend_weights(horizon, d, s, config.schedule)
+    spec = ExecutionSpec(mode=_EXECUTION_MODE[mode], latency=d, horizon=s, schedule=config.schedule)
+    limits = ChunkLimits(horizon, s, getattr(policy.config, "rtc_max_delay", 0))
+    executor = ChunkExecutor(policy, spec, limits, batch=1)
     policy.reset()
     start = initial_state.detach().float()
     gen = torch.Generator().manual_seed(config.seed)
@@ -179,41 +170,23 @@ def simulate(
     measured = [measure(x) for x in history]  # what the sensors reported, one draw per step
     q = history[-1]
     n_past = len(history) - 1
-
-    def infer(t: int, prefix: torch.Tensor | None) -> torch.Tensor:
-        obs = dict(obs_fn(t, q)) if obs_fn is not None else {}
-        obs["observation.state"] = _state_obs(policy, measured)
-        return policy.predict_action_chunk(obs, prefix=prefix)[0].float()  # (H, A)
-
-    chunk, chunk_start = infer(0, None), 0
-    pending: tuple[int, torch.Tensor, int] | None = None
-    actions, boundaries, committed_ok = [], [], True
     for t in range(config.n_steps):
-        if t > 0 and t % s == 0:
-            old = chunk[t - chunk_start :]  # (H - s, A) what the old chunk still holds
-            prefix = old[None, :d] if mode == "rtc" else None
-            new = infer(t, prefix)
-            if mode == "rtc":
-                committed_ok &= bool(torch.equal(new[:d], old[:d]))
-            if mode in ("blend", "rtc"):
-                w = weights[: len(old), None]
-                new = torch.cat([w * old + (1 - w) * new[: len(old)], new[len(old) :]])
-            pending = (t + d, new, t)
-        if pending is not None and t == pending[0]:
-            _, chunk, chunk_start = pending
-            pending = None
-            boundaries.append(t)
-        a = chunk[t - chunk_start]
-        actions.append(a)
+
+        def observe(t: int = t, q: torch.Tensor = q) -> dict[str, torch.Tensor]:  # called at inferences
+            obs = dict(obs_fn(t, q)) if obs_fn is not None else {}
+            obs["observation.state"] = _state_obs(policy, measured)
+            return obs
+
+        a = executor.step(observe)[0]  # (A,)
         q = q + config.tracking_gain * (a - q)
         history.append(q)
         measured.append(measure(q))
     return ExecutionResult(
         mode=mode,
-        actions=torch.stack(actions).numpy(),
+        actions=executor.executed(0),
         states=torch.stack(history[n_past:]).numpy(),
-        boundaries=boundaries,
-        committed_ok=committed_ok,
+        boundaries=executor.boundaries(0),
+        committed_ok=executor.committed_ok(0),
     )
 
 

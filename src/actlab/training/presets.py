@@ -3,6 +3,8 @@
 - ``tiny``: tests and smoke runs on CPU (dim_model 32, 32 px images, a few steps).
 - ``so101_sim_cpu``: the demo; a small ACT (d=64) with the ``cnn_small`` backbone on two 80 px cameras
   (top + wrist), batch 32, lr 1e-3, 2,500 steps that fit in ~8 minutes on 2 CPU cores.
+- ``so101_sim_cpu_rtc``: the demo's recipe with ``act_relative`` and RTC prefix training
+  (``rtc_max_delay`` 8): the policy to run with ``actlab eval --execution rtc --latency 0,2,4,8``.
 - ``so101_sim``: full-size ACT (ResNet-18) on the simulated SO-101 data, for a GPU.
 - ``aloha``: full-size ACT for 14-dim bimanual ALOHA data with the 480x640 top camera (resize with
   ``data.image_size``), for a GPU.
@@ -143,6 +145,19 @@ def so101_sim_cpu() -> TrainConfig:
     )
 
 
+def so101_sim_cpu_rtc() -> TrainConfig:
+    """The demo's recipe (``so101_sim_cpu``) with ``act_relative`` trained for real-time chunking.
+
+    Same data, backbone, sizes, optimizer and budget as the demo, so a delay sweep compares the two
+    policies on equal terms. The model predicts state-relative chunks (gripper absolute) and, with
+    ``rtc_max_delay`` 8, learns to continue a committed prefix of 0..8 actions: it can run with up to
+    8 control steps (267 ms at the sim's 30 fps) of inference delay under ``--execution rtc``.
+    """
+    base = so101_sim_cpu()
+    policy = _policy(**{**dataclasses.asdict(base.policy), "type": "act_relative", "rtc_max_delay": 8})
+    return dataclasses.replace(base, name="so101_sim_cpu_rtc", policy=policy)
+
+
 def so101_sim() -> TrainConfig:
     """Full-size ACT (ResNet-18, d=512) on the simulated SO-101 data, for one GPU."""
     return TrainConfig(
@@ -224,6 +239,10 @@ def aloha_clip() -> TrainConfig:
 PRESETS: dict[str, tuple[str, Callable[[], TrainConfig]]] = {
     "tiny": ("d=32 ACT on 32 px images, 20 steps on CPU (tests)", tiny),
     "so101_sim_cpu": ("small ACT (d=64), two 80 px cameras, ~7 min on 2 CPU cores (the demo)", so101_sim_cpu),
+    "so101_sim_cpu_rtc": (
+        "the demo's recipe as act_relative with RTC prefix training (rtc_max_delay 8), 2 CPU cores",
+        so101_sim_cpu_rtc,
+    ),
     "so101_sim": ("full ACT (ResNet-18) on SO-101 sim data, one GPU", so101_sim),
     "aloha": ("full ACT, 14-dim ALOHA, top camera 480x640, one GPU", aloha),
     "aloha_clip": (

@@ -1,0 +1,362 @@
+"""Real time in the sim: chunked policies executed while their next chunk is computed, and delay sweeps.
+
+``actlab eval BUNDLE --latency 0,2,4,8 --execution sync,async,rtc`` evaluates every (mode, delay) cell
+of the grid on the same seeded episodes (one ``evaluate_many`` per cell: the same workers, batching and
+seeds as a plain ``actlab eval``) and writes one table, one figure (success with its 95% interval and
+the chunk-boundary jump against the delay, one line per mode) and one JSON record per cell. The
+execution rules themselves are :mod:`actlab.policies.execution`'s; here they are checked against each
+policy before any episode runs, and latencies are parsed (steps, milliseconds, or ``measured``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from actlab.errors import ActlabError
+from actlab.policies.execution import EXECUTION_MODES, ChunkLimits, ExecutionSpec, check_execution
+from actlab.utils.io import read_json
+
+MEASURED = "measured"
+# Timed inferences of a --latency measured calibration, after WARMUP_CALLS untimed ones: the first calls
+# pay one-off costs (allocator growth, lazy init, CUDA graph capture) that a latency estimate must not
+# keep forever (a LeRobot user saw the warm-up spike used as the delay for the whole run, lerobot #4454).
+MEASURE_CALLS = 20
+WARMUP_CALLS = 3
+
+
+def source_limits(src: Any) -> ChunkLimits | None:
+    """What a policy source can execute (from a bundle's config.json or the object's config); None for
+    a policy that does not predict chunks (a scripted expert, a factory)."""
+    if getattr(src, "path", None) is not None:
+        cfg = read_json(Path(src.path) / "config.json", "policy config")
+        return ChunkLimits.from_config(cfg) if "chunk_size" in cfg else None
+    obj = getattr(src, "obj", None)
+    cfg = getattr(obj, "config", None)
+    if obj is None or not hasattr(obj, "predict_action_chunk") or getattr(cfg, "chunk_size", None) is None:
+        return None
+    return ChunkLimits.from_config(cfg)
+
+
+def check_sources_execution(sources: Sequence[Any], execution: ExecutionSpec | None) -> None:
+    """Every source can run ``execution`` (an ActlabError naming the policy and the limit otherwise)."""
+    if execution is None or execution.mode == "sync":
+        return
+    for src in sources:
+        limits = source_limits(src)
+        if limits is None:
+            raise ActlabError(
+                f"{src.name}: --execution {execution.mode} needs a policy that predicts action chunks "
+                "(predict_action_chunk and a config with chunk_size)",
+                field="--execution",
+                expected="sync for this policy",
+                found=execution.mode,
+                fix="evaluate it with --execution sync (the default)",
+            )
+        check_execution(execution, limits, where=src.name)
+
+
+def parse_modes(text: str) -> list[str]:
+    """``"sync,async,rtc"`` -> the modes, each checked."""
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if m not in EXECUTION_MODES]
+    if not modes or bad:
+        raise ActlabError(
+            "unknown execution mode",
+            field="--execution",
+            expected="a comma list of " + " / ".join(EXECUTION_MODES),
+            found=text,
+            fix="e.g. --execution sync,async,rtc",
+        )
+    return list(dict.fromkeys(modes))
+
+
+def parse_latencies(text: str, fps: int) -> list[int | str]:
+    """``"0,2,4,8"`` (control steps), ``"100ms"`` (rounded up to steps at ``fps``) or ``"measured"``."""
+    out: list[int | str] = []
+    for raw in (x.strip() for x in text.split(",")):
+        try:
+            if raw == MEASURED:
+                out.append(MEASURED)
+            elif raw.endswith("ms"):
+                ms = float(raw[:-2])
+                if ms < 0 or not math.isfinite(ms):
+                    raise ValueError
+                out.append(math.ceil(round(ms * fps / 1000.0, 9)))  # round(): 100 ms at 30 fps is 3 steps
+            else:
+                steps = int(raw)
+                if steps < 0:
+                    raise ValueError
+                out.append(steps)
+        except ValueError:
+            raise ActlabError(
+                "bad latency",
+                field="--latency",
+                expected="a comma list of control steps (0,2,4), milliseconds (100ms) or 'measured'",
+                found=text,
+                fix="e.g. --latency 0,2,4,8 or --latency 100ms",
+            ) from None
+    return list(dict.fromkeys(out))
+
+
+def measure_inference(src: Any, spec: Any, cfg: Any, fps: int) -> dict[str, float | int]:
+    """Time ``predict_action_chunk`` of a bundle on its device, with a batch of ``cfg.batch_envs`` real
+    first observations, as the rollout workers call it (their thread count); the delay is the median
+    time in control steps, rounded up. Returns median_ms, p99_ms, steps and calls."""
+    import torch
+
+    from actlab.evaluation.envs import make_eval_env
+    from actlab.evaluation.harness import _policy_device, source_inputs, spec_for_inputs, torch_threads
+    from actlab.evaluation.policy_io import ObsAdapter, policy_inputs
+    from actlab.policies import load_policy
+
+    if getattr(src, "path", None) is None:
+        raise ActlabError(
+            "--latency measured times a checkpoint bundle",
+            field="--latency",
+            found=src.name,
+            fix="pass PATHs",
+        )
+    policy = load_policy(src.path, device=cfg.device)
+    env = make_eval_env(spec_for_inputs(spec, source_inputs(src)))
+    try:
+        obs, _ = env.reset(seed=cfg.seed)
+        adapter = ObsAdapter(policy_inputs(policy), _policy_device(policy, cfg.device))
+        batch = adapter([obs] * cfg.batch_envs)
+    finally:
+        getattr(env, "close", lambda: None)()
+    threads = cfg.threads_per_worker or max(1, (os.cpu_count() or 1) // cfg.workers)
+    times = []
+    with torch_threads(threads), torch.inference_mode():
+        for _ in range(WARMUP_CALLS + MEASURE_CALLS):
+            t0 = time.perf_counter()
+            out = policy.predict_action_chunk(batch)
+            out.float().cpu()  # Why: waits for the device, so the time is the whole inference
+            times.append(1000 * (time.perf_counter() - t0))
+    return delay_from_timings(times, fps)
+
+
+def delay_from_timings(times_ms: Sequence[float], fps: int, warmup: int = WARMUP_CALLS) -> dict:
+    """Inference times (ms, in call order) -> the delay in control steps: the median of the calls after
+    the first ``warmup`` (whose one-off costs must not set the delay), rounded up; with median_ms, p99_ms
+    and the number of calls timed."""
+    from actlab.evaluation.results import percentile
+
+    kept = list(times_ms)[warmup:]
+    if not kept:
+        raise ValueError(f"no timings after {warmup} warm-up calls")
+    median = percentile(kept, 50) or 0.0
+    return {
+        "median_ms": round(median, 3),
+        "p99_ms": round(percentile(kept, 99) or 0.0, 3),
+        "steps": math.ceil(round(median * fps / 1000.0, 9)),
+        "calls": len(kept),
+    }
+
+
+@dataclass
+class Cell:
+    """One (policy, mode, delay) cell of a sweep."""
+
+    policy: str  # source name
+    mode: str  # execution mode
+    latency: int  # delay in control steps
+    horizon: int  # actions executed per chunk
+    summary: Any  # results.Summary
+    seconds: float  # wall time of the cell
+    measured: dict | None = None  # --latency measured: the calibration
+
+    def to_dict(self, fps: int) -> dict:
+        s = self.summary
+        return {
+            "policy": self.policy,
+            "mode": self.mode,
+            "latency_steps": self.latency,
+            "latency_ms": round(1000.0 * self.latency / fps, 1),
+            "horizon": self.horizon,
+            "episodes": s.episodes,
+            "successes": s.successes,
+            "success_rate": s.success_rate,
+            "ci_low": s.ci_low,
+            "ci_high": s.ci_high,
+            "boundary_jump": s.boundary_jump,
+            "step_change": s.step_change,
+            "spike_factor": s.spike_factor,
+            "jerk": s.jerk,
+            "chunk_switches": s.chunk_switches,
+            "inference_ms_median": s.inference_ms_median,
+            "inference_ms_p99": s.inference_ms_p99,
+            "seconds": round(self.seconds, 2),
+            "measured": self.measured,
+        }
+
+
+def plan_cells(
+    sources: Sequence[Any], modes: Sequence[str], latencies: Sequence[int], horizon: int | None
+) -> list[tuple[Any, ExecutionSpec, int]]:
+    """Every cell of the grid, each checked against its policy (so a bad one fails before any episode).
+    ``sync`` runs once per policy, at delay 0 (the sim waits for it, whatever the delay)."""
+    cells = []
+    for src in sources:
+        for mode in modes:
+            for d in [0] if mode == "sync" else latencies:
+                spec = ExecutionSpec(mode=mode, latency=d, horizon=None if mode == "sync" else horizon)
+                check_sources_execution([src], spec)
+                limits = source_limits(src)
+                s = check_execution(spec, limits) if limits is not None else 1
+                cells.append((src, spec, s))
+    return cells
+
+
+def run_sweep(
+    sources: Sequence[Any],
+    env_spec: Any,
+    cfg: Any,
+    modes: Sequence[str],
+    latencies: Sequence[int | str],
+    horizon: int | None,
+    fps: int,
+    on_cell: Callable[[Cell], None] | None = None,
+) -> tuple[list[Cell], dict[str, dict]]:
+    """Evaluate every cell on the same seeds; returns the cells and the measured latencies per policy."""
+    from actlab.evaluation.harness import evaluate_many
+
+    measured: dict[str, dict] = {}
+    if MEASURED in latencies:
+        for src in sources:
+            measured[src.name] = measure_inference(src, env_spec, cfg, fps)
+    planned = []
+    for src in sources:  # every cell checked (measured delays included) before any episode runs
+        steps = [measured[src.name]["steps"] if d == MEASURED else d for d in latencies]
+        try:
+            planned += plan_cells([src], modes, list(dict.fromkeys(int(d) for d in steps)), horizon)
+        except ActlabError as e:
+            if src.name not in measured:
+                raise
+            m = measured[src.name]
+            raise ActlabError(
+                f"{e.problem} (the measured inference: {m['median_ms']:.1f} ms median at batch "
+                f"{cfg.batch_envs} = {m['steps']} steps at {fps} fps)",
+                field=e.field,
+                expected=e.expected,
+                found=e.found,
+                fix=f"{e.fix}; or a faster --device, or a smaller --batch-envs",
+            ) from e
+    cells_out = []
+    for src, spec, s in planned:
+        t0 = time.perf_counter()
+        (ev,) = evaluate_many([src], env_spec, replace(cfg, execution=spec))
+        is_measured = src.name in measured and spec.latency == measured[src.name]["steps"]
+        cell = Cell(
+            policy=src.name,
+            mode=spec.mode,
+            latency=spec.latency,
+            horizon=s,
+            summary=ev.summary,
+            seconds=time.perf_counter() - t0,
+            measured=measured.get(src.name) if is_measured and spec.mode != "sync" else None,
+        )
+        cells_out.append(cell)
+        if on_cell is not None:
+            on_cell(cell)
+    return cells_out, measured
+
+
+SWEEP_HEADERS = (
+    "policy",
+    "mode",
+    "delay",
+    "horizon",
+    "success",
+    "95% CI",
+    "boundary jump",
+    "step change",
+    "spike",
+    "jerk",
+    "switches",
+    "s",
+)
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def sweep_table(cells: Sequence[Cell], fps: int, markdown: bool = False) -> str:
+    """One row per cell: success with its interval and the smoothness figures."""
+    from actlab.utils.table import table
+
+    rows = []
+    for c in cells:
+        s = c.summary
+        rows.append(
+            [
+                c.policy,
+                c.mode,
+                f"{c.latency} ({1000 * c.latency / fps:.0f} ms)",
+                c.horizon,
+                f"{s.successes}/{s.episodes} ({100 * s.success_rate:.0f}%)",
+                f"[{100 * s.ci_low:.0f}%, {100 * s.ci_high:.0f}%]",
+                _f(s.boundary_jump, 4),
+                _f(s.step_change, 4),
+                _f(s.spike_factor, 2),
+                _f(s.jerk, 4),
+                _f(s.chunk_switches, 1),
+                f"{c.seconds:.1f}",
+            ]
+        )
+    return table(rows, list(SWEEP_HEADERS), markdown=markdown)
+
+
+def plot_sweep(records: Sequence[dict], path: str | Path, title: str | None = None) -> Path:
+    """PNG: success (95% interval) and mean chunk-boundary jump against delay, one line per policy+mode.
+    ``sync`` (delay 0 only) is drawn as a dashed horizontal reference."""
+    from actlab.utils.io import atomic_file
+    from actlab.viz.eval import _figure
+
+    plt = _figure()
+    fig, (ax_s, ax_j) = plt.subplots(1, 2, figsize=(11, 4.2))
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["policy"], r["mode"]), []).append(r)
+    many = len({r["policy"] for r in records}) > 1
+    delays = sorted({r["latency_steps"] for r in records})
+    for (policy, mode), rs in groups.items():
+        rs = sorted(rs, key=lambda r: r["latency_steps"])
+        label = f"{policy}: {mode}" if many else mode
+        x = [r["latency_steps"] for r in rs]
+        y = [100 * r["success_rate"] for r in rs]
+        err = [
+            [100 * (r["success_rate"] - r["ci_low"]) for r in rs],
+            [100 * (r["ci_high"] - r["success_rate"]) for r in rs],
+        ]
+        jumps = [r["boundary_jump"] if r["boundary_jump"] is not None else float("nan") for r in rs]
+        if mode == "sync" and len(rs) == 1 and len(delays) > 1:
+            line = ax_s.axhline(y[0], ls="--", lw=1, color="0.3", label=f"{label} (no delay)")
+            ax_s.axhspan(100 * rs[0]["ci_low"], 100 * rs[0]["ci_high"], color=line.get_color(), alpha=0.08)
+            ax_j.axhline(jumps[0], ls="--", lw=1, color=line.get_color(), label=f"{label} (no delay)")
+            continue
+        line = ax_s.errorbar(x, y, yerr=err, marker="o", capsize=3, label=label)
+        ax_j.plot(x, jumps, marker="o", label=label, color=line[0].get_color())
+    ax_s.set_xlabel("inference delay (control steps)")
+    ax_s.set_ylabel("success (%), 95% interval")
+    ax_s.set_ylim(-2, 102)
+    ax_j.set_xlabel("inference delay (control steps)")
+    ax_j.set_ylabel("mean chunk-boundary jump (action units)")
+    for ax in (ax_s, ax_j):
+        ax.set_xticks(delays)
+        ax.grid(alpha=0.3)
+    ax_s.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+    return path

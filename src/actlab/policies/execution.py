@@ -1,0 +1,431 @@
+"""One execution model for chunked policies: how a chunk is computed while the previous one executes.
+
+Used by the evaluation harness (``actlab eval --execution``; batched envs, each row with its own chunk
+clock) and by the toy servo simulator (``actlab.policies.rtc.simulate``); rollout code asks
+:class:`ChunkExecutor` for the next action and never re-implements these rules.
+
+The model (RTC, Black et al. 2025), per row (env), with ``t`` the control steps since its episode began:
+
+- The first chunk is computed from the first observation *before the clock starts* (a robot waits for
+  its first plan), so it is executed from index 0 whatever the latency.
+- An inference starts every ``horizon`` (s) steps, at ``t = s, 2s, ...``, from the observation of step
+  ``t``; its chunk (index k = the action for step ``t + k``) arrives ``latency`` (D) steps later. Steps
+  ``t .. t+D-1`` execute the previous chunk (these D actions are *committed*); from step ``t + D`` on the
+  new chunk is executed from its index D. So each chunk is executed for s steps, and the previous chunk
+  must still hold actions: ``s + D <= H`` (the chunk size); one inference at a time: ``D <= s``.
+- Modes:
+  ``sync``: the sim waits for the policy (``select_action``; the caller's business, not this class's).
+  ``async``: the new chunk is switched to as it is (naive asynchronous execution); at D = 0 it is exactly
+  ``sync`` with ``s = n_action_steps``.
+  ``blend``: inference-time RTC only: the new chunk's overlap with the old one is blended, old-chunk
+  weight 1 for k < D decaying to 0 at k = H - s (the RTC paper's exponential soft mask).
+  ``rtc``: as ``blend``, and the committed actions are handed to ``predict_action_chunk(obs, prefix)``
+  (act_relative trained with ``rtc_max_delay >= D`` continues them). At D = 0 there is no prefix and rtc
+  is ``blend``: the overlap is still blended, so it differs from ``sync``.
+  ``ensemble``: temporal ensembling (ACT) under the same delay: a chunk starts every s steps (default
+  ``max(1, D)``: the inference engine always busy) and the action of step u is the weighted average of
+  every arrived chunk's prediction for u, weights ``exp(-coeff * i)``, i = 0 the oldest. At D = 0 and
+  s = 1 it is ACT's temporal ensembling.
+- Rows that do not need a chunk at a step ride along in the batched call and their output is dropped:
+  each row's numbers then never depend on which other rows needed one (batched matmuls may round
+  differently for different batch sizes), and there is still one policy call per control step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from actlab.errors import ActlabError
+
+EXECUTION_MODES = ("sync", "async", "ensemble", "blend", "rtc")
+SCHEDULES = ("exp", "linear", "none")
+# ACT's temporal-ensembling coefficient (Zhao et al. 2023): w_i = exp(-0.01 i), i = 0 the oldest prediction.
+ENSEMBLE_COEFF = 0.01
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutionSpec:
+    """How chunks are executed while the next one is computed (one cell of a delay sweep)."""
+
+    # sync / async / ensemble / blend / rtc (module docstring)
+    mode: str = "sync"
+    # D: control steps one inference takes; the previous chunk is executed meanwhile
+    latency: int = 0
+    # s: control steps between inference starts (actions executed per chunk); None: the policy's
+    # n_action_steps (ensemble: max(1, latency))
+    horizon: int | None = None
+    # overlap blending for blend / rtc: "exp" (RTC paper), "linear", or "none" (committed prefix only)
+    schedule: str = "exp"
+    # temporal-ensembling weight exp(-coeff * i), i = 0 the oldest prediction (ensemble mode)
+    ensemble_coeff: float = ENSEMBLE_COEFF
+
+    def __post_init__(self) -> None:
+        def check(ok: bool, field: str, expected: str, found: object, fix: str | None = None) -> None:
+            if not ok:
+                raise ActlabError(
+                    "invalid execution setting", field=field, expected=expected, found=found, fix=fix
+                )
+
+        check(self.mode in EXECUTION_MODES, "execution", " / ".join(EXECUTION_MODES), self.mode)
+        check(isinstance(self.latency, int) and self.latency >= 0, "latency", "an integer >= 0", self.latency)
+        check(
+            self.horizon is None or (isinstance(self.horizon, int) and self.horizon >= 1),
+            "horizon",
+            "an integer >= 1",
+            self.horizon,
+        )
+        check(self.schedule in SCHEDULES, "schedule", " / ".join(SCHEDULES), self.schedule)
+        check(self.ensemble_coeff >= 0, "ensemble_coeff", ">= 0", self.ensemble_coeff)
+        check(
+            self.mode != "sync" or self.latency == 0,
+            "latency",
+            "0 with --execution sync (the sim waits for the policy)",
+            self.latency,
+            "use --execution async, ensemble, blend or rtc for a latency",
+        )
+
+    def resolved_horizon(self, n_action_steps: int) -> int:
+        """s for a policy that executes ``n_action_steps`` of each chunk when run synchronously."""
+        if self.horizon is not None:
+            return self.horizon
+        return max(1, self.latency) if self.mode == "ensemble" else n_action_steps
+
+    def label(self) -> str:
+        return f"{self.mode}@{self.latency}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkLimits:
+    """What a policy can execute: read from its config (a bundle's config.json or ``policy.config``)."""
+
+    chunk_size: int  # H: actions per predicted chunk
+    n_action_steps: int  # actions executed per chunk when run synchronously
+    rtc_max_delay: int = 0  # longest committed prefix the policy was trained to continue (0: none)
+    history: bool = False  # the policy keeps an observation history in select_action (n_obs_steps, deltas)
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> ChunkLimits:
+        """From a policy config object or its JSON dict."""
+
+        def get(name: str, default: Any = None) -> Any:
+            return cfg.get(name, default) if isinstance(cfg, dict) else getattr(cfg, name, default)
+
+        h = int(get("chunk_size"))
+        return cls(
+            chunk_size=h,
+            n_action_steps=int(get("n_action_steps") or h),
+            rtc_max_delay=int(get("rtc_max_delay") or 0),
+            history=int(get("n_obs_steps") or 1) > 1 or get("obs_state_delta_frames") is not None,
+        )
+
+
+def check_execution(spec: ExecutionSpec, limits: ChunkLimits, where: str = "policy") -> int:
+    """Raise an ActlabError naming the limit if ``spec`` cannot run on a policy with ``limits``; return s."""
+    if spec.mode == "sync":
+        return limits.n_action_steps
+    s, d, h = spec.resolved_horizon(limits.n_action_steps), spec.latency, limits.chunk_size
+    if d >= h:
+        raise ActlabError(
+            f"{where}: a latency of {d} steps is not shorter than its chunk ({h} actions): the robot would "
+            "run out of actions before the next chunk arrives",
+            field="--latency",
+            expected=f"< chunk_size ({h})",
+            found=d,
+            fix="lower --latency, or train a policy with a longer chunk_size",
+        )
+    if s + d > h:
+        raise ActlabError(
+            f"{where}: the previous chunk runs out during the delay (execution horizon {s} + latency {d} "
+            f"> chunk size {h})",
+            field="--horizon",
+            expected=f"horizon + latency <= {h}",
+            found=s + d,
+            fix=f"pass --horizon {h - d} or less, or lower --latency",
+        )
+    if d > s:
+        raise ActlabError(
+            f"{where}: the latency ({d}) is longer than the execution horizon ({s}); one inference runs "
+            "at a time, so a chunk must be executed at least as long as the next one takes",
+            field="--horizon",
+            expected=f">= latency ({d})",
+            found=s,
+            fix=f"pass --horizon {d} (or more)",
+        )
+    if spec.mode == "rtc" and d > limits.rtc_max_delay:
+        raise ActlabError(
+            f"{where}: --execution rtc hands the {d} committed actions to the policy as a prefix, but it "
+            f"was trained for prefixes of at most rtc_max_delay = {limits.rtc_max_delay}",
+            field="--latency",
+            expected=f"<= rtc_max_delay ({limits.rtc_max_delay})",
+            found=d,
+            fix="use --execution blend (inference-time blending only), or train act_relative with a larger "
+            "rtc_max_delay (e.g. the so101_sim_cpu_rtc preset)",
+        )
+    if limits.history:
+        raise ActlabError(
+            f"{where}: the policy reads an observation history that only select_action keeps, so it cannot "
+            "be run asynchronously yet",
+            field="--execution",
+            expected="a policy with n_obs_steps 1 and no obs_state_delta_frames",
+            found=spec.mode,
+            fix="use --execution sync for this policy",
+        )
+    return s
+
+
+def blend_weights(horizon: int, delay: int, execution_horizon: int, schedule: str = "exp") -> Any:
+    """Weights of the old chunk per new-chunk index (H,): 1 for k < d, decaying to 0 at k = H - s.
+
+    ``exp`` is the RTC paper's soft mask ``c (e^c - 1) / (e - 1)`` with ``c = (H - s - k) / (H - s - d + 1)``.
+    """
+    import torch
+
+    k = torch.arange(horizon, dtype=torch.float64)
+    end = horizon - execution_horizon  # old chunk has no actions from here on
+    w = torch.zeros(horizon, dtype=torch.float64)
+    if schedule != "none":
+        c = ((end - k) / (end - delay + 1)).clamp(0, 1)
+        w = c * (torch.exp(c) - 1) / (math.e - 1) if schedule == "exp" else c
+    w[:delay] = 1.0
+    w[end:] = 0.0
+    return w.float()
+
+
+@dataclasses.dataclass
+class _Row:
+    """The chunk clock of one env."""
+
+    t: int = 0  # control steps executed in this episode
+    chunk: Any = None  # (H, A) the chunk being executed
+    start: int = 0  # step of the chunk's index 0 (when its inference started)
+    pending: tuple[int, int, Any] | None = None  # (arrival step, start step, chunk) in flight
+    live: list[tuple[int, Any]] = dataclasses.field(default_factory=list)  # ensemble: (start, chunk)
+    actions: list[np.ndarray] = dataclasses.field(default_factory=list)  # executed (A,) per step
+    boundaries: list[int] = dataclasses.field(default_factory=list)  # steps that began a new chunk
+    committed_ok: bool = True  # rtc: every chunk began with exactly the committed prefix
+    active: bool = True
+
+
+class ChunkExecutor:
+    """Executes a chunked policy on ``batch`` rows (envs), each with its own chunk clock.
+
+    ``step(observe)`` returns the actions of this control step (B, A) and advances every active row;
+    ``observe()`` is called (once) only when some row starts an inference, and must return the batched
+    observation of all B rows. ``restart(rows)`` begins a new episode in those rows (their next step
+    computes a first chunk, before their clock starts); ``finish(row)`` freezes a row whose episode ended.
+    ``chunk_fn(obs, prefix) -> (B, H, A)`` defaults to ``policy.predict_action_chunk``;
+    ``on_inference(seconds)`` is told how long each call after the clock started took.
+    """
+
+    def __init__(
+        self,
+        policy: Any,
+        spec: ExecutionSpec,
+        limits: ChunkLimits,
+        batch: int,
+        chunk_fn: Callable[[Any, Any], Any] | None = None,
+        on_inference: Callable[[float], None] | None = None,
+    ) -> None:
+        if spec.mode == "sync":
+            raise ActlabError(
+                "ChunkExecutor runs the asynchronous modes; sync is select_action",
+                field="mode",
+                expected="async / ensemble / blend / rtc",
+                found=spec.mode,
+            )
+        self.spec, self.limits = spec, limits
+        self.s = check_execution(spec, limits)
+        self.d = spec.latency
+        self.h = limits.chunk_size
+        self.chunk_fn = chunk_fn or (lambda obs, prefix: policy.predict_action_chunk(obs, prefix=prefix))
+        self.on_inference = on_inference
+        self.weights = blend_weights(self.h, self.d, self.s, spec.schedule)  # (H,)
+        self.rows = [_Row() for _ in range(batch)]
+
+    # ------------------------------------------------------------------------------------ episodes
+    def restart(self, rows: Sequence[int] | None = None) -> None:
+        """Begin a new episode in ``rows`` (all by default)."""
+        for b in range(len(self.rows)) if rows is None else rows:
+            self.rows[b] = _Row()
+
+    def finish(self, row: int) -> None:
+        """Freeze ``row`` (its episode ended): it no longer advances; it rides along in calls."""
+        self.rows[row].active = False
+
+    # ------------------------------------------------------------------------------------ stepping
+    def step(self, observe: Callable[[], Any]) -> Any:
+        """The actions (B, A) of this control step; rows that are not active repeat their last one."""
+        import torch
+
+        for b, r in enumerate(self.rows):
+            # Arrivals first: with latency == horizon a chunk arrives at the step the next inference
+            # starts, and that inference commits to (and blends with) the chunk that just arrived.
+            if r.active and r.pending is not None and r.pending[0] == r.t:
+                _, start, chunk = r.pending
+                r.pending = None
+                self._arrive(b, chunk, start, boundary=True)
+        first = [b for b, r in enumerate(self.rows) if r.active and r.chunk is None]
+        due = [b for b, r in enumerate(self.rows) if r.active and r.chunk is not None and r.t % self.s == 0]
+        if first or due:
+            obs = observe()
+            with_prefix = self.spec.mode == "rtc" and self.d > 0
+            out = None
+            if first:  # before the clock starts: no prefix, executed from index 0
+                # Not timed unless it also serves due rows: it runs before the clock starts (and pays the
+                # warm-up costs, which must not pass for the policy's latency).
+                out = self._call(obs, None, timed=bool(due) and not with_prefix)
+                for b in first:
+                    self._arrive(b, out[b], 0, boundary=False)
+            if due:
+                # One call serves both unless due rows need a prefix: a first chunk never gets one (a
+                # zero-padded prefix would decode to a jump, lerobot #2541), so rtc then calls twice.
+                self._start_inferences(obs, due, None if with_prefix else out)
+        actions = []
+        for r in self.rows:
+            if r.active:
+                a = self._action(r)
+                r.actions.append(a.detach().float().cpu().numpy())
+                r.t += 1
+            else:
+                a = torch.as_tensor(r.actions[-1]) if r.actions else torch.zeros(self._action_dim())
+            actions.append(a.float().cpu())
+        return torch.stack(actions)  # (B, A)
+
+    def _action_dim(self) -> int:
+        return next(r.chunk.shape[-1] for r in self.rows if r.chunk is not None)
+
+    def _call(self, obs: Any, prefix: Any, timed: bool = True) -> Any:
+        import time
+
+        import torch
+
+        t0 = time.perf_counter()
+        out = self.chunk_fn(obs, prefix)
+        out = out.detach() if hasattr(out, "detach") else torch.as_tensor(np.asarray(out, dtype=np.float32))
+        out = out.float().cpu()  # (B, H, A); Why: one host sync per inference, the env needs numbers
+        if self.on_inference is not None and timed:
+            self.on_inference(time.perf_counter() - t0)
+        if out.ndim != 3 or out.shape[0] != len(self.rows) or out.shape[1] < self.h:
+            raise ActlabError(
+                "the policy returned a chunk of the wrong shape",
+                field="predict_action_chunk output",
+                expected=f"(B={len(self.rows)}, H>={self.h}, A)",
+                found=tuple(out.shape),
+            )
+        return out[:, : self.h]
+
+    def _start_inferences(self, obs: Any, due: list[int], out: Any = None) -> None:
+        """Start the inferences of the rows in ``due`` (one batched call, unless ``out`` already holds
+        its result; the other rows ride along)."""
+        import torch
+
+        prefix = None
+        if self.spec.mode == "rtc" and self.d > 0:
+            # The D actions every row executes while this inference runs: what it commits to. Riding rows
+            # pass any D actions of their own chunk (their output is dropped): never zeros, which a
+            # relative policy would read as "stay here" (a zero-padded prefix decodes to a jump).
+            prefix = torch.stack([self._committed(r) for r in self.rows])  # (B, D, A)
+        if out is None:
+            out = self._call(obs, prefix)
+        for b in due:
+            r = self.rows[b]
+            new = out[b]  # (H, A)
+            if prefix is not None:
+                r.committed_ok &= bool(torch.equal(new[: self.d], prefix[b]))
+            if self.spec.mode in ("blend", "rtc"):
+                old = r.chunk[r.t - r.start :]  # (H - s, A) what the old chunk still holds
+                w = self.weights[: len(old), None]
+                new = torch.cat([w * old + (1 - w) * new[: len(old)], new[len(old) :]])
+            if self.d == 0:
+                self._arrive(b, new, r.t, boundary=True)
+            else:
+                r.pending = (r.t + self.d, r.t, new)
+
+    def _committed(self, r: _Row) -> Any:
+        if r.active and r.chunk is not None and r.t % self.s == 0:
+            i = r.t - r.start
+            return r.chunk[i : i + self.d]
+        return r.chunk[: self.d] if r.chunk is not None else self._any_committed()
+
+    def _any_committed(self) -> Any:
+        return next(r.chunk[: self.d] for r in self.rows if r.chunk is not None)
+
+    def _arrive(self, b: int, chunk: Any, start: int, boundary: bool) -> None:
+        r = self.rows[b]
+        if self.spec.mode == "ensemble":
+            r.live.append((start, chunk))
+        r.chunk, r.start = chunk, start
+        if boundary:
+            r.boundaries.append(r.t)
+
+    def _action(self, r: _Row) -> Any:
+        import torch
+
+        if self.spec.mode != "ensemble":
+            return r.chunk[r.t - r.start]
+        r.live = [(st, c) for st, c in r.live if r.t - st < self.h]  # oldest first
+        preds = torch.stack([c[r.t - st] for st, c in r.live]).double()  # (n, A)
+        w = torch.exp(-self.spec.ensemble_coeff * torch.arange(len(r.live), dtype=torch.float64))
+        return ((preds * w[:, None]).sum(0) / w.sum()).float()
+
+    # ------------------------------------------------------------------------------------ results
+    def executed(self, row: int) -> np.ndarray:
+        """(T, A) the actions row ``row`` executed."""
+        acts = self.rows[row].actions
+        return np.stack(acts) if acts else np.zeros((0, 0), dtype=np.float32)
+
+    def boundaries(self, row: int) -> list[int]:
+        """Steps of row ``row`` whose action was the first taken from a new chunk."""
+        return list(self.rows[row].boundaries)
+
+    def committed_ok(self, row: int) -> bool:
+        """rtc: every chunk of the row began with exactly the actions committed for it."""
+        return self.rows[row].committed_ok
+
+
+def chunk_metrics(actions: np.ndarray, boundaries: Sequence[int]) -> dict[str, float | int | None]:
+    """Smoothness of executed actions (T, A) whose steps ``boundaries`` began a new chunk.
+
+    ``boundary_jump``: mean ``||a[b] - a[b-1]||`` (L2 over action dims) over boundaries; ``step_change``:
+    the mean step-to-step change away from boundaries; ``spike_factor``: their ratio (1: a boundary is an
+    ordinary step); ``jerk``: mean norm of the third difference ``a[t] - 3a[t-1] + 3a[t-2] - a[t-3]``
+    (action units per step^3); ``chunk_switches``: the number of boundaries. None where undefined.
+    """
+    a = np.asarray(actions, dtype=np.float64)
+    bs = [b for b in boundaries if 0 < b < len(a)]
+    out: dict[str, float | int | None] = {
+        "boundary_jump": None,
+        "boundary_jump_max": None,
+        "step_change": None,
+        "spike_factor": None,
+        "jerk": None,
+        "chunk_switches": len(bs),
+    }
+    if len(a) < 2:
+        return out
+    steps = np.linalg.norm(np.diff(a, axis=0), axis=1)  # steps[t-1] = ||a[t] - a[t-1]||
+    mask = np.ones(len(steps), dtype=bool)
+    mask[[b - 1 for b in bs]] = False
+    if bs:
+        jumps = steps[[b - 1 for b in bs]]
+        out["boundary_jump"], out["boundary_jump_max"] = float(jumps.mean()), float(jumps.max())
+    if mask.any():
+        out["step_change"] = float(steps[mask].mean())
+    if out["boundary_jump"] is not None and out["step_change"]:
+        out["spike_factor"] = out["boundary_jump"] / out["step_change"]
+    if len(a) >= 4:
+        third = a[3:] - 3 * a[2:-1] + 3 * a[1:-2] - a[:-3]
+        out["jerk"] = float(np.linalg.norm(third, axis=1).mean())
+    return out
+
+
+def sync_boundaries(n_steps: int, n_action_steps: int | None) -> list[int]:
+    """Chunk boundaries of a synchronous chunked policy (a new chunk every ``n_action_steps``)."""
+    if not n_action_steps:
+        return []
+    return list(range(n_action_steps, n_steps, n_action_steps))
