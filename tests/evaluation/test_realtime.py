@@ -20,6 +20,7 @@ from actlab.evaluation.harness import PolicySource
 from actlab.evaluation.policy_io import ObsAdapter
 from actlab.evaluation.realtime import delay_from_timings, parse_latencies
 from actlab.evaluation.rollout import rollout
+from actlab.evaluation.seeds import DEFAULT_SEED
 from actlab.policies.execution import ExecutionSpec
 
 pytest.importorskip("mujoco")
@@ -102,7 +103,7 @@ def test_sync_is_unchanged_and_async_without_delay_is_sync_per_seed(rel_bundle):
     _same(sync, asyn)
     assert all(e.chunk_switches == 4 and e.boundary_jump is not None for e in asyn.episodes)  # 25 steps / 6
     later = _run(rel_bundle, ExecutionSpec("async", latency=3))
-    assert [e.seed for e in later.episodes] == [0, 1, 2]
+    assert [e.seed for e in later.episodes] == [DEFAULT_SEED, DEFAULT_SEED + 1, DEFAULT_SEED + 2]
     assert all(len(e.inference_ms) == 4 for e in later.episodes)  # timed: every inference after the first
 
 

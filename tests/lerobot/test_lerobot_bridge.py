@@ -186,13 +186,15 @@ def test_child_slot_keeps_one_child_running(tmp_path):
 
 def test_bridged_policy_runs_in_the_harness_with_a_reset_per_episode(tmp_path):
     from actlab.evaluation import EnvSpec, EvalConfig, evaluate
+    from actlab.evaluation.seeds import DEFAULT_SEED
 
     bridge, log = _bridge(tmp_path)
     with bridge:
         ev = evaluate(
             bridge, EnvSpec(max_steps=6), EvalConfig(episodes=2, workers=1, batch_envs=1), name="fake"
         )
-    assert [e.seed for e in ev.episodes] == [0, 1] and all(e.steps == 6 for e in ev.episodes)
+    assert [e.seed for e in ev.episodes] == [DEFAULT_SEED, DEFAULT_SEED + 1]
+    assert all(e.steps == 6 for e in ev.episodes)
     assert ev.summary.episodes == 2 and ev.summary.successes == 0 and sum(ev.summary.outcomes.values()) == 2
     seen = json.loads(log.read_text())
     assert seen["resets"] == 2  # policy.reset() before every episode
