@@ -27,7 +27,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "training": {"errors", "utils", "viz", "profiling", "datasets", "policies"},
     "evaluation": {"errors", "utils", "viz", "profiling", "datasets", "policies", "sim"},
     "demo": {"errors", "utils", "viz", "profiling", "datasets", "policies", "sim", "training", "evaluation"},
-    "lerobot": {"errors", "utils", "datasets", "policies", "evaluation"},
+    "lerobot": {"errors", "utils", "datasets", "policies", "sim", "evaluation"},
     "cli": {
         "errors", "utils", "viz", "profiling", "datasets", "policies", "sim", "training", "evaluation",
         "demo", "lerobot",

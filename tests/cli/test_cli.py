@@ -65,9 +65,10 @@ def test_eval_default_seed_is_the_harness_s():
     from actlab.cli import build_parser
     from actlab.evaluation.seeds import DEFAULT_SEED
 
-    evaluate = dict(_all_parsers(build_parser()))[("actlab", "eval")]
-    seed = next(a for a in evaluate._actions if a.dest == "seed")
-    assert seed.default == DEFAULT_SEED
+    parsers = dict(_all_parsers(build_parser()))
+    for command in (("actlab", "eval"), ("actlab", "bench", "eval")):
+        seed = next(a for a in parsers[command]._actions if a.dest == "seed")
+        assert seed.default == DEFAULT_SEED, command
 
 
 def test_every_option_has_help_that_names_its_default():

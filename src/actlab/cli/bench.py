@@ -238,7 +238,10 @@ def _register_eval(g) -> None:
     p.add_argument("--max-steps", type=int, default=100, help="step limit per episode (default 100)")
     p.add_argument("--workers", type=int, default=2, help="processes of the workers mode (default 2)")
     p.add_argument("--batch-envs", type=int, default=4, help="envs of the batched mode (default 4)")
-    p.add_argument("--seed", type=int, default=0, help="seed of episode 0 (default 0)")
+    # 100000: actlab.evaluation.seeds.DEFAULT_SEED (held out from every recording), written out to stay light
+    p.add_argument(
+        "--seed", type=int, default=100_000, help="seed of episode 0 (default 100000, as actlab eval's)"
+    )
     add_json_flag(p)
     p.set_defaults(_run=_run_eval)
 
