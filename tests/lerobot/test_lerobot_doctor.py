@@ -32,6 +32,7 @@ def write_policy_dir(
     image_std: float | None = None,
     camera: str = CAMERA,
     postprocessor: bool = True,
+    image_mode: str = "MEAN_STD",
 ) -> Path:
     """A LeRobot pretrained_model directory for ``dataset`` (one camera, state and action), its processor
     statistics from ``stats_from``'s meta/stats.json (default: the dataset's own), images ImageNet's."""
@@ -57,7 +58,7 @@ def write_policy_dir(
         tensors[f"{camera}.{stat}"] = np.asarray(value, np.float32).reshape(3, 1, 1)
     if image_std is not None:
         tensors[f"{camera}.std"] = np.full((3, 1, 1), image_std, np.float32)
-    norm_map = {"VISUAL": "MEAN_STD", "STATE": "MEAN_STD", "ACTION": "MEAN_STD"}
+    norm_map = {"VISUAL": image_mode, "STATE": "MEAN_STD", "ACTION": "MEAN_STD"}
     for name, step, feats in (
         ("preprocessor", "normalizer_processor", {**features, **outputs}),
         ("postprocessor", "unnormalizer_processor", outputs),
@@ -121,6 +122,14 @@ def test_image_std_of_0002_is_a_stats_mismatch(work, data):
     f = _finding(r, "normalization", CAMERA)
     assert f.severity == "error" and "500" in f.message  # a pixel becomes a value of up to ~500
     assert r.verdict.name == "stats_mismatch" and r.exit_code == 1
+
+
+def test_image_stats_of_an_identity_image_normalization_are_not_applied(work, data):
+    """SmolVLA's and Pi0's norm_map leaves images alone (IDENTITY): their statistics are unused."""
+    policy = write_policy_dir(work / "vla_like", data, image_std=0.002, image_mode="IDENTITY")
+    assert set(processor_stats(policy)) == {"observation.state", "action"}
+    r = _doctor(policy, data)
+    assert not [e for e in _errors(r) if e[0] == "normalization"]
 
 
 def test_a_missing_postprocessor_is_a_deployment_fault_naming_the_file(work, data):

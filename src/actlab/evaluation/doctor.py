@@ -674,7 +674,7 @@ def check_processors(found: Mapping[str, Any], probe: np.ndarray, scale: np.ndar
         )
         return [Finding("deployment", "postprocessor", "error", msg, numbers)]
     msg = (
-        f"the dataset's actions (q01, median, q99) normalized as in training and de-normalized by {where} "
+        f"the dataset's actions (q01, mean, q99) normalized as in training and de-normalized by {where} "
         f"land back where they were (error {err.max():.1e} std)"
     )
     return [Finding("deployment", "postprocessor", "ok", msg, numbers)]

@@ -40,7 +40,7 @@ def _json(file: Path, what: str) -> Any:
 
 
 def processor_stats(policy_dir: str | Path) -> dict[str, dict[str, np.ndarray]]:
-    """``{feature: {"mean", "std", ...}}`` the saved preprocessor's normalizer step holds ({} without one).
+    """``{feature: {"mean", "std", ...}}`` the saved preprocessor's normalizer step applies ({} without one).
 
     The state file is safetensors (read as numpy, nothing unpickled); its tensors are named
     ``<feature>.<stat>`` (``observation.images.top.std``, ``action.mean`` ...)."""
@@ -62,11 +62,15 @@ def processor_stats(policy_dir: str | Path) -> dict[str, dict[str, np.ndarray]]:
             field=f"{PREPROCESSOR}: steps[].state_file",
             fix="copy the whole pretrained_model directory of the training run",
         )
-    features = (step.get("config") or {}).get("features") or {}
+    config = step.get("config") or {}
+    features, modes = config.get("features") or {}, config.get("norm_map") or {}
+    # a feature type normalized by IDENTITY (SmolVLA's and Pi0's images) is not normalized at all: its
+    # statistics in the file are unused
+    used = {k for k, f in features.items() if modes.get((f or {}).get("type"), "MEAN_STD") != "IDENTITY"}
     out: dict[str, dict[str, np.ndarray]] = {}
     for name, tensor in load_file(str(state)).items():
         key, _, stat = name.rpartition(".")
-        if key in features:
+        if key in used:
             out.setdefault(key, {})[stat] = tensor.astype(np.float64)
     return {k: v for k, v in out.items() if "mean" in v and "std" in v}
 
