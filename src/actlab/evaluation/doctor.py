@@ -16,10 +16,12 @@
 
 Every check returns :class:`Finding` objects (check, name, severity, numbers, message with the fix), so
 the ``--json`` output and the markdown report come from the same data. The policy is used through the
-narrow inference interface only: ``reset()``, ``predict_action_chunk(obs) -> (B, H, A)``, a ``features``
-dict (LeRobot style) and its normalization statistics (the normalizer buffers of an actlab policy, else
-``stats_for_bundle()`` or a ``stats`` mapping); ``observation_delta_indices`` and ``config.chunk_size`` /
-``n_action_steps`` / ``stats_request()`` are used when present. Observations are built as training built
+narrow inference interface only: ``reset()``, ``predict_action_chunk(obs) -> (B, H, A)``,
+``select_action(obs)`` (the reset check), a ``features`` dict (LeRobot style) and its normalization
+statistics (the normalizer buffers of an actlab policy, else ``stats_for_bundle()`` or a ``stats``
+mapping), ``processors(action)`` where it has one (a LeRobot policy's processor round trip);
+``observation_delta_indices`` and ``config.chunk_size`` / ``n_action_steps`` / ``stats_request()`` are
+used when present. Observations are built as training built
 them: frames from the FrameStore at the size the policy's features record (``actlab.resize``), gathered
 by ``DeviceData`` at the policy's own observation offsets.
 """
@@ -850,8 +852,9 @@ def diagnose(
     )
     if replayable:
         _replay(policy, ds, store, inputs, deltas, ds_stats, {"train": train, "heldout": held}, cfg, result)
-        frame_a, frame_b = _reset_frames(ds, store, inputs, deltas, cfg, scale)
-        result.findings.append(check_reset(policy, frame_a, frame_b, scale))
+        if hasattr(policy, "select_action"):  # what a robot loop calls after reset()
+            frame_a, frame_b = _reset_frames(ds, store, inputs, deltas, cfg, scale)
+            result.findings.append(check_reset(policy, frame_a, frame_b, scale))
     else:
         msg = "not replayed: the policy cannot read this dataset's observations (see the input findings)"
         findings.append(Finding("replay", "replay", "warning", msg))
