@@ -42,7 +42,7 @@ pytestmark = [
 
 def lerobot_env(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp / "hf"), WANDB_MODE="disabled", OMP_NUM_THREADS="2")
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp / "hf"), WANDB_MODE="disabled", OMP_NUM_THREADS="1")
     return env
 
 
