@@ -1,17 +1,15 @@
 """`actlab policy doctor --lerobot-policy` with real lerobot 0.6.1 (its own venv, the real bridge child):
-a lerobot-trained ACT passes clean on its own data, a lerobot-trained Diffusion has no input, normalization
-or deployment finding on its own data, and the deployment faults that cost teams weeks, planted in copies of
-the ACT's pretrained_model directory (and a reset fault in the Diffusion too), each get their finding and
-verdict, exit 1.
+a lerobot-trained ACT and Diffusion pass clean on their own data, and the deployment faults that cost teams
+weeks, planted in copies of the ACT's pretrained_model directory (and a reset fault in the Diffusion too),
+each get their finding and verdict, exit 1.
 
 All slow (`pytest -m slow tests/lerobot`); skipped without $ACTLAB_LEROBOT_PYTHON (default
 /work/lerobot-venv/bin/python). The data: 6 synthetic episodes of 30 frames (2 joints, one 32 px camera;
 actions lead the state by 3 frames), on which lerobot-train fits a tiny ACT in 400 steps (replay skill
-~0.4; the threshold is 0.7). A tiny Diffusion needs far more CPU steps than a test can spend: measured on
-this data, skill 2.96 after 600 steps with lerobot's defaults (epsilon prediction, 100 noise levels,
-lr 1e-4), and with x0-prediction, 20 noise levels, lr 1e-3 and 5 denoising steps 1.03 after 400 and 0.89
-after 900 steps; its test checks the rest of the doctor (inputs, normalization, deployment, the reset
-with seeded sampling, n_action_steps) after DIFFUSION_STEPS.
+0.39; the threshold is 0.7; ~2 min) and a tiny Diffusion in 1600 (skill 0.59; 9.4 min on 2 shared cores
+at a load average of ~4). Diffusion needs its settings: with lerobot's defaults (epsilon prediction, 100
+noise levels, lr 1e-4) it was at skill 2.96 after 600 steps; with x0-prediction, 20 noise levels, lr 1e-3
+and 5 denoising steps at 1.03 after 400 and 0.77 after 1000.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ LEROBOT_TRAIN = str(Path(LEROBOT_PYTHON).with_name("lerobot-train"))
 STICKY = Path(__file__).with_name("sticky_reset_child.py")
 CAMERA = "observation.images.top"
 ACT_STEPS = 400
-DIFFUSION_STEPS = 300
+DIFFUSION_STEPS = 1600
 
 pytestmark = [
     pytest.mark.slow,
@@ -73,7 +71,7 @@ def train_cmd(data: Path, out: Path, policy: str, steps: int) -> list[str]:
         cmd += ["--policy.down_dims=[32,64]", "--policy.horizon=16", "--policy.n_action_steps=8"]
         cmd += ["--policy.drop_n_last_frames=7", "--policy.crop_shape=null"]
         cmd += ["--policy.use_group_norm=true", "--policy.scheduler_warmup_steps=10"]
-        # x0-prediction, 20 noise levels, lr 1e-3: what learned fastest here (see the module docstring)
+        # x0-prediction, 20 noise levels, lr 1e-3: what learned in a test's time (see the module docstring)
         cmd += ["--policy.prediction_type=sample", "--policy.num_train_timesteps=20"]
         cmd += ["--policy.num_inference_steps=5", "--policy.optimizer_lr=1e-3"]
     return cmd
@@ -166,11 +164,10 @@ def test_lerobot_act_passes_clean_on_its_own_data(work, act, data):
     assert found[("deployment", "postprocessor")]["numbers"]["roundtrip_error"] < 1e-4
 
 
-def test_lerobot_diffusion_has_no_deployment_fault_on_its_own_data(work, diffusion, data):
+def test_lerobot_diffusion_passes_clean_on_its_own_data(work, diffusion, data):
     r = _doctor(work, diffusion, data)
     _print("diffusion clean", r)
-    assert {(f.check, f.name) for f in r.findings if f.severity == "error"} <= {("replay", "replay.train")}
-    assert r.verdict.name in ("reproduces_demonstrations", "did_not_learn")  # training length, not deployment
+    assert r.exit_code == 0 and r.verdict.name == "reproduces_demonstrations", r.findings
     reset = _finding(r, "deployment", "reset")  # the seeded sampling gives B's own action exactly
     assert reset.severity == "ok" and reset.numbers["error_vs_new"] < 1e-5, reset
     assert _finding(r, "deployment", "postprocessor").severity == "ok"
