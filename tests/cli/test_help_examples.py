@@ -75,6 +75,7 @@ PARSE_ONLY = {
     "actlab bench train --preset so101_sim --dataset runs/demo/data --device cuda": "a CUDA GPU and a "
     "lerobot venv",
     "actlab eval --lerobot-policy": "a lerobot venv (and a LeRobot checkpoint of any policy type)",
+    "actlab policy doctor --lerobot-policy": "a lerobot venv (and a LeRobot checkpoint of any policy type)",
     "actlab bench train --preset aloha_clip --device cuda": "a CUDA GPU (and CLIP's weights from the hub)",
 }
 # Exit codes expected where a command has more than one successful outcome (how an example begins ->

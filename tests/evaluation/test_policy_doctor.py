@@ -87,6 +87,10 @@ def test_a_well_trained_policy_passes_on_its_own_data(good, data, work):
         assert f.severity == "ok" and f.numbers["mean_shift"] < 1e-3 and f.numbers["std_ratio"] < 1.001
     assert {f.name for f in r.findings if f.check == "normalization"} == {
         "observation.state", "action.relative", "observation.state.delta"}  # fmt: skip
+    reset = _finding(r, "deployment", "reset")
+    assert (
+        reset.severity == "ok" and reset.numbers["error_vs_new"] == 0.0 and reset.numbers["separation"] > 0.05
+    )
 
     out = write_report(r, work / "report")
     report = (out / "report.md").read_text()
@@ -115,6 +119,27 @@ def test_an_untrained_policy_did_not_learn(work, data, capsys):
     assert r.verdict.name == "did_not_learn" and r.exit_code == 1
     assert r.replay["train"]["skill"] > 2.0  # 3-5 measured; the threshold is 0.7
     assert _finding(r, "replay", "replay.train").severity == "error"
+    # plain act de-normalizes "action" with its normalizer buffers: the round trip is exact
+    post = _finding(r, "deployment", "postprocessor")
+    assert post.severity == "ok" and post.numbers["roundtrip_error"] < 1e-5
+
+
+def test_a_reset_that_keeps_the_queue_is_named_as_for_a_lerobot_policy(good, data):
+    """The fault test_lerobot_doctor.py plants in a LeRobot policy, planted in an actlab one: the same
+    finding and verdict."""
+    import types
+
+    from actlab.evaluation.doctor import diagnose
+    from actlab.policies import load_policy
+
+    policy = load_policy(good)
+    assert policy.config.n_action_steps > 1  # a queue to keep
+    policy.reset = types.MethodType(lambda self: self._state_history.clear(), policy)  # the queue stays
+    r = diagnose(policy, data, DoctorConfig(progress=False, max_episodes=1), bundle=good)
+    f = _finding(r, "deployment", "reset")
+    assert f.severity == "error" and "does not clear the action queue" in f.message
+    assert f.numbers["error_vs_previous"] < 1e-6 < f.numbers["error_vs_new"]
+    assert r.verdict.name == "deployment_fault" and r.exit_code == 1
 
 
 def test_a_memorizing_policy_is_told_from_one_that_did_not_learn(work, data):
@@ -236,6 +261,10 @@ def test_verdict_order_and_episode_choice(tmp_path, tiny_dataset):
     replayed = {"train": {}, "heldout": {}}
     assert decide([f("inputs", "x"), f("normalization", "y")], replayed).name == "input_mismatch"
     assert decide([f("normalization", "y"), f("replay", "replay.train")], replayed).name == "stats_mismatch"
+    assert (
+        decide([f("deployment", "reset"), f("replay", "replay.train")], replayed).name == "deployment_fault"
+    )
+    assert decide([f("normalization", "y"), f("deployment", "reset")], replayed).name == "stats_mismatch"
     assert (
         decide([f("replay", "replay.train"), f("replay", "replay.heldout")], replayed).name == "did_not_learn"
     )

@@ -180,6 +180,9 @@ examples:
   # a bundle without a recorded split (e.g. from `actlab policy import`): say which episodes trained it
   actlab policy doctor runs/demo/run/checkpoints/step_0005000 --dataset runs/demo/data \\
       --train-episodes 0-2 --heldout-episodes 3 --json
+  # any LeRobot policy (ACT, Diffusion, SmolVLA, Pi0 ...), run in lerobot's own environment
+  actlab policy doctor --lerobot-policy outputs/train/act/checkpoints/last/pretrained_model \\
+      --lerobot-python ~/lerobot-venv/bin/python --dataset runs/demo/data
 
 exit status: 0 no error finding, 1 an error finding (the verdict says which), 2 bad input
 """
@@ -191,11 +194,15 @@ def _register_doctor(g) -> None:
         "doctor",
         "did the policy learn, or is the evaluation wrong? offline checks on a dataset, with a verdict",
         _DOCTOR_EPILOG,
-        description="Check a policy bundle against a dataset: inputs (cameras, sizes), normalization stats, "
-        "open-loop replay of training and held-out episodes against two baselines (hold the state, the "
-        "mean action), action range, gripper and chunk switches. Ends with a verdict; exit 1 on an error.",
+        description="Check a policy bundle or a LeRobot policy against a dataset: inputs (cameras, sizes), "
+        "normalization stats, open-loop replay of training and held-out episodes against two baselines "
+        "(hold the state, the mean action), action range, gripper and chunk switches, and deployment "
+        "(action de-normalization, reset() clearing the action queue). Ends with a verdict; exit 1 on an "
+        "error.",
     )
-    p.add_argument("bundle", metavar="BUNDLE", help="policy bundle directory (e.g. RUN/checkpoints/step_N)")
+    p.add_argument(
+        "bundle", nargs="?", metavar="BUNDLE", help="policy bundle directory (e.g. RUN/checkpoints/step_N)"
+    )
     p.add_argument("--dataset", required=True, metavar="PATH", help="LeRobot v3 dataset directory")
     p.add_argument(
         "--train-episodes",
@@ -218,6 +225,21 @@ def _register_doctor(g) -> None:
     )
     p.add_argument("--out", metavar="DIR", help="also write report.md, doctor.json and replay.png there")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
+    g = p.add_argument_group("LeRobot policies (run in the user's lerobot environment; docs/lerobot.md)")
+    g.add_argument(
+        "--lerobot-policy",
+        metavar="DIR",
+        help="a LeRobot pretrained_model directory of any policy type, instead of BUNDLE",
+    )
+    g.add_argument("--lerobot-python", metavar="PY", help="python of the environment lerobot is installed in")
+    g.add_argument(
+        "--rename",
+        action="append",
+        default=[],
+        metavar="A=B",
+        help="feed a policy input from another dataset key, e.g. "
+        "observation.images.front=observation.images.top",
+    )
     add_json_flag(p)
     p.set_defaults(_run=_run_doctor)
 
@@ -244,9 +266,34 @@ def _run_doctor(args: argparse.Namespace) -> int:
         device=str(resolve_device(args.device)),
         cache_dir=args.cache_dir,
     )
+    if bool(args.bundle) == bool(args.lerobot_policy):
+        raise ActlabError(
+            "give a BUNDLE or --lerobot-policy DIR (one of them)",
+            field="BUNDLE/--lerobot-policy",
+            found=f"BUNDLE={args.bundle}, --lerobot-policy={args.lerobot_policy}",
+            fix="actlab policy doctor RUN/checkpoints/step_N --dataset D, or actlab policy doctor "
+            "--lerobot-policy DIR --lerobot-python PY --dataset D",
+        )
     if args.out:  # before the diagnosis: a refused --out costs nothing
-        check_out_dir(args.out, DOCTOR_KIND, args.overwrite, (args.bundle, args.dataset))
-    result = doctor_bundle(args.bundle, args.dataset, cfg)
+        inputs = (args.bundle or args.lerobot_policy, args.dataset)
+        check_out_dir(args.out, DOCTOR_KIND, args.overwrite, inputs)
+    if args.lerobot_policy:
+        from actlab.lerobot.doctor import doctor_lerobot
+
+        if not args.lerobot_python:
+            raise ActlabError(
+                "--lerobot-policy needs --lerobot-python",
+                field="--lerobot-python",
+                expected="the python of the environment lerobot is installed in",
+                fix="e.g. --lerobot-python ~/lerobot-venv/bin/python (docs/lerobot.md)",
+            )
+        result = doctor_lerobot(
+            args.lerobot_policy, args.lerobot_python, args.dataset, cfg, rename=tuple(args.rename)
+        )
+    elif args.rename:
+        raise ActlabError("--rename applies to --lerobot-policy only", field="--rename", found=args.rename)
+    else:
+        result = doctor_bundle(args.bundle, args.dataset, cfg)
     if args.out:
         write_report(result, args.out, overwrite=args.overwrite)
     print(json.dumps(result.as_dict(), indent=2) if args.json else render(result).rstrip("\n"))

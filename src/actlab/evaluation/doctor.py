@@ -1,6 +1,6 @@
 """Policy doctor: tell "the policy did not learn" from "the evaluation is wrong", offline, on a dataset.
 
-``diagnose(policy, dataset)`` runs four checks and ends with one verdict a person can act on:
+``diagnose(policy, dataset)`` runs five checks and ends with one verdict a person can act on:
 
 - **inputs**: the cameras, image sizes and state/action sizes the policy reads vs what the dataset has;
 - **normalization**: the statistics the policy normalizes with vs the dataset's (mean shift in dataset
@@ -8,14 +8,20 @@
 - **replay**: open-loop replay of training and held-out episodes against two baselines on the same
   frames (``actlab.evaluation.replay``);
 - **actions**: predicted range vs the dataset's q01..q99, a gripper that never closes or misses its
-  timing, jumps at chunk boundaries.
+  timing, jumps at chunk boundaries;
+- **deployment**: what goes wrong between a good checkpoint and the robot: the action de-normalization
+  (the postprocessor: present, not an identity, undoing the preprocessor's normalization of the dataset's
+  actions) and ``reset()`` clearing the action queue (after a reset, the first action for a new
+  observation comes from that observation's chunk, not from the previous one's).
 
 Every check returns :class:`Finding` objects (check, name, severity, numbers, message with the fix), so
 the ``--json`` output and the markdown report come from the same data. The policy is used through the
-narrow inference interface only: ``reset()``, ``predict_action_chunk(obs) -> (B, H, A)``, a ``features``
-dict (LeRobot style) and its normalization statistics (the normalizer buffers of an actlab policy, else
-``stats_for_bundle()`` or a ``stats`` mapping); ``observation_delta_indices`` and ``config.chunk_size`` /
-``n_action_steps`` / ``stats_request()`` are used when present. Observations are built as training built
+narrow inference interface only: ``reset()``, ``predict_action_chunk(obs) -> (B, H, A)``,
+``select_action(obs)`` (the reset check), a ``features`` dict (LeRobot style) and its normalization
+statistics (the normalizer buffers of an actlab policy, else ``stats_for_bundle()`` or a ``stats``
+mapping), ``processors(action)`` where it has one (a LeRobot policy's processor round trip);
+``observation_delta_indices`` and ``config.chunk_size`` / ``n_action_steps`` / ``stats_request()`` are
+used when present. Observations are built as training built
 them: frames from the FrameStore at the size the policy's features record (``actlab.resize``), gathered
 by ``DeviceData`` at the policy's own observation offsets.
 """
@@ -64,6 +70,9 @@ STD_RATIO_ERROR = 2.0
 # Image std (in [0, 1] units) below this turns ordinary pixels into values of hundreds (the datasets
 # doctor flags the same bound in a dataset's stats.json).
 IMAGE_STD_MIN = 0.01
+# ImageNet's per-channel std: image normalization chosen for a pretrained backbone, not computed from data
+# (LeRobot's default, dataset.use_imagenet_stats), so it is not compared with the dataset's.
+IMAGENET_STD = (0.229, 0.224, 0.225)
 # A dataset std at or below this (compute_stats' absolute floor, 1e-3) is a joint that never moved; the
 # policy's normalizer uses std 1 there on purpose, so the ratio is not compared.
 CONSTANT_STD = 1.01e-3
@@ -96,12 +105,23 @@ GRIPPER_MISSED_WARN = 0.25
 # prediction error); a switch that makes the arm lurch is many times that.
 JUMP_RATIO_WARN = 10.0
 
+# Deployment. The round trip postprocess(normalize(a)) of the dataset's actions must give a back, to this
+# fraction of the dataset's action std (float32 arithmetic is ~1e-6).
+ROUNDTRIP_TOL = 1e-3
+# Reset: after reset(), select_action(B) must equal the first action of B's own chunk (same seed) to this
+# many dataset stds; a policy that computes differently each call (sampling) is judged by which chunk it
+# is closer to.
+RESET_TOL = 1e-3
+# The frames A and B of the reset check must ask for actions this far apart (dataset stds), else the
+# check cannot tell the two chunks apart.
+RESET_SEPARATION_MIN = 0.05
+
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
     """One result of one check; ``message`` says what it means and what to do."""
 
-    # which check: "inputs", "normalization", "split", "replay", "actions"
+    # which check: "inputs", "normalization", "split", "replay", "actions", "deployment"
     check: str
     # what was checked, e.g. "observation.images.top", "replay.train", "gripper"
     name: str
@@ -124,6 +144,9 @@ VERDICTS = {
     "sizes or the state/action layout before judging the policy",
     "stats_mismatch": "this policy was trained on other data or other stats: its normalization does not "
     "match this dataset (doctor it on its training data; check units; retrain with this dataset's stats)",
+    "deployment_fault": "the policy is run wrong: its actions are not de-normalized as in training, or "
+    "reset() leaves the previous episode's actions queued (see the deployment findings); fix the "
+    "deployment before judging what it learned",
     "did_not_learn": "the policy did not learn: on its own training episodes it is no better than holding "
     "the current state or outputting the mean action (train longer; check the loss curve, the learning "
     "rate, and that the dataset's actions are what you mean them to be)",
@@ -366,6 +389,10 @@ def check_normalization(
             )
             findings.append(Finding("normalization", key, "error", msg, {"std": std.ravel().tolist()}))
             continue
+        if ".image" in key and std.size == 3 and np.allclose(std.ravel(), IMAGENET_STD, atol=1e-3):
+            msg = f"{key!r}: ImageNet statistics (what a pretrained backbone expects), not the dataset's"
+            findings.append(Finding("normalization", key, "ok", msg, {"std": std.ravel().tolist()}))
+            continue
         pair = _dataset_pair(ds_stats.get(key), mean.shape)
         if pair is None:
             msg = f"the dataset has no stats for {key!r} of shape {list(mean.shape)}: not compared"
@@ -450,7 +477,10 @@ def choose_episodes(
         )
         return [], have, Finding("split", "episodes", "warning", msg, numbers)
     if not held:
-        msg = "the training run held out no episode (data.val_fraction=0): generalization is not measured"
+        msg = (
+            "the training run held out no episode (actlab: data.val_fraction=0; lerobot-train: no "
+            "dataset.episodes): generalization is not measured"
+        )
         return train, held, Finding("split", "episodes", "warning", msg, numbers)
     msg = f"the split recorded in the bundle: {len(train)} training, {_count(len(held), 'held-out')}"
     return train, held, Finding("split", "episodes", "ok", msg, numbers)
@@ -581,6 +611,138 @@ def _jump_finding(stats: dict[str, Any], n_exec: int) -> Finding:
     return Finding("actions", "chunk switches", "ok", what, numbers)
 
 
+# ------------------------------------------------------------------------------------------ deployment
+
+
+def processor_roundtrip(policy: Any, action: np.ndarray) -> dict[str, Any] | None:
+    """The policy's action (de-)normalization applied to dataset actions ``(N, A)``: ``normalized`` (what
+    training fit the model to), ``roundtrip`` (that de-normalized again, as deployed actions are),
+    ``where`` (what does the de-normalizing) and ``missing`` (processor files that are not there).
+
+    A policy with ``processors(action)`` (a LeRobot policy: its saved pre/post-processors) answers
+    itself; an actlab policy's normalizer buffers are used for ``action``; None when neither applies
+    (e.g. relative actions, normalized relative to the state).
+    """
+    if hasattr(policy, "processors"):
+        out = policy.processors(action)
+        return {
+            "normalized": np.asarray(out["normalized"], float),
+            "roundtrip": np.asarray(out["roundtrip"], float),
+            "where": getattr(policy, "postprocessor_file", "the postprocessor"),
+            "missing": list(getattr(policy, "missing_processors", ())),
+        }
+    norm = getattr(policy, "normalizer", None)
+    if norm is None or ACTION not in getattr(norm, "feature_keys", ()):
+        return None
+    import torch
+
+    entry = norm.get(ACTION)
+    a = torch.as_tensor(action, dtype=torch.float32, device=entry.mean.device)  # (N, A)
+    with torch.no_grad():
+        z = norm.normalize(ACTION, a)
+        back = norm.unnormalize(ACTION, z)
+    return {
+        "normalized": z.cpu().numpy().astype(float),
+        "roundtrip": back.cpu().numpy().astype(float),
+        "where": "the bundle's normalizer (model.safetensors)",
+        "missing": [],
+    }
+
+
+def check_processors(found: Mapping[str, Any], probe: np.ndarray, scale: np.ndarray) -> list[Finding]:
+    """Missing processor files, an identity postprocessor, a postprocessor that does not undo the
+    preprocessor's normalization (``found``: :func:`processor_roundtrip` of ``probe`` (N, A))."""
+    where = found["where"]
+    findings = []
+    for file in found["missing"]:
+        msg = (
+            f"{file} is missing: lerobot refuses to load the policy without it, and a script that runs the "
+            "policy without its processors sends normalized actions (or reads raw observations); copy it "
+            "from the training run's checkpoint (checkpoints/N/pretrained_model)"
+        )
+        findings.append(Finding("deployment", Path(file).name, "error", msg, {"file": str(file)}))
+    z, back = found["normalized"], found["roundtrip"]
+    err = np.abs(back - probe) / scale  # (N, A)
+    numbers = {
+        "roundtrip_error": float(err.max()),
+        "dataset": probe.round(5).tolist(),
+        "normalized": z.round(5).tolist(),
+        "deployed": back.round(5).tolist(),
+    }
+    if found["missing"]:
+        return findings
+    if np.allclose(back, z, rtol=0, atol=1e-6) and not np.allclose(z, probe, rtol=0, atol=1e-6):
+        msg = (
+            f"{where} returns the normalized action unchanged (an identity de-normalization): the robot "
+            f"gets values around 0 +- 1 instead of the dataset's actions (off by up to {err.max():.2f} std); "
+            "load the postprocessor saved with the policy (its unnormalizer has the training stats)"
+        )
+        return [Finding("deployment", "postprocessor", "error", msg, numbers)]
+    if err.max() > ROUNDTRIP_TOL:
+        msg = (
+            f"the dataset's actions normalized and de-normalized again by {where} come back off by up to "
+            f"{err.max():.3g} std: the postprocessor's statistics are not the preprocessor's (one of the two "
+            "files replaced?); save both from the same training run"
+        )
+        return [Finding("deployment", "postprocessor", "error", msg, numbers)]
+    msg = (
+        f"the dataset's actions (q01, mean, q99) normalized as in training and de-normalized by {where} "
+        f"land back where they were (error {err.max():.1e} std)"
+    )
+    return [Finding("deployment", "postprocessor", "ok", msg, numbers)]
+
+
+def check_reset(policy: Any, frame_a: Mapping[str, Any], frame_b: Mapping[str, Any], scale: np.ndarray):
+    """After ``reset()``, ``select_action`` on a new observation B must start from B's own chunk, not
+    continue the chunk computed for the previous observation A (a queue that survives the reset).
+
+    ``frame_a`` / ``frame_b``: single observations (batch 1, no time axis), as a robot loop passes them.
+    The torch seed is the same before every reset, so a sampling policy draws the same noise.
+    """
+    import torch
+
+    def fresh() -> None:
+        torch.manual_seed(0)
+        policy.reset()
+
+    fresh()
+    ref_b = to_numpy(policy.predict_action_chunk(dict(frame_b)))  # (1, H, A)
+    fresh()
+    ref_a = to_numpy(policy.predict_action_chunk(dict(frame_a)))  # (1, H, A)
+    fresh()
+    policy.select_action(dict(frame_a))
+    fresh()
+    got = to_numpy(policy.select_action(dict(frame_b))).reshape(ref_b[:, 0].shape)  # (1, A)
+    fresh()
+    new = float(np.max(np.abs(got - ref_b[:, 0]) / scale))
+    previous = ref_a[:, 1] if ref_a.shape[1] > 1 else ref_a[:, 0]  # what a stale queue pops next
+    old = float(np.max(np.abs(got - previous) / scale))
+    separation = float(np.max(np.abs(previous - ref_b[:, 0]) / scale))
+    numbers = {"error_vs_new": new, "error_vs_previous": old, "separation": separation}
+    if new <= RESET_TOL:
+        msg = (
+            "after reset(), the first action for a new observation comes from its own chunk (the queue "
+            "was cleared)"
+        )
+        return Finding("deployment", "reset", "ok", msg, numbers)
+    if separation < RESET_SEPARATION_MIN:
+        msg = "the two test observations ask for nearly the same actions: reset() not checked"
+        return Finding("deployment", "reset", "warning", msg, numbers)
+    if old < new:
+        msg = (
+            "reset() does not clear the action queue: after reset(), the action for a new observation is "
+            f"the previous observation's next queued action (off by {old:.3g} std from it, {new:.3g} from "
+            "its own chunk), so every episode starts with the last episode's leftover actions; call "
+            "policy.reset() before each episode and make sure it empties the queue"
+        )
+        return Finding("deployment", "reset", "error", msg, numbers)
+    msg = (
+        f"after reset(), select_action differs from predict_action_chunk by {new:.3g} std (a sampling "
+        "policy?) but is not the previous chunk's action"
+    )
+    return Finding("deployment", "reset", "warning", msg, numbers)
+
+
 # ------------------------------------------------------------------------------------------ verdict
 
 
@@ -594,6 +756,8 @@ def decide(findings: Sequence[Finding], replay: Mapping[str, Any]) -> Verdict:
         name = "input_mismatch"
     elif error("normalization"):
         name = "stats_mismatch"
+    elif error("deployment"):
+        name = "deployment_fault"
     elif not replay:
         name = "not_replayed"
     elif error("replay", "replay.train"):
@@ -687,11 +851,13 @@ def diagnose(
     *,
     bundle: str | Path | None = None,
     name: str | None = None,
+    split: Mapping[str, Any] | None = None,
 ) -> DoctorResult:
     """Every check of ``policy`` on ``dataset`` (a path or an opened dataset), and the verdict.
 
     ``policy``: any object with ``reset()``, ``predict_action_chunk(obs)`` and ``features`` (see the
-    module docstring). ``bundle``: its bundle directory, where the training split is recorded.
+    module docstring). ``bundle``: its bundle directory, where the training split is recorded; ``split``:
+    the training split in that form when it comes from elsewhere (a LeRobot train_config.json).
     """
     cfg = cfg or DoctorConfig()
     ds = open_dataset(dataset) if isinstance(dataset, (str, Path)) else dataset
@@ -717,7 +883,13 @@ def diagnose(
         )
         ds_stats = compute_stats(ds, store=store, cache_dir=stats_dir)
     findings += check_normalization(applied_stats(policy), ds_stats)
-    train, held, where = choose_episodes(ds, cfg, recorded_split(bundle))
+    action = ds_stats[ACTION]
+    scale = np.maximum(np.asarray(action["std"], float), 1e-6)
+    probe = np.stack([np.asarray(action[k], float) for k in ("q01", "mean", "q99")])  # (3, A)
+    found = processor_roundtrip(policy, probe)
+    if found is not None:
+        findings += check_processors(found, probe, scale)
+    train, held, where = choose_episodes(ds, cfg, split if split is not None else recorded_split(bundle))
     findings.append(where)
     n_actions = (_shape(ds.features.get(ACTION)) or (0,))[-1]
     result = DoctorResult(
@@ -729,6 +901,9 @@ def diagnose(
     )
     if replayable:
         _replay(policy, ds, store, inputs, deltas, ds_stats, {"train": train, "heldout": held}, cfg, result)
+        if hasattr(policy, "select_action"):  # what a robot loop calls after reset()
+            frame_a, frame_b = _reset_frames(ds, store, inputs, deltas, cfg, scale)
+            result.findings.append(check_reset(policy, frame_a, frame_b, scale))
     else:
         msg = "not replayed: the policy cannot read this dataset's observations (see the input findings)"
         findings.append(Finding("replay", "replay", "warning", msg))
@@ -744,10 +919,7 @@ def _replay(
     n_exec = int(getattr(config, "n_action_steps", None) or horizon)
     # the memmap path: the replay reads each frame once, a copy of the whole store would cost more
     data = DeviceData(ds, store, {**deltas, ACTION: list(range(horizon))}, cfg.device, frames_on_device=False)
-    resize = {}  # evaluation's resize, only where the dataset's camera is not the trained size
-    for key, hw in inputs.image_hw.items():
-        if tuple(store.frames[key].shape[-2:]) != tuple(hw):
-            resize[key] = (tuple(hw), key in inputs.fit_pad)
+    resize = _resize_for(store, inputs) if store is not None else {}
     action = ds_stats[ACTION]
     scale = np.maximum(np.asarray(action["std"], float), 1e-6)
     # holding the state is an action only when the state and the action are the same joints
@@ -766,6 +938,36 @@ def _replay(
         replayed += reps
     if replayed:
         result.findings += check_actions(replayed, action, result.joint_names, n_exec, cfg.stride, ds.fps)
+
+
+def _resize_for(store: Any, inputs: Any) -> dict[str, tuple[tuple[int, int], bool]]:
+    """Evaluation's resize, only where the dataset's camera is not the trained size."""
+    resize = {}
+    for key, hw in inputs.image_hw.items():
+        if tuple(store.frames[key].shape[-2:]) != tuple(hw):
+            resize[key] = (tuple(hw), key in inputs.fit_pad)
+    return resize
+
+
+def _reset_frames(ds, store, inputs, deltas, cfg: DoctorConfig, scale: np.ndarray) -> tuple[dict, dict]:
+    """Two single observations (batch 1, no time axis) whose recorded actions are far apart: the first
+    frame and, of up to 64 frames spread over the dataset, the one whose action differs most from it."""
+    from actlab.evaluation.policy_io import resize_images
+
+    single = {k: [0] for k in deltas}
+    data = DeviceData(ds, store, {**single, ACTION: [0]}, cfg.device, frames_on_device=False)
+    idx = np.unique(np.linspace(0, len(ds) - 1, min(64, len(ds))).round().astype(np.int64))
+    batch = data.gather(idx)
+    act = to_numpy(batch[ACTION]).reshape(len(idx), -1)  # (N, A)
+    far = int(np.argmax((np.abs(act - act[0]) / scale.reshape(1, -1)).max(1)))
+    resize = _resize_for(store, inputs) if store is not None else {}
+    frames = []
+    for i in (0, far):
+        obs = {k: batch[k][i : i + 1] for k in single}
+        for key, (hw, fit_pad) in resize.items():
+            obs[key] = resize_images(obs[key], hw, fit_pad=fit_pad)
+        frames.append(obs)
+    return frames[0], frames[1]
 
 
 def _probe_horizon(policy, ds, store, deltas, cfg: DoctorConfig) -> int:

@@ -401,6 +401,12 @@ class LeRobotBridgePolicy:
         """Action chunk (B, H, A) float32 from lerobot's ``predict_action_chunk`` + postprocessor."""
         return self._ask("predict_action_chunk", obs)
 
+    def processors(self, action: np.ndarray) -> dict[str, np.ndarray]:
+        """The processors' round trip of dataset actions ``(N, A)``: ``normalized`` by the preprocessor's
+        normalizer (what training fit the model to) and ``roundtrip`` (that through the postprocessor)."""
+        _, out = self._request({"op": "processors"}, {"action": np.asarray(action, np.float32)})
+        return out
+
 
 def checkpoint_label(policy_dir: str | Path) -> tuple[str, int | None]:
     """(table name, training step) of a LeRobot policy directory.

@@ -16,7 +16,9 @@ Wire format (stdin: requests, stdout: replies; nothing is ever pickled)::
     header  := {"op": ..., ..., "arrays": [{"key": str, "dtype": "float32" | "uint8" | ..., "shape": [...]}]}
 
 Requests: ``reset`` (``seed``), ``select_action`` / ``predict_action_chunk`` (observation arrays: images
-``(B, C, H, W)`` uint8, everything else float32, plus an optional ``task`` string list), ``close``. Every
+``(B, C, H, W)`` uint8, everything else float32, plus an optional ``task`` string list), ``processors``
+(``action`` ``(N, A)`` float32 in dataset units: the action normalized by the preprocessor's normalizer and
+that again through the postprocessor, for the doctor's round trip), ``close``. Every
 reply has ``ok``; a failed request answers ``{"ok": false, "error": ..., "traceback": ...}`` and the child
 keeps serving. The first message the child writes is ``hello`` (policy info) or its load error.
 """
@@ -111,7 +113,8 @@ def read_message(stream: BinaryIO) -> tuple[dict[str, Any], dict[str, np.ndarray
 
 def serve(handler: Any, inp: BinaryIO, out: BinaryIO) -> None:
     """Answer requests until ``close`` or EOF. ``handler`` has ``reset(seed)``, ``select_action(obs, task)``
-    and ``predict_action_chunk(obs, task)`` (numpy in, numpy out)."""
+    and ``predict_action_chunk(obs, task)`` (numpy in, numpy out), and ``processors(action)`` for the
+    ``processors`` request."""
     while True:
         try:
             header, arrays = read_message(inp)
@@ -128,6 +131,11 @@ def serve(handler: Any, inp: BinaryIO, out: BinaryIO) -> None:
             elif op in ("select_action", "predict_action_chunk"):
                 actions = getattr(handler, op)(arrays, header.get("task"))
                 write_message(out, {"op": op, "ok": True}, {"action": np.asarray(actions, dtype=np.float32)})
+            elif op == "processors":
+                found = handler.processors(arrays["action"])
+                write_message(
+                    out, {"op": op, "ok": True}, {k: np.asarray(v, np.float32) for k, v in found.items()}
+                )
             else:
                 raise ValueError(f"unknown request {op!r}")
         except Exception as e:  # answered, not fatal: the parent raises it with the traceback
@@ -145,10 +153,10 @@ def serve(handler: Any, inp: BinaryIO, out: BinaryIO) -> None:
 class LeRobotHandler:
     """A LeRobot policy of any type with its own pre/post-processors (lerobot's API only)."""
 
-    def __init__(self, policy_dir: str, device: str = "cpu") -> None:
+    def __init__(self, policy_dir: str, device: str = "cpu", missing_processors: str = "fail") -> None:
         import torch
         from lerobot.configs.policies import PreTrainedConfig
-        from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+        from lerobot.policies.factory import get_policy_class
         from lerobot.utils.import_utils import register_third_party_plugins
 
         # What lerobot's own scripts do first: import installed lerobot_policy_* plugins (actlab's plugin
@@ -159,8 +167,8 @@ class LeRobotHandler:
         cfg.device = device
         self.policy = get_policy_class(cfg.type).from_pretrained(policy_dir, config=cfg)
         self.policy.to(device).eval()
-        self.pre, self.post = make_pre_post_processors(
-            cfg, pretrained_path=policy_dir, preprocessor_overrides={"device_processor": {"device": device}}
+        self.pre, self.post, self.processor_files = _load_processors(
+            cfg, policy_dir, device, missing_processors
         )
         self.cfg = cfg
         self.device = device
@@ -183,9 +191,30 @@ class LeRobotHandler:
             },
             "n_action_steps": getattr(cfg, "n_action_steps", None),
             "chunk_size": getattr(cfg, "chunk_size", getattr(cfg, "horizon", None)),
+            "n_obs_steps": getattr(cfg, "n_obs_steps", None),
+            # per processor file: "loaded" or "missing" (an identity stand-in runs: --missing-processors)
+            "processor_files": self.processor_files,
+            "preprocessor_steps": [type(s).__name__ for s in getattr(self.pre, "steps", [])],
+            "postprocessor_steps": [type(s).__name__ for s in getattr(self.post, "steps", [])],
             # from_pretrained loads with strict=False: name what it did not find (random weights)
             **self.weights_check,
         }
+
+    def processors(self, action: np.ndarray) -> dict[str, np.ndarray]:
+        """``action`` (N, A) in dataset units -> ``normalized`` by the preprocessor's normalizer step (as
+        training normalized the targets; unchanged when it has none) and ``roundtrip``: that through the
+        whole postprocessor, which a deployed policy's outputs go through."""
+        from lerobot.processor import NormalizerProcessorStep
+
+        torch = self.torch
+        a = torch.from_numpy(np.ascontiguousarray(action, dtype=np.float32)).to(self.device)  # (N, A)
+        normalized = a
+        for step in getattr(self.pre, "steps", []):
+            if isinstance(step, NormalizerProcessorStep):
+                normalized = step._normalize_action(a, inverse=False)  # the step's own action transform
+        with torch.inference_mode():
+            back = self.post(normalized.clone())
+        return {"normalized": normalized.float().cpu().numpy(), "roundtrip": back.float().cpu().numpy()}
 
     def reset(self, seed: int | None) -> None:
         if seed is not None:
@@ -219,6 +248,52 @@ class LeRobotHandler:
         return chunk.float().cpu().numpy()  # (B, H, A)
 
 
+PROCESSOR_FILES = ("policy_preprocessor.json", "policy_postprocessor.json")
+
+
+def _load_processors(cfg: Any, policy_dir: str, device: str, missing: str) -> tuple[Any, Any, dict[str, str]]:
+    """lerobot's pre/post-processors saved beside the policy. A missing file fails the load (lerobot's own
+    behaviour) unless ``missing == "identity"``: then lerobot's processors for that config without
+    statistics stand in (their (un)normalizer passes values through), which is what a deployment that
+    never loads the file runs; the doctor uses it to show the effect."""
+    from lerobot.policies.factory import make_pre_post_processors
+
+    overrides = {"device_processor": {"device": device}}
+    status = {
+        f: "loaded" if os.path.isfile(os.path.join(policy_dir, f)) else "missing" for f in PROCESSOR_FILES
+    }
+    if missing != "identity" or "missing" not in status.values():
+        pre, post = make_pre_post_processors(
+            cfg, pretrained_path=policy_dir, preprocessor_overrides=overrides
+        )
+        return pre, post, status
+    from lerobot.processor import (
+        PolicyProcessorPipeline,
+        batch_to_transition,
+        policy_action_to_transition,
+        transition_to_batch,
+        transition_to_policy_action,
+    )
+
+    pre, post = make_pre_post_processors(cfg)  # no dataset_stats: identity normalization
+    if status[PROCESSOR_FILES[0]] == "loaded":
+        pre = PolicyProcessorPipeline.from_pretrained(
+            policy_dir,
+            config_filename=PROCESSOR_FILES[0],
+            overrides=overrides,
+            to_transition=batch_to_transition,
+            to_output=transition_to_batch,
+        )
+    if status[PROCESSOR_FILES[1]] == "loaded":
+        post = PolicyProcessorPipeline.from_pretrained(
+            policy_dir,
+            config_filename=PROCESSOR_FILES[1],
+            to_transition=policy_action_to_transition,
+            to_output=transition_to_policy_action,
+        )
+    return pre, post, status
+
+
 def _weights_check(policy: Any, policy_dir: str) -> dict[str, list[str]]:
     """Tensors of the policy missing from model.safetensors, and file tensors the policy has no use for."""
     from safetensors import safe_open
@@ -247,6 +322,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument(
+        "--missing-processors",
+        choices=["fail", "identity"],
+        default="fail",
+        help="a missing policy_pre/postprocessor.json: fail to load (lerobot's behaviour), or run an "
+        "identity stand-in and report it (the doctor shows what such a deployment does)",
+    )
     args = p.parse_args(argv)
     inp, out = _protocol_streams()
     try:
@@ -254,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
             import torch
 
             torch.set_num_threads(args.threads)
-        handler = LeRobotHandler(args.policy_dir, args.device)
+        handler = LeRobotHandler(args.policy_dir, args.device, args.missing_processors)
         info = handler.info()
     except Exception as e:
         write_message(
