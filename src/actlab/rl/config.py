@@ -33,8 +33,13 @@ class RLConfig:
     num_envs: int = 4  # sim envs stepped in lockstep per round (one batched actor call per step)
     max_steps: int = 50  # episode length limit (control steps at 30 Hz)
     total_env_steps: int = 20_000  # stop after this many transitions
+    time_limit_s: float = 0.0  # also stop after the round in which this much wall time passed (0: none)
     random_steps: int = 1_000  # uniform random actions before the actor acts (0: actor from the start)
     learning_starts: int = 500  # no update before this many transitions are stored
+    # no actor (and temperature) update before this many transitions: the critic first learns the value of
+    # the current policy (residual RL: the zero residual, i.e. the base), so a random critic cannot push
+    # the residual away from the base before it knows anything
+    actor_starts: int = 0
     utd: float = 1.0  # gradient updates per transition collected (update-to-data ratio)
     batch_size: int = 256  # transitions per update (half from demos when demos are given)
     buffer_size: int = 100_000  # replay capacity (transitions); kept on the training device
@@ -80,7 +85,7 @@ class RLConfig:
         for name in positive:
             if int(getattr(self, name)) < 1:
                 raise ActlabError(f"{name} must be >= 1", field=name, found=getattr(self, name))
-        for name in ("random_steps", "learning_starts", "eval_every", "checkpoint_every"):
+        for name in ("random_steps", "learning_starts", "actor_starts", "eval_every", "checkpoint_every"):
             if getattr(self, name) < 0:
                 raise ActlabError(f"{name} must be >= 0", field=name, found=getattr(self, name))
         if self.num_critics < 2:
@@ -92,12 +97,6 @@ class RLConfig:
                 "utd, lr, init_alpha and action_scale_deg must be positive",
                 field="utd/lr/init_alpha/action_scale_deg",
                 found=(self.utd, self.lr, self.init_alpha, self.action_scale_deg),
-            )
-        if self.encoder == "frozen" and self.base is None:
-            raise ActlabError(
-                "encoder=frozen uses the base bundle's pretrained backbone",
-                field="encoder",
-                fix="pass --base BUNDLE, or use encoder=cnn",
             )
         if self.encoder == "cnn" and not self.cameras:
             raise ActlabError("encoder=cnn needs cameras", field="cameras", fix="--set cameras=wrist")
@@ -111,6 +110,16 @@ class RLConfig:
             )
         if self.batch_size > self.buffer_size:
             raise ActlabError("batch_size > buffer_size", field="batch_size", found=self.batch_size)
+
+    def check_runnable(self) -> None:
+        """What a preset may leave open but a run may not (checked when a run starts): a frozen encoder
+        needs the base whose backbone it is."""
+        if self.encoder == "frozen" and self.base is None:
+            raise ActlabError(
+                "encoder=frozen uses the base bundle's pretrained backbone",
+                field="encoder",
+                fix="pass --base BUNDLE, or use encoder=cnn",
+            )
 
     @property
     def residual(self) -> bool:
@@ -179,17 +188,18 @@ def residual() -> RLConfig:
         total_env_steps=60_000,
         random_steps=0,
         learning_starts=2_000,
+        actor_starts=6_000,
         utd=0.5,
-        batch_size=256,
-        buffer_size=200_000,
-        hidden=256,
+        batch_size=128,
+        buffer_size=150_000,
+        hidden=128,  # 2-core CPU: updates are the bottleneck (docs/rl.md); 256 on a GPU
         n_step=3,
         lr=3e-4,
         gamma=0.99,
         init_alpha=0.01,
         action_scale_deg=4.0,
         reward="sparse",
-        eval_every=20_000,
+        eval_every=25_000,
         eval_episodes=50,
         checkpoint_every=10_000,
     )

@@ -6,8 +6,9 @@ Encoders (``RLConfig.encoder``):
   axis (a frame-stack CNN: motion is visible to the first layer). Trained by the critic's loss only; the
   actor reads its output detached (the DrQ recipe).
 - ``frozen``: :class:`FrozenFeatures`, the base bundle's own pretrained backbone (whatever its config names:
-  a ResNet or one of actlab's ViTs), frozen, global-average-pooled per camera. Computed once per env step
-  and stored in the replay buffer as vectors, so updates never run it.
+  a ResNet or one of actlab's ViTs), frozen; per camera and channel the mean activation and the spatial
+  soft-argmax (x, y) (where the channel fires: a global average alone loses where the cube is). Computed
+  once per env step and stored in the replay buffer as vectors, so updates never run it.
 """
 
 from __future__ import annotations
@@ -110,8 +111,19 @@ class CNNEncoder(nn.Module):
         return self.head(self.conv(x).flatten(1))  # (B, out)
 
 
+def spatial_features(fmap: torch.Tensor) -> torch.Tensor:
+    """(B, C, h, w) feature maps -> (B, 3C): per channel the mean and the soft-argmax (x, y) in [-1, 1]."""
+    b, c, h, w = fmap.shape
+    prob = torch.softmax(fmap.flatten(2).float(), dim=-1).view(b, c, h, w)  # (B, C, h, w)
+    ys = torch.linspace(-1, 1, h, device=fmap.device)
+    xs = torch.linspace(-1, 1, w, device=fmap.device)
+    x = (prob.sum(2) * xs).sum(-1)  # (B, C)
+    y = (prob.sum(3) * ys).sum(-1)  # (B, C)
+    return torch.cat([fmap.float().mean(dim=(-2, -1)), x, y], dim=-1)
+
+
 class FrozenFeatures(nn.Module):
-    """A policy bundle's image backbone, frozen: (B, 3, H, W) uint8 per camera -> pooled (B, sum C')."""
+    """A policy bundle's image backbone, frozen: (B, 3, H, W) uint8 per camera -> (B, sum 3C')."""
 
     def __init__(self, policy: nn.Module, cameras: list[str]) -> None:
         super().__init__()
@@ -120,9 +132,9 @@ class FrozenFeatures(nn.Module):
         with torch.no_grad():
             shapes = policy.image_shapes
             probe = {k: torch.zeros(1, *shapes[k], dtype=torch.uint8) for k in cameras}
-            self.out_dim = int(sum(policy.encode_images(k, v).shape[1] for k, v in probe.items()))
+            self.out_dim = int(sum(3 * policy.encode_images(k, v).shape[1] for k, v in probe.items()))
 
     @torch.no_grad()
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        feats = [self.policy.encode_images(k, batch[k]).mean(dim=(-2, -1)) for k in self.cameras]  # (B, C')
-        return torch.cat(feats, dim=-1).float()  # (B, sum C')
+        feats = [spatial_features(self.policy.encode_images(k, batch[k])) for k in self.cameras]  # (B, 3C')
+        return torch.cat(feats, dim=-1)  # (B, sum 3C')

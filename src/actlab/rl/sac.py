@@ -22,8 +22,9 @@ class SAC:
         self.alpha_opt = torch.optim.Adam([agent.log_alpha], lr=cfg.lr)
         self.target_entropy = -cfg.target_entropy_scale * ACT_DIM
 
-    def update(self, b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """One update from a batch of transitions; returns 0-dim detached metrics (no host sync)."""
+    def update(self, b: dict[str, torch.Tensor], actor: bool = True) -> dict[str, torch.Tensor]:
+        """One update from a batch of transitions (critics only when not ``actor``); returns 0-dim
+        detached metrics (no host sync)."""
         ag, cfg = self.agent, self.agent.cfg
         alpha = ag.log_alpha.exp().detach()
         img, next_img = b.get("img"), b.get("next_img")
@@ -38,6 +39,17 @@ class SAC:
         critic_loss.backward()
         self.critic_opt.step()
 
+        metrics = {"critic_loss": critic_loss.detach(), "q": q.detach().mean(), "alpha": alpha}
+        if actor:
+            metrics.update(self._actor_step(b, alpha))
+        with torch.no_grad():
+            for p, tp in zip(ag.critics.parameters(), ag.target_critics.parameters()):
+                tp.lerp_(p, cfg.tau)
+        return metrics
+
+    def _actor_step(self, b: dict[str, torch.Tensor], alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+        ag = self.agent
+        img = b.get("img")
         a, logp = ag.actor(ag.actor_input(b["vec"], img), generator=self.generator)
         x = ag.critic_input(b["vec"], img, b.get("priv"), grad=False).detach()
         q_pi = ag.critics(x, a).min(0).values  # (B,)
@@ -50,17 +62,7 @@ class SAC:
         self.alpha_opt.zero_grad(set_to_none=True)
         alpha_loss.backward()
         self.alpha_opt.step()
-
-        with torch.no_grad():
-            for p, tp in zip(ag.critics.parameters(), ag.target_critics.parameters()):
-                tp.lerp_(p, cfg.tau)
-        return {
-            "critic_loss": critic_loss.detach(),
-            "actor_loss": actor_loss.detach(),
-            "q": q.detach().mean(),
-            "entropy": -logp.detach().mean(),
-            "alpha": alpha,
-        }
+        return {"actor_loss": actor_loss.detach(), "entropy": -logp.detach().mean()}
 
     generator: torch.Generator | None = None  # the run's generator (set by the trainer)
 

@@ -48,7 +48,7 @@ class RLSummary:
 
 def config_hash(cfg: RLConfig) -> str:
     """Hash of the settings that must not change across a resume (everything but budgets and cadence)."""
-    free = {"total_env_steps", "eval_every", "eval_episodes", "checkpoint_every", "keep_last", "log_every"}
+    free = {"total_env_steps", "time_limit_s", "eval_every", "eval_episodes", "checkpoint_every", "keep_last", "log_every"}
     d = {k: v for k, v in to_dict(cfg).items() if k not in free}
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -61,6 +61,7 @@ def load_run_config(out: str | Path) -> RLConfig:
 def train_rl(cfg: RLConfig, out: str | Path, resume: bool = False, progress: bool = True) -> RLSummary:
     """Run (or resume) an SAC run in ``out`` under the directory's lock."""
     out = Path(out)
+    cfg.check_runnable()
     with DirLock(out, what="RL run directory"):
         return _Trainer(cfg, out, resume, progress).run()
 
@@ -168,6 +169,9 @@ class _Trainer:
         last_ckpt = self.ckpt.last_step()
         try:
             while self.env_steps < cfg.total_env_steps:
+                if cfg.time_limit_s and time.perf_counter() - t0 > cfg.time_limit_s:
+                    self.log.message(f"time limit {cfg.time_limit_s:.0f} s reached at {self.env_steps} env steps")
+                    break
                 before = self.env_steps
                 t_round = time.perf_counter()
                 stats = self._round()
@@ -241,7 +245,7 @@ class _Trainer:
         while self.owed >= 1.0:
             self.owed -= 1.0
             batch = sample_mixed(self.buffer, self.demos, cfg.batch_size, self.gen)
-            metrics = self.sac.update(batch)
+            metrics = self.sac.update(batch, actor=self.env_steps >= cfg.actor_starts)
             self.updates += 1
         if metrics is not None:
             self._pending = metrics
