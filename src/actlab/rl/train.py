@@ -294,3 +294,24 @@ def _load_base(cfg: RLConfig) -> Any:
     from actlab.policies import load_policy
 
     return load_policy(cfg.base, device=cfg.device)
+
+
+def load_agent(path: str | Path, device: str = "cpu") -> Any:
+    """The agent of a checkpoint directory (``checkpoints/step_N``) or of a run's last checkpoint."""
+    from safetensors.torch import load_file
+
+    from actlab.rl.agent import Agent
+    from actlab.rl.checkpoint import AGENT_FILE, CONFIG_FILE
+
+    path = Path(path)
+    if not (path / AGENT_FILE).is_file() and (path / "checkpoints" / "last.json").is_file():
+        path = path / "checkpoints" / read_json(path / "checkpoints" / "last.json", "last.json")["path"]
+    if not (path / AGENT_FILE).is_file():
+        raise ActlabError(
+            "not an RL checkpoint", file=path, expected=f"a directory with {AGENT_FILE}", fix="pass a run directory"
+        )
+    cfg = from_dict(RLConfig, read_json(path / CONFIG_FILE, "RL config"), CONFIG_FILE)
+    cfg = dataclasses.replace(cfg, device=device)
+    agent = Agent(cfg, _load_base(cfg))
+    agent.load_state_dict(load_file(str(path / AGENT_FILE)), strict=False)
+    return agent.eval()
