@@ -6,8 +6,8 @@ import json
 import signal
 import time
 
-from actlab.training.metrics_log import read_metrics
 import procs
+from actlab.training.metrics_log import read_metrics
 
 # A run of a few seconds that checkpoints often: reach, tiny networks.
 SETS = [

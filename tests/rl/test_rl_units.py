@@ -92,7 +92,9 @@ def test_config_errors_name_the_field_and_presets_resolve():
         RLConfig(encoder="cnn")
     with pytest.raises(ActlabError, match="base"):
         RLConfig(task="pick_place", encoder="frozen").check_runnable()
-    assert get_preset("smoke").critic_privileged and not RLConfig(demos="x", task="pick_place").critic_privileged
+    assert (
+        get_preset("smoke").critic_privileged and not RLConfig(demos="x", task="pick_place").critic_privileged
+    )
 
 
 def test_reach_targets_are_reachable_and_seeded():
@@ -101,7 +103,9 @@ def test_reach_targets_are_reachable_and_seeded():
         o1, _ = env.reset(seed=3)
         t1 = env.target.copy()
         o2, info = env.reset(seed=3)
-        assert np.array_equal(t1, env.target) and np.array_equal(o1["observation.goal"], o2["observation.goal"])
+        assert np.array_equal(t1, env.target) and np.array_equal(
+            o1["observation.goal"], o2["observation.goal"]
+        )
         assert info["distance"] > REACH_RADIUS  # targets are away from the start pose
         env.reset(seed=4)
         assert not np.array_equal(t1, env.target)

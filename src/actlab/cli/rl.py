@@ -15,23 +15,24 @@ examples:
   actlab rl train --preset smoke --out runs/rl_smoke        # SAC learns to reach, < 1 min on a CPU
   actlab rl train --list-presets
   actlab rl reward-model --demos runs/demo/data --base runs/demo/run/checkpoints/step_0001000 \\
-      --out runs/rl_reward --set episodes=4 --set rollouts=4  # a success classifier (tiny)
+      --out runs/rl_reward --set episodes=3 --set rollouts=2 --set rollout_envs=2 \\
+      --set max_steps=30 --set steps=50                     # a success classifier, tiny
 """
 
 _TRAIN_EPILOG = """\
 examples:
-  actlab rl train --preset smoke --out runs/rl_smoke        # SAC on joint state, reach, < 1 min on a CPU
-  actlab rl train --out runs/rl_smoke --resume --set total_env_steps=4000   # continue, longer
+  actlab rl train --preset smoke --out runs/rl_smoke --set total_env_steps=600   # a few seconds of reach
+  actlab rl train --out runs/rl_smoke --resume --set total_env_steps=1200      # continue it, longer
   actlab rl train --preset residual --base runs/demo/run/checkpoints/step_0001000 \\
-      --demos runs/demo/data --out runs/rl_residual_check \\
-      --set total_env_steps=600 --set learning_starts=300 --set num_envs=2 \\
-      --set eval_episodes=2 --set demo_episodes=2 --set max_steps=150   # residual RL, a short check
+      --demos runs/demo/data --out runs/rl_residual_check --set total_env_steps=300 \\
+      --set learning_starts=100 --set actor_starts=100 --set num_envs=2 --set max_steps=40 \\
+      --set eval_episodes=1 --set demo_episodes=2     # residual RL on the demo's first checkpoint
   actlab rl train --list-presets
   actlab rl train --preset reach --print-config
 
 The run directory holds config.json, metrics.jsonl (returns, success, Q values, entropy, updates, env
 steps/s, evaluations) and checkpoints/step_NNNNNNN/ (NNNNNNN = env steps) with last.json pointing at the
-newest. A killed run continues with --resume from its last checkpoint, exactly.
+newest. A killed run continues with --resume from its last checkpoint, exactly. docs/rl.md: the design.
 """
 
 
@@ -64,7 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         _EPILOG,
     )
     r.add_argument("--demos", metavar="DATASET", required=True, help="LeRobot dataset of successful demos")
-    r.add_argument("--base", metavar="BUNDLE", required=True, help="policy whose frozen backbone and rollouts are used")
+    r.add_argument(
+        "--base", metavar="BUNDLE", required=True, help="policy whose frozen backbone and rollouts are used"
+    )
     r.add_argument("--out", metavar="DIR", required=True, help="output directory (model, metrics.json)")
     add_set_flag(r, "override a reward-model config key, e.g. --set rollouts=40")
     r.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -68,10 +68,14 @@ class RLCheckpoints(CheckpointManager):
             atomic_write_bytes(tmp / AGENT_FILE, save(tensors))
             atomic_write_json(tmp / CONFIG_FILE, config)
             state = tmp / "training_state"
-            atomic_write_bytes(state / "optimizer.pt", _torch_bytes({"optimizer": optimizer, "scheduler": {}}))
+            atomic_write_bytes(
+                state / "optimizer.pt", _torch_bytes({"optimizer": optimizer, "scheduler": {}})
+            )
             atomic_write_bytes(state / "rng_rank0.pt", _torch_bytes(rng))
             atomic_write_bytes(state / "replay.pt", _torch_bytes(replay))
-            atomic_write_json(state / "state.json", {**meta, "step": step, "val_loss": None, "written_at": time.time()})
+            atomic_write_json(
+                state / "state.json", {**meta, "step": step, "val_loss": None, "written_at": time.time()}
+            )
             if final.exists():  # a resumed run re-reaching a step it wrote before being killed
                 shutil.rmtree(final)
             os.replace(tmp, final)

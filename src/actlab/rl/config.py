@@ -81,7 +81,15 @@ class RLConfig:
             if getattr(self, name) not in choices:
                 raise unknown_name_error(name, getattr(self, name), choices)
         positive = ("frame_stack", "num_envs", "max_steps", "total_env_steps", "batch_size", "buffer_size")
-        positive += ("hidden", "n_step", "eval_episodes", "keep_last", "log_every", "threads", "demo_episodes")
+        positive += (
+            "hidden",
+            "n_step",
+            "eval_episodes",
+            "keep_last",
+            "log_every",
+            "threads",
+            "demo_episodes",
+        )
         for name in positive:
             if int(getattr(self, name)) < 1:
                 raise ActlabError(f"{name} must be >= 1", field=name, found=getattr(self, name))
@@ -91,7 +99,9 @@ class RLConfig:
         if self.num_critics < 2:
             raise ActlabError("SAC needs at least twin critics", field="num_critics", found=self.num_critics)
         if not 0 < self.gamma < 1 or not 0 < self.tau <= 1:
-            raise ActlabError("gamma in (0, 1) and tau in (0, 1]", field="gamma/tau", found=(self.gamma, self.tau))
+            raise ActlabError(
+                "gamma in (0, 1) and tau in (0, 1]", field="gamma/tau", found=(self.gamma, self.tau)
+            )
         if self.utd <= 0 or self.lr <= 0 or self.init_alpha <= 0 or self.action_scale_deg <= 0:
             raise ActlabError(
                 "utd, lr, init_alpha and action_scale_deg must be positive",
@@ -107,6 +117,12 @@ class RLConfig:
                 "reward=classifier needs a reward model",
                 field="reward_model",
                 fix="train one with `actlab rl reward-model` and pass --set reward_model=DIR",
+            )
+        if self.reward == "classifier" and (self.encoder != "frozen" or self.base is None):
+            raise ActlabError(
+                "the success classifier reads the frozen base backbone's features",
+                field="reward",
+                fix="use it with --base BUNDLE and encoder=frozen (the residual preset)",
             )
         if self.batch_size > self.buffer_size:
             raise ActlabError("batch_size > buffer_size", field="batch_size", found=self.batch_size)

@@ -65,7 +65,9 @@ def demo_buffer(cfg: Any, agent: Any) -> ReplayBuffer:
 
 @torch.no_grad()
 def _episode(cfg: Any, agent: Any, ds: Any, idx: np.ndarray, states: np.ndarray, actions: np.ndarray) -> dict:
-    frames = {k: torch.from_numpy(ds.read_frames(k, idx)).permute(0, 3, 1, 2).contiguous() for k in agent.image_keys}
+    frames = {
+        k: torch.from_numpy(ds.read_frames(k, idx)).permute(0, 3, 1, 2).contiguous() for k in agent.image_keys
+    }
     state = torch.from_numpy(np.asarray(states, dtype=np.float32))  # (T, 6) deg
     agent.reset()
     steps = []
@@ -78,7 +80,11 @@ def _episode(cfg: Any, agent: Any, ds: Any, idx: np.ndarray, states: np.ndarray,
             step["img"] = o["img"][0]
         steps.append(step)
         anchor = o["base"][0] if "base" in o else state[t]
-        resid.append(((torch.from_numpy(np.asarray(actions[t], dtype=np.float32)) - anchor) / cfg.action_scale_deg).clamp(-1, 1))
+        resid.append(
+            (
+                (torch.from_numpy(np.asarray(actions[t], dtype=np.float32)) - anchor) / cfg.action_scale_deg
+            ).clamp(-1, 1)
+        )
     T = len(steps) - 1  # the last frame is the final observation
     rewards = [0.0] * (T - 1) + [1.0]
     return nstep_transitions(steps[:T], steps[T], resid[:T], rewards, True, cfg.gamma, cfg.n_step)

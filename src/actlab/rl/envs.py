@@ -9,10 +9,9 @@ shape and a batched base policy's queue stay aligned.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
-
-import numpy as np
+from typing import Any
 
 from actlab.evaluation.policy_io import ObsAdapter, inputs_from_features
 from actlab.rl.tasks import make_task_env, privileged_state, task_reward
@@ -89,7 +88,9 @@ class VecSim:
                 eps[i].actions.append(a[i].detach().cpu())
                 obs[i], _, terminated, truncated, infos[i] = self.envs[i].step(targets[i])
                 eps[i].rewards.append(task_reward(cfg.task, cfg.reward, infos[i]))
-                eps[i].infos.append({k: infos[i][k] for k in ("is_success", "grasped", "lifted") if k in infos[i]})
+                eps[i].infos.append(
+                    {k: infos[i][k] for k in ("is_success", "grasped", "lifted") if k in infos[i]}
+                )
                 if terminated or truncated or len(eps[i].steps) >= cfg.max_steps:
                     eps[i].terminated = bool(terminated)
                     eps[i].success = bool(infos[i]["is_success"])

@@ -13,7 +13,9 @@ from typing import Any
 from actlab.evaluation.results import CheckpointEval, summarize
 
 
-def evaluate_agent(agent: Any, cfg: Any, episodes: int | None = None, seed: int | None = None) -> CheckpointEval:
+def evaluate_agent(
+    agent: Any, cfg: Any, episodes: int | None = None, seed: int | None = None
+) -> CheckpointEval:
     """Success, interval and taxonomy of the agent's deterministic policy on ``episodes`` fixed seeds."""
     episodes = episodes or cfg.eval_episodes
     seed = cfg.eval_seed if seed is None else seed
@@ -23,7 +25,9 @@ def evaluate_agent(agent: Any, cfg: Any, episodes: int | None = None, seed: int 
         from actlab.evaluation.harness import EvalConfig, evaluate
 
         spec = EnvSpec(task="so101_pick_place", max_steps=cfg.max_steps)
-        ecfg = EvalConfig(episodes=episodes, seed=seed, workers=1, batch_envs=batch, threads_per_worker=cfg.threads)
+        ecfg = EvalConfig(
+            episodes=episodes, seed=seed, workers=1, batch_envs=batch, threads_per_worker=cfg.threads
+        )
         return evaluate(agent, spec, ecfg, name="rl")
     from actlab.evaluation.policy_io import ObsAdapter, inputs_from_features
     from actlab.evaluation.rollout import rollout, to_result

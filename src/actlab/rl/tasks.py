@@ -85,7 +85,9 @@ class ReachEnv(gym.Wrapper):
         }
 
 
-def make_task_env(task: str, max_steps: int, cameras: tuple[str, ...] = (), image_size: int | None = None) -> Any:
+def make_task_env(
+    task: str, max_steps: int, cameras: tuple[str, ...] = (), image_size: int | None = None
+) -> Any:
     """A gymnasium env of ``task`` (``reach`` renders no camera)."""
     if task == "reach":
         return ReachEnv(max_steps=max_steps)
@@ -123,4 +125,6 @@ def task_reward(task: str, kind: str, info: dict) -> float:
         return success
     if task == "reach":
         return -info["distance"] / WORKSPACE_SCALE + success
-    return 0.1 * info["grasped"] + 0.2 * info["lifted"] + 0.2 * (info["in_goal"] and info["grasped"]) + success
+    return (
+        0.1 * info["grasped"] + 0.2 * info["lifted"] + 0.2 * (info["in_goal"] and info["grasped"]) + success
+    )

@@ -48,7 +48,15 @@ class RLSummary:
 
 def config_hash(cfg: RLConfig) -> str:
     """Hash of the settings that must not change across a resume (everything but budgets and cadence)."""
-    free = {"total_env_steps", "time_limit_s", "eval_every", "eval_episodes", "checkpoint_every", "keep_last", "log_every"}
+    free = {
+        "total_env_steps",
+        "time_limit_s",
+        "eval_every",
+        "eval_episodes",
+        "checkpoint_every",
+        "keep_last",
+        "log_every",
+    }
     d = {k: v for k, v in to_dict(cfg).items() if k not in free}
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -86,7 +94,7 @@ class _Trainer:
                 "the run directory already holds a run",
                 file=out,
                 found=f"checkpoint step_{last:07d}",
-                fix=f"continue it with --resume, or choose another --out (actlab rl train --out {out} --resume)",
+                fix=f"continue it (actlab rl train --out {out} --resume), or choose another --out",
             )
         torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
@@ -170,7 +178,9 @@ class _Trainer:
         try:
             while self.env_steps < cfg.total_env_steps:
                 if cfg.time_limit_s and time.perf_counter() - t0 > cfg.time_limit_s:
-                    self.log.message(f"time limit {cfg.time_limit_s:.0f} s reached at {self.env_steps} env steps")
+                    self.log.message(
+                        f"time limit {cfg.time_limit_s:.0f} s reached at {self.env_steps} env steps"
+                    )
                     break
                 before = self.env_steps
                 t_round = time.perf_counter()
@@ -213,13 +223,19 @@ class _Trainer:
             if self.reward_model is not None:
                 rewards = self.reward_model.rewards(ep)
             self.buffer.add(
-                nstep_transitions(ep.steps, ep.final, ep.actions, rewards, ep.terminated, cfg.gamma, cfg.n_step)
+                nstep_transitions(
+                    ep.steps, ep.final, ep.actions, rewards, ep.terminated, cfg.gamma, cfg.n_step
+                )
             )
             returns.append(float(sum(rewards)))
             successes.append(ep.success)
             lengths.append(len(ep.steps))
         self.episodes += len(episodes)
-        return {"return": float(np.mean(returns)), "success": float(np.mean(successes)), "len": float(np.mean(lengths))}
+        return {
+            "return": float(np.mean(returns)),
+            "success": float(np.mean(successes)),
+            "len": float(np.mean(lengths)),
+        }
 
     def _act(self, obs: dict[str, Any]):
         """[-1, 1] actions (B, 6) for the actor inputs ``obs`` (uniform noise during ``random_steps``)."""
@@ -308,7 +324,10 @@ def load_agent(path: str | Path, device: str = "cpu") -> Any:
         path = path / "checkpoints" / read_json(path / "checkpoints" / "last.json", "last.json")["path"]
     if not (path / AGENT_FILE).is_file():
         raise ActlabError(
-            "not an RL checkpoint", file=path, expected=f"a directory with {AGENT_FILE}", fix="pass a run directory"
+            "not an RL checkpoint",
+            file=path,
+            expected=f"a directory with {AGENT_FILE}",
+            fix="pass a run directory",
         )
     cfg = from_dict(RLConfig, read_json(path / CONFIG_FILE, "RL config"), CONFIG_FILE)
     cfg = dataclasses.replace(cfg, device=device)
