@@ -12,8 +12,9 @@ ORDER = 25
 
 _EPILOG = """\
 examples:
-  actlab rl train --preset smoke --out runs/rl_smoke        # SAC learns to reach, < 1 min on a CPU
+  actlab rl train --preset smoke --out runs/rl_smoke --set total_env_steps=600   # a few seconds
   actlab rl train --list-presets
+  actlab rl report runs/rl_smoke --episodes 10 --out runs/rl_smoke_report   # success, taxonomy, curve
   actlab rl reward-model --demos runs/demo/data --base runs/demo/run/checkpoints/step_0001000 \\
       --out runs/rl_reward --set episodes=3 --set rollouts=2 --set rollout_envs=2 \\
       --set max_steps=30 --set steps=50                     # a success classifier, tiny
@@ -57,6 +58,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
     p.add_argument("--json", action="store_true", help="print the run summary as JSON")
     p.set_defaults(_run=_train)
+
+    rep = subcommand(
+        g,
+        "report",
+        "before/after on the same fresh seeds: success with intervals, taxonomy side by side, curves",
+        _EPILOG,
+    )
+    rep.add_argument("run", metavar="RUN", help="RL run directory (its last checkpoint is evaluated)")
+    rep.add_argument("--episodes", type=int, default=100, metavar="N", help="episodes per policy (100)")
+    rep.add_argument(
+        "--seed", type=int, default=100_000, metavar="S", help="episode i uses seed S+i (100000)"
+    )
+    rep.add_argument("--out", metavar="DIR", required=True, help="where report.md/.json and the curve go")
+    rep.add_argument("--json", action="store_true", help="print the result as JSON")
+    rep.set_defaults(_run=_report)
 
     r = subcommand(
         g,
@@ -125,6 +141,19 @@ def _train(args: argparse.Namespace) -> int:
             lo, hi = ev["ci95"]
             print(f"success {ev['successes']}/{ev['episodes']} (95% CI {lo:.2f}-{hi:.2f})")
         print(f"checkpoint: {summary.last_checkpoint}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from actlab.rl.report import rl_report
+
+    result = rl_report(args.run, args.episodes, args.seed, args.out)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print((Path(args.out) / "report.md").read_text())
     return 0
 
 
