@@ -69,7 +69,8 @@ def _markdown(evals: list, result: dict[str, Any], curve: str) -> str:
         "# RL report",
         "",
         f"- run: {result['run']}",
-        f"- {result['episodes']} episodes per policy, seeds {result['seeds'][0]}..{result['seeds'][1]} (the same for each)",
+        f"- {result['episodes']} episodes per policy, seeds {result['seeds'][0]}..{result['seeds'][1]} "
+        "(the same for each)",
         "",
         results_table(evals, markdown=True),
         "",
