@@ -81,3 +81,14 @@ def test_success_classifier_trains_and_tunes_its_threshold(tiny_base, rl_demos, 
     assert result["split_episodes"] == {"train": 2, "val": 1, "test": 1}
     model = load_reward_model(tmp_path / "rm")
     assert model.threshold == result["threshold"]
+
+
+def test_report_puts_base_and_residual_side_by_side_on_the_same_seeds(tiny_base, tmp_path):
+    from actlab.rl.report import rl_report
+
+    train_rl(_cfg(tiny_base), tmp_path / "run", progress=False)
+    result = rl_report(tmp_path / "run", episodes=2, seed=7, out=tmp_path / "report", batch_envs=2)
+    assert set(result["policies"]) == {"base", "residual"} and result["seeds"] == [7, 8]
+    page = (tmp_path / "report" / "report.md").read_text()
+    assert "| base |" in page and "| residual |" in page and "never_picked_up" in page
+    assert (tmp_path / "report" / "learning_curve.png").stat().st_size > 1000

@@ -71,6 +71,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--seed", type=int, default=100_000, metavar="S", help="episode i uses seed S+i (100000)"
     )
     rep.add_argument("--out", metavar="DIR", required=True, help="where report.md/.json and the curve go")
+    rep.add_argument(
+        "--videos",
+        type=int,
+        default=0,
+        metavar="K",
+        help="film K seeds the base failed and the residual solved",
+    )
     rep.add_argument("--json", action="store_true", help="print the result as JSON")
     rep.set_defaults(_run=_report)
 
@@ -149,7 +156,7 @@ def _report(args: argparse.Namespace) -> int:
 
     from actlab.rl.report import rl_report
 
-    result = rl_report(args.run, args.episodes, args.seed, args.out)
+    result = rl_report(args.run, args.episodes, args.seed, args.out, videos=args.videos)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -67,6 +67,8 @@ class RLConfig:
     checkpoint_every: int = 5_000  # checkpoint every this many env steps (at the end of a round)
     keep_last: int = 3  # checkpoints kept
     log_every: int = 1  # log a metrics row every this many rounds
+    tensorboard: bool = False  # also log to run_dir/tensorboard (needs the tensorboard extra)
+    wandb: bool = False  # also log to Weights & Biases (needs the wandb extra)
     seed: int = 0  # torch / numpy seed; training episode k is reset with seed * 1_000_003 + k
     device: str = "cpu"  # training device (the replay buffer lives there too)
     threads: int = 1  # torch threads (1: best for small nets on a shared CPU)

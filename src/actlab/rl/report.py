@@ -20,9 +20,10 @@ from actlab.utils.io import atomic_write_json, atomic_write_text
 
 
 def rl_report(
-    run: str | Path, episodes: int, seed: int, out: str | Path, batch_envs: int = 10
+    run: str | Path, episodes: int, seed: int, out: str | Path, batch_envs: int = 10, videos: int = 0
 ) -> dict[str, Any]:
-    """Evaluate the run's base (when residual) and its last agent on ``episodes`` seeds from ``seed``."""
+    """Evaluate the run's base (when residual) and its last agent on ``episodes`` seeds from ``seed``;
+    ``videos``: film up to that many seeds the base failed and the residual solved, both policies."""
     from actlab.rl.evaluate import evaluate_agent
     from actlab.rl.train import load_agent
 
@@ -42,6 +43,8 @@ def rl_report(
     rows = read_metrics(run)
     curve = plot_learning_curve(rows, out / "learning_curve.png", cfg.name)
     result = _result(evals, rows, run, episodes, seed)
+    if videos and result.get("fixed_by_residual"):
+        result["videos"] = _film(agent, cfg, result["fixed_by_residual"][:videos], out)
     atomic_write_json(out / "report.json", result)
     atomic_write_text(out / "report.md", _markdown(evals, result, curve.name))
     return result
@@ -64,6 +67,19 @@ def _result(evals: list, rows: list[dict], run: Path, episodes: int, seed: int) 
     return res
 
 
+def _film(agent: Any, cfg: Any, seeds: list[int], out: Path) -> list[str]:
+    """Videos of both policies on each seed (one episode each, run again in this process with the camera
+    on; the video is stamped with what that run did)."""
+    spec = EnvSpec(task="so101_pick_place", max_steps=cfg.max_steps)
+    paths = []
+    for s in seeds:
+        ecfg = EvalConfig(episodes=1, seed=s, workers=1, batch_envs=1, videos=1, threads_per_worker=1)
+        sources = [PolicySource(name="base", path=cfg.base), PolicySource(name="residual", obj=agent)]
+        for ev in evaluate_many(sources, spec, ecfg, out_dir=out / f"seed_{s}"):
+            paths += [e.video for e in ev.episodes if e.video]
+    return paths
+
+
 def _markdown(evals: list, result: dict[str, Any], curve: str) -> str:
     lines = [
         "# RL report",
@@ -83,6 +99,9 @@ def _markdown(evals: list, result: dict[str, Any], curve: str) -> str:
             f"{result['broken_by_residual'][:20]}",
             "",
         ]
+    if result.get("videos"):
+        lines += ["Videos (base failed, residual solved; the same seed for both):", ""]
+        lines += [f"- {v}" for v in result["videos"]] + [""]
     lines += ["## Evaluations during training", "", "| env steps | success |", "|---|---|"]
     lines += [f"| {e['env_steps']} | {e['success']:.2f} |" for e in result["evaluations_during_training"]]
     lines += ["", f"![learning curve]({curve})", ""]

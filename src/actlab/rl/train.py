@@ -56,6 +56,8 @@ def config_hash(cfg: RLConfig) -> str:
         "checkpoint_every",
         "keep_last",
         "log_every",
+        "tensorboard",
+        "wandb",
     }
     d = {k: v for k, v in to_dict(cfg).items() if k not in free}
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
@@ -114,7 +116,7 @@ class _Trainer:
             from actlab.rl.reward_model import load_reward_model
 
             self.reward_model = load_reward_model(cfg.reward_model)
-        self.env_steps = self.episodes = self.updates = 0
+        self.env_steps = self.episodes = self.updates = self.rounds = 0
         self.owed = 0.0
         self.evals: list[dict[str, Any]] = []
         if last is not None:
@@ -125,7 +127,15 @@ class _Trainer:
 
         self.envs = VecSim(cfg, self.agent)
         self.log = MetricsLog(
-            out, enabled=True, total_steps=cfg.total_env_steps, start_step=self.env_steps, progress=progress
+            out,
+            enabled=True,
+            total_steps=cfg.total_env_steps,
+            start_step=self.env_steps,
+            progress=progress,
+            tensorboard=cfg.tensorboard,
+            wandb=cfg.wandb,
+            wandb_project="actlab-rl",
+            run_config=to_dict(cfg),
         )
         self.last_metrics: dict[str, float] = {}
 
@@ -146,6 +156,7 @@ class _Trainer:
         self.gen.set_state(state["rng"]["generator"])
         self.buffer.load_state_dict(state["replay"])
         self.env_steps, self.episodes = int(meta["env_steps"]), int(meta["episodes"])
+        self.rounds = int(meta.get("rounds", 0))
         self.updates, self.owed = int(meta["updates"]), float(meta["owed"])
         self.evals = list(meta.get("evals", []))
         self.ckpt.truncate_after(step)
@@ -155,6 +166,7 @@ class _Trainer:
         meta = {
             "env_steps": self.env_steps,
             "episodes": self.episodes,
+            "rounds": self.rounds,
             "updates": self.updates,
             "owed": self.owed,
             "config_hash": config_hash(self.cfg),
@@ -185,7 +197,9 @@ class _Trainer:
                 before = self.env_steps
                 t_round = time.perf_counter()
                 stats = self._round()
-                self._log(stats, time.perf_counter() - t_round)
+                self.rounds += 1
+                if self.rounds % cfg.log_every == 0:
+                    self._log(stats, time.perf_counter() - t_round)
                 if cfg.eval_every and _crossed(before, self.env_steps, cfg.eval_every):
                     self._evaluate()
                 if cfg.checkpoint_every and _crossed(before, self.env_steps, cfg.checkpoint_every):
