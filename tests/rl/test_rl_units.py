@@ -111,3 +111,22 @@ def test_reach_targets_are_reachable_and_seeded():
         assert not np.array_equal(t1, env.target)
     finally:
         env.close()
+
+
+def test_a_frame_stack_cnn_run_trains_its_encoder_through_the_critic_only(tmp_path):
+    """Pick-and-place from pixels: a 2-frame stack of the top camera, privileged critic, a few updates."""
+    from actlab.rl.train import load_agent, train_rl
+
+    cfg = RLConfig(
+        task="pick_place", encoder="cnn", cameras=("top",), image_size=32, frame_stack=2, num_envs=2,
+        max_steps=20, total_env_steps=80, random_steps=40, learning_starts=40, batch_size=16, hidden=16,
+        buffer_size=200, eval_episodes=1, eval_every=0, checkpoint_every=0,
+    )  # fmt: skip
+    summary = train_rl(cfg, tmp_path / "run", progress=False)
+    assert summary.updates == 40 and summary.final_eval["episodes"] == 1
+    agent = load_agent(tmp_path / "run")
+    assert agent.encoder.conv[0].in_channels == 6  # 2 frames x RGB
+    # the stored transitions kept uint8 frames: (N, 6, 32, 32)
+    replay = torch.load(tmp_path / "run/checkpoints/step_0000080/training_state/replay.pt", weights_only=True)
+    assert replay["img"].dtype == torch.uint8 and tuple(replay["img"].shape[1:]) == (6, 32, 32)
+    assert replay["priv"].shape[1] == 12  # asymmetric critic: cube, bowl, grasp point, phase flags
