@@ -6,12 +6,18 @@ import json
 import signal
 import time
 
+import pytest
+
 import procs
+from actlab.errors import ActlabError
+from actlab.rl.config import get_preset
+from actlab.rl.train import train_rl
 from actlab.training.metrics_log import read_metrics
+from actlab.utils.config import apply_overrides
 
 # A run of a few seconds that checkpoints often: reach, tiny networks.
 SETS = [
-    "total_env_steps=1600",
+    "total_env_steps=1200",
     "checkpoint_every=400",
     "random_steps=200",
     "learning_starts=200",
@@ -38,8 +44,8 @@ def _weights(run):
 
 def test_kill_9_then_resume_continues_the_run_exactly(tmp_path):
     ref, run = tmp_path / "ref", tmp_path / "run"
-    r_ref = procs.run(_cmd(ref, "--preset", "smoke"), timeout=120)
-    assert r_ref.returncode == 0, r_ref.stderr
+    cfg = apply_overrides(get_preset("smoke"), SETS)
+    summary_ref = train_rl(cfg, ref, progress=False)  # uninterrupted, in this process
     with procs.started(_cmd(run, "--preset", "smoke")) as proc:
         deadline = time.monotonic() + 120
         while not (run / "checkpoints" / "last.json").is_file():
@@ -50,16 +56,16 @@ def test_kill_9_then_resume_continues_the_run_exactly(tmp_path):
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     killed_at = json.loads((run / "checkpoints" / "last.json").read_text())["step"]
-    assert killed_at < 1600
+    assert killed_at < 1200
     # a second run into the same directory without --resume is refused, naming the fix
-    refused = procs.run(_cmd(run, "--preset", "smoke"), timeout=60)
-    assert refused.returncode == 2 and "--resume" in refused.stderr
-    r = procs.run(_cmd(run, "--resume"), timeout=120)
-    assert r.returncode == 0, r.stderr
+    with pytest.raises(ActlabError, match="already holds a run") as e:
+        train_rl(cfg, run, progress=False)
+    assert "--resume" in e.value.fix
+    summary = train_rl(cfg, run, resume=True, progress=False)
     (step_a, wa), (step_b, wb) = _weights(ref), _weights(run)
     assert step_a == step_b
     assert wa.keys() == wb.keys() and all(wa[k].equal(wb[k]) for k in wa)  # bit for bit
-    ev, ev_ref = json.loads(r.stdout)["final_eval"], json.loads(r_ref.stdout)["final_eval"]
+    ev, ev_ref = summary.final_eval, summary_ref.final_eval
     ev.pop("eval_s"), ev_ref.pop("eval_s")  # wall time
     assert ev == ev_ref
     steps = [row["step"] for row in read_metrics(run) if "train/return" in row]

@@ -12,7 +12,7 @@ ORDER = 25
 
 _EPILOG = """\
 examples:
-  actlab rl train --preset smoke --out runs/rl_smoke --set total_env_steps=600   # a few seconds
+  actlab rl train --preset smoke --out runs/rl_smoke --set total_env_steps=400   # a few seconds
   actlab rl train --list-presets
   actlab rl report runs/rl_smoke --episodes 10 --out runs/rl_smoke_report   # success, taxonomy, curve
   actlab rl reward-model --demos runs/demo/data --base runs/demo/run/checkpoints/step_0001000 \\
@@ -22,8 +22,8 @@ examples:
 
 _TRAIN_EPILOG = """\
 examples:
-  actlab rl train --preset smoke --out runs/rl_smoke --set total_env_steps=600   # a few seconds of reach
-  actlab rl train --out runs/rl_smoke --resume --set total_env_steps=1200      # continue it, longer
+  actlab rl train --preset smoke --out runs/rl_smoke --set total_env_steps=400   # a few seconds of reach
+  actlab rl train --out runs/rl_smoke --resume --set total_env_steps=800       # continue it, longer
   actlab rl train --preset residual --base runs/demo/run/checkpoints/step_0001000 \\
       --demos runs/demo/data --out runs/rl_residual_check --set total_env_steps=300 \\
       --set learning_starts=100 --set actor_starts=100 --set num_envs=2 --set max_steps=40 \\

@@ -72,7 +72,10 @@ def train_rl(cfg: RLConfig, out: str | Path, resume: bool = False, progress: boo
     """Run (or resume) an SAC run in ``out`` under the directory's lock."""
     out = Path(out)
     cfg.check_runnable()
-    with DirLock(out, what="RL run directory"):
+    from actlab.evaluation.harness import torch_threads
+
+    # torch threads restored afterwards: a caller's process (a test, a notebook) keeps its own setting
+    with DirLock(out, what="RL run directory"), torch_threads(cfg.threads):
         return _Trainer(cfg, out, resume, progress).run()
 
 
@@ -98,7 +101,6 @@ class _Trainer:
                 found=f"checkpoint step_{last:07d}",
                 fix=f"continue it (actlab rl train --out {out} --resume), or choose another --out",
             )
-        torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         base = _load_base(cfg)
