@@ -65,7 +65,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "before/after on the same fresh seeds: success with intervals, taxonomy side by side, curves",
         _EPILOG,
     )
-    rep.add_argument("run", metavar="RUN", help="RL run directory (its last checkpoint is evaluated)")
+    rep.add_argument(
+        "run",
+        metavar="RUN",
+        help="RL run directory (its last checkpoint is evaluated) or one of its checkpoints/step_N",
+    )
     rep.add_argument("--episodes", type=int, default=100, metavar="N", help="episodes per policy (100)")
     rep.add_argument(
         "--seed", type=int, default=100_000, metavar="S", help="episode i uses seed S+i (100000)"

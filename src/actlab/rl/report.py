@@ -28,7 +28,9 @@ def rl_report(
     from actlab.rl.train import load_agent
 
     run, out = Path(run), Path(out)
-    agent = load_agent(run)
+    agent = load_agent(run)  # a run's last checkpoint, or the checkpoint directory given
+    if run.parent.name == "checkpoints":
+        run = run.parent.parent
     cfg = agent.cfg
     if cfg.base is None:
         evals = [evaluate_agent(agent, cfg, episodes=episodes, seed=seed)]
