@@ -84,9 +84,15 @@ def test_success_classifier_trains_and_tunes_its_threshold(tiny_base, rl_demos, 
 
 
 def test_report_puts_base_and_residual_side_by_side_on_the_same_seeds(tiny_base, tmp_path):
+    """... and the run keeps its own copy of the base: the report still works once the bundle --base named
+    is gone (a shared demo checkpoint was deleted under a real run)."""
+    import shutil
+
     from actlab.rl.report import rl_report
 
-    train_rl(_cfg(tiny_base), tmp_path / "run", progress=False)
+    base = shutil.copytree(tiny_base, tmp_path / "base_elsewhere")
+    train_rl(_cfg(base), tmp_path / "run", progress=False)
+    shutil.rmtree(base)
     result = rl_report(tmp_path / "run", episodes=2, seed=7, out=tmp_path / "report", batch_envs=2)
     assert set(result["policies"]) == {"base", "residual"} and result["seeds"] == [7, 8]
     page = (tmp_path / "report" / "report.md").read_text()

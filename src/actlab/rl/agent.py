@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import math
 from typing import Any
 
 import torch
@@ -64,7 +65,10 @@ class Agent(nn.Module):
             img = 0
         self.vec_dim = vec
         priv = privileged_dim(cfg.task) if cfg.critic_privileged else 0
-        self.actor = Actor(vec + img, ACT_DIM, cfg.hidden, zero_init=base is not None)
+        init_log_std = math.log(cfg.residual_init_std)
+        self.actor = Actor(
+            vec + img, ACT_DIM, cfg.hidden, zero_init=base is not None, init_log_std=init_log_std
+        )
         self.critics = Critics(vec + img + priv, ACT_DIM, cfg.hidden, cfg.num_critics)
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(float(cfg.init_alpha)).log())

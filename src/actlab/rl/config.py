@@ -10,6 +10,7 @@ from actlab.errors import ActlabError
 from actlab.utils.config import unknown_name_error
 
 TASKS = ("reach", "pick_place")
+TRAIN_SEED_BASE = 10_000_000  # training episodes are seeded from here up (see RLConfig.seed)
 ENCODERS = ("none", "cnn", "frozen")
 REWARDS = ("sparse", "shaped", "classifier")
 PRIVILEGED = ("auto", "on", "off")
@@ -50,6 +51,9 @@ class RLConfig:
     tau: float = 0.005  # Polyak factor of the target critics
     n_step: int = 1  # n-step returns (1: plain TD)
     init_alpha: float = 0.1  # initial entropy temperature
+    # residual RL: the actor's initial standard deviation (pre-tanh, in units of action_scale_deg); the
+    # exploration noise the base is first run with (its mean starts at exactly zero)
+    residual_init_std: float = 0.37
     target_entropy_scale: float = 1.0  # target entropy = -scale * action dims
     action_scale_deg: float = 5.0  # bound of an action per joint (deg): a joint delta, or the residual
     base: str | None = None  # frozen chunk-policy bundle; set: residual RL (the base is never updated)
@@ -69,7 +73,10 @@ class RLConfig:
     log_every: int = 1  # log a metrics row every this many rounds
     tensorboard: bool = False  # also log to run_dir/tensorboard (needs the tensorboard extra)
     wandb: bool = False  # also log to Weights & Biases (needs the wandb extra)
-    seed: int = 0  # torch / numpy seed; training episode k is reset with seed * 1_000_003 + k
+    # torch seed; training episode k is reset with TRAIN_SEED_BASE * (seed + 1) + k: away from the seeds
+    # recordings (0, 1, ...) and evaluations (eval_seed) use, so the residual is not trained on the very
+    # scenes the base policy was cloned from (a first run that was learned on them, see docs/rl.md)
+    seed: int = 0
     device: str = "cpu"  # training device (the replay buffer lives there too)
     threads: int = 1  # torch threads (1: best for small nets on a shared CPU)
 
@@ -103,6 +110,10 @@ class RLConfig:
         if not 0 < self.gamma < 1 or not 0 < self.tau <= 1:
             raise ActlabError(
                 "gamma in (0, 1) and tau in (0, 1]", field="gamma/tau", found=(self.gamma, self.tau)
+            )
+        if self.residual_init_std <= 0:
+            raise ActlabError(
+                "residual_init_std must be positive", field="residual_init_std", found=self.residual_init_std
             )
         if self.utd <= 0 or self.lr <= 0 or self.init_alpha <= 0 or self.action_scale_deg <= 0:
             raise ActlabError(

@@ -39,14 +39,14 @@ def rl_report(
         ecfg = EvalConfig(
             episodes=episodes, seed=seed, workers=1, batch_envs=batch_envs, threads_per_worker=1
         )
-        sources = [PolicySource(name="base", path=cfg.base), PolicySource(name="residual", obj=agent)]
+        sources = [PolicySource(name="base", path=_base(run, cfg)), PolicySource(name="residual", obj=agent)]
         evals = evaluate_many(sources, spec, ecfg)
     out.mkdir(parents=True, exist_ok=True)
     rows = read_metrics(run)
     curve = plot_learning_curve(rows, out / "learning_curve.png", cfg.name)
     result = _result(evals, rows, run, episodes, seed)
     if videos and result.get("fixed_by_residual"):
-        result["videos"] = _film(agent, cfg, result["fixed_by_residual"][:videos], out)
+        result["videos"] = _film(agent, cfg, _base(run, cfg), result["fixed_by_residual"][:videos], out)
     atomic_write_json(out / "report.json", result)
     atomic_write_text(out / "report.md", _markdown(evals, result, curve.name))
     return result
@@ -69,14 +69,21 @@ def _result(evals: list, rows: list[dict], run: Path, episodes: int, seed: int) 
     return res
 
 
-def _film(agent: Any, cfg: Any, seeds: list[int], out: Path) -> list[str]:
+def _base(run: Path, cfg: Any) -> str:
+    """The run's own copy of its base bundle (what the residual was trained on), else ``cfg.base``."""
+    from actlab.rl.train import BASE_COPY
+
+    return str(run / BASE_COPY) if (run / BASE_COPY).is_dir() else str(cfg.base)
+
+
+def _film(agent: Any, cfg: Any, base: str, seeds: list[int], out: Path) -> list[str]:
     """Videos of both policies on each seed (one episode each, run again in this process with the camera
     on; the video is stamped with what that run did)."""
     spec = EnvSpec(task="so101_pick_place", max_steps=cfg.max_steps)
     paths = []
     for s in seeds:
         ecfg = EvalConfig(episodes=1, seed=s, workers=1, batch_envs=1, videos=1, threads_per_worker=1)
-        sources = [PolicySource(name="base", path=cfg.base), PolicySource(name="residual", obj=agent)]
+        sources = [PolicySource(name="base", path=base), PolicySource(name="residual", obj=agent)]
         for ev in evaluate_many(sources, spec, ecfg, out_dir=out / f"seed_{s}"):
             paths += [e.video for e in ev.episodes if e.video]
     return paths

@@ -1,11 +1,11 @@
 """``actlab rl train``: SAC (from scratch, or residual on a frozen chunk policy) in the sim.
 
-The loop works in *rounds*: the ``num_envs`` envs are reset together with fresh seeds (training episode k
-uses ``seed * 1_000_003 + k``), stepped in lockstep with one batched actor call per control step (the
-harness's rollout shape, so a batched base policy's action queue starts empty for every row), and a
-round ends when every episode has. Gradient updates run during the round, ``utd`` per transition
-collected. Between rounds the loop logs, evaluates through the harness and checkpoints; a resume
-therefore starts a new round exactly as the uninterrupted run would (tests/rl/test_rl_resume.py).
+The loop works in *rounds*: the ``num_envs`` envs are reset together with fresh seeds (training
+episode k uses ``TRAIN_SEED_BASE * (seed + 1) + k``), stepped in lockstep with one batched actor call per
+control step (the harness's rollout shape, so a batched base policy's action queue starts empty for
+every row), and a round ends when every episode has. Gradient updates run during the round, ``utd``
+per transition collected. Between rounds the loop logs, evaluates through the harness and checkpoints;
+a resume therefore starts a new round exactly as the uninterrupted run would (tests/rl/test_rl_resume.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from actlab.errors import ActlabError
-from actlab.rl.config import RLConfig
+from actlab.rl.config import TRAIN_SEED_BASE, RLConfig
 from actlab.utils.config import from_dict, to_dict
 from actlab.utils.io import atomic_write_json, read_json
 from actlab.utils.lock import DirLock
@@ -103,7 +103,7 @@ class _Trainer:
             )
         torch.manual_seed(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed)
-        base = _load_base(cfg)
+        base = _load_base(cfg, out)
         self.agent = Agent(cfg, base).to(cfg.device)
         self.sac = SAC(self.agent)
         self.sac.generator = self.gen
@@ -231,7 +231,8 @@ class _Trainer:
         from actlab.rl.replay import nstep_transitions
 
         cfg = self.cfg
-        seeds = [cfg.seed * 1_000_003 + self.episodes + i for i in range(cfg.num_envs)]
+        first = TRAIN_SEED_BASE * (cfg.seed + 1) + self.episodes
+        seeds = [first + i for i in range(cfg.num_envs)]
         episodes = self.envs.run_round(seeds, self._act, self._after_step)
         returns, successes, lengths = [], [], []
         for ep in episodes:
@@ -320,12 +321,33 @@ def _crossed(before: int, after: int, every: int) -> bool:
     return math.floor(after / every) > math.floor(before / every)
 
 
-def _load_base(cfg: RLConfig) -> Any:
+BASE_COPY = "base"  # the run's own copy of the base bundle (run_dir/base)
+
+
+def _load_base(cfg: RLConfig, run_dir: Path | None) -> Any:
+    """The frozen base policy. A run keeps its own copy of the bundle (``run_dir/base``, copied once,
+    atomically) and always loads that: a checkpoint's residual is meaningless without the exact base it
+    was trained on, and the bundle ``--base`` named may be replaced or deleted later (it happened to the
+    first long run of docs/rl.md: the shared demo checkpoint was deleted by a re-run of the demo)."""
     if cfg.base is None:
         return None
-    from actlab.policies import load_policy
+    import shutil
 
-    return load_policy(cfg.base, device=cfg.device)
+    from actlab.policies import load_policy
+    from actlab.utils.io import atomic_dir
+
+    path = Path(cfg.base)
+    if run_dir is not None:
+        copy = Path(run_dir) / BASE_COPY
+        if not copy.is_dir():
+            if not path.is_dir():
+                raise ActlabError(
+                    "base policy bundle not found", file=path, field="base", fix="check the path"
+                )
+            with atomic_dir(copy) as tmp:
+                shutil.copytree(path, tmp, dirs_exist_ok=True)
+        path = copy
+    return load_policy(path, device=cfg.device)
 
 
 def load_agent(path: str | Path, device: str = "cpu") -> Any:
@@ -347,6 +369,9 @@ def load_agent(path: str | Path, device: str = "cpu") -> Any:
         )
     cfg = from_dict(RLConfig, read_json(path / CONFIG_FILE, "RL config"), CONFIG_FILE)
     cfg = dataclasses.replace(cfg, device=device)
-    agent = Agent(cfg, _load_base(cfg))
+    run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
+    if run_dir is not None and not (run_dir / BASE_COPY).is_dir():
+        run_dir = None  # a run from before runs kept their base: the bundle config names
+    agent = Agent(cfg, _load_base(cfg, run_dir))
     agent.load_state_dict(load_file(str(path / AGENT_FILE)), strict=False)
     return agent.eval()
