@@ -28,9 +28,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     "evaluation": {"errors", "utils", "viz", "profiling", "datasets", "policies", "sim"},
     "demo": {"errors", "utils", "viz", "profiling", "datasets", "policies", "sim", "training", "evaluation"},
     "lerobot": {"errors", "utils", "datasets", "policies", "sim", "evaluation"},
+    "rl": {"errors", "utils", "datasets", "policies", "sim", "training", "evaluation"},
     "cli": {
         "errors", "utils", "viz", "profiling", "datasets", "policies", "sim", "training", "evaluation",
-        "demo", "lerobot",
+        "demo", "lerobot", "rl",
     },
 }  # fmt: skip
 

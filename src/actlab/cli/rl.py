@@ -1,0 +1,182 @@
+"""``actlab rl`` (argument parsing only; the work is in ``actlab.rl``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from actlab.cli import add_set_flag, group, subcommand
+
+ORDER = 25
+
+_EPILOG = """\
+examples:
+  actlab rl train --preset smoke --out runs/rl_smoke --set total_env_steps=400   # a few seconds
+  actlab rl train --list-presets
+  actlab rl report runs/rl_smoke --episodes 10 --out runs/rl_smoke_report   # success, taxonomy, curve
+  actlab rl reward-model --demos runs/demo/data --base runs/demo/run/checkpoints/step_0001000 \\
+      --out runs/rl_reward --set episodes=3 --set rollouts=2 --set rollout_envs=2 \\
+      --set max_steps=30 --set steps=50                     # a success classifier, tiny
+"""
+
+_TRAIN_EPILOG = """\
+examples:
+  actlab rl train --preset smoke --out runs/rl_smoke --set total_env_steps=400   # a few seconds of reach
+  actlab rl train --out runs/rl_smoke --resume --set total_env_steps=800       # continue it, longer
+  actlab rl train --preset residual --base runs/demo/run/checkpoints/step_0001000 \\
+      --demos runs/demo/data --out runs/rl_residual_check --set total_env_steps=300 \\
+      --set learning_starts=100 --set actor_starts=100 --set num_envs=2 --set max_steps=40 \\
+      --set eval_episodes=1 --set demo_episodes=2     # residual RL on the demo's first checkpoint
+  actlab rl train --list-presets
+  actlab rl train --preset reach --print-config
+
+The run directory holds config.json, metrics.jsonl (returns, success, Q values, entropy, updates, env
+steps/s, evaluations) and checkpoints/step_NNNNNNN/ (NNNNNNN = env steps) with last.json pointing at the
+newest. A killed run continues with --resume from its last checkpoint, exactly. docs/rl.md: the design.
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    g = group(sub, "rl", "reinforcement learning in the sim (SAC, residual RL on a frozen policy)", _EPILOG)
+    p = subcommand(
+        g,
+        "train",
+        "train SAC from scratch or as a residual on a frozen chunk policy",
+        _TRAIN_EPILOG,
+        description="SAC in the sim: vectorized envs, replay on the training device, high update-to-data "
+        "ratio, RLPD demo sampling, twin LayerNorm critics, entropy tuning, n-step returns; with --base a "
+        "bounded per-step residual on a frozen chunk policy (docs/rl.md).",
+    )
+    p.add_argument("--preset", metavar="NAME", help="starting config (see --list-presets)")
+    p.add_argument("--out", metavar="DIR", help="run directory (new, or an existing one with --resume)")
+    p.add_argument("--base", metavar="BUNDLE", help="frozen base policy bundle: residual RL (sets base)")
+    p.add_argument("--demos", metavar="DATASET", help="LeRobot dataset of demonstrations (sets demos)")
+    add_set_flag(p, "override a config key, e.g. --set utd=2 (repeatable)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--list-presets", action="store_true", help="list the presets and exit")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    p.add_argument("--json", action="store_true", help="print the run summary as JSON")
+    p.set_defaults(_run=_train)
+
+    rep = subcommand(
+        g,
+        "report",
+        "before/after on the same fresh seeds: success with intervals, taxonomy side by side, curves",
+        _EPILOG,
+    )
+    rep.add_argument(
+        "run",
+        metavar="RUN",
+        help="RL run directory (its last checkpoint is evaluated) or one of its checkpoints/step_N",
+    )
+    rep.add_argument("--episodes", type=int, default=100, metavar="N", help="episodes per policy (100)")
+    rep.add_argument(
+        "--seed", type=int, default=100_000, metavar="S", help="episode i uses seed S+i (100000)"
+    )
+    rep.add_argument("--out", metavar="DIR", required=True, help="where report.md/.json and the curve go")
+    rep.add_argument(
+        "--videos",
+        type=int,
+        default=0,
+        metavar="K",
+        help="film K seeds the base failed and the residual solved",
+    )
+    rep.add_argument("--json", action="store_true", help="print the result as JSON")
+    rep.set_defaults(_run=_report)
+
+    r = subcommand(
+        g,
+        "reward-model",
+        "train a success classifier (HIL-SERL's reward model) from demo frames and failed rollouts",
+        _EPILOG,
+    )
+    r.add_argument("--demos", metavar="DATASET", required=True, help="LeRobot dataset of successful demos")
+    r.add_argument(
+        "--base", metavar="BUNDLE", required=True, help="policy whose frozen backbone and rollouts are used"
+    )
+    r.add_argument("--out", metavar="DIR", required=True, help="output directory (model, metrics.json)")
+    add_set_flag(r, "override a reward-model config key, e.g. --set rollouts=40")
+    r.add_argument("--json", action="store_true", help="print the result as JSON")
+    r.set_defaults(_run=_reward_model)
+
+
+def _resolve(args: argparse.Namespace):
+    from pathlib import Path
+
+    from actlab.errors import ActlabError
+    from actlab.rl.config import get_preset
+    from actlab.rl.train import load_run_config
+    from actlab.utils.config import apply_overrides
+
+    sets = list(args.overrides)
+    if args.base:
+        sets.append(f"base={args.base}")
+    if args.demos:
+        sets.append(f"demos={args.demos}")
+    if args.preset:
+        return apply_overrides(get_preset(args.preset), sets)
+    if args.resume and args.out and (Path(args.out) / "config.json").is_file():
+        return apply_overrides(load_run_config(args.out), sets)
+    raise ActlabError(
+        "no config", field="--preset", fix="pass --preset NAME (see --list-presets), or --resume with --out"
+    )
+
+
+def _train(args: argparse.Namespace) -> int:
+    from actlab.errors import ActlabError
+    from actlab.rl.config import list_presets
+
+    if args.list_presets:
+        for name, desc in list_presets().items():
+            print(f"{name:10s} {desc}")
+        return 0
+    cfg = _resolve(args)
+    if args.print_config:
+        from actlab.utils.config import to_dict
+
+        print(json.dumps(to_dict(cfg), indent=2))
+        return 0
+    if not args.out:
+        raise ActlabError("--out is required", field="--out", fix="pass --out DIR (a new run directory)")
+    from actlab.rl.train import train_rl
+
+    summary = train_rl(cfg, args.out, resume=args.resume, progress=not args.json)
+    if args.json:
+        print(json.dumps(summary.as_dict(), indent=2))
+    else:
+        ev = summary.final_eval or {}
+        print(f"{summary.env_steps} env steps, {summary.episodes} episodes, {summary.updates} updates "
+              f"in {summary.wall_s:.1f} s", file=sys.stderr)  # fmt: skip
+        if ev:
+            lo, hi = ev["ci95"]
+            print(f"success {ev['successes']}/{ev['episodes']} (95% CI {lo:.2f}-{hi:.2f})")
+        print(f"checkpoint: {summary.last_checkpoint}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from actlab.rl.report import rl_report
+
+    result = rl_report(args.run, args.episodes, args.seed, args.out, videos=args.videos)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print((Path(args.out) / "report.md").read_text())
+    return 0
+
+
+def _reward_model(args: argparse.Namespace) -> int:
+    from actlab.rl.reward_model import RewardModelConfig, train_reward_model
+    from actlab.utils.config import apply_overrides
+
+    cfg = apply_overrides(RewardModelConfig(), args.overrides)
+    result = train_reward_model(cfg, args.demos, args.base, args.out)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"held-out accuracy {result['heldout_accuracy']:.3f} at threshold {result['threshold']:.2f} "
+              f"({result['heldout_n']} frames); model in {args.out}")  # fmt: skip
+    return 0

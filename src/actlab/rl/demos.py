@@ -1,0 +1,90 @@
+"""Demonstration transitions from a LeRobot dataset, for RLPD's symmetric sampling.
+
+Each of the first ``demo_episodes`` episodes becomes transitions in the agent's own terms:
+- the actor inputs are rebuilt from the recorded frames and joint states exactly as online (the frozen
+  encoder runs on the recorded frames);
+- residual RL: the base policy is executed on the episode's observations with its own chunking (a new
+  chunk every ``n_action_steps`` frames, ``select_action`` as online), and the demo's action becomes the
+  residual ``(a_demo - a_base) / action_scale_deg``, clipped to [-1, 1] (a demo step further than the
+  residual bound from the base is stored at the bound); from scratch the joint delta ``(a_demo - state)``
+  is scaled the same way;
+- reward: the recorder keeps successful episodes only, so the last step is a success (reward 1,
+  terminated) and every other step 0; the same for every reward kind (the dataset has no phase signals);
+- no privileged state: a LeRobot dataset has no cube pose, so with demos the critic is symmetric
+  (``privileged=auto``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from actlab.errors import ActlabError
+from actlab.rl.replay import ReplayBuffer, nstep_transitions
+
+STATE_KEY = "observation.state"
+
+
+def demo_buffer(cfg: Any, agent: Any) -> ReplayBuffer:
+    """A replay buffer holding the demonstration transitions of ``cfg.demos``."""
+    from actlab.datasets import open_dataset
+
+    if cfg.critic_privileged:
+        raise ActlabError(
+            "demonstrations carry no privileged sim state",
+            field="privileged",
+            found=cfg.privileged,
+            fix="use privileged=auto or off with --demos",
+        )
+    if cfg.task != "pick_place":
+        raise ActlabError("demonstrations are pick-and-place episodes", field="task", found=cfg.task)
+    ds = open_dataset(cfg.demos)
+    missing = [k for k in [STATE_KEY, "action", *agent.image_keys] if k not in ds.features]
+    if missing:
+        raise ActlabError(
+            "the demonstration dataset lacks what the agent reads",
+            file=cfg.demos,
+            field="features",
+            expected=", ".join([STATE_KEY, "action", *agent.image_keys]),
+            found=", ".join(sorted(ds.features)),
+        )
+    states, actions = ds.column(STATE_KEY), ds.column("action")
+    episodes = ds.episodes[: cfg.demo_episodes]
+    parts = []
+    for ep in episodes:
+        idx = np.arange(ep.start, ep.stop)
+        parts.append(_episode(cfg, agent, ds, idx, states[idx], actions[idx]))
+    buf = ReplayBuffer(sum(len(p["reward"]) for p in parts), cfg.device)
+    for p in parts:
+        buf.add(p)
+    ds.close()
+    return buf
+
+
+@torch.no_grad()
+def _episode(cfg: Any, agent: Any, ds: Any, idx: np.ndarray, states: np.ndarray, actions: np.ndarray) -> dict:
+    frames = {
+        k: torch.from_numpy(ds.read_frames(k, idx)).permute(0, 3, 1, 2).contiguous() for k in agent.image_keys
+    }
+    state = torch.from_numpy(np.asarray(states, dtype=np.float32))  # (T, 6) deg
+    agent.reset()
+    steps = []
+    resid = []
+    for t in range(len(idx)):
+        batch = {STATE_KEY: state[t : t + 1], **{k: v[t : t + 1] for k, v in frames.items()}}
+        o = agent.observe(batch)  # the base's queue advances exactly as online
+        step = {"vec": o["vec"][0]}
+        if "img" in o:
+            step["img"] = o["img"][0]
+        steps.append(step)
+        anchor = o["base"][0] if "base" in o else state[t]
+        resid.append(
+            (
+                (torch.from_numpy(np.asarray(actions[t], dtype=np.float32)) - anchor) / cfg.action_scale_deg
+            ).clamp(-1, 1)
+        )
+    T = len(steps) - 1  # the last frame is the final observation
+    rewards = [0.0] * (T - 1) + [1.0]
+    return nstep_transitions(steps[:T], steps[T], resid[:T], rewards, True, cfg.gamma, cfg.n_step)

@@ -1,0 +1,140 @@
+"""SAC's networks: a tanh-Gaussian actor, a critic ensemble with LayerNorm, and the image encoders.
+
+Encoders (``RLConfig.encoder``):
+- ``cnn``: a small 2D CNN (DrQ-v2's shape: 4 conv layers, then a linear projection with LayerNorm) over
+  uint8 frames; with ``frame_stack`` K > 1 the last K frames of every camera are stacked on the channel
+  axis (a frame-stack CNN: motion is visible to the first layer). Trained by the critic's loss only; the
+  actor reads its output detached (the DrQ recipe).
+- ``frozen``: :class:`FrozenFeatures`, the base bundle's own pretrained backbone (whatever its config names:
+  a ResNet or one of actlab's ViTs), frozen; per camera and channel the mean activation and the spatial
+  soft-argmax (x, y) (where the channel fires: a global average alone loses where the cube is). Computed
+  once per env step and stored in the replay buffer as vectors, so updates never run it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0
+
+
+def mlp(inp: int, hidden: int, out: int, layer_norm: bool) -> nn.Sequential:
+    """Two hidden layers of ``hidden`` units (LayerNorm after each linear layer when asked), ReLU."""
+    layers: list[nn.Module] = []
+    width = inp
+    for _ in range(2):
+        layers.append(nn.Linear(width, hidden))
+        if layer_norm:
+            layers.append(nn.LayerNorm(hidden))
+        layers.append(nn.ReLU())
+        width = hidden
+    layers.append(nn.Linear(width, out))
+    return nn.Sequential(*layers)
+
+
+class Actor(nn.Module):
+    """Tanh-squashed Gaussian policy over actions in [-1, 1]^A.
+
+    ``zero_init``: the mean layer starts at exactly zero (residual RL: the first residual is no change,
+    so the run starts from the base policy's success rate); the log-std starts at ``init_log_std``.
+    """
+
+    def __init__(self, inp: int, act_dim: int, hidden: int, zero_init: bool, init_log_std: float = -1.0):
+        super().__init__()
+        self.trunk = mlp(inp, hidden, hidden, layer_norm=True)
+        self.trunk.append(nn.ReLU())
+        self.mean = nn.Linear(hidden, act_dim)
+        self.log_std = nn.Linear(hidden, act_dim)
+        if zero_init:
+            for layer in (self.mean, self.log_std):
+                nn.init.zeros_(layer.weight)
+                nn.init.zeros_(layer.bias)
+            nn.init.constant_(self.log_std.bias, init_log_std)
+
+    def forward(
+        self, x: torch.Tensor, generator: torch.Generator | None = None, deterministic: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Action (B, A) in [-1, 1] and its log-probability (B,); the mean action when ``deterministic``."""
+        h = self.trunk(x)  # (B, H)
+        mean = self.mean(h)  # (B, A)
+        if deterministic:
+            return torch.tanh(mean), torch.zeros(x.shape[0], device=x.device)
+        log_std = self.log_std(h).clamp(LOG_STD_MIN, LOG_STD_MAX)
+        std = log_std.exp()
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+        pre = mean + std * noise  # (B, A) reparameterized sample
+        action = torch.tanh(pre)
+        # log N(pre; mean, std) - sum log(1 - tanh^2), written stably (softplus form)
+        logp = (-0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        logp = logp - (2 * (math.log(2) - pre - nn.functional.softplus(-2 * pre))).sum(-1)
+        return action, logp
+
+
+class Critics(nn.Module):
+    """An ensemble of Q networks (LayerNorm after every hidden layer, as RLPD found stabilizing)."""
+
+    def __init__(self, inp: int, act_dim: int, hidden: int, n: int) -> None:
+        super().__init__()
+        self.qs = nn.ModuleList(mlp(inp + act_dim, hidden, 1, layer_norm=True) for _ in range(n))
+
+    def forward(self, x: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Q values (n, B)."""
+        xa = torch.cat([x, action], dim=-1)
+        return torch.stack([q(xa).squeeze(-1) for q in self.qs])
+
+
+class CNNEncoder(nn.Module):
+    """Small CNN over uint8 frames (B, C, H, W) -> (B, out) features (C = 3 * cameras * frame_stack)."""
+
+    def __init__(self, channels: int, image_size: int, out: int = 64) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(
+            nn.Conv2d(channels, 32, 3, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(32, 32, 3, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(32, 32, 3, stride=1),
+            nn.ReLU(),
+            nn.Conv2d(32, 32, 3, stride=1),
+            nn.ReLU(),
+        )
+        with torch.no_grad():
+            n = self.conv(torch.zeros(1, channels, image_size, image_size)).numel()
+        self.head = nn.Sequential(nn.Linear(n, out), nn.LayerNorm(out), nn.Tanh())
+        self.out_dim = out
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = images.float() / 127.5 - 1.0  # (B, C, H, W) in [-1, 1]
+        return self.head(self.conv(x).flatten(1))  # (B, out)
+
+
+def spatial_features(fmap: torch.Tensor) -> torch.Tensor:
+    """(B, C, h, w) feature maps -> (B, 3C): per channel the mean and the soft-argmax (x, y) in [-1, 1]."""
+    b, c, h, w = fmap.shape
+    prob = torch.softmax(fmap.flatten(2).float(), dim=-1).view(b, c, h, w)  # (B, C, h, w)
+    ys = torch.linspace(-1, 1, h, device=fmap.device)
+    xs = torch.linspace(-1, 1, w, device=fmap.device)
+    x = (prob.sum(2) * xs).sum(-1)  # (B, C)
+    y = (prob.sum(3) * ys).sum(-1)  # (B, C)
+    return torch.cat([fmap.float().mean(dim=(-2, -1)), x, y], dim=-1)
+
+
+class FrozenFeatures(nn.Module):
+    """A policy bundle's image backbone, frozen: (B, 3, H, W) uint8 per camera -> (B, sum 3C')."""
+
+    def __init__(self, policy: nn.Module, cameras: list[str]) -> None:
+        super().__init__()
+        self.policy = policy  # not a submodule of any optimizer: never updated
+        self.cameras = cameras
+        with torch.no_grad():
+            shapes = policy.image_shapes
+            probe = {k: torch.zeros(1, *shapes[k], dtype=torch.uint8) for k in cameras}
+            self.out_dim = int(sum(3 * policy.encode_images(k, v).shape[1] for k, v in probe.items()))
+
+    @torch.no_grad()
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        feats = [spatial_features(self.policy.encode_images(k, batch[k])) for k in self.cameras]  # (B, 3C')
+        return torch.cat(feats, dim=-1)  # (B, sum 3C')

@@ -1,0 +1,239 @@
+"""A learned success classifier as a reward (HIL-SERL's reward model): "does this frame look like success?"
+
+Inputs: the frozen base backbone's spatial features of the cameras plus the joint state: what the
+residual agent's actor already computes once per env step (``encoder=frozen``), so the reward costs one
+small MLP per step and no second image pass.
+Data: demonstration frames (the last ``success_frames`` of each successful episode are positives, the
+first ``1 - tail_fraction`` of it negatives) and frames of the base policy's own rollouts in the sim,
+labelled by the sim's success signal (failed rollouts are the negatives a classifier must not confuse
+with success: a cube held above the bowl, a cube dropped beside it).
+Split by episode into train / validation / held-out test; the decision threshold is tuned on validation
+for balanced accuracy (not a default 0.5), and the held-out accuracy is reported with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from actlab.errors import ActlabError
+from actlab.utils.io import atomic_dir, atomic_write_json, read_json
+
+MODEL_FILE = "reward_model.safetensors"
+META_FILE = "reward_model.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardModelConfig:
+    """How the success classifier is trained."""
+
+    episodes: int = 40  # demonstration episodes read (the first N)
+    success_frames: int = 5  # last frames of a demonstration episode labelled success
+    tail_fraction: float = 0.3  # frames near a demo's end that are neither (the cube may already be in)
+    rollouts: int = 32  # base-policy rollouts in the sim (labelled by the sim's success signal)
+    rollout_envs: int = 8  # envs per rollout round
+    max_steps: int = 300  # rollout length limit
+    hidden: int = 64  # classifier MLP width
+    steps: int = 400  # full-batch Adam steps
+    lr: float = 1e-3  # Adam learning rate
+    val_fraction: float = 0.2  # episodes for threshold tuning
+    test_fraction: float = 0.2  # held-out episodes for the reported accuracy
+    seed: int = 0  # split, init and rollout seeds (rollout k: seed * 1_000_003 + 500_000 + k)
+
+    def __post_init__(self) -> None:
+        for name in (
+            "episodes",
+            "success_frames",
+            "rollouts",
+            "rollout_envs",
+            "max_steps",
+            "hidden",
+            "steps",
+        ):
+            if getattr(self, name) < 1:
+                raise ActlabError(f"{name} must be >= 1", field=name, found=getattr(self, name))
+        if (
+            not 0 < self.val_fraction + self.test_fraction < 1
+            or min(self.val_fraction, self.test_fraction) <= 0
+        ):
+            raise ActlabError(
+                "val_fraction and test_fraction must be positive and leave training episodes",
+                field="val_fraction/test_fraction",
+                found=(self.val_fraction, self.test_fraction),
+            )
+
+
+def _inputs(vec: torch.Tensor) -> torch.Tensor:
+    """Classifier input from the residual agent's actor vector [state, base action, frozen features]."""
+    return torch.cat([vec[..., :6], vec[..., 12:]], dim=-1)
+
+
+class SuccessClassifier(nn.Module):
+    def __init__(self, inp: int, hidden: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.LayerNorm(inp), nn.Linear(inp, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x).squeeze(-1)  # (N,) logits
+
+
+class RewardModel:
+    """A trained classifier with its tuned threshold: reward 1 where P(success | next frame) > threshold."""
+
+    def __init__(self, model: SuccessClassifier, threshold: float) -> None:
+        self.model, self.threshold = model.eval(), threshold
+
+    @torch.no_grad()
+    def prob(self, vec: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.model(_inputs(vec.float())))
+
+    def rewards(self, ep: Any) -> list[float]:
+        """Per-step rewards of a training episode: the classifier on the observation after each step."""
+        nxt = torch.stack([s["vec"] for s in ep.steps[1:]] + [ep.final["vec"]])  # (T, D)
+        return (self.prob(nxt) > self.threshold).float().tolist()
+
+
+def load_reward_model(path: str | Path) -> RewardModel:
+    """A reward model directory written by ``actlab rl reward-model``."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    meta = read_json(path / META_FILE, "reward model metadata")
+    model = SuccessClassifier(int(meta["input_dim"]), int(meta["hidden"]))
+    model.load_state_dict(load_file(str(path / MODEL_FILE)))
+    return RewardModel(model, float(meta["threshold"]))
+
+
+# ------------------------------------------------------------------------------------------------ data
+def _demo_frames(cfg: RewardModelConfig, agent: Any, demos: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(vec (T, D), label (T,) float with NaN = unused) per demonstration episode."""
+    from actlab.datasets import open_dataset
+
+    ds = open_dataset(demos)
+    states = ds.column("observation.state")
+    out = []
+    for ep in ds.episodes[: cfg.episodes]:
+        idx = np.arange(ep.start, ep.stop)
+        frames = {
+            k: torch.from_numpy(ds.read_frames(k, idx)).permute(0, 3, 1, 2).contiguous()
+            for k in agent.image_keys
+        }
+        state = torch.from_numpy(np.asarray(states[idx], dtype=np.float32))
+        agent.reset()
+        vec = torch.cat(
+            [
+                agent.observe(
+                    {"observation.state": state[t : t + 1], **{k: v[t : t + 1] for k, v in frames.items()}}
+                )["vec"]
+                for t in range(len(idx))
+            ]
+        )
+        label = torch.full((len(idx),), float("nan"))
+        label[: int(len(idx) * (1 - cfg.tail_fraction))] = 0.0
+        label[-cfg.success_frames :] = 1.0
+        out.append((vec, label))
+    ds.close()
+    return out
+
+
+def _rollout_frames(cfg: RewardModelConfig, rlcfg: Any, agent: Any) -> tuple[list, int]:
+    """(vec, label) per base rollout (label: the sim's is_success of that frame), and the failures."""
+    from actlab.rl.envs import VecSim
+
+    sim = VecSim(rlcfg, agent)
+    out, failures = [], 0
+    try:
+        k = 0
+        while k < cfg.rollouts:
+            seeds = [cfg.seed * 1_000_003 + 500_000 + k + i for i in range(cfg.rollout_envs)]
+            for ep in sim.run_round(seeds, lambda o: torch.zeros(o["vec"].shape[0], 6), lambda n: None):
+                vec = torch.stack([s["vec"] for s in ep.steps] + [ep.final["vec"]])
+                label = torch.tensor([0.0] + [float(i["is_success"]) for i in ep.infos])
+                out.append((vec, label))
+                failures += not ep.success
+            k += cfg.rollout_envs
+    finally:
+        sim.close()
+    return out, failures
+
+
+def _split(n: int, cfg: RewardModelConfig) -> tuple[list[int], list[int], list[int]]:
+    order = np.random.default_rng(cfg.seed).permutation(n).tolist()
+    n_val, n_test = max(1, round(n * cfg.val_fraction)), max(1, round(n * cfg.test_fraction))
+    return order[n_val + n_test :], order[:n_val], order[n_val : n_val + n_test]
+
+
+def _stack(episodes: list, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.cat([_inputs(episodes[i][0]) for i in ids])
+    y = torch.cat([episodes[i][1] for i in ids])
+    keep = ~torch.isnan(y)
+    return x[keep], y[keep]
+
+
+def _balanced_accuracy(p: torch.Tensor, y: torch.Tensor, thr: float) -> float:
+    pred = p > thr
+    pos, neg = y > 0.5, y < 0.5
+    tpr = (pred & pos).sum().item() / max(1, pos.sum().item())
+    tnr = (~pred & neg).sum().item() / max(1, neg.sum().item())
+    return 0.5 * (tpr + tnr)
+
+
+def train_reward_model(cfg: RewardModelConfig, demos: str, base: str, out: str | Path) -> dict[str, Any]:
+    """Train, tune and evaluate the classifier; write it to ``out`` (atomically); return its metrics."""
+    from safetensors.torch import save_file
+
+    from actlab.policies import load_policy
+    from actlab.rl.agent import Agent
+    from actlab.rl.config import RLConfig
+
+    torch.manual_seed(cfg.seed)
+    rlcfg = RLConfig(
+        task="pick_place",
+        encoder="frozen",
+        base=base,
+        num_envs=cfg.rollout_envs,
+        max_steps=cfg.max_steps,
+        privileged="off",
+    )
+    agent = Agent(rlcfg, load_policy(base))
+    episodes = _demo_frames(cfg, agent, demos)
+    rollouts, failures = _rollout_frames(cfg, rlcfg, agent)
+    episodes += rollouts
+    train_ids, val_ids, test_ids = _split(len(episodes), cfg)
+    (xt, yt), (xv, yv), (xh, yh) = (_stack(episodes, ids) for ids in (train_ids, val_ids, test_ids))
+    model = SuccessClassifier(xt.shape[1], cfg.hidden)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    pos_weight = (yt < 0.5).sum() / (yt > 0.5).sum().clamp(min=1)  # successes are rare frames
+    for _ in range(cfg.steps):
+        loss = nn.functional.binary_cross_entropy_with_logits(model(xt), yt, pos_weight=pos_weight)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        pv, ph = torch.sigmoid(model(xv)), torch.sigmoid(model(xh))
+    grid = np.linspace(0.05, 0.95, 19)
+    threshold = float(max(grid, key=lambda t: _balanced_accuracy(pv, yv, float(t))))
+    pred = ph > threshold
+    result = {
+        "threshold": threshold,
+        "heldout_accuracy": float((pred == (yh > 0.5)).float().mean()),
+        "heldout_balanced_accuracy": _balanced_accuracy(ph, yh, threshold),
+        "heldout_accuracy_at_0.5": float(((ph > 0.5) == (yh > 0.5)).float().mean()),
+        "heldout_n": len(yh),
+        "heldout_positives": int((yh > 0.5).sum()),
+        "episodes": {"demos": cfg.episodes, "rollouts": len(rollouts), "failed_rollouts": failures},
+        "split_episodes": {"train": len(train_ids), "val": len(val_ids), "test": len(test_ids)},
+        "input_dim": int(xt.shape[1]),
+        "hidden": cfg.hidden,
+        "base": str(base),
+        "config": dataclasses.asdict(cfg),
+    }
+    with atomic_dir(out, overwrite=True) as tmp:
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp / MODEL_FILE))
+        atomic_write_json(tmp / META_FILE, result)
+    return result

@@ -1,0 +1,132 @@
+"""Pieces of actlab.rl checked alone: n-step targets, the replay ring, RLPD sampling, the actor's
+log-probability, config validation, the reach task."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from actlab.errors import ActlabError
+from actlab.rl.config import RLConfig, get_preset
+from actlab.rl.networks import Actor, spatial_features
+from actlab.rl.replay import ReplayBuffer, nstep_transitions, sample_mixed
+from actlab.rl.tasks import REACH_RADIUS, ReachEnv
+
+
+def _episode(T: int):
+    steps = [{"vec": torch.tensor([float(t)])} for t in range(T)]
+    final = {"vec": torch.tensor([float(T)])}
+    actions = [torch.zeros(6) for _ in range(T)]
+    return steps, final, actions
+
+
+def test_nstep_returns_discounts_and_next_observations():
+    steps, final, actions = _episode(4)
+    rewards = [0.0, 0.0, 1.0, 2.0]
+    g = 0.5
+    out = nstep_transitions(steps, final, actions, rewards, terminated=True, gamma=g, n=2)
+    assert out["reward"].tolist() == [0.0, g * 1.0, 1.0 + g * 2.0, 2.0]
+    # bootstrap gamma^2 from t+2, except where the window reached the terminal step (no bootstrap)
+    assert out["discount"].tolist() == [g**2, g**2, 0.0, 0.0]
+    assert out["next_vec"][:, 0].tolist() == [2.0, 3.0, 4.0, 4.0]
+    trunc = nstep_transitions(steps, final, actions, rewards, terminated=False, gamma=g, n=2)
+    assert trunc["discount"].tolist() == [g**2, g**2, g**2, g]  # a time limit bootstraps
+
+
+def test_replay_ring_overwrites_the_oldest_and_round_trips():
+    buf = ReplayBuffer(5)
+    for start in (0, 3):
+        steps, final, actions = _episode(3)
+        tr = nstep_transitions(steps, final, actions, [0.0] * 3, False, 0.9, 1)
+        tr["vec"] = tr["vec"] + start
+        buf.add(tr)
+    assert len(buf) == 5 and buf.ptr == 1
+    assert sorted(buf.data["vec"][:, 0].tolist()) == [1.0, 2.0, 3.0, 4.0, 5.0]  # 0 was overwritten
+    copy = ReplayBuffer(1)
+    copy.load_state_dict(buf.state_dict())
+    assert torch.equal(copy.data["vec"], buf.data["vec"]) and (copy.ptr, copy.size) == (1, 5)
+
+
+def test_rlpd_sampling_takes_half_of_each_batch_from_the_demos():
+    online, demos = ReplayBuffer(10), ReplayBuffer(10)
+    for buf, value in ((online, 0.0), (demos, 1.0)):
+        steps, final, actions = _episode(4)
+        tr = nstep_transitions(steps, final, actions, [value] * 4, False, 0.9, 1)
+        buf.add(tr)
+    batch = sample_mixed(online, demos, 8, torch.Generator().manual_seed(0))
+    assert batch["reward"].tolist() == [0.0] * 4 + [1.0] * 4
+    assert sample_mixed(online, None, 8, torch.Generator())["reward"].sum() == 0
+
+
+def test_actor_log_prob_matches_the_change_of_variables():
+    torch.manual_seed(0)
+    actor = Actor(5, 2, 16, zero_init=True, init_log_std=math.log(0.5))
+    x = torch.randn(3, 5)
+    a, logp = actor(x, generator=torch.Generator().manual_seed(1))
+    pre = torch.atanh(a.clamp(-1 + 1e-6, 1 - 1e-6))  # zero-init mean: pre = 0.5 * noise
+    normal = torch.distributions.Normal(torch.zeros(2), torch.full((2,), 0.5))
+    expected = (normal.log_prob(pre) - torch.log1p(-a.pow(2))).sum(-1)
+    assert torch.allclose(logp, expected, atol=1e-4)
+    mean, _ = actor(x, deterministic=True)
+    assert torch.equal(mean, torch.zeros(3, 2))  # the zero-initialized last layer: no residual at first
+
+
+def test_spatial_features_find_where_a_channel_fires():
+    fmap = torch.full((1, 1, 5, 5), -20.0)
+    fmap[0, 0, 4, 0] = 20.0  # bottom-left
+    f = spatial_features(fmap)
+    assert f.shape == (1, 3) and f[0, 1].item() == pytest.approx(-1, abs=1e-3)
+    assert f[0, 2].item() == pytest.approx(1, abs=1e-3)
+
+
+def test_config_errors_name_the_field_and_presets_resolve():
+    with pytest.raises(ActlabError, match="unknown encoder") as e:
+        RLConfig(encoder="resnet")
+    assert "cnn" in str(e.value)
+    with pytest.raises(ActlabError, match="RL preset"):
+        get_preset("smok")
+    with pytest.raises(ActlabError, match="cameras"):
+        RLConfig(encoder="cnn")
+    with pytest.raises(ActlabError, match="base"):
+        RLConfig(task="pick_place", encoder="frozen").check_runnable()
+    assert (
+        get_preset("smoke").critic_privileged and not RLConfig(demos="x", task="pick_place").critic_privileged
+    )
+
+
+def test_reach_targets_are_reachable_and_seeded():
+    env = ReachEnv(max_steps=10)
+    try:
+        o1, _ = env.reset(seed=3)
+        t1 = env.target.copy()
+        o2, info = env.reset(seed=3)
+        assert np.array_equal(t1, env.target) and np.array_equal(
+            o1["observation.goal"], o2["observation.goal"]
+        )
+        assert info["distance"] > REACH_RADIUS  # targets are away from the start pose
+        env.reset(seed=4)
+        assert not np.array_equal(t1, env.target)
+    finally:
+        env.close()
+
+
+def test_a_frame_stack_cnn_run_trains_its_encoder_through_the_critic_only(tmp_path):
+    """Pick-and-place from pixels: a 2-frame stack of the top camera, privileged critic, a few updates."""
+    from actlab.rl.train import load_agent, train_rl
+
+    cfg = RLConfig(
+        task="pick_place", encoder="cnn", cameras=("top",), image_size=32, frame_stack=2, num_envs=2,
+        max_steps=20, total_env_steps=80, random_steps=40, learning_starts=40, batch_size=16, hidden=16,
+        buffer_size=200, eval_episodes=1, eval_every=0, checkpoint_every=0,
+    )  # fmt: skip
+    summary = train_rl(cfg, tmp_path / "run", progress=False)
+    assert summary.updates == 40 and summary.final_eval["episodes"] == 1
+    agent = load_agent(tmp_path / "run")
+    assert agent.encoder.conv[0].in_channels == 6  # 2 frames x RGB
+    # the stored transitions kept uint8 frames: (N, 6, 32, 32)
+    replay = torch.load(tmp_path / "run/checkpoints/step_0000080/training_state/replay.pt", weights_only=True)
+    assert replay["img"].dtype == torch.uint8 and tuple(replay["img"].shape[1:]) == (6, 32, 32)
+    assert replay["priv"].shape[1] == 12  # asymmetric critic: cube, bowl, grasp point, phase flags
