@@ -111,7 +111,8 @@ def test_overwrite_never_deletes_an_input_of_the_command(bundle, tmp_path, capsy
     for out in (run, ckpt, ckpt / "inside"):  # holds the input, is it, lies inside it
         assert main(["eval", str(ckpt), "--out", str(out), *args]) == 2
         err = capsys.readouterr().err
-        assert "is, holds or lies inside an input" in err and f"choose an --out outside {ckpt}" in err
+        assert "is, holds or lies inside an input" in err
+        assert f"neither is, holds nor lies inside {ckpt}" in err  # a fix that works for the parent too
     assert main(["policy", "export", str(ckpt), "--out", str(ckpt), "--overwrite"]) == 2
     assert "lies inside an input" in capsys.readouterr().err
     assert _tree(run) == before

@@ -242,7 +242,7 @@ def check_out_dir(
             file=path,
             expected="an --out apart from every input",
             found=f"input {src}",
-            fix=f"choose an --out outside {src} (nothing was written)",
+            fix=f"choose an --out that neither is, holds nor lies inside {src} (nothing was written)",
         )
     live = reclaim_leftovers(path)
     if live:
