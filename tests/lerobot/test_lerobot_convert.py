@@ -141,11 +141,18 @@ def test_plain_act_export_refuses_what_lerobot_cannot_run_and_says_why(tmp_path,
         export_policy(policy, tmp_path / "out", source=str(tmp_path / "bundle"), lerobot_type="act")
     assert field in e.value.field.split(", ") and "actlab eval" in e.value.fix
     assert "--lerobot-type plugin" in e.value.fix
-    assert "pip install ./integrations/lerobot_policy_actlab" in e.value.fix
+    # the plugin's install line; a ViT's adds the `vit` extra (transformers, not in lerobot's install)
+    vit = cfg.vision_backbone == "clip_vit"
+    assert (
+        "pip install './integrations/lerobot_policy_actlab[vit]'"
+        if vit
+        else "pip install ./integrations/lerobot_policy_actlab"
+    ) in e.value.fix
     assert not (tmp_path / "out").exists()
     # the default (auto) exports the same policy for actlab's plugin instead
     summary = export_policy(policy, tmp_path / "auto")
     assert summary["policy_type"] == f"actlab_{cfg.type}" and summary["needs"]
+    assert ("[vit]" in summary["needs"]) == vit
 
 
 def test_plain_act_refusal_lists_every_reason_at_once_and_its_printed_fix_runs(tmp_path, capsys):

@@ -41,6 +41,7 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.policies import load_policy
+from actlab.policies.configs import VIT_BACKBONES
 from actlab.utils.io import atomic_dir, atomic_write_bytes, atomic_write_json, check_out_dir
 
 # The LeRobot release whose format this writes (and whose source the tests run against).
@@ -67,6 +68,8 @@ SHARED_FIELDS = (
 # the LeRobot policy type of each actlab policy type, and the export's actlab bundle folder.
 PLUGIN_DIST = "lerobot_policy_actlab"
 PLUGIN_PIP = "pip install ./integrations/lerobot_policy_actlab"
+# ViT backbones are transformers' models, which lerobot 0.6.1 does not install: the plugin's `vit` extra
+PLUGIN_PIP_VIT = "pip install './integrations/lerobot_policy_actlab[vit]'"
 PLUGIN_TYPES = {"act": "actlab_act", "act_relative": "actlab_act_relative"}
 PLUGIN_BUNDLE = "actlab_bundle"
 # --lerobot-type choices: auto = LeRobot's own `act` where exactly equivalent, else the plugin's type.
@@ -159,6 +162,11 @@ def act_blockers(config: Any, camera_keys: list[str]) -> list[Blocker]:
     return out
 
 
+def plugin_pip(config: Any) -> str:
+    """The line that installs the plugin for a policy of ``config`` (a ViT also needs transformers)."""
+    return PLUGIN_PIP_VIT if config.vision_backbone in VIT_BACKBONES else PLUGIN_PIP
+
+
 def check_exportable(config: Any, camera_keys: list[str], file: Path | None = None) -> None:
     """Raise one ActlabError listing every reason a policy config has no exact LeRobot ACT counterpart.
 
@@ -176,7 +184,7 @@ def check_exportable(config: Any, camera_keys: list[str], file: Path | None = No
         found=", ".join(f"{b.field}={b.found}" for b in found),
         fix="export it for actlab's LeRobot plugin instead (same weights, no retraining): actlab policy "
         "export BUNDLE --to lerobot --lerobot-type plugin --out DIR (the robot machine needs "
-        f"`{PLUGIN_PIP}`); or {_EVAL_IN_ACTLAB}",
+        f"`{plugin_pip(config)}`); or {_EVAL_IN_ACTLAB}",
     )
 
 
@@ -446,7 +454,7 @@ def export_plugin_policy(
         "source": source,
         "lerobot_format": LEROBOT_VERSION,
         "policy_type": config["type"],
-        "needs": PLUGIN_PIP,
+        "needs": plugin_pip(policy.config),
         "n_tensors": len(policy.state_dict()),
         "n_parameters": n_parameters(policy),
         "input_features": config["input_features"],
