@@ -3,8 +3,8 @@ LeRobot's loading path with actlab's for every exported type, the RTC call shape
 simulated SO-101 (sync and RTC), lerobot-train of actlab_act_relative and its import back.
 
 All slow; skipped without the lerobot venv ($ACTLAB_LEROBOT_PYTHON) or without the plugin installed in it
-(`pip install ./integrations/lerobot_policy_actlab`, run from the repository root with that venv's pip). The ViT case
-is skipped, saying why, when that venv lacks transformers (the plugin's `[vit]` extra).
+(`pip install ./integrations/lerobot_policy_actlab`, run from the repository root with that venv's pip).
+The ViT case is skipped, saying why, when that venv lacks transformers (the plugin's `[vit]` extra).
 lerobot's processes run offline with this checkout's `src` and plugin folder first on PYTHONPATH, so they
 test this code (the installed distribution makes lerobot find the plugin); nothing is pickled: the
 observations and actions cross as safetensors files.
