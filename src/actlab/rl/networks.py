@@ -9,11 +9,15 @@ Encoders (``RLConfig.encoder``):
   a ResNet or one of actlab's ViTs), frozen; per camera and channel the mean activation and the spatial
   soft-argmax (x, y) (where the channel fires: a global average alone loses where the cube is). Computed
   once per env step and stored in the replay buffer as vectors, so updates never run it.
+- ``vit``: :class:`ViTFeatures`, one of actlab's ViT backbones (``actlab.policies.vit``: CLIP, SigLIP,
+  DINOv2 through transformers) built from the RL config alone (no base bundle), frozen, its pooled output
+  per camera. Like ``frozen``: computed once per env step, stored, never recomputed by an update.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -138,3 +142,57 @@ class FrozenFeatures(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         feats = [spatial_features(self.policy.encode_images(k, batch[k])) for k in self.cameras]  # (B, 3C')
         return torch.cat(feats, dim=-1)  # (B, sum 3C')
+
+
+class ViTFeatures(nn.Module):
+    """A frozen pretrained ViT (``cfg.vision_backbone``) over each camera: (B, 3, H, W) uint8 per camera ->
+    (B, cameras * hidden) pooled features (CLIP: post-LayerNorm CLS, SigLIP: attention-pooling head,
+    DINOv2: LayerNorm CLS; ``actlab.policies.vit``). Frames are scaled to [0, 1], resized to the ViT's
+    input side (bilinear, antialiased, as ACT's ``_prep_images``) and normalized with the family's
+    image-processor mean/std, what its pretrained weights expect.
+
+    Random weights (``pretrained_backbone_weights=None``) are drawn from a generator seeded by
+    ``cfg.seed`` (the global RNG is left as it was), so a resumed run or ``load_agent`` rebuilds the very
+    encoder whose features the replay buffer holds; the weights are never in a checkpoint.
+    """
+
+    def __init__(self, cfg: Any, cameras: list[str]) -> None:
+        super().__init__()
+        from actlab.policies.configs import VIT_DEFAULT_WEIGHTS
+        from actlab.policies.vit import make_vit
+
+        weights = cfg.pretrained_backbone_weights
+        if weights == "imagenet":
+            weights = VIT_DEFAULT_WEIGHTS[cfg.vision_backbone]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            self.backbone = make_vit(
+                cfg.vision_backbone, cfg.vit_config, "pooled", cfg.downscale_img_square, weights
+            )
+        if weights is not None:
+            self.backbone.load_pretrained(weights)
+        self.backbone.requires_grad_(False)
+        self.cameras = cameras
+        self.register_buffer("mean", torch.tensor(self.backbone.mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(self.backbone.std).view(1, 3, 1, 1), persistent=False)
+        self.out_dim = len(cameras) * self.backbone.out_channels
+        super().train(False)
+
+    def train(self, mode: bool = True) -> ViTFeatures:
+        """Always in eval mode (no dropout, fixed statistics): the encoder is frozen."""
+        return super().train(False)
+
+    def prep(self, images: torch.Tensor) -> torch.Tensor:
+        """(N, 3, H, W) uint8 -> (N, 3, S, S) float, resized to the ViT's input and normalized."""
+        x = images.float() / 255.0
+        s = self.backbone.input_size
+        if tuple(x.shape[-2:]) != (s, s):
+            x = nn.functional.interpolate(
+                x, size=(s, s), mode="bilinear", antialias=True, align_corners=False
+            )
+        return (x - self.mean) / self.std
+
+    @torch.no_grad()
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        feats = [self.backbone(self.prep(batch[k])).flatten(1) for k in self.cameras]  # (B, hidden) each
+        return torch.cat(feats, dim=-1)  # (B, cameras * hidden)
