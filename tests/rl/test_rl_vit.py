@@ -135,3 +135,18 @@ def test_vit_config_errors_and_overrides():
         from actlab.rl.agent import Agent
 
         Agent(dataclasses.replace(_cfg(), downscale_img_square=36))  # not a multiple of patch 8
+
+
+def test_vit_weights_from_a_local_save_pretrained_directory(tmp_path):
+    """The pretrained path without the hub: weights saved by transformers load into the RL encoder; a
+    missing directory is an ActlabError naming the field."""
+    from actlab.rl.networks import ViTFeatures
+
+    torch.manual_seed(7)
+    src = make_vit("dinov2_vit", TINY_VIT, "pooled", 32).eval()
+    src.model.save_pretrained(tmp_path / "dino")
+    enc = ViTFeatures(_cfg(pretrained_backbone_weights=str(tmp_path / "dino")), [CAM])
+    for k, v in src.model.state_dict().items():
+        assert torch.equal(enc.backbone.model.state_dict()[k], v), k
+    with pytest.raises(ActlabError, match="pretrained_backbone_weights"):
+        ViTFeatures(_cfg(pretrained_backbone_weights=str(tmp_path / "missing")), [CAM])
