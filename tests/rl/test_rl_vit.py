@@ -150,3 +150,40 @@ def test_vit_weights_from_a_local_save_pretrained_directory(tmp_path):
         assert torch.equal(enc.backbone.model.state_dict()[k], v), k
     with pytest.raises(ActlabError, match="pretrained_backbone_weights"):
         ViTFeatures(_cfg(pretrained_backbone_weights=str(tmp_path / "missing")), [CAM])
+
+
+def test_videomae_encodes_the_last_k_frames_once_per_step_and_a_run_stores_its_features(tmp_path):
+    """vision_backbone=videomae: the clip of the last K frames (the first frame repeated at reset) gives
+    the features a direct VideoMAE forward gives; a short SAC run stores them (no frames); a rebuilt encoder
+    (resume, load_agent) has the same weights; a frame_stack other than the model's num_frames is refused."""
+    import transformers
+
+    from actlab.rl.agent import Agent
+    from actlab.rl.networks import VIDEOMAE_MEAN, VIDEOMAE_STD
+    from actlab.rl.train import train_rl
+
+    cfg = _cfg(vision_backbone="videomae", seed=5)  # frame_stack 2 = num_frames, tubelet 2
+    agent = Agent(cfg)
+    torch.manual_seed(5)
+    ref = transformers.VideoMAEModel(transformers.VideoMAEConfig(num_frames=2, **TINY_VIT)).eval()
+    f0, f1 = (torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8) for _ in range(2))
+    state = torch.zeros(2, 6)
+    agent.reset()
+    v0 = agent.observe({CAM: f0, "observation.state": state})["vec"]
+    v1 = agent.observe({CAM: f1, "observation.state": state})["vec"]
+    mean, std = (
+        torch.tensor(VIDEOMAE_MEAN).view(1, 1, 3, 1, 1),
+        torch.tensor(VIDEOMAE_STD).view(1, 1, 3, 1, 1),
+    )
+    with torch.no_grad():
+        for vec, clip in ((v0, (f0, f0)), (v1, (f0, f1))):
+            x = (torch.stack(clip, 1).float() / 255 - mean) / std  # (B, K, 3, 32, 32), oldest first
+            expected = ref(pixel_values=x).last_hidden_state.mean(1)
+            torch.testing.assert_close(vec[:, 6:], expected, rtol=0, atol=1e-5)
+    before = {k: v.clone() for k, v in agent.frozen.state_dict().items()}
+    train_rl(cfg, tmp_path / "run", progress=False)
+    replay = torch.load(tmp_path / "run/checkpoints/step_0000080/training_state/replay.pt", weights_only=True)
+    assert "img" not in replay and tuple(replay["vec"].shape) == (80, 6 + TINY_VIT["hidden_size"])
+    with pytest.raises(ActlabError, match="frame_stack"):
+        Agent(_cfg(vision_backbone="videomae", frame_stack=3))
+    assert all(torch.equal(v, before[k]) for k, v in Agent(cfg).frozen.state_dict().items())

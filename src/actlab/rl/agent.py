@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from actlab.rl.config import RLConfig
-from actlab.rl.networks import Actor, CNNEncoder, Critics, FrozenFeatures, ViTFeatures
+from actlab.rl.networks import Actor, CNNEncoder, Critics, FrozenFeatures, VideoFeatures, ViTFeatures
 from actlab.rl.tasks import GOAL_KEY, STATE_SCALE, privileged_dim
 
 STATE_KEY = "observation.state"
@@ -54,12 +54,16 @@ class Agent(nn.Module):
             base.eval()
         vec = ACT_DIM + (3 if cfg.task == "reach" else 0) + (ACT_DIM if base is not None else 0)
         self.encoder: nn.Module | None = None
-        self.frozen: FrozenFeatures | ViTFeatures | None = None
+        self.frozen: FrozenFeatures | ViTFeatures | VideoFeatures | None = None
         if cfg.encoder == "cnn":
             self.encoder = CNNEncoder(3 * len(cfg.cameras) * cfg.frame_stack, cfg.image_size)
             img = self.encoder.out_dim
         elif cfg.encoder == "frozen":
             self.frozen = FrozenFeatures(base, self.image_keys)
+            vec += self.frozen.out_dim
+            img = 0
+        elif cfg.encoder == "vit" and cfg.vision_backbone == "videomae":
+            self.frozen = VideoFeatures(cfg, self.image_keys)  # one clip of the last K frames per step
             vec += self.frozen.out_dim
             img = 0
         elif cfg.encoder == "vit":
@@ -105,7 +109,9 @@ class Agent(nn.Module):
                 base_action = torch.as_tensor(self.base.select_action(batch)).float()  # (B, 6) deg
             out["base"] = base_action
             parts.append(base_action / STATE_SCALE)
-        if self.frozen is not None:
+        if isinstance(self.frozen, VideoFeatures):  # the clip of the last K frames, once per env step
+            parts.append(self.frozen(self._stack(torch.cat([batch[k] for k in self.image_keys], dim=1))))
+        elif self.frozen is not None:
             feats = self.frozen(batch)  # (B, F): once per env step, stored, never recomputed
             parts.append(self._stack(feats) if self.cfg.encoder == "vit" else feats)  # (B, K*F) for a ViT
         out["vec"] = torch.cat(parts, dim=-1)

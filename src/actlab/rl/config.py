@@ -14,6 +14,9 @@ from actlab.utils.config import unknown_name_error
 TASKS = ("reach", "pick_place")
 TRAIN_SEED_BASE = 10_000_000  # training episodes are seeded from here up (see RLConfig.seed)
 ENCODERS = ("none", "cnn", "frozen", "vit")
+# encoder="vit" backbones: actlab's per-frame ViTs, and VideoMAE (a video transformer over the last
+# frame_stack frames, transformers' VideoMAEModel)
+RL_VIT_BACKBONES = (*VIT_BACKBONES, "videomae")
 REWARDS = ("sparse", "shaped", "classifier")
 PRIVILEGED = ("auto", "on", "off")
 
@@ -35,7 +38,9 @@ class RLConfig:
     # frames stacked: encoder="cnn" on the channel axis (1: the 2D CNN, K > 1: frame-stack CNN);
     # encoder="vit": the pooled features of the last K frames concatenated (each frame encoded once)
     frame_stack: int = 1
-    vision_backbone: str = "dinov2_vit"  # encoder="vit": clip_vit, siglip_vit or dinov2_vit (transformers)
+    # encoder="vit": clip_vit, siglip_vit, dinov2_vit (per frame) or videomae (one clip of the last
+    # frame_stack frames per env step; frame_stack = the model's num_frames, a multiple of its tubelet 2)
+    vision_backbone: str = "dinov2_vit"
     # encoder="vit": a hub id or a local save_pretrained directory; "imagenet" the family's default hub id
     # (the training configs' naming: openai/clip-vit-base-patch32, google/siglip-base-patch16-224,
     # facebook/dinov2-small); null: random weights of vit_config's size (tests, offline)
@@ -141,8 +146,8 @@ class RLConfig:
             raise ActlabError(
                 f"encoder={self.encoder} needs cameras", field="cameras", fix="--set cameras=wrist"
             )
-        if self.vision_backbone not in VIT_BACKBONES:
-            raise unknown_name_error("vision_backbone", self.vision_backbone, VIT_BACKBONES)
+        if self.vision_backbone not in RL_VIT_BACKBONES:
+            raise unknown_name_error("vision_backbone", self.vision_backbone, RL_VIT_BACKBONES)
         if self.downscale_img_square is not None and self.downscale_img_square < 8:
             raise ActlabError(
                 "downscale_img_square must be >= 8 px", field="downscale_img_square",
