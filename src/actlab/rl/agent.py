@@ -8,7 +8,8 @@ What the actor sees (all of it available on a real robot):
   own chunking (``select_action`` pops its queue; a new chunk every ``n_action_steps``);
 - images: CNN features of the last K frames (``encoder=cnn``), or the base bundle's frozen backbone
   features (``encoder=frozen``), or a frozen pretrained ViT's pooled features (``encoder=vit``, no base
-  needed; with ``frame_stack`` K the last K frames' features side by side).
+  needed; with ``frame_stack`` K the last K frames' features side by side; ``vision_backbone=videomae``:
+  one VideoMAE clip of the last K frames).
 What the critic sees: the same, plus privileged sim state when ``critic_privileged`` (asymmetric
 actor-critic; see tasks.privileged_state).
 

@@ -199,8 +199,8 @@ class ViTFeatures(nn.Module):
         return torch.cat(feats, dim=-1)  # (B, cameras * hidden)
 
 
-# MCG-NJU/videomae-* preprocessor_config.json: ImageNet mean/std (the statistics VideoMAE pretrained with;
-# transformers' VideoMAEImageProcessor class defaults are 0.5/0.5, the checkpoints override them)
+# ImageNet mean/std: what VideoMAE's pretraining code normalizes with (IMAGENET_DEFAULT_MEAN/STD);
+# transformers' VideoMAEImageProcessor class defaults are 0.5/0.5 (the hub files were not checked offline)
 VIDEOMAE_MEAN, VIDEOMAE_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 VIDEOMAE_DEFAULT_WEIGHTS = "MCG-NJU/videomae-base"  # 16 frames at 224 px, ViT-B, tubelets 2 x 16 x 16
 
