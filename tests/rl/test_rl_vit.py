@@ -187,3 +187,15 @@ def test_videomae_encodes_the_last_k_frames_once_per_step_and_a_run_stores_its_f
     with pytest.raises(ActlabError, match="frame_stack"):
         Agent(_cfg(vision_backbone="videomae", frame_stack=3))
     assert all(torch.equal(v, before[k]) for k, v in Agent(cfg).frozen.state_dict().items())
+
+
+def test_vit_demo_transitions_carry_the_encoders_features(rl_demos):
+    """RLPD demos with encoder=vit: the recorded frames go through the same frozen ViT (no base needed)."""
+    from actlab.rl.agent import Agent
+    from actlab.rl.demos import demo_buffer
+
+    cfg = _cfg(demos=str(rl_demos), demo_episodes=2, privileged="off")
+    buf = demo_buffer(cfg, Agent(cfg))
+    # 2 episodes x 20 frames: 19 transitions each (the last frame is the final observation)
+    assert len(buf) == 38 and tuple(buf.data["vec"].shape[1:]) == (6 + 2 * TINY_VIT["hidden_size"],)
+    assert "img" not in buf.data
