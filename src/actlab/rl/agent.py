@@ -7,7 +7,9 @@ What the actor sees (all of it available on a real robot):
 - residual RL: the base policy's action for this control step (deg / 100), from the base executed with its
   own chunking (``select_action`` pops its queue; a new chunk every ``n_action_steps``);
 - images: CNN features of the last K frames (``encoder=cnn``), or the base bundle's frozen backbone
-  features (``encoder=frozen``).
+  features (``encoder=frozen``), or a frozen pretrained ViT's pooled features (``encoder=vit``, no base
+  needed; with ``frame_stack`` K the last K frames' features side by side; ``vision_backbone=videomae``:
+  one VideoMAE clip of the last K frames).
 What the critic sees: the same, plus privileged sim state when ``critic_privileged`` (asymmetric
 actor-critic; see tasks.privileged_state).
 
@@ -29,7 +31,7 @@ import torch
 from torch import nn
 
 from actlab.rl.config import RLConfig
-from actlab.rl.networks import Actor, CNNEncoder, Critics, FrozenFeatures
+from actlab.rl.networks import Actor, CNNEncoder, Critics, FrozenFeatures, VideoFeatures, ViTFeatures
 from actlab.rl.tasks import GOAL_KEY, STATE_SCALE, privileged_dim
 
 STATE_KEY = "observation.state"
@@ -53,13 +55,21 @@ class Agent(nn.Module):
             base.eval()
         vec = ACT_DIM + (3 if cfg.task == "reach" else 0) + (ACT_DIM if base is not None else 0)
         self.encoder: nn.Module | None = None
-        self.frozen: FrozenFeatures | None = None
+        self.frozen: FrozenFeatures | ViTFeatures | VideoFeatures | None = None
         if cfg.encoder == "cnn":
             self.encoder = CNNEncoder(3 * len(cfg.cameras) * cfg.frame_stack, cfg.image_size)
             img = self.encoder.out_dim
         elif cfg.encoder == "frozen":
             self.frozen = FrozenFeatures(base, self.image_keys)
             vec += self.frozen.out_dim
+            img = 0
+        elif cfg.encoder == "vit" and cfg.vision_backbone == "videomae":
+            self.frozen = VideoFeatures(cfg, self.image_keys)  # one clip of the last K frames per step
+            vec += self.frozen.out_dim
+            img = 0
+        elif cfg.encoder == "vit":
+            self.frozen = ViTFeatures(cfg, self.image_keys)
+            vec += self.frozen.out_dim * cfg.frame_stack
             img = 0
         else:
             img = 0
@@ -100,15 +110,19 @@ class Agent(nn.Module):
                 base_action = torch.as_tensor(self.base.select_action(batch)).float()  # (B, 6) deg
             out["base"] = base_action
             parts.append(base_action / STATE_SCALE)
-        if self.frozen is not None:
-            parts.append(self.frozen(batch))  # (B, F): once per env step, stored, never recomputed
+        if isinstance(self.frozen, VideoFeatures):  # the clip of the last K frames, once per env step
+            parts.append(self.frozen(self._stack(torch.cat([batch[k] for k in self.image_keys], dim=1))))
+        elif self.frozen is not None:
+            feats = self.frozen(batch)  # (B, F): once per env step, stored, never recomputed
+            parts.append(self._stack(feats) if self.cfg.encoder == "vit" else feats)  # (B, K*F) for a ViT
         out["vec"] = torch.cat(parts, dim=-1)
         if self.encoder is not None:
             out["img"] = self._stack(torch.cat([batch[k] for k in self.image_keys], dim=1))
         return out
 
     def _stack(self, frame: torch.Tensor) -> torch.Tensor:
-        """(B, 3*cams, H, W) -> the last K frames on the channel axis (the first frame repeated at reset)."""
+        """(B, X, ...) of this step -> the last K steps' on axis 1 (the first repeated at reset): frames
+        (B, 3*cams, H, W) for the CNN, ViT features (B, F) (each frame encoded once, when it arrives)."""
         k = self.cfg.frame_stack
         if self._frames is None or self._frames[0].shape != frame.shape:
             self._frames = collections.deque([frame] * k, maxlen=k)

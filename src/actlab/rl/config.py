@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 from actlab.errors import ActlabError
+from actlab.policies.configs import VIT_BACKBONES
 from actlab.utils.config import unknown_name_error
 
 TASKS = ("reach", "pick_place")
 TRAIN_SEED_BASE = 10_000_000  # training episodes are seeded from here up (see RLConfig.seed)
-ENCODERS = ("none", "cnn", "frozen")
+ENCODERS = ("none", "cnn", "frozen", "vit")
+# encoder="vit" backbones: actlab's per-frame ViTs, and VideoMAE (a video transformer over the last
+# frame_stack frames, transformers' VideoMAEModel)
+RL_VIT_BACKBONES = (*VIT_BACKBONES, "videomae")
 REWARDS = ("sparse", "shaped", "classifier")
 PRIVILEGED = ("auto", "on", "off")
 
@@ -26,9 +31,25 @@ class RLConfig:
     task: str = "reach"
     # actor's image input: "none" (joint state only), "cnn" (small 2D CNN trained by the critic's loss;
     # frame_stack > 1 stacks the last K frames on the channel axis), "frozen" (the base bundle's own
-    # pretrained backbone, frozen, global-average-pooled; features computed once per env step)
+    # pretrained backbone, frozen, global-average-pooled; features computed once per env step), "vit"
+    # (one of actlab's ViT backbones, vision_backbone, frozen, pooled: no base needed; features computed
+    # once per env step and stored in the replay buffer)
     encoder: str = "none"
-    frame_stack: int = 1  # frames stacked for encoder="cnn" (1: the 2D CNN, K > 1: frame-stack CNN)
+    # frames stacked: encoder="cnn" on the channel axis (1: the 2D CNN, K > 1: frame-stack CNN);
+    # encoder="vit": the pooled features of the last K frames concatenated (each frame encoded once)
+    frame_stack: int = 1
+    # encoder="vit": clip_vit, siglip_vit, dinov2_vit (per frame) or videomae (one clip of the last
+    # frame_stack frames per env step; frame_stack = the model's num_frames, a multiple of its tubelet 2)
+    vision_backbone: str = "dinov2_vit"
+    # encoder="vit": a hub id or a local save_pretrained directory; "imagenet" the family's default hub id
+    # (the training configs' naming: openai/clip-vit-base-patch32, google/siglip-base-patch16-224,
+    # facebook/dinov2-small); null: random weights of vit_config's size (tests, offline)
+    pretrained_backbone_weights: str | None = "imagenet"
+    # encoder="vit" with random weights: transformers vision-config fields over the family's default size
+    vit_config: dict[str, Any] | None = None
+    # encoder="vit": side (px) frames are resized to before the ViT; null: the family's default input
+    # (its config's image_size; DINOv2 at most 224 px); must be a multiple of the patch size
+    downscale_img_square: int | None = None
     cameras: tuple[str, ...] = ()  # sim cameras the actor sees (encoder != "none"); () with a base: its own
     image_size: int = 64  # rendered camera size (px) for encoder="cnn"; a base renders at its own size
     num_envs: int = 4  # sim envs stepped in lockstep per round (one batched actor call per step)
@@ -121,8 +142,17 @@ class RLConfig:
                 field="utd/lr/init_alpha/action_scale_deg",
                 found=(self.utd, self.lr, self.init_alpha, self.action_scale_deg),
             )
-        if self.encoder == "cnn" and not self.cameras:
-            raise ActlabError("encoder=cnn needs cameras", field="cameras", fix="--set cameras=wrist")
+        if self.encoder in ("cnn", "vit") and not self.cameras:
+            raise ActlabError(
+                f"encoder={self.encoder} needs cameras", field="cameras", fix="--set cameras=wrist"
+            )
+        if self.vision_backbone not in RL_VIT_BACKBONES:
+            raise unknown_name_error("vision_backbone", self.vision_backbone, RL_VIT_BACKBONES)
+        if self.downscale_img_square is not None and self.downscale_img_square < 8:
+            raise ActlabError(
+                "downscale_img_square must be >= 8 px", field="downscale_img_square",
+                found=self.downscale_img_square, fix="a multiple of the ViT's patch size, or null",
+            )  # fmt: skip
         if self.base is not None and self.task != "pick_place":
             raise ActlabError("a base policy acts on pick_place", field="task", found=self.task)
         if self.reward == "classifier" and not self.reward_model:

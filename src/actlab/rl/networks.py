@@ -9,11 +9,16 @@ Encoders (``RLConfig.encoder``):
   a ResNet or one of actlab's ViTs), frozen; per camera and channel the mean activation and the spatial
   soft-argmax (x, y) (where the channel fires: a global average alone loses where the cube is). Computed
   once per env step and stored in the replay buffer as vectors, so updates never run it.
+- ``vit``: :class:`ViTFeatures`, one of actlab's ViT backbones (``actlab.policies.vit``: CLIP, SigLIP,
+  DINOv2 through transformers) built from the RL config alone (no base bundle), frozen, its pooled output
+  per camera. Like ``frozen``: computed once per env step, stored, never recomputed by an update.
+  ``vision_backbone=videomae``: :class:`VideoFeatures`, a video transformer over the last K frames.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -138,3 +143,142 @@ class FrozenFeatures(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         feats = [spatial_features(self.policy.encode_images(k, batch[k])) for k in self.cameras]  # (B, 3C')
         return torch.cat(feats, dim=-1)  # (B, sum 3C')
+
+
+class ViTFeatures(nn.Module):
+    """A frozen pretrained ViT (``cfg.vision_backbone``) over each camera: (B, 3, H, W) uint8 per camera ->
+    (B, cameras * hidden) pooled features (CLIP: post-LayerNorm CLS, SigLIP: attention-pooling head,
+    DINOv2: LayerNorm CLS; ``actlab.policies.vit``). Frames are scaled to [0, 1], resized to the ViT's
+    input side (bilinear, antialiased, as ACT's ``_prep_images``) and normalized with the family's
+    image-processor mean/std, what its pretrained weights expect.
+
+    Random weights (``pretrained_backbone_weights=None``) are drawn from a generator seeded by
+    ``cfg.seed`` (the global RNG is left as it was), so a resumed run or ``load_agent`` rebuilds the very
+    encoder whose features the replay buffer holds; the weights are never in a checkpoint.
+    """
+
+    def __init__(self, cfg: Any, cameras: list[str]) -> None:
+        super().__init__()
+        from actlab.policies.configs import VIT_DEFAULT_WEIGHTS
+        from actlab.policies.vit import make_vit
+
+        weights = cfg.pretrained_backbone_weights
+        if weights == "imagenet":
+            weights = VIT_DEFAULT_WEIGHTS[cfg.vision_backbone]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            self.backbone = make_vit(
+                cfg.vision_backbone, cfg.vit_config, "pooled", cfg.downscale_img_square, weights
+            )
+        if weights is not None:
+            self.backbone.load_pretrained(weights)
+        self.backbone.requires_grad_(False)
+        self.cameras = cameras
+        self.register_buffer("mean", torch.tensor(self.backbone.mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(self.backbone.std).view(1, 3, 1, 1), persistent=False)
+        self.out_dim = len(cameras) * self.backbone.out_channels
+        super().train(False)
+
+    def train(self, mode: bool = True) -> ViTFeatures:
+        """Always in eval mode (no dropout, fixed statistics): the encoder is frozen."""
+        return super().train(False)
+
+    def prep(self, images: torch.Tensor) -> torch.Tensor:
+        """(N, 3, H, W) uint8 -> (N, 3, S, S) float, resized to the ViT's input and normalized."""
+        x = images.float() / 255.0
+        s = self.backbone.input_size
+        if tuple(x.shape[-2:]) != (s, s):
+            x = nn.functional.interpolate(
+                x, size=(s, s), mode="bilinear", antialias=True, align_corners=False
+            )
+        return (x - self.mean) / self.std
+
+    @torch.no_grad()
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        feats = [self.backbone(self.prep(batch[k])).flatten(1) for k in self.cameras]  # (B, hidden) each
+        return torch.cat(feats, dim=-1)  # (B, cameras * hidden)
+
+
+# ImageNet mean/std: what VideoMAE's pretraining code normalizes with (IMAGENET_DEFAULT_MEAN/STD);
+# transformers' VideoMAEImageProcessor class defaults are 0.5/0.5 (the hub files were not checked offline)
+VIDEOMAE_MEAN, VIDEOMAE_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+VIDEOMAE_DEFAULT_WEIGHTS = "MCG-NJU/videomae-base"  # 16 frames at 224 px, ViT-B, tubelets 2 x 16 x 16
+
+
+class VideoFeatures(nn.Module):
+    """A frozen VideoMAE over each camera's last K frames: (B, K*3*cams, H, W) uint8 (the agent's frame
+    stack, oldest first) -> (B, cameras * hidden), the mean of the last hidden state's tokens (VideoMAE's
+    own pooling, ``use_mean_pooling``). The whole clip runs once per env step (a new frame shifts every
+    tubelet); features are stored, never recomputed. Random weights (``pretrained_backbone_weights=None``)
+    of ``vit_config`` over transformers' defaults with ``num_frames=K``, seeded by ``cfg.seed``."""
+
+    def __init__(self, cfg: Any, cameras: list[str]) -> None:
+        super().__init__()
+        from actlab.errors import ActlabError
+        from actlab.policies.vit import _transformers, _weights_error
+
+        T = _transformers()
+        weights = cfg.pretrained_backbone_weights
+        weights = VIDEOMAE_DEFAULT_WEIGHTS if weights == "imagenet" else weights
+        try:
+            if weights is not None:
+                hf = T.VideoMAEConfig.from_pretrained(weights)
+            else:
+                fields = {"num_frames": cfg.frame_stack, **(cfg.vit_config or {})}
+                if cfg.downscale_img_square is not None:
+                    fields["image_size"] = cfg.downscale_img_square
+                hf = T.VideoMAEConfig(**fields)
+        except Exception as e:
+            if weights is not None:
+                raise _weights_error("videomae", weights, e) from e
+            raise ActlabError(
+                f"invalid vit_config for videomae: {e}", field="vit_config", found=cfg.vit_config
+            ) from e
+        if hf.num_frames != cfg.frame_stack or hf.num_frames % hf.tubelet_size:
+            raise ActlabError(
+                "VideoMAE takes clips of its num_frames frames",
+                field="frame_stack",
+                expected=f"{hf.num_frames} (the model's num_frames; a multiple of tubelet {hf.tubelet_size})",
+                found=cfg.frame_stack,
+                fix=f"--set frame_stack={hf.num_frames}",
+            )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            self.model = T.VideoMAEModel(hf)
+        if weights is not None:
+            try:
+                src = T.VideoMAEModel.from_pretrained(weights, config=hf)
+            except Exception as e:
+                raise _weights_error("videomae", weights, e) from e
+            self.model.load_state_dict(src.state_dict())
+        self.model.requires_grad_(False)
+        self.cameras, self.k, self.input_size = cameras, cfg.frame_stack, int(hf.image_size)
+        self.register_buffer("mean", torch.tensor(VIDEOMAE_MEAN).view(1, 1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(VIDEOMAE_STD).view(1, 1, 3, 1, 1), persistent=False)
+        self.out_dim = len(cameras) * int(hf.hidden_size)
+        super().train(False)
+
+    def train(self, mode: bool = True) -> VideoFeatures:
+        """Always in eval mode: the encoder is frozen."""
+        return super().train(False)
+
+    def prep(self, clip: torch.Tensor) -> torch.Tensor:
+        """(B, K, 3, H, W) uint8 -> (B, K, 3, S, S) float, resized and normalized."""
+        b, k = clip.shape[:2]
+        x = clip.flatten(0, 1).float() / 255.0  # (B*K, 3, H, W)
+        s = self.input_size
+        if tuple(x.shape[-2:]) != (s, s):
+            x = nn.functional.interpolate(
+                x, size=(s, s), mode="bilinear", antialias=True, align_corners=False
+            )
+        return (x.view(b, k, 3, s, s) - self.mean) / self.std
+
+    @torch.no_grad()
+    def forward(self, stacked: torch.Tensor) -> torch.Tensor:
+        b, _, h, w = stacked.shape
+        clips = stacked.view(b, self.k, len(self.cameras), 3, h, w)  # frames oldest first, cameras in order
+        feats = [
+            self.model(pixel_values=self.prep(clips[:, :, c])).last_hidden_state.mean(1)  # (B, hidden)
+            for c in range(len(self.cameras))
+        ]
+        return torch.cat(feats, dim=-1)  # (B, cameras * hidden)

@@ -60,6 +60,11 @@ def config_hash(cfg: RLConfig) -> str:
         "wandb",
     }
     d = {k: v for k, v in to_dict(cfg).items() if k not in free}
+    # keys added after runs existed (encoder=vit) count only when set: older runs' hashes stay valid
+    default = to_dict(RLConfig())
+    for k in ("vision_backbone", "pretrained_backbone_weights", "vit_config", "downscale_img_square"):
+        if d[k] == default[k]:
+            del d[k]
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
