@@ -245,7 +245,8 @@ def test_realtime_adds_a_delay_sweep_of_the_best_checkpoint_only_when_asked(tmp_
     run_demo(DemoConfig(**base))
     assert "[1/4]" in capsys.readouterr().err
     assert "Real time" not in (out / "report.md").read_text() and not (out / "eval" / "realtime").exists()
-    assert "realtime" not in _summary(out) and "realtime" not in json.loads((out / "demo_state.json").read_text())
+    assert "realtime" not in _summary(out)
+    assert "realtime" not in json.loads((out / "demo_state.json").read_text())
 
     # With it (two delays to keep the test short): the earlier stages are reused, the sweep runs.
     run_demo(DemoConfig(**base, realtime=True, realtime_delays=(0, 4)))
@@ -273,7 +274,8 @@ def test_realtime_adds_a_delay_sweep_of_the_best_checkpoint_only_when_asked(tmp_
     section = md.split("## Real time", 1)[1]
     assert "](eval/realtime/sweep.png)" in section and "| async | 4 (133 ms) |" in section
     assert "async: the arm executes the old chunk while the next is computed" in section
-    assert "blend: as async, but where the new chunk overlaps" in section and "rtc (not act_relative" in section
+    assert "blend: as async, but where the new chunk overlaps" in section
+    assert "rtc (not act_relative" in section
     assert 'src="eval/realtime/sweep.png"' in (out / "report.html").read_text()
 
     # Again: the sweep is reused like every other stage.
