@@ -479,7 +479,7 @@ def _realtime(cfg: DemoConfig, out: Path, state: dict, evaluation: dict, log: St
         "dir": REALTIME_DIR,
         "checkpoint": evaluation["best"],
         "episodes": cfg.eval_episodes,
-        "seeds": f"{CONFIRM_SEED}..{last} (episode i uses seed + i, every cell)",
+        "seeds": f"{CONFIRM_SEED}..{last}",  # episode i uses seed + i, in every cell
         "fps": FPS,
         "skipped": skipped,
         "cells": records,

@@ -399,10 +399,10 @@ def _realtime_section(r: Report, rt: dict[str, Any]) -> None:
     r.heading("Real time: the best checkpoint under inference delays")
     r.paragraph(
         f"On a robot the arm keeps moving while the next chunk is computed. {rt['checkpoint']} ran "
-        f"{rt['episodes']} episodes per cell on the fresh seeds above ({rt['seeds']}); a delay of D control "
-        f"steps is D/{fps} s at the simulator's {fps} fps (4 steps = {1000 * 4 / fps:.0f} ms). Boundary "
-        "jump: the mean joint-space jump (degrees) at the steps that began a new chunk; spike: its ratio "
-        "to an ordinary step's change (docs/evaluation.md)."
+        f"{rt['episodes']} episodes per cell, the same in every cell: the fresh seeds above "
+        f"({rt['seeds']}); a delay of D control steps is D/{fps} s at the simulator's {fps} fps "
+        f"(4 steps = {1000 * 4 / fps:.0f} ms). Boundary jump: the mean joint-space jump (degrees) at the "
+        "steps that began a new chunk; spike: its ratio to an ordinary step's change (docs/evaluation.md)."
     )
     rows = [
         [
