@@ -456,7 +456,9 @@ def _realtime(cfg: DemoConfig, out: Path, state: dict, evaluation: dict, log: St
     if _stage_current(state, "realtime", settings, [rt_dir / "sweep.json"]):
         log.reuse("realtime", f"the delay sweep in {rt_dir}", state["realtime"])
         return state["realtime"]["result"]
-    (src,) = resolve_paths([evaluation["best_path"]])
+    # The checkpoint in this demo directory (the recorded path is stale once the directory is moved).
+    best_path = out / "run" / "checkpoints" / Path(evaluation["best_path"]).name
+    (src,) = resolve_paths([best_path])
     grid, skipped = _realtime_grid(src, cfg.realtime_delays)
     spec = EnvSpec("so101_pick_place")
     eval_cfg = EvalConfig(episodes=cfg.eval_episodes, seed=CONFIRM_SEED, workers=cfg.workers)
@@ -485,7 +487,7 @@ def _realtime(cfg: DemoConfig, out: Path, state: dict, evaluation: dict, log: St
         "cells": records,
     }
     _forget_unmarked(rt_dir)
-    with atomic_dir(rt_dir, overwrite=True, kind=EVAL_KIND, inputs=[evaluation["best_path"]]) as tmp:
+    with atomic_dir(rt_dir, overwrite=True, kind=EVAL_KIND, inputs=[best_path]) as tmp:
         atomic_write_json(tmp / "sweep.json", result)
         md = sweep_table(cells, FPS, markdown=True)
         atomic_write_text(tmp / "sweep.md", f"# actlab demo delay sweep: {evaluation['best']}\n\n{md}\n")
