@@ -231,3 +231,54 @@ def test_few_eval_episodes_film_at_most_that_many_unless_told_otherwise(tmp_path
     assert _demo(tmp_path / "d", "--eval-episodes", "2", "--videos", "3") == 2
     err = capsys.readouterr().err
     assert "--videos" in err and "--videos 2 or fewer" in err
+
+
+@pytest.mark.timeout(600)  # three demo runs, the second with a 5-cell sweep of 2 episodes each
+def test_realtime_adds_a_delay_sweep_of_the_best_checkpoint_only_when_asked(tmp_path, capsys):
+    from actlab.demo.pipeline import CONFIRM_SEED, DemoConfig, run_demo
+
+    out = tmp_path / "demo"
+    overrides = ("checkpoint.every=10", "eval.every=10", "log.every=5", "steps=10")
+    base = dict(out=str(out), device="cpu", episodes=2, eval_episodes=2, videos=0, workers=1)
+    base.update(image_size=32, overrides=overrides)
+    # Without --realtime: no sweep, no section, the summary as before.
+    run_demo(DemoConfig(**base))
+    assert "[1/4]" in capsys.readouterr().err
+    assert "Real time" not in (out / "report.md").read_text() and not (out / "eval" / "realtime").exists()
+    assert "realtime" not in _summary(out)
+    assert "realtime" not in json.loads((out / "demo_state.json").read_text())
+
+    # With it (two delays to keep the test short): the earlier stages are reused, the sweep runs.
+    run_demo(DemoConfig(**base, realtime=True, realtime_delays=(0, 4)))
+    err = capsys.readouterr().err
+    assert "[4/5] sweeping step_0000010 over inference delays 0, 4" in err
+    s = _summary(out)
+    assert s["reused_stages"] == ["record", "train", "eval"]
+    rt = out / "eval" / "realtime"
+    sweep = json.loads((rt / "sweep.json").read_text())
+    cells = [(c["mode"], c["latency_steps"]) for c in sweep["cells"]]
+    assert cells == [("sync", 0), ("async", 0), ("async", 4), ("blend", 0), ("blend", 4)]
+    assert sweep["skipped"] == [
+        {"mode": "rtc", "latency_steps": None, "reason": "not act_relative with rtc_max_delay"}
+    ]  # the demo's ACT cannot take a prefix
+    assert all(c["episodes"] == 2 and c["policy"] == "step_0000010" for c in sweep["cells"])
+    assert [c["latency_ms"] for c in sweep["cells"]] == [0.0, 0.0, 133.3, 0.0, 133.3]  # at 30 fps
+    assert sweep["seeds"].startswith(f"{CONFIRM_SEED}..{CONFIRM_SEED + 1}")  # not the recording seeds
+    # The sync cell is the confirmation again: the same checkpoint on the same seeds.
+    confirm = json.loads((out / "eval" / "best" / "results.json").read_text())["checkpoints"][0]["summary"]
+    assert sweep["cells"][0]["successes"] == confirm["successes"]
+    assert (rt / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| blend | 4 (133 ms)" in (rt / "sweep.md").read_text()
+    assert [(c["mode"], c["latency_steps"]) for c in s["realtime"]["cells"]] == cells
+    md = (out / "report.md").read_text()
+    section = md.split("## Real time", 1)[1]
+    assert "](eval/realtime/sweep.png)" in section and "| async | 4 (133 ms) |" in section
+    assert "async: the arm executes the old chunk while the next is computed" in section
+    assert "blend: as async, but where the new chunk overlaps" in section
+    assert "rtc (not act_relative" in section
+    assert 'src="eval/realtime/sweep.png"' in (out / "report.html").read_text()
+
+    # Again: the sweep is reused like every other stage.
+    run_demo(DemoConfig(**base, realtime=True, realtime_delays=(0, 4)))
+    assert _summary(out)["reused_stages"] == ["record", "train", "eval", "realtime"]
+    assert "reusing the delay sweep" in capsys.readouterr().err

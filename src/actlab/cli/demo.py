@@ -15,6 +15,8 @@ trains longer: the recording is reused and the run resumes from its last checkpo
   2. train    the so101_sim_cpu preset (CPU) or so101_sim (GPU)          -> DIR/run
   3. eval     every checkpoint on the same held-out episodes, then the best one again on fresh
               seeds (the unbiased success rate), with rollout videos and whiskers -> DIR/eval
+     --realtime: then the best checkpoint under inference delays 0/4/8 steps (sync, async, blend;
+              rtc for act_relative): a "Real time" report section -> DIR/eval/realtime
   4. report   DIR/report.md, DIR/report.html, DIR/summary.json
 
 examples:
@@ -49,6 +51,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=2, help="simulation and rollout processes (2)")
     add_set_flag(p, "training config override, as in actlab train (repeatable)")
     p.add_argument("--fresh", action="store_true", help="discard previous results in --out and start over")
+    p.add_argument(
+        "--realtime",
+        action="store_true",
+        help="also sweep the best checkpoint over inference delays and execution modes (about one "
+        "evaluation per cell, so opt in)",
+    )
     p.add_argument("--json", action="store_true", help="print summary.json to stdout at the end")
     p.set_defaults(_run=_run)
 
@@ -69,6 +77,7 @@ def _run(args: argparse.Namespace) -> int:
         workers=args.workers,
         overrides=tuple(args.overrides),
         fresh=args.fresh,
+        realtime=args.realtime,
     )
     summary = run_demo(cfg)
     if args.json:

@@ -8,6 +8,8 @@ Four stages, each writing its own directory under the demo's output directory::
     DIR/eval/sweep/  every checkpoint on the same held-out seeds  (actlab eval DIR/run)
     DIR/eval/best/   the best checkpoint again on fresh seeds (the unbiased success rate the report leads
                      with: the sweep's best is chosen on the sweep's seeds), rollout videos, whiskers
+    DIR/eval/realtime/  with ``--realtime`` only: the best checkpoint under inference delays (sync, async,
+                     blend; rtc for an act_relative policy), as ``actlab eval --latency --execution``
     DIR/report.md, report.html, summary.json, scene.png
 
 ``DIR/demo_state.json`` records each finished stage with the settings it ran with. A re-run reuses every
@@ -55,6 +57,16 @@ from actlab.utils.units import human_bytes
 from actlab.viz.eval import plot_success_vs_step
 
 STAGES = ("record", "train", "eval", "report")
+# With --realtime: the delay sweep runs after the evaluation (it sweeps the checkpoint the evaluation chose).
+# Also the order in which a redone stage forgets the later ones.
+REALTIME_STAGES = ("record", "train", "eval", "realtime", "report")
+# Execution modes of the real-time sweep; rtc only for a policy trained to continue a prefix
+# (act_relative with rtc_max_delay > 0).
+REALTIME_MODES = ("sync", "async", "blend", "rtc")
+# Inference delays of the real-time sweep, in control steps (0, 133 and 267 ms at the sim's 30 fps); those
+# a policy cannot run (longer than its execution horizon, or its chunk) are left out and said so.
+REALTIME_DELAYS = (0, 4, 8)
+REALTIME_DIR = "eval/realtime"
 # The report's success figure (the sweep and the fresh-seed confirmation), relative to the demo directory.
 SUCCESS_PLOT = "eval/success_vs_step.png"
 STATE_FILE = "demo_state.json"
@@ -104,6 +116,11 @@ class DemoConfig:
     overrides: tuple[str, ...] = ()
     # discard every previous result in ``out`` and start over
     fresh: bool = False
+    # after the evaluation, sweep the best checkpoint over inference delays and execution modes (opt in:
+    # it costs about one evaluation of --eval-episodes per cell, 7 cells for an ACT policy)
+    realtime: bool = False
+    # that sweep's delays in control steps (no flag: the tests' knob for a cheaper sweep)
+    realtime_delays: tuple[int, ...] = REALTIME_DELAYS
 
     def __post_init__(self) -> None:
         if self.videos is None:  # frozen: resolved once here, so every later reader sees a number
@@ -122,6 +139,12 @@ class DemoConfig:
                 fix=f"pass --videos {self.eval_episodes} or fewer, or leave --videos out (it then films "
                 f"min({DEFAULT_VIDEOS}, --eval-episodes))",
             )
+        if not self.realtime_delays or min(self.realtime_delays) < 0:
+            raise ActlabError(
+                "real-time delays must be >= 0 control steps",
+                field="realtime_delays",
+                found=self.realtime_delays,
+            )
         if self.image_size is not None and (self.image_size < 16 or self.image_size % 2):
             raise ActlabError(
                 "image size must be even and >= 16 (yuv420p video)",
@@ -137,10 +160,11 @@ class StageLog:
     stream: Any = dataclasses.field(default_factory=lambda: sys.stderr)
     seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     reused: list[str] = dataclasses.field(default_factory=list)
+    stages: tuple[str, ...] = STAGES  # the stages this run has (REALTIME_STAGES with --realtime)
 
     def start(self, stage: str, text: str) -> float:
-        index = STAGES.index(stage) + 1
-        print(f"\n[{index}/{len(STAGES)}] {text}", file=self.stream, flush=True)
+        index = self.stages.index(stage) + 1
+        print(f"\n[{index}/{len(self.stages)}] {text}", file=self.stream, flush=True)
         return time.perf_counter()
 
     def done(self, stage: str, t0: float, text: str) -> None:
@@ -242,7 +266,7 @@ def _stage_current(state: dict, stage: str, settings: dict, outputs: list[Path])
 def _finish_stage(out: Path, state: dict, stage: str, settings: dict, result: dict, seconds: float) -> None:
     state[stage] = {"settings": settings, "result": result, "seconds": seconds}
     # Later stages depended on this one: forget them so they run again.
-    for later in STAGES[STAGES.index(stage) + 1 :]:
+    for later in REALTIME_STAGES[REALTIME_STAGES.index(stage) + 1 :]:
         state.pop(later, None)
     atomic_write_json(out / STATE_FILE, state)
 
@@ -405,6 +429,101 @@ def _evaluate(cfg: DemoConfig, out: Path, state: dict, log: StageLog) -> dict:
     return result
 
 
+def _realtime(cfg: DemoConfig, out: Path, state: dict, evaluation: dict, log: StageLog) -> dict:
+    """``--realtime``: the best checkpoint on the confirmation seeds under inference delays, one cell per
+    (mode, delay) as ``actlab eval --latency ... --execution ...`` runs them (the same planner and runner),
+    written atomically to DIR/eval/realtime (sweep.json, sweep.md, sweep.png)."""
+    from actlab.evaluation.realtime import plot_sweep, run_sweep, sweep_table
+    from actlab.evaluation.sweep import EVAL_KIND
+    from actlab.sim.env import FPS
+    from actlab.utils.io import atomic_dir, atomic_write_text
+
+    rt_dir = out / REALTIME_DIR
+    # The confirmation seeds (CONFIRM_SEED): held out from the recording, and the sync cell is the
+    # confirmation itself again (same checkpoint, same episodes), a check that the sweep measures the same.
+    settings = {
+        "episodes": cfg.eval_episodes,
+        "seed": CONFIRM_SEED,
+        "modes": list(REALTIME_MODES),
+        "delays": list(cfg.realtime_delays),
+        "checkpoint": evaluation["best"],
+    }
+    t0 = log.start(
+        "realtime",
+        f"sweeping {evaluation['best']} over inference delays {', '.join(map(str, cfg.realtime_delays))} "
+        f"(control steps) on {cfg.eval_episodes} fresh episodes -> {rt_dir}",
+    )
+    if _stage_current(state, "realtime", settings, [rt_dir / "sweep.json"]):
+        log.reuse("realtime", f"the delay sweep in {rt_dir}", state["realtime"])
+        return state["realtime"]["result"]
+    # The checkpoint in this demo directory (the recorded path is stale once the directory is moved).
+    best_path = out / "run" / "checkpoints" / Path(evaluation["best_path"]).name
+    (src,) = resolve_paths([best_path])
+    grid, skipped = _realtime_grid(src, cfg.realtime_delays)
+    spec = EnvSpec("so101_pick_place")
+    eval_cfg = EvalConfig(episodes=cfg.eval_episodes, seed=CONFIRM_SEED, workers=cfg.workers)
+
+    def say(cell) -> None:
+        s = cell.summary
+        rate = _rate_line(s.successes, s.episodes)
+        print(
+            f"      {cell.mode} delay {cell.latency}: {rate} ({cell.seconds:.0f} s)",
+            file=log.stream,
+            flush=True,
+        )
+
+    cells = []
+    for mode, delays in grid:  # run_sweep plans and checks its cells again: one planner for eval and demo
+        cells += run_sweep([src], spec, eval_cfg, [mode], delays, None, FPS, on_cell=say)[0]
+    records = [c.to_dict(FPS) for c in cells]
+    last = CONFIRM_SEED + cfg.eval_episodes - 1
+    result = {
+        "dir": REALTIME_DIR,
+        "checkpoint": evaluation["best"],
+        "episodes": cfg.eval_episodes,
+        "seeds": f"{CONFIRM_SEED}..{last}",  # episode i uses seed + i, in every cell
+        "fps": FPS,
+        "skipped": skipped,
+        "cells": records,
+    }
+    _forget_unmarked(rt_dir)
+    with atomic_dir(rt_dir, overwrite=True, kind=EVAL_KIND, inputs=[best_path]) as tmp:
+        atomic_write_json(tmp / "sweep.json", result)
+        md = sweep_table(cells, FPS, markdown=True)
+        atomic_write_text(tmp / "sweep.md", f"# actlab demo delay sweep: {evaluation['best']}\n\n{md}\n")
+        title = f"{evaluation['best']}: success and boundary jump vs delay"
+        plot_sweep(records, tmp / "sweep.png", title=title)
+    log.done("realtime", t0, f"{len(cells)} cells" + (f", {len(skipped)} left out" if skipped else ""))
+    _finish_stage(out, state, "realtime", settings, result, log.seconds["realtime"])
+    return result
+
+
+def _realtime_grid(src: Any, delays: tuple[int, ...]) -> tuple[list[tuple[str, list[int]]], list[dict]]:
+    """The (mode, delays) the policy can run, each cell checked by ``plan_cells`` (the rule ``actlab eval``
+    applies), and the cells left out with the reason. rtc only for a policy trained on prefixes: at delay
+    0 the check would pass for any chunk policy, but its prefix argument means nothing to plain ACT."""
+    from actlab.evaluation.realtime import plan_cells, source_limits
+
+    limits = source_limits(src)
+    grid, skipped = [], []
+    for mode in REALTIME_MODES:
+        if mode == "rtc" and (limits is None or limits.rtc_max_delay == 0):
+            reason = "not act_relative with rtc_max_delay"
+            skipped.append({"mode": mode, "latency_steps": None, "reason": reason})
+            continue
+        ok = []
+        for d in [0] if mode == "sync" else list(dict.fromkeys(delays)):
+            try:
+                plan_cells([src], [mode], [d], None)
+            except ActlabError as e:
+                skipped.append({"mode": mode, "latency_steps": d, "reason": e.problem})
+                continue
+            ok.append(d)
+        if ok:
+            grid.append((mode, ok))
+    return grid, skipped
+
+
 class _episode_bar:
     """A tqdm bar over evaluation episodes, fed by ``run_eval``'s ``on_episode`` callback. Its postfix
     counts the successes of the checkpoint the last episode belonged to, and each checkpoint gets a line
@@ -472,7 +591,7 @@ def _run_stages(cfg: DemoConfig, plan: dict[str, Any], out: Path, wall0: float) 
     state = _load_state(out)
     if not (out / STATE_FILE).is_file():
         atomic_write_json(out / STATE_FILE, state)  # marks the directory as the demo's from the start
-    log = StageLog()
+    log = StageLog(stages=REALTIME_STAGES if cfg.realtime else STAGES)
     disk = estimate_disk(cfg, plan)
     print(
         f"actlab demo -> {out}  (device {plan['device']}, preset {plan['preset']}, "
@@ -484,6 +603,7 @@ def _run_stages(cfg: DemoConfig, plan: dict[str, Any], out: Path, wall0: float) 
     record = _record(cfg, plan, out, state, log)
     trained = _train(plan, out, state, log)
     evaluation = _evaluate(cfg, out, state, log)
+    realtime = _realtime(cfg, out, state, evaluation, log) if cfg.realtime else None
     t0 = log.start("report", f"writing {out / 'report.md'} and report.html")
     rows = read_metrics(out / "run")
     render_strip(out / "scene.png", seed=0, image_size=plan["image_size"], frames=8, upscale=2)
@@ -504,6 +624,7 @@ def _run_stages(cfg: DemoConfig, plan: dict[str, Any], out: Path, wall0: float) 
         failures=FAILURES,
         success_plot=SUCCESS_PLOT,
         batch_size=load_run_config(out / "run").batch_size,
+        realtime=realtime,
     )
     log.done("report", t0, f"{out / 'report.html'}")
     return summary

@@ -80,13 +80,15 @@ def write_report(
     failures: tuple[str, ...],
     success_plot: str | None = None,
     batch_size: int | None = None,
+    realtime: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write the demo's report pages and summary.json into ``out``; returns the summary dict.
 
     ``rows``: the training run's metrics rows; ``failures``: the evaluation's failure classes, in the
     order of the table's columns; ``success_plot``: the figure of the sweep with the fresh-seed
     confirmation beside it (relative to ``out``; default: the sweep's own plot, without it);
-    ``batch_size``: the run's, so that the step time and samples/s of the report come from one source.
+    ``batch_size``: the run's, so that the step time and samples/s of the report come from one source;
+    ``realtime``: the ``--realtime`` stage's result (its delay sweep), None without the flag (no section).
     """
     sweep, media = evaluation["sweep"], evaluation["media"]
     best = next(c for c in sweep["checkpoints"] if c["name"] == evaluation["best"])
@@ -119,11 +121,20 @@ def write_report(
         "stage_seconds": stage_seconds,  # as measured when each stage ran (earlier runs for reused ones)
         "reused_stages": reused,
     }
+    if realtime is not None:
+        keys = ("mode", "latency_steps", "latency_ms", "success_rate", "ci_low", "ci_high", "boundary_jump")
+        summary["realtime"] = {
+            "dir": realtime["dir"],
+            "seeds": realtime["seeds"],
+            "cells": [{k: c[k] for k in keys} for c in realtime["cells"]],
+        }
     summary["wall_s"] = round(time.perf_counter() - wall0, 1)  # this invocation
     # record + train + eval as measured when they ran: the demo's cost from scratch
     summary["pipeline_s"] = round(sum(v for k, v in stage_seconds.items() if k != "report"), 1)
     posters = write_posters(out, media)
-    report = _build(plan, record, train, sweep, media, best, summary, failures, success_plot, posters)
+    report = _build(
+        plan, record, train, sweep, media, best, summary, failures, success_plot, posters, realtime
+    )
     report.write(out)
     atomic_write_json(out / "summary.json", summary)
     return summary
@@ -146,7 +157,9 @@ def write_posters(out: Path, media: dict[str, Any]) -> dict[str, str]:
     return posters
 
 
-def _build(plan, record, train, sweep, media, best, summary, failures, success_plot, posters) -> Report:
+def _build(
+    plan, record, train, sweep, media, best, summary, failures, success_plot, posters, realtime
+) -> Report:
     s, c = best["summary"], media["checkpoints"][0]["summary"]
     r = Report("actlab demo: SO-101 pick-and-place")
     r.paragraph(
@@ -162,6 +175,8 @@ def _build(plan, record, train, sweep, media, best, summary, failures, success_p
     _dataset_section(r, record, plan)
     _training_section(r, train, summary["step_time"])
     _eval_section(r, sweep, failures, success_plot, c)
+    if realtime is not None:
+        _realtime_section(r, realtime)
     _media_section(r, media, posters)
     r.heading("Reproduce")
     r.code(
@@ -187,12 +202,13 @@ _STAGE_COVERS = {
     "record": "scripted-expert episodes in the sim, video encoding",
     "train": "decoding the frame cache, statistics, building the model, then the training loop",
     "eval": "the sweep, the best checkpoint on fresh seeds, its videos and whiskers",
+    "realtime": "the best checkpoint under inference delays (--realtime)",
 }
 
 
 def _time_table(r: Report, summary: dict) -> None:
     rows = []
-    for stage in ("record", "train", "eval"):
+    for stage in ("record", "train", "eval", "realtime"):
         seconds = summary["stage_seconds"].get(stage)
         if seconds is not None:
             when = "reused from an earlier run" if stage in summary["reused_stages"] else "this run"
@@ -362,3 +378,58 @@ def _media_section(r: Report, media: dict, posters: dict[str, str]) -> None:
         outcome = e["outcome"].replace("_", " ")
         video = f"eval/best/{e['video']}"
         r.video(video, f"episode {e['index']} (seed {e['seed']}): {outcome}", poster=posters.get(video))
+
+
+# What each execution mode of the real-time section means (one sentence each; docs/evaluation.md has the
+# exact rules). D is the delay in control steps.
+_MODE_MEANS = {
+    "sync": "the simulation waits while the policy computes its next chunk: no delay, the reference "
+    "(the evaluation above ran this way)",
+    "async": "the arm executes the old chunk while the next is computed, and switches to the new chunk when "
+    "it arrives D steps later (from its index D)",
+    "blend": "as async, but where the new chunk overlaps the rest of the old one the two are blended (old "
+    "chunk weight 1 for the D committed steps, decaying to 0)",
+    "rtc": "as blend, and the D committed actions are handed to the policy as a prefix, which an "
+    "act_relative policy trained with rtc_max_delay continues",
+}
+
+
+def _realtime_section(r: Report, rt: dict[str, Any]) -> None:
+    fps = rt["fps"]
+    r.heading("Real time: the best checkpoint under inference delays")
+    r.paragraph(
+        f"On a robot the arm keeps moving while the next chunk is computed. {rt['checkpoint']} ran "
+        f"{rt['episodes']} episodes per cell, the same in every cell: the fresh seeds above "
+        f"({rt['seeds']}); a delay of D control steps is D/{fps} s at the simulator's {fps} fps "
+        f"(4 steps = {1000 * 4 / fps:.0f} ms). Boundary jump: the mean joint-space jump (degrees) at the "
+        "steps that began a new chunk; spike: its ratio to an ordinary step's change (docs/evaluation.md)."
+    )
+    rows = [
+        [
+            c["mode"],
+            f"{c['latency_steps']} ({c['latency_ms']:.0f} ms)",
+            c["horizon"],
+            f"{c['successes']}/{c['episodes']} ({_pct(c['success_rate'])})",
+            f"{_pct(c['ci_low'])}-{_pct(c['ci_high'])}",
+            "-" if c["boundary_jump"] is None else f"{c['boundary_jump']:.3f}",
+            "-" if c["spike_factor"] is None else f"{c['spike_factor']:.2f}",
+        ]
+        for c in rt["cells"]
+    ]
+    r.table(rows, ["mode", "delay", "horizon", "success", "95% CI", "boundary jump", "spike"])
+    r.image(
+        f"{rt['dir']}/sweep.png",
+        "Success with its 95% interval (left) and the mean chunk-boundary jump (right) against the delay, "
+        "one line per mode; sync (no delay) is the dashed line.",
+    )
+    modes = list(dict.fromkeys(c["mode"] for c in rt["cells"]))
+    r.paragraph(" ".join(f"{m}: {_MODE_MEANS[m]}." for m in modes if m in _MODE_MEANS))
+    if rt["skipped"]:
+        left = "; ".join(
+            f"{s['mode']}"
+            + (f" at delay {s['latency_steps']}" if s["latency_steps"] is not None else "")
+            + f" ({s['reason']})"
+            for s in rt["skipped"]
+        )
+        r.paragraph(f"Not run, as this policy cannot: {left}.")
+    r.paragraph(f"Files: {rt['dir']}/sweep.json (one record per cell), sweep.md, sweep.png.")
