@@ -39,6 +39,7 @@ from actlab.evaluation.seeds import DEFAULT_SEED, check_training_seeds
 from actlab.evaluation.video import VIDEO_HOLD_S, annotate_episode, env_frame, write_video
 from actlab.policies.contract import RolloutPolicy
 from actlab.policies.execution import ExecutionSpec
+from actlab.utils import procs
 from actlab.utils.procs import worker_pool
 
 VIDEO_PICKS = ("first", "failures")
@@ -476,7 +477,7 @@ def _run_pool(sources, spec, cfg, video_root, collect) -> None:
                 vdir = video_root / src.name if video_root is not None else None
                 for item in _items(src, spec, cfg, vdir):
                     futures[pool.submit(_worker_run, item)] = src
-            for fut in cf.as_completed(futures):
+            for fut in procs.as_completed(pool, futures):  # a dead worker is noticed, never waited on
                 collect(futures[fut], fut.result())
         except cf.process.BrokenProcessPool as e:  # a worker's own exceptions are re-raised as they are
             for fut in futures:

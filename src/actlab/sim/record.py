@@ -27,6 +27,7 @@ from actlab.datasets.video import EncoderStalled, VideoOptions
 from actlab.errors import ActlabError
 from actlab.sim import FPS, TASK_TEXT, ExpertConfig, ExpertPolicy, make_env, task_config
 from actlab.sim.scene import JOINT_NAMES
+from actlab.utils import procs
 from actlab.utils.disk import require_free
 from actlab.utils.procs import worker_pool
 from actlab.utils.units import human_bytes
@@ -191,9 +192,9 @@ def _episodes_in_order(config: RecordConfig, max_attempts: int) -> Iterator[dict
             for s in seeds:
                 pending.append(pool.submit(_worker_episode, s))
                 if len(pending) >= window:
-                    yield pending.popleft().result()
+                    yield procs.result(pool, pending.popleft())  # a dead worker is noticed, never waited on
             while pending:
-                yield pending.popleft().result()
+                yield procs.result(pool, pending.popleft())
         except cf.process.BrokenProcessPool as e:  # from submit() or result(); a worker's errors pass as is
             raise ActlabError(
                 "a recording worker process died (killed, out of memory, or crashed while starting)",

@@ -39,6 +39,8 @@ POOL_CLOSE_S = 30.0
 MANAGER_WAIT_S = 2.0
 # How long killed workers may take to disappear (SIGKILL is not instant for a process in the kernel).
 KILL_WAIT_S = 10.0
+# How often a wait for a pool's result checks that its workers are still alive (see result()).
+LIVENESS_POLL_S = 1.0
 
 
 @contextlib.contextmanager
@@ -135,6 +137,40 @@ def _child_init(parent: int, initializer: Callable[..., Any] | None, initargs: S
 def worker_processes(pool: cf.ProcessPoolExecutor) -> list[Any]:
     """The pool's worker processes (multiprocessing Process objects) started so far."""
     return list((getattr(pool, "_processes", None) or {}).values())
+
+
+def _raise_if_a_worker_died(pool: cf.ProcessPoolExecutor) -> None:
+    dead = [p for p in worker_processes(pool) if p.exitcode is not None]
+    if dead:
+        raise cf.process.BrokenProcessPool(
+            f"worker pid {dead[0].pid} exited (exit code {dead[0].exitcode}) while the pool was working"
+        )
+
+
+def result(pool: cf.ProcessPoolExecutor, future: cf.Future, poll_s: float = LIVENESS_POLL_S) -> Any:
+    """``future.result()``, but a worker that died is noticed within ``poll_s`` seconds.
+
+    Why: the pool's manager thread learns of a dead worker only from the process sentinels it gathered
+    when it last woke up; a death it missed (a worker started after that, killed before anything woke
+    the thread again) left ``result()`` waiting forever on an episode nobody runs. Polling the workers'
+    exit codes turns that into the BrokenProcessPool the caller already handles."""
+    while True:
+        try:
+            return future.result(timeout=poll_s)
+        except cf.TimeoutError:
+            _raise_if_a_worker_died(pool)
+
+
+def as_completed(
+    pool: cf.ProcessPoolExecutor, futures: Any, poll_s: float = LIVENESS_POLL_S
+) -> Iterator[Any]:
+    """``concurrent.futures.as_completed`` with the same liveness check as :func:`result`."""
+    waiting = set(futures)
+    while waiting:
+        done, waiting = cf.wait(waiting, timeout=poll_s, return_when=cf.FIRST_COMPLETED)
+        if not done:
+            _raise_if_a_worker_died(pool)
+        yield from done
 
 
 def close_pool(pool: cf.ProcessPoolExecutor, kill: bool, timeout: float = POOL_CLOSE_S) -> None:
