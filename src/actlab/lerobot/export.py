@@ -213,13 +213,11 @@ def lerobot_features(policy: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return inputs, {ACTION: _feature("ACTION", [policy.action_dim])}
 
 
-def lerobot_config(policy: Any) -> dict[str, Any]:
-    """LeRobot 0.6.1 ``config.json`` of the exported ACT."""
-    cfg = policy.config
-    inputs, outputs = lerobot_features(policy)
-    data: dict[str, Any] = {
-        "type": "act",
-        "n_obs_steps": 1,
+def _pretrained_config(kind: str, n_obs_steps: int, inputs: dict, outputs: dict) -> dict[str, Any]:
+    """The fields every LeRobot 0.6 ``config.json`` of a policy has (``PreTrainedConfig``'s), for ``kind``."""
+    return {
+        "type": kind,
+        "n_obs_steps": n_obs_steps,
         "input_features": inputs,
         "output_features": outputs,
         "device": "cpu",
@@ -232,6 +230,15 @@ def lerobot_config(policy: Any) -> dict[str, Any]:
         "license": None,
         "pretrained_path": None,
         "pretrained_revision": None,
+    }
+
+
+def lerobot_config(policy: Any) -> dict[str, Any]:
+    """LeRobot 0.6.1 ``config.json`` of the exported ACT."""
+    cfg = policy.config
+    inputs, outputs = lerobot_features(policy)
+    data: dict[str, Any] = {
+        **_pretrained_config("act", 1, inputs, outputs),
         "normalization_mapping": {"VISUAL": "MEAN_STD", "STATE": "MEAN_STD", "ACTION": "MEAN_STD"},
         # The weights are in model.safetensors: LeRobot must not download ImageNet weights at build time.
         "pretrained_backbone_weights": None,
@@ -376,20 +383,7 @@ def plugin_config(policy: Any) -> dict[str, Any]:
     cfg = policy.config
     inputs, outputs = lerobot_features(policy)
     return {
-        "type": PLUGIN_TYPES[cfg.type],
-        "n_obs_steps": cfg.n_obs_steps,
-        "input_features": inputs,
-        "output_features": outputs,
-        "device": "cpu",
-        "use_amp": False,
-        "use_peft": False,
-        "push_to_hub": False,
-        "repo_id": None,
-        "private": None,
-        "tags": None,
-        "license": None,
-        "pretrained_path": None,
-        "pretrained_revision": None,
+        **_pretrained_config(PLUGIN_TYPES[cfg.type], cfg.n_obs_steps, inputs, outputs),
         "chunk_size": cfg.chunk_size,
         "n_action_steps": cfg.n_action_steps,
         "actlab_config": cfgutil.to_dict(cfg),
