@@ -265,31 +265,22 @@ def processor_configs(policy: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """``policy_preprocessor.json`` and ``policy_postprocessor.json`` (LeRobot's default ACT pipelines)."""
     inputs, outputs = lerobot_features(policy)
     norm_map = {"VISUAL": "MEAN_STD", "STATE": "MEAN_STD", "ACTION": "MEAN_STD"}
-    device = {"device": "cpu", "float_dtype": None}
-    pre = {
-        "name": PREPROCESSOR,
-        "steps": [
-            {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
-            {"registry_name": "to_batch_processor", "config": {}},
-            {"registry_name": "device_processor", "config": device},
-            {
-                "registry_name": "normalizer_processor",
-                "config": {"eps": NORM_EPS, "features": {**inputs, **outputs}, "norm_map": norm_map},
-                "state_file": PRE_STATE,
-            },
-        ],
-    }
-    post = {
-        "name": POSTPROCESSOR,
-        "steps": [
-            {
-                "registry_name": "unnormalizer_processor",
-                "config": {"eps": NORM_EPS, "features": outputs, "norm_map": norm_map},
-                "state_file": POST_STATE,
-            },
-            {"registry_name": "device_processor", "config": device},
-        ],
-    }
+    pre, post = plugin_processor_configs()  # rename -> batch -> device, and device after ...
+    pre["steps"].append(  # ... with LeRobot's normalization after them, and its inverse first after
+        {
+            "registry_name": "normalizer_processor",
+            "config": {"eps": NORM_EPS, "features": {**inputs, **outputs}, "norm_map": norm_map},
+            "state_file": PRE_STATE,
+        }
+    )
+    post["steps"].insert(
+        0,
+        {
+            "registry_name": "unnormalizer_processor",
+            "config": {"eps": NORM_EPS, "features": outputs, "norm_map": norm_map},
+            "state_file": POST_STATE,
+        },
+    )
     return pre, post
 
 
