@@ -125,12 +125,26 @@ def wait_dead(proc):
         pass
 
 
+def pool_workers():
+    # Spawned pool workers by what they run (spawn_main), never the resource tracker; a process whose
+    # command line cannot be read at this moment (under load) is skipped, not guessed at.
+    found = []
+    for p in psutil.Process().children():
+        try:
+            if "spawn_main" in " ".join(p.cmdline()):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
 def kill_one_worker(episode):
     if not getattr(kill_one_worker, "done", False):
-        kids = [p for p in psutil.Process().children() if "resource_tracker" not in " ".join(p.cmdline())]
-        kids[-1].kill()  # SIGKILL, what the kernel's OOM killer does
-        wait_dead(kids[-1])
-        kill_one_worker.done = True
+        kids = pool_workers()
+        if kids:  # (else at the next episode)
+            kids[-1].kill()  # SIGKILL, what the kernel's OOM killer does
+            wait_dead(kids[-1])
+            kill_one_worker.done = True
 
 try:
     record_dataset(sys.argv[1], RecordConfig(episodes=8, image_size=16, workers=2), progress=False,
