@@ -74,17 +74,6 @@ def work(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("plugin")
 
 
-@pytest.fixture(scope="module")
-def sim_data(work) -> Path:
-    """2 scripted-expert episodes, top + wrist cameras at 64 px (actlab sim record)."""
-    out = work / "sim"
-    res = run_cli(
-        "sim", "record", "--episodes", "2", "--image-size", "64", "--workers", "1", "--out", out, timeout=600
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
-    return out
-
-
 def _base(**overrides):
     from actlab.policies import ACTConfig
 

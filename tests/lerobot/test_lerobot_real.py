@@ -62,17 +62,6 @@ def work(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def sim_data(work) -> Path:
-    """2 scripted-expert episodes, top + wrist cameras at 64 px (actlab sim record)."""
-    out = work / "sim"
-    res = run_cli(
-        "sim", "record", "--episodes", "2", "--image-size", "64", "--workers", "1", "--out", out, timeout=600
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
-    return out
-
-
-@pytest.fixture(scope="module")
 def lerobot_act(work, sim_data) -> dict:
     """lerobot-train ACT for 2 steps, run under `actlab monitor` (the monitor test reads its outputs)."""
     out, csv, summary = work / "train_act", work / "monitor.csv", work / "monitor.json"
