@@ -21,17 +21,21 @@ MAY_IMPORT: dict[str, set[str]] = {
     "utils": {"errors"},
     "viz": {"errors", "utils"},
     "profiling": {"errors", "utils"},
+    "lifecycle": {"errors", "utils"},
     "datasets": {"errors", "utils", "profiling"},
     "policies": {"errors", "utils", "profiling"},
     "sim": {"errors", "utils", "datasets"},
-    "training": {"errors", "utils", "viz", "profiling", "datasets", "policies"},
+    "training": {"errors", "utils", "viz", "profiling", "lifecycle", "datasets", "policies"},
     "evaluation": {"errors", "utils", "viz", "profiling", "datasets", "policies", "sim"},
-    "demo": {"errors", "utils", "viz", "profiling", "datasets", "policies", "sim", "training", "evaluation"},
+    "demo": {
+        "errors", "utils", "viz", "profiling", "lifecycle", "datasets", "policies", "sim", "training",
+        "evaluation",
+    },
     "lerobot": {"errors", "utils", "datasets", "policies", "sim", "evaluation"},
-    "rl": {"errors", "utils", "datasets", "policies", "sim", "training", "evaluation"},
+    "rl": {"errors", "utils", "lifecycle", "datasets", "policies", "sim", "evaluation"},
     "cli": {
-        "errors", "utils", "viz", "profiling", "datasets", "policies", "sim", "training", "evaluation",
-        "demo", "lerobot", "rl",
+        "errors", "utils", "viz", "profiling", "lifecycle", "datasets", "policies", "sim", "training",
+        "evaluation", "demo", "lerobot", "rl",
     },
 }  # fmt: skip
 

@@ -10,9 +10,9 @@ import pytest
 
 import procs
 from actlab.errors import ActlabError
+from actlab.lifecycle.metrics_log import read_metrics
 from actlab.rl.config import get_preset
 from actlab.rl.train import train_rl
-from actlab.training.metrics_log import read_metrics
 from actlab.utils.config import apply_overrides
 
 # A run of a few seconds that checkpoints often: reach, tiny networks.
@@ -58,7 +58,7 @@ def test_kill_9_then_resume_continues_the_run_exactly(tmp_path):
     killed_at = json.loads((run / "checkpoints" / "last.json").read_text())["step"]
     assert killed_at < 1200
     # a second run into the same directory without --resume is refused, naming the fix
-    with pytest.raises(ActlabError, match="already holds a run") as e:
+    with pytest.raises(ActlabError, match="already holds an RL run") as e:
         train_rl(cfg, run, progress=False)
     assert "--resume" in e.value.fix
     summary = train_rl(cfg, run, resume=True, progress=False)

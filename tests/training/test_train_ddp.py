@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import procs
-from actlab.training.metrics_log import read_metrics
+from actlab.lifecycle.metrics_log import read_metrics
 
 
 def test_two_cpu_processes_sample_disjoint_shares_and_stay_in_sync(tiny_dataset, tmp_path):

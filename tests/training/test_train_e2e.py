@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from actlab.lifecycle.metrics_log import read_metrics
 from actlab.training import preflight
 from actlab.training.loop import KILL_AT_STEP_ENV
-from actlab.training.metrics_log import read_metrics
 from procs import cli, finish, run_cli, started
 
 # Each `actlab train` below takes 3-12 s on 2 cores at a load average of 9, up to ~40 s at 12-16; the

@@ -16,9 +16,9 @@ import pytest
 
 from actlab.cli import main
 from actlab.errors import ActlabError
+from actlab.lifecycle.metrics_log import read_metrics
 from actlab.training import apply_train_overrides, get_preset, with_dataset
 from actlab.training.loop import KILL_AT_STEP_ENV, train
-from actlab.training.metrics_log import read_metrics
 from actlab.utils.lock import LOCK_FILE, DirLock
 
 QUIET = ["log.progress=false", "log.plot=false", "eval.every=0"]

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from actlab.errors import ActlabError
-from actlab.training.metrics_log import MetricsLog, read_metrics
+from actlab.lifecycle.metrics_log import MetricsLog, read_metrics
 
 
 def test_rows_flushed_truncated_on_resume_and_torn_line_skipped(tmp_path):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from actlab.cli import main
-from actlab.training.metrics_log import read_metrics
+from actlab.lifecycle.metrics_log import read_metrics
 from actlab.training.slowdown import SlowdownWatch, cure_applied
 
 

@@ -70,14 +70,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="RUN",
         help="RL run directory (its last checkpoint is evaluated) or one of its checkpoints/step_N",
     )
-    rep.add_argument("--episodes", type=int, default=100, metavar="N", help="episodes per policy (100)")
     rep.add_argument(
-        "--seed", type=int, default=100_000, metavar="S", help="episode i uses seed S+i (100000)"
+        "--episodes", type=_bounded(1, 1_000_000), default=100, metavar="N", help="episodes per policy (100)"
+    )
+    rep.add_argument(
+        "--seed",
+        type=_bounded(0, 2**31 - 1_000_001),
+        default=100_000,
+        metavar="S",
+        help="episode i uses seed S+i (100000)",
     )
     rep.add_argument("--out", metavar="DIR", required=True, help="where report.md/.json and the curve go")
     rep.add_argument(
         "--videos",
-        type=int,
+        type=_bounded(0, 1000),
         default=0,
         metavar="K",
         help="film K seeds the base failed and the residual solved",
@@ -99,6 +105,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_set_flag(r, "override a reward-model config key, e.g. --set rollouts=40")
     r.add_argument("--json", action="store_true", help="print the result as JSON")
     r.set_defaults(_run=_reward_model)
+
+
+def _bounded(low: int, high: int):
+    """An argparse type: an integer in [low, high], refused at parse time naming the limit."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected {low} <= N <= {high}, found {value}")
+        return value
+
+    return parse
 
 
 def _resolve(args: argparse.Namespace):
@@ -142,6 +163,14 @@ def _train(args: argparse.Namespace) -> int:
     from actlab.rl.train import train_rl
 
     summary = train_rl(cfg, args.out, resume=args.resume, progress=not args.json)
+    if summary.stopped == "sigterm":
+        from actlab.lifecycle.stop import EXIT_SIGTERM
+
+        if args.json:
+            print(json.dumps(summary.as_dict(), indent=2))
+        print(f"stopped by SIGTERM after checkpoint {summary.last_checkpoint}; continue with "
+              f"actlab rl train --out {args.out} --resume", file=sys.stderr)  # fmt: skip
+        return EXIT_SIGTERM  # the run is not finished
     if args.json:
         print(json.dumps(summary.as_dict(), indent=2))
     else:

@@ -37,6 +37,7 @@ from actlab.evaluation import EnvSpec, EvalConfig, run_eval, wilson_interval
 from actlab.evaluation.results import FAILURES
 from actlab.evaluation.seeds import DEFAULT_SEED
 from actlab.evaluation.sweep import best_checkpoint, resolve_paths
+from actlab.lifecycle.metrics_log import read_metrics
 from actlab.policies.info import synthetic_features, unit_stats
 from actlab.policies.registry import make_policy
 from actlab.sim import RecordConfig, record_dataset
@@ -46,7 +47,6 @@ from actlab.sim.view import render_strip
 from actlab.training import apply_train_overrides, get_preset, load_run_config, train, with_dataset
 from actlab.training.checkpoint import CheckpointManager
 from actlab.training.config import resume_diff
-from actlab.training.metrics_log import read_metrics
 from actlab.training.preflight import checkpoint_bytes
 from actlab.utils.config import to_dict
 from actlab.utils.device import resolve_device

@@ -17,7 +17,6 @@ without the check).
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,7 +29,7 @@ from actlab import __version__
 from actlab.errors import ActlabError
 from actlab.policies.registry import get_config_class, make_policy
 from actlab.utils import config as cfgutil
-from actlab.utils.io import atomic_dir, atomic_write_bytes, atomic_write_json, read_json
+from actlab.utils.io import atomic_dir, atomic_write_bytes, atomic_write_json, file_sha256, read_json
 
 FORMAT = "actlab.policy"
 FORMAT_VERSION = 1
@@ -65,15 +64,6 @@ def write_bundle(policy: Any, directory: str | Path, extra: dict[str, Any] | Non
         "sha256": {name: file_sha256(directory / name) for name in CHECKSUMMED},
     }
     atomic_write_json(directory / "actlab.json", meta)
-
-
-def file_sha256(file: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks (about 0.5 s for ACT's 200 MB of weights)."""
-    h = hashlib.sha256()
-    with open(file, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 def verify_bundle(path: Path, meta: dict[str, Any]) -> None:

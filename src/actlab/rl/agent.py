@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from actlab.errors import ActlabError
 from actlab.rl.config import RLConfig
 from actlab.rl.networks import Actor, CNNEncoder, Critics, FrozenFeatures, VideoFeatures, ViTFeatures
 from actlab.rl.tasks import GOAL_KEY, STATE_SCALE, privileged_dim
@@ -95,6 +96,30 @@ class Agent(nn.Module):
     def trainable_state(self) -> dict[str, torch.Tensor]:
         """Every tensor a checkpoint must hold (the base is excluded: it is a file the config names)."""
         return {k: v for k, v in self.state_dict().items() if not k.startswith(("base.", "frozen."))}
+
+    def load_trainable_state(self, state: dict[str, torch.Tensor], file: Any) -> None:
+        """Load what :meth:`trainable_state` saved, strictly: every key present, none extra, every shape
+        the same (the frozen base and features are not in ``state``: they come from their own files).
+        ``file`` is named in the refusal."""
+        want = self.trainable_state()
+        missing = sorted(set(want) - set(state))
+        extra = sorted(set(state) - set(want))
+        shapes = sorted(k for k in set(want) & set(state) if tuple(want[k].shape) != tuple(state[k].shape))
+        if missing or extra or shapes:
+            found = []
+            for label, keys in (("missing", missing), ("unexpected", extra), ("other shape", shapes)):
+                more = f" and {len(keys) - 8} more" if len(keys) > 8 else ""
+                if keys:
+                    found.append(f"{label}: {', '.join(keys[:8])}{more}")
+            raise ActlabError(
+                "the agent weights do not match the agent this config builds",
+                file=file,
+                expected=f"the {len(want)} tensors of an agent with this RL config",
+                found="; ".join(found),
+                fix="use the config the checkpoint was written with (its rl_config.json), or a checkpoint "
+                "written by actlab rl train",
+            )
+        self.load_state_dict({**self.state_dict(), **state}, strict=True)
 
     def observe(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One control step's actor inputs from a policy batch (images (B, C, H, W) uint8, state (B, 6)):

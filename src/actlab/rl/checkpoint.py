@@ -1,49 +1,41 @@
-"""RL checkpoints: the trainer's :class:`CheckpointManager` (atomic directories, ``last.json``, retention,
-partial-write cleanup) holding what an SAC run needs to continue exactly.
+"""RL checkpoints on the run lifecycle's :class:`actlab.lifecycle.checkpoints.Checkpoints` (atomic
+directories, sha256 digests checked at load, ``last.json``, retention, partial-write cleanup), holding
+what an SAC run needs to continue exactly.
 
 ``checkpoints/step_NNNNNNN/`` (NNNNNNN = env steps) holds::
 
     agent.safetensors                 actor, critics, target critics, temperature, CNN encoder
     rl_config.json                    the run's RLConfig
-    training_state/state.json         counters (env steps, episodes, updates, owed updates), config hash
+    training_state/state.json         counters (env steps, episodes, updates, owed updates), config hash,
+                                      the sha256 of agent.safetensors and of every .pt file
     training_state/optimizer.pt       the three Adam states (torch.save; read with weights_only=True)
     training_state/rng_rank0.pt       the run's torch generator state
     training_state/replay.pt          the online replay buffer (filled part); demos are re-read on resume
 
 Checkpoints are written between collection rounds (every env at an episode boundary), so a resume
-restarts exactly where the checkpoint was: nothing about a half-run episode has to be saved.
+restarts exactly where the checkpoint was: nothing about a half-run episode has to be saved. Checkpoints
+of runs from before the digests were recorded load unchecked.
 """
 
 from __future__ import annotations
 
-import io
-import os
-import shutil
-import time
 from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
-from actlab.training.checkpoint import CheckpointManager
-from actlab.utils.io import _fsync_dir, atomic_write_bytes, atomic_write_json, read_json
+from actlab.lifecycle.checkpoints import STATE_DIR, Checkpoints
+from actlab.utils.io import atomic_write_bytes, atomic_write_json, read_json
 
 AGENT_FILE = "agent.safetensors"
 CONFIG_FILE = "rl_config.json"
+STATE_FILES = ("optimizer", "rng_rank0", "replay")
 
 
-def _torch_bytes(obj: Any) -> bytes:
-    import torch
-
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
-
-
-class RLCheckpoints(CheckpointManager):
+class RLCheckpoints(Checkpoints):
     """Save / load SAC checkpoints in ``run_dir/checkpoints`` (listing, pointers, pruning inherited)."""
 
     def __init__(self, run_dir: str | Path, keep_last: int) -> None:
-        super().__init__(run_dir, keep_last=keep_last, keep_best=False)
+        super().__init__(run_dir, keep_last=keep_last, keep_best=False, command="actlab rl train")
 
     def save_rl(
         self,
@@ -56,63 +48,55 @@ class RLCheckpoints(CheckpointManager):
         config: dict[str, Any],
     ) -> Path:
         """Write checkpoint ``step`` under a temporary name and rename it into place when complete."""
-        from safetensors.torch import save
+        from safetensors.torch import save  # lazy: safetensors.torch imports torch
 
-        final = self.path(step)
-        tmp = self.root / f".{final.name}.{os.getpid()}.tmp"
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(tmp, ignore_errors=True)
-            (tmp / "training_state").mkdir(parents=True)
+        def write_files(tmp: Path) -> None:
             tensors = {k: v.detach().cpu().contiguous() for k, v in agent_state.items()}
             atomic_write_bytes(tmp / AGENT_FILE, save(tensors))
             atomic_write_json(tmp / CONFIG_FILE, config)
-            state = tmp / "training_state"
-            atomic_write_bytes(
-                state / "optimizer.pt", _torch_bytes({"optimizer": optimizer, "scheduler": {}})
-            )
-            atomic_write_bytes(state / "rng_rank0.pt", _torch_bytes(rng))
-            atomic_write_bytes(state / "replay.pt", _torch_bytes(replay))
-            atomic_write_json(
-                state / "state.json", {**meta, "step": step, "val_loss": None, "written_at": time.time()}
-            )
-            if final.exists():  # a resumed run re-reaching a step it wrote before being killed
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            _fsync_dir(self.root)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)  # the previous checkpoints are untouched
-            raise
-        self._update_pointers(step, None)
-        self.prune()
-        return final
+
+        state = {"optimizer": {"optimizer": optimizer, "scheduler": {}}, "rng_rank0": rng, "replay": replay}
+        return self.write(step, write_files, state, meta, None, protect=[AGENT_FILE])
 
     def load_rl(self, step: int) -> dict[str, Any]:
-        """Everything :meth:`save_rl` wrote, read without unpickling (weights_only=True)."""
-        import torch
-        from safetensors.torch import load_file
-
+        """Everything :meth:`save_rl` wrote, digests checked, read without unpickling (weights_only)."""
         path = self.path(step)
-        state = path / "training_state"
-        files = [path / AGENT_FILE, state / "optimizer.pt", state / "rng_rank0.pt", state / "replay.pt"]
-        for f in files:
-            if not f.is_file():
-                raise ActlabError(
-                    "RL checkpoint is incomplete",
-                    file=f,
-                    expected="a file written by actlab rl train",
-                    found="missing",
-                    fix="delete that checkpoint directory to resume from the one before, or start a new run",
-                )
-
-        def load(f: Path) -> Any:
-            return torch.load(f, map_location="cpu", weights_only=True)
-
+        self.require(
+            step,
+            [path / AGENT_FILE, *(path / STATE_DIR / f"{n}.pt" for n in STATE_FILES)],
+            "actlab rl train",
+        )
+        meta = self.meta(step)
         return {
-            "agent": load_file(str(files[0])),
-            "optimizer": load(files[1])["optimizer"],
-            "rng": load(files[2]),
-            "replay": load(files[3]),
-            "meta": read_json(state / "state.json", "checkpoint state"),
+            "agent": read_tensors(self.verify(step, AGENT_FILE, meta), self),
+            "optimizer": self.load_state(step, "optimizer", meta)["optimizer"],
+            "rng": self.load_state(step, "rng_rank0", meta),
+            "replay": self.load_state(step, "replay", meta),
+            "meta": meta,
             "path": path,
         }
+
+
+def read_tensors(file: Path, ckpts: Checkpoints | None = None) -> dict[str, Any]:
+    """The tensors of a safetensors file of an RL run (an agent, a reward model); a file safetensors cannot
+    parse is an ActlabError (with ``ckpts``: one that offers the previous checkpoint)."""
+    from safetensors.torch import load_file  # lazy: safetensors.torch imports torch
+
+    try:
+        return load_file(str(file))
+    except Exception as e:  # truncated header, foreign bytes: safetensors raises its own error types
+        problem = f"safetensors cannot read it ({type(e).__name__}: {str(e).splitlines()[0][:160]})"
+        step_dir = file.parent
+        if ckpts is not None:
+            raise ckpts.damaged(int(step_dir.name.split("_")[1]), file, problem) from e
+        raise ActlabError(
+            f"the file is damaged: {problem}",
+            file=file,
+            expected="a safetensors file as actlab rl wrote it",
+            fix="use another checkpoint of the run (checkpoints/step_*), or write the file again",
+        ) from e
+
+
+def read_rl_config(step_dir: Path) -> dict[str, Any]:
+    """The RLConfig dict a checkpoint was written with."""
+    return read_json(step_dir / CONFIG_FILE, "RL config")

@@ -21,6 +21,68 @@ REWARDS = ("sparse", "shaped", "classifier")
 PRIVILEGED = ("auto", "on", "off")
 
 
+_BIG = 10_000_000_000  # env-step counts: far beyond any run (a 2-core CPU collects ~1e3 per second)
+_SEED = 2**31 - 1
+
+# (low, high, low_open, high_open) of every numeric field: NaN, inf and absurd sizes are refused when a
+# config is built (a preset, --set, a saved config.json), naming the limit. The upper limits are far
+# beyond what a run uses, low enough that a typo (utd=1e9, num_envs=1e5) is refused before it runs.
+LIMITS: dict[str, tuple[float, float, bool, bool]] = {
+    "frame_stack": (1, 64, False, False),
+    "image_size": (8, 1024, False, False),
+    "downscale_img_square": (8, 4096, False, False),
+    "num_envs": (1, 256, False, False),
+    "max_steps": (1, 100_000, False, False),
+    "total_env_steps": (1, _BIG, False, False),
+    "time_limit_s": (0, 365 * 86_400, False, False),
+    "random_steps": (0, _BIG, False, False),
+    "learning_starts": (0, _BIG, False, False),
+    "actor_starts": (0, _BIG, False, False),
+    "utd": (0, 64, True, False),
+    "batch_size": (1, 65_536, False, False),
+    "buffer_size": (1, 100_000_000, False, False),
+    "hidden": (1, 8192, False, False),
+    "num_critics": (2, 32, False, False),
+    "lr": (0, 1, True, False),
+    "gamma": (0, 1, True, True),
+    "tau": (0, 1, True, False),
+    "n_step": (1, 1000, False, False),
+    "init_alpha": (0, 100, True, False),
+    "residual_init_std": (0, 10, True, False),
+    "target_entropy_scale": (0, 10, False, False),
+    "action_scale_deg": (0, 180, True, False),
+    "demo_episodes": (1, 1_000_000, False, False),
+    "eval_every": (0, _BIG, False, False),
+    "eval_episodes": (1, 1_000_000, False, False),
+    "eval_seed": (0, _SEED, False, False),
+    "checkpoint_every": (0, _BIG, False, False),
+    "keep_last": (1, 10_000, False, False),
+    "log_every": (1, 1_000_000, False, False),
+    "seed": (0, _SEED, False, False),
+    "threads": (1, 1024, False, False),
+}
+
+
+def check_ranges(cfg: Any, limits: dict[str, tuple[float, float, bool, bool]]) -> None:
+    """Refuse a field of ``cfg`` outside its ``(low, high, low_open, high_open)`` range (NaN and inf
+    included: no comparison with NaN holds); None values are not checked (an unset optional field)."""
+    for name, (lo, hi, lo_open, hi_open) in limits.items():
+        value = getattr(cfg, name)
+        if value is None:
+            continue
+        above = value > lo if lo_open else value >= lo
+        below = value < hi if hi_open else value <= hi
+        if not (above and below):
+            span = f"{lo} {'<' if lo_open else '<='} {name} {'<' if hi_open else '<='} {hi:g}"
+            raise ActlabError(
+                f"{name} is out of range",
+                field=name,
+                expected=span,
+                found=value,
+                fix=f"--set {name}=VALUE with {span}",
+            )
+
+
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
     """Everything an SAC run depends on. Env steps count transitions (one per env per control step)."""
@@ -110,49 +172,13 @@ class RLConfig:
         ):
             if getattr(self, name) not in choices:
                 raise unknown_name_error(name, getattr(self, name), choices)
-        positive = ("frame_stack", "num_envs", "max_steps", "total_env_steps", "batch_size", "buffer_size")
-        positive += (
-            "hidden",
-            "n_step",
-            "eval_episodes",
-            "keep_last",
-            "log_every",
-            "threads",
-            "demo_episodes",
-        )
-        for name in positive:
-            if int(getattr(self, name)) < 1:
-                raise ActlabError(f"{name} must be >= 1", field=name, found=getattr(self, name))
-        for name in ("random_steps", "learning_starts", "actor_starts", "eval_every", "checkpoint_every"):
-            if getattr(self, name) < 0:
-                raise ActlabError(f"{name} must be >= 0", field=name, found=getattr(self, name))
-        if self.num_critics < 2:
-            raise ActlabError("SAC needs at least twin critics", field="num_critics", found=self.num_critics)
-        if not 0 < self.gamma < 1 or not 0 < self.tau <= 1:
-            raise ActlabError(
-                "gamma in (0, 1) and tau in (0, 1]", field="gamma/tau", found=(self.gamma, self.tau)
-            )
-        if self.residual_init_std <= 0:
-            raise ActlabError(
-                "residual_init_std must be positive", field="residual_init_std", found=self.residual_init_std
-            )
-        if self.utd <= 0 or self.lr <= 0 or self.init_alpha <= 0 or self.action_scale_deg <= 0:
-            raise ActlabError(
-                "utd, lr, init_alpha and action_scale_deg must be positive",
-                field="utd/lr/init_alpha/action_scale_deg",
-                found=(self.utd, self.lr, self.init_alpha, self.action_scale_deg),
-            )
+        check_ranges(self, LIMITS)
         if self.encoder in ("cnn", "vit") and not self.cameras:
             raise ActlabError(
                 f"encoder={self.encoder} needs cameras", field="cameras", fix="--set cameras=wrist"
             )
         if self.vision_backbone not in RL_VIT_BACKBONES:
             raise unknown_name_error("vision_backbone", self.vision_backbone, RL_VIT_BACKBONES)
-        if self.downscale_img_square is not None and self.downscale_img_square < 8:
-            raise ActlabError(
-                "downscale_img_square must be >= 8 px", field="downscale_img_square",
-                found=self.downscale_img_square, fix="a multiple of the ViT's patch size, or null",
-            )  # fmt: skip
         if self.base is not None and self.task != "pick_place":
             raise ActlabError("a base policy acts on pick_place", field="task", found=self.task)
         if self.reward == "classifier" and not self.reward_model:

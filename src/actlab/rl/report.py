@@ -15,7 +15,7 @@ from actlab.errors import ActlabError
 from actlab.evaluation.envs import EnvSpec
 from actlab.evaluation.harness import EvalConfig, PolicySource, evaluate_many
 from actlab.evaluation.results import results_table
-from actlab.training.metrics_log import read_metrics
+from actlab.lifecycle.metrics_log import read_metrics
 from actlab.utils.io import atomic_write_json, atomic_write_text
 
 

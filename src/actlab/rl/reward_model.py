@@ -22,10 +22,29 @@ import torch
 from torch import nn
 
 from actlab.errors import ActlabError
+from actlab.rl.checkpoint import read_tensors
+from actlab.rl.config import check_ranges
 from actlab.utils.io import atomic_dir, atomic_write_json, read_json
 
 MODEL_FILE = "reward_model.safetensors"
 META_FILE = "reward_model.json"
+
+
+# (low, high, low_open, high_open) of every numeric field (see actlab.rl.config.LIMITS)
+REWARD_MODEL_LIMITS: dict[str, tuple[float, float, bool, bool]] = {
+    "episodes": (1, 1_000_000, False, False),
+    "success_frames": (1, 100_000, False, False),
+    "tail_fraction": (0, 1, False, True),
+    "rollouts": (1, 1_000_000, False, False),
+    "rollout_envs": (1, 256, False, False),
+    "max_steps": (1, 100_000, False, False),
+    "hidden": (1, 8192, False, False),
+    "steps": (1, 10_000_000, False, False),
+    "lr": (0, 1, True, False),
+    "val_fraction": (0, 1, True, True),
+    "test_fraction": (0, 1, True, True),
+    "seed": (0, 2**31 - 1, False, False),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,17 +65,7 @@ class RewardModelConfig:
     seed: int = 0  # split, init and rollout seeds (rollout k: seed * 1_000_003 + 500_000 + k)
 
     def __post_init__(self) -> None:
-        for name in (
-            "episodes",
-            "success_frames",
-            "rollouts",
-            "rollout_envs",
-            "max_steps",
-            "hidden",
-            "steps",
-        ):
-            if getattr(self, name) < 1:
-                raise ActlabError(f"{name} must be >= 1", field=name, found=getattr(self, name))
+        check_ranges(self, REWARD_MODEL_LIMITS)
         if (
             not 0 < self.val_fraction + self.test_fraction < 1
             or min(self.val_fraction, self.test_fraction) <= 0
@@ -99,13 +108,30 @@ class RewardModel:
 
 
 def load_reward_model(path: str | Path) -> RewardModel:
-    """A reward model directory written by ``actlab rl reward-model``."""
-    from safetensors.torch import load_file
-
+    """A reward model directory written by ``actlab rl reward-model`` (loaded strictly)."""
     path = Path(path)
     meta = read_json(path / META_FILE, "reward model metadata")
+    keys = ("input_dim", "hidden", "threshold")
+    if not isinstance(meta, dict) or any(not isinstance(meta.get(k), (int, float)) for k in keys):
+        raise ActlabError(
+            "the reward model metadata is incomplete",
+            file=path / META_FILE,
+            expected=f"numbers for {', '.join(keys)}",
+            found=meta,
+            fix="train the reward model again with actlab rl reward-model",
+        )
     model = SuccessClassifier(int(meta["input_dim"]), int(meta["hidden"]))
-    model.load_state_dict(load_file(str(path / MODEL_FILE)))
+    state = read_tensors(path / MODEL_FILE)
+    try:
+        model.load_state_dict(state)  # strict: every tensor, no extra one
+    except RuntimeError as e:
+        raise ActlabError(
+            "the reward model weights do not match its metadata",
+            file=path / MODEL_FILE,
+            expected=f"a classifier of input {meta['input_dim']} and width {meta['hidden']}",
+            found=str(e).splitlines()[0][:300],
+            fix="train the reward model again with actlab rl reward-model",
+        ) from e
     return RewardModel(model, float(meta["threshold"]))
 
 

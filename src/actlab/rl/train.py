@@ -11,8 +11,6 @@ a resume therefore starts a new round exactly as the uninterrupted run would (te
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -22,12 +20,32 @@ from typing import Any
 import numpy as np
 
 from actlab.errors import ActlabError
+from actlab.lifecycle.metrics_log import METRICS_FILE
+from actlab.lifecycle.rundir import RunKind, check_fresh, refuse_changes, resume_diff, resume_start
+from actlab.lifecycle.rundir import config_hash as lifecycle_config_hash
+from actlab.lifecycle.stop import StopSignals, catch_sigterm
 from actlab.rl.config import TRAIN_SEED_BASE, RLConfig
-from actlab.utils.config import from_dict, to_dict
-from actlab.utils.io import atomic_write_json, read_json
+from actlab.utils.config import flatten, from_dict, to_dict
+from actlab.utils.io import atomic_write_json, file_sha256, read_json
 from actlab.utils.lock import DirLock
 
 RUN_CONFIG = "config.json"
+BASE_COPY = "base"  # the run's own copy of the base bundle (run_dir/base)
+# Keys that may change when a run is resumed: budgets, cadence, sinks, and the base's path (its content is
+# checked against the run's own copy by digest instead)
+RESUMABLE = (
+    "name",
+    "total_env_steps",
+    "time_limit_s",
+    "eval_every",
+    "eval_episodes",
+    "checkpoint_every",
+    "keep_last",
+    "log_every",
+    "tensorboard",
+    "wandb",
+    "base",
+)
 
 
 @dataclass
@@ -41,31 +59,45 @@ class RLSummary:
     wall_s: float  # seconds of this invocation
     last_checkpoint: str | None  # newest checkpoint directory
     final_eval: dict[str, Any] | None  # the last evaluation's summary (success rate, interval, taxonomy)
+    # why the loop ended: "completed", "time_limit", "sigterm" (a checkpoint was written; --resume continues)
+    stopped: str = "completed"
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
+def _is_run_dir(out: Path) -> bool:
+    """Whether ``out`` holds (the start of) an RL run: checkpoints, metrics, its base copy or a saved
+    RLConfig."""
+    if (out / "checkpoints").is_dir() or (out / METRICS_FILE).is_file() or (out / BASE_COPY).is_dir():
+        return True
+    try:
+        saved = read_json(out / RUN_CONFIG, "RL run config")
+    except ActlabError:
+        return False
+    return isinstance(saved, dict) and "total_env_steps" in saved
+
+
+# What the run lifecycle (actlab.lifecycle) needs to know about an RL run directory.
+RL_RUN = RunKind(
+    name="RL run",
+    article="an",
+    command="actlab rl train",
+    start_hint="--preset NAME",
+    is_run_dir=_is_run_dir,
+    resumable=RESUMABLE,
+)
+
+# What to do when the run directory is locked by another process.
+_LOCKED_FIX = (
+    "wait for that run to finish, or stop it (kill -TERM {pid} writes a checkpoint first) and then continue "
+    "it with --resume; to train something else, choose another --out"
+)
+
+
 def config_hash(cfg: RLConfig) -> str:
-    """Hash of the settings that must not change across a resume (everything but budgets and cadence)."""
-    free = {
-        "total_env_steps",
-        "time_limit_s",
-        "eval_every",
-        "eval_episodes",
-        "checkpoint_every",
-        "keep_last",
-        "log_every",
-        "tensorboard",
-        "wandb",
-    }
-    d = {k: v for k, v in to_dict(cfg).items() if k not in free}
-    # keys added after runs existed (encoder=vit) count only when set: older runs' hashes stay valid
-    default = to_dict(RLConfig())
-    for k in ("vision_backbone", "pretrained_backbone_weights", "vit_config", "downscale_img_square"):
-        if d[k] == default[k]:
-            del d[k]
-    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+    """Hash of the settings that must not change across a resume (everything but :data:`RESUMABLE`)."""
+    return lifecycle_config_hash(flatten(to_dict(cfg)), RESUMABLE)
 
 
 def load_run_config(out: str | Path) -> RLConfig:
@@ -74,38 +106,62 @@ def load_run_config(out: str | Path) -> RLConfig:
 
 
 def train_rl(cfg: RLConfig, out: str | Path, resume: bool = False, progress: bool = True) -> RLSummary:
-    """Run (or resume) an SAC run in ``out`` under the directory's lock."""
+    """Run (or resume) an SAC run in ``out`` under the directory's lock. SIGTERM stops it after the
+    current collection round with a checkpoint (``stopped="sigterm"``); so does ``cfg.time_limit_s``."""
     out = Path(out)
     cfg.check_runnable()
+    if out.exists() and not out.is_dir():
+        raise ActlabError(
+            "the output path is a file, not a run directory",
+            file=out,
+            expected="a new or existing run directory",
+            fix="choose another --out",
+        )
+    # torch_threads lives with the harness (the worker-thread rule); rl imports evaluation anyway
     from actlab.evaluation.harness import torch_threads
 
     # torch threads restored afterwards: a caller's process (a test, a notebook) keeps its own setting
-    with DirLock(out, what="RL run directory"), torch_threads(cfg.threads):
-        return _Trainer(cfg, out, resume, progress).run()
+    with (
+        DirLock(out, what="RL run directory", fix=_LOCKED_FIX),
+        torch_threads(cfg.threads),
+        catch_sigterm(cfg.time_limit_s) as stop,
+    ):
+        return _Trainer(cfg, out, resume, progress, stop).run()
+
+
+def _start_step(cfg: RLConfig, out: Path, resume: bool, ckpts: Any) -> int | None:
+    """The checkpoint to resume from (None: a new run); refuses a used directory or a changed config."""
+    step = resume_start(out, ckpts, RL_RUN) if resume else check_fresh(out, ckpts, RL_RUN)
+    if not step:
+        return None
+    saved = load_run_config(out)
+    refuse_changes(
+        resume_diff(flatten(to_dict(saved)), flatten(to_dict(cfg)), RESUMABLE),
+        out / RUN_CONFIG,
+        fix="resume with the saved config (omit --preset/--set for these keys); only budgets "
+        "(total_env_steps, time_limit_s), eval/checkpoint/log cadence, keep_last, the sinks and the base's "
+        "path may change, or start a new --out",
+    )
+    return step
 
 
 class _Trainer:
     """The state of one run: envs, agent, buffers, counters. ``run`` is the loop."""
 
-    def __init__(self, cfg: RLConfig, out: Path, resume: bool, progress: bool) -> None:
-        import torch
+    def __init__(self, cfg: RLConfig, out: Path, resume: bool, progress: bool, stop: StopSignals) -> None:
+        import torch  # lazy, as every torch import of this module: `actlab rl --help` stays light
 
         from actlab.rl.agent import Agent
         from actlab.rl.checkpoint import RLCheckpoints
         from actlab.rl.replay import ReplayBuffer
         from actlab.rl.sac import SAC
 
-        self.cfg, self.out = cfg, out
+        self.cfg, self.out, self.stop = cfg, out, stop
         self.ckpt = RLCheckpoints(out, cfg.keep_last)
+        last = _start_step(cfg, out, resume, self.ckpt)
         self.ckpt.clean_partial()
-        last = self.ckpt.last_step()
-        if last is not None and not resume:
-            raise ActlabError(
-                "the run directory already holds a run",
-                file=out,
-                found=f"checkpoint step_{last:07d}",
-                fix=f"continue it (actlab rl train --out {out} --resume), or choose another --out",
-            )
+        if last is None:  # a run started over: pointers left by a run killed early name nothing
+            (self.ckpt.root / "last.json").unlink(missing_ok=True)
         torch.manual_seed(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         base = _load_base(cfg, out)
@@ -115,12 +171,12 @@ class _Trainer:
         self.buffer = ReplayBuffer(cfg.buffer_size, cfg.device)
         self.demos = None
         if cfg.demos is not None:
-            from actlab.rl.demos import demo_buffer
+            from actlab.rl.demos import demo_buffer  # lazy: reads a LeRobot dataset only when demos are given
 
             self.demos = demo_buffer(cfg, self.agent)
         self.reward_model = None
         if cfg.reward == "classifier":
-            from actlab.rl.reward_model import load_reward_model
+            from actlab.rl.reward_model import load_reward_model  # lazy: only reward=classifier needs it
 
             self.reward_model = load_reward_model(cfg.reward_model)
         self.env_steps = self.episodes = self.updates = self.rounds = 0
@@ -129,8 +185,8 @@ class _Trainer:
         if last is not None:
             self._restore(last)
         atomic_write_json(out / RUN_CONFIG, to_dict(cfg))
-        from actlab.rl.envs import VecSim
-        from actlab.training.metrics_log import MetricsLog
+        from actlab.lifecycle.metrics_log import MetricsLog
+        from actlab.rl.envs import VecSim  # lazy: imports MuJoCo
 
         self.envs = VecSim(cfg, self.agent)
         self.log = MetricsLog(
@@ -148,17 +204,11 @@ class _Trainer:
 
     # --------------------------------------------------------------------------------------- resume
     def _restore(self, step: int) -> None:
+        from actlab.rl.checkpoint import AGENT_FILE
+
         state = self.ckpt.load_rl(step)
         meta = state["meta"]
-        if meta.get("config_hash") != config_hash(self.cfg):
-            raise ActlabError(
-                "the run was started with a different config",
-                file=state["path"] / "training_state" / "state.json",
-                field="config",
-                fix="resume without --preset/--set changes other than budgets (total_env_steps, eval_*, "
-                "checkpoint_every), or start a new --out",
-            )
-        self.agent.load_state_dict(state["agent"], strict=False)
+        self.agent.load_trainable_state(state["agent"], state["path"] / AGENT_FILE)
         self.sac.load_state_dict(state["optimizer"])
         self.gen.set_state(state["rng"]["generator"])
         self.buffer.load_state_dict(state["replay"])
@@ -194,12 +244,17 @@ class _Trainer:
         cfg = self.cfg
         t0 = time.perf_counter()
         last_ckpt = self.ckpt.last_step()
+        stopped = "completed"
         try:
             while self.env_steps < cfg.total_env_steps:
-                if cfg.time_limit_s and time.perf_counter() - t0 > cfg.time_limit_s:
+                # the safe point: between rounds, every env at an episode boundary
+                reason = self.stop.reason()
+                if reason == "time_limit":
                     self.log.message(
                         f"time limit {cfg.time_limit_s:.0f} s reached at {self.env_steps} env steps"
                     )
+                if reason is not None:
+                    stopped = reason
                     break
                 before = self.env_steps
                 t_round = time.perf_counter()
@@ -212,11 +267,18 @@ class _Trainer:
                 if cfg.checkpoint_every and _crossed(before, self.env_steps, cfg.checkpoint_every):
                     self._save()
                     last_ckpt = self.env_steps
-            if not self.evals or self.evals[-1]["env_steps"] != self.env_steps:
+            # a SIGTERM asks for a checkpoint now, not for the final evaluation
+            if stopped != "sigterm" and (not self.evals or self.evals[-1]["env_steps"] != self.env_steps):
                 self._evaluate()
             if last_ckpt != self.env_steps:
                 self._save()
                 last_ckpt = self.env_steps
+            if stopped == "sigterm":
+                self.log.message(
+                    f"stopped by SIGTERM at {self.env_steps} env steps after checkpoint "
+                    f"{self.ckpt.path(last_ckpt).name}; continue with "
+                    f"actlab rl train --out {self.out} --resume"
+                )
         finally:
             self.envs.close()
             self.log.close()
@@ -229,6 +291,7 @@ class _Trainer:
             wall_s=round(time.perf_counter() - t0, 2),
             last_checkpoint=path,
             final_eval=self.evals[-1] if self.evals else None,
+            stopped=stopped,
         )
 
     def _round(self) -> dict[str, Any]:
@@ -326,19 +389,37 @@ def _crossed(before: int, after: int, every: int) -> bool:
     return math.floor(after / every) > math.floor(before / every)
 
 
-BASE_COPY = "base"  # the run's own copy of the base bundle (run_dir/base)
+def bundle_digest(path: Path) -> str:
+    """sha256 over a bundle directory's files (names and contents; hidden files such as the output
+    marker excluded): equal for a bundle and its copy."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        rel = f.relative_to(path)
+        if any(part.startswith(".") for part in rel.parts):
+            continue
+        h.update(f"{rel.as_posix()}\0{file_sha256(f)}\n".encode())
+    return h.hexdigest()
 
 
-def _load_base(cfg: RLConfig, run_dir: Path | None) -> Any:
+def _differ(a: Path, b: Path) -> bool:
+    return bundle_digest(a) != bundle_digest(b)
+
+
+def _load_base(cfg: RLConfig, run_dir: Path | None, check: bool = True) -> Any:
     """The frozen base policy. A run keeps its own copy of the bundle (``run_dir/base``, copied once,
     atomically) and always loads that: a checkpoint's residual is meaningless without the exact base it
     was trained on, and the bundle ``--base`` named may be replaced or deleted later (it happened to the
-    first long run of docs/rl.md: the shared demo checkpoint was deleted by a re-run of the demo)."""
+    first long run of docs/rl.md: the shared demo checkpoint was deleted by a re-run of the demo).
+
+    With ``check``, a copy that differs from the bundle ``cfg.base`` names (by digest) is refused: a copy
+    left by a failed start would otherwise replace the ``--base`` asked for."""
     if cfg.base is None:
         return None
     import shutil
 
-    from actlab.policies import load_policy
+    from actlab.policies import load_policy  # lazy: imports torch
     from actlab.utils.io import atomic_dir
 
     path = Path(cfg.base)
@@ -351,16 +432,26 @@ def _load_base(cfg: RLConfig, run_dir: Path | None) -> Any:
                 )
             with atomic_dir(copy) as tmp:
                 shutil.copytree(path, tmp, dirs_exist_ok=True)
+        elif check and path.is_dir() and path.resolve() != copy.resolve() and _differ(path, copy):
+            raise ActlabError(
+                "the run directory's copy of the base policy differs from --base",
+                file=copy,
+                field="base",
+                expected=f"the same bundle as {path} (compared by sha256)",
+                found="other files",
+                fix=f"to continue this run on the base it was trained on, pass --base {copy}; to train "
+                f"on {path}, choose a new --out (or, if {run_dir} holds no checkpoint, remove the "
+                f"leftover copy: rm -r {copy})",
+            )
         path = copy
     return load_policy(path, device=cfg.device)
 
 
 def load_agent(path: str | Path, device: str = "cpu") -> Any:
-    """The agent of a checkpoint directory (``checkpoints/step_N``) or of a run's last checkpoint."""
-    from safetensors.torch import load_file
-
-    from actlab.rl.agent import Agent
-    from actlab.rl.checkpoint import AGENT_FILE, CONFIG_FILE
+    """The agent of a checkpoint directory (``checkpoints/step_N``) or of a run's last checkpoint, loaded
+    strictly (every tensor of the agent its config builds; the digest recorded at save checked)."""
+    from actlab.rl.agent import Agent  # lazy: imports torch
+    from actlab.rl.checkpoint import AGENT_FILE, CONFIG_FILE, RLCheckpoints, read_tensors
 
     path = Path(path)
     if not (path / AGENT_FILE).is_file() and (path / "checkpoints" / "last.json").is_file():
@@ -377,6 +468,16 @@ def load_agent(path: str | Path, device: str = "cpu") -> Any:
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
     if run_dir is not None and not (run_dir / BASE_COPY).is_dir():
         run_dir = None  # a run from before runs kept their base: the bundle config names
-    agent = Agent(cfg, _load_base(cfg, run_dir))
-    agent.load_state_dict(load_file(str(path / AGENT_FILE)), strict=False)
+    agent_file = path / AGENT_FILE
+    state_json = path / "training_state" / "state.json"
+    if run_dir is not None and state_json.is_file():
+        ckpts = RLCheckpoints(run_dir, cfg.keep_last)
+        step = int(path.name.split("_")[1])
+        agent_file = ckpts.verify(step, AGENT_FILE, ckpts.meta(step))
+        tensors = read_tensors(agent_file, ckpts)
+    else:
+        tensors = read_tensors(agent_file)
+    # the run's own copy of the base is what the agent was trained on: no comparison with cfg.base here
+    agent = Agent(cfg, _load_base(cfg, run_dir, check=False))
+    agent.load_trainable_state(tensors, agent_file)
     return agent.eval()

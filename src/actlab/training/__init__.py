@@ -18,7 +18,7 @@ _LAZY = {
     "RunSummary": "actlab.training.loop",
     "build_run": "actlab.training.build",
     "TrainRun": "actlab.training.build",
-    "read_metrics": "actlab.training.metrics_log",
+    "read_metrics": "actlab.lifecycle.metrics_log",
 }
 
 

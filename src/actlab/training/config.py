@@ -10,13 +10,12 @@ Nothing here imports torch: ``actlab train --help`` and config validation stay l
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 import typing
 from typing import Any, Literal
 
 from actlab.errors import ActlabError
+from actlab.lifecycle import rundir as rundir
 from actlab.policies import get_config_class
 from actlab.policies.configs import VIT_BACKBONES, VIT_DEFAULT_WEIGHTS
 from actlab.policies.contract import PolicyConfig
@@ -423,8 +422,7 @@ def _switch_policy_type(old: PolicyConfig | None, items: list[str]) -> PolicyCon
 
 def config_hash(cfg: TrainConfig) -> str:
     """Hash of everything that must match for a bitwise resume (RESUMABLE_CHANGES excluded)."""
-    flat = {k: v for k, v in flatten_config(cfg).items() if not _resumable(k)}
-    return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return rundir.config_hash(flatten_config(cfg), RESUMABLE_CHANGES)
 
 
 def flatten_config(cfg: TrainConfig) -> dict[str, Any]:
@@ -432,15 +430,9 @@ def flatten_config(cfg: TrainConfig) -> dict[str, Any]:
     return cfgutil.flatten(config_to_dict(cfg))
 
 
-def _resumable(key: str) -> bool:
-    return any(key == r or (r.endswith(".") and key.startswith(r)) for r in RESUMABLE_CHANGES)
-
-
 def resume_diff(saved: TrainConfig, current: TrainConfig) -> dict[str, tuple[Any, Any]]:
     """Keys that differ between a saved run and the current config and may not change on resume."""
-    a, b = flatten_config(saved), flatten_config(current)
-    keys = sorted(set(a) | set(b))
-    return {k: (a.get(k), b.get(k)) for k in keys if a.get(k) != b.get(k) and not _resumable(k)}
+    return rundir.resume_diff(flatten_config(saved), flatten_config(current), RESUMABLE_CHANGES)
 
 
 def describe_config(cfg: TrainConfig) -> list[tuple[str, Any, str]]:

@@ -20,11 +20,15 @@ from typing import Any
 
 from actlab.datasets.format import sim_seeds
 from actlab.errors import ActlabError
+from actlab.lifecycle.metrics_log import METRICS_FILE, MetricsLog, check_sinks, read_metrics
+from actlab.lifecycle.rundir import RunKind, check_fresh, refuse_changes, resume_start
+from actlab.lifecycle.stop import StopSignals, catch_sigterm
 from actlab.profiling.timing import PhaseTimer
 from actlab.training import ddp
 from actlab.training.build import TrainRun, build_run
 from actlab.training.checkpoint import CheckpointManager
 from actlab.training.config import (
+    RESUMABLE_CHANGES,
     TrainConfig,
     config_from_dict,
     config_hash,
@@ -32,12 +36,11 @@ from actlab.training.config import (
     resume_diff,
 )
 from actlab.training.ddp import DistInfo
-from actlab.training.metrics_log import METRICS_FILE, MetricsLog, check_sinks, read_metrics
 from actlab.training.schedule import sync_lr
 from actlab.training.slowdown import SlowdownWatch, cure_applied
 from actlab.utils.disk import write_error
 from actlab.utils.io import atomic_write_json, read_json
-from actlab.utils.lock import LOCK_FILE, DirLock
+from actlab.utils.lock import DirLock
 from actlab.viz.training import plot_training
 
 CONFIG_FILE = "config.json"
@@ -245,7 +248,7 @@ def _check_run_dir(cfg: TrainConfig, out: Path, resume: bool, ckpts: CheckpointM
     """The step to resume from (0 for a new run); refuses a used directory or a changed config.
 
     Called under the run lock, so what it reads cannot change before the run starts."""
-    return _resume_step(cfg, out, ckpts) if resume else _check_fresh(out, ckpts)
+    return _resume_step(cfg, out, ckpts) if resume else check_fresh(out, ckpts, TRAINING_RUN)
 
 
 def _prepare_resume(out: Path, start: int, ckpts: CheckpointManager, dist: DistInfo) -> None:
@@ -284,56 +287,27 @@ def _is_run_dir(out: Path) -> bool:
     return isinstance(saved, dict) and {"steps", "optim", "checkpoint"} <= saved.keys()
 
 
-def _check_fresh(out: Path, ckpts: CheckpointManager) -> int:
-    if ckpts.steps():
-        raise ActlabError(
-            "the output directory already holds a training run",
-            file=out,
-            fix="pass --resume to continue it, or choose another --out",
-        )
-    if _is_run_dir(out):
-        # Nothing of value is lost: the run stopped (crash, kill, out of memory) before its first checkpoint.
-        print(f"{out} holds a run that stopped before its first checkpoint: starting it over from step 0",
-              file=sys.stderr)  # fmt: skip
-        return 0
-    other = sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE) if out.is_dir() else []
-    if other:
-        raise ActlabError(
-            "the output directory is not empty and is not an actlab training run",
-            file=out,
-            expected="a new or empty directory (or a run directory, with --resume)",
-            found=", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else ""),
-            fix="choose a new --out directory: actlab train never writes into a directory it did not make",
-        )
-    return 0
+# What the run lifecycle (actlab.lifecycle) needs to know about a training run directory.
+TRAINING_RUN = RunKind(
+    name="training run",
+    command="actlab train",
+    start_hint="--preset NAME --dataset PATH",
+    is_run_dir=_is_run_dir,
+    resumable=RESUMABLE_CHANGES,
+)
 
 
 def _resume_step(cfg: TrainConfig, out: Path, ckpts: CheckpointManager) -> int:
-    step = ckpts.last_step()
-    if step is None:
-        if not _is_run_dir(out):
-            raise ActlabError(
-                "nothing to resume: the directory is not an actlab training run",
-                file=out,
-                fix="start without --resume (--preset NAME --dataset PATH)",
-            )
-        # A run that died before its first checkpoint has computed nothing: it restarts from step 0.
-        print(f"{out} has no checkpoint (the run stopped before its first): starting it over from step 0",
-              file=sys.stderr)  # fmt: skip
+    step = resume_start(out, ckpts, TRAINING_RUN)
+    if step == 0:
         return 0
     saved = load_run_config(out)
-    diff = resume_diff(saved, cfg)
-    if diff:
-        lines = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items())
-        raise ActlabError(
-            "the config differs from the run being resumed in keys that change what is computed",
-            file=out / CONFIG_FILE,
-            field=", ".join(diff),
-            expected="the saved values",
-            found=lines,
-            fix="resume with the saved config (omit --preset/--set for these keys); only steps, logging, "
-            "eval/checkpoint cadence and device may change",
-        )
+    refuse_changes(
+        resume_diff(saved, cfg),
+        out / CONFIG_FILE,
+        fix="resume with the saved config (omit --preset/--set for these keys); only steps, logging, "
+        "eval/checkpoint cadence and device may change",
+    )
     if step > cfg.steps:
         raise ActlabError(
             "the run is already past the requested number of steps",
@@ -405,8 +379,8 @@ def _train(
             wandb_project=cfg.log.wandb_project,
             run_config=config_to_dict(cfg),
         )
-        with _sigterm_flag() as stop_flag:
-            summary = Loop(run, ckpts, log, out, stop_flag, window).train_from(start)
+        with catch_sigterm() as stop:
+            summary = Loop(run, ckpts, log, out, stop, window).train_from(start)
     finally:
         run.close()
         if log is not None:
@@ -470,25 +444,6 @@ def _restore(run: TrainRun, ckpts: CheckpointManager, step: int) -> tuple[dict[s
     return sums, int(rank_meta.get("metric_steps", 0))
 
 
-@contextlib.contextmanager
-def _sigterm_flag():
-    """A one-element list that becomes [True] on SIGTERM (main thread only; elsewhere never set)."""
-    flag = [False]
-
-    def handler(signum, frame):
-        flag[0] = True
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        previous = None
-    try:
-        yield flag
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
 def _min_none(*values: float | None) -> float | None:
     present = [v for v in values if v is not None]
     return min(present) if present else None
@@ -526,10 +481,10 @@ class Loop:
         ckpts: CheckpointManager,
         log: MetricsLog,
         out: Path,
-        stop_flag,
+        stop: StopSignals,
         window: tuple[dict[str, Any], int] | None = None,
     ):
-        self.run, self.ckpts, self.log, self.out, self.stop_flag = run, ckpts, log, out, stop_flag
+        self.run, self.ckpts, self.log, self.out, self.stop = run, ckpts, log, out, stop
         self.cfg = run.cfg
         self.timer = PhaseTimer(run.device)
         # metric sums on the device and the number of steps they cover, since the last training row
@@ -610,12 +565,12 @@ class Loop:
 
     def _stop_requested(self, step: int) -> bool:
         if not self.run.dist.distributed:
-            return self.stop_flag[0]
+            return self.stop.sigterm
         if step % self.cfg.log.every:  # agree across ranks only on logging steps (a collective)
             return False
         import torch
 
-        flag = torch.tensor([1.0 if self.stop_flag[0] else 0.0], device=self.run.device)
+        flag = torch.tensor([1.0 if self.stop.sigterm else 0.0], device=self.run.device)
         return bool(ddp.all_reduce_mean({"f": flag}, self.run.dist)["f"].item() > 0)
 
     # ---------------------------------------------------------------------------------- actions

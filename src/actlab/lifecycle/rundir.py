@@ -1,0 +1,127 @@
+"""A run directory's start: a new run or a resume, and what a resume may change.
+
+Each trainer describes its runs with a :class:`RunKind` (its command, how to recognize its directory,
+which flattened config keys may change on a resume); these functions make the decisions the same way for
+all of them:
+
+- :func:`check_fresh`: a new run refuses a directory that holds checkpoints or files it did not write; a
+  run of its kind that died before its first checkpoint is started over.
+- :func:`resume_start`: the step a resume continues from (0: a run without a checkpoint starts over).
+- :func:`resume_diff` / :func:`refuse_changes`: the keys of the flattened configs that differ and may not
+  (named in the refusal with both values); :func:`config_hash` hashes the keys that may not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from actlab.errors import ActlabError
+from actlab.lifecycle.checkpoints import Checkpoints
+from actlab.utils.lock import LOCK_FILE
+
+
+@dataclasses.dataclass(frozen=True)
+class RunKind:
+    """What the lifecycle needs to know about one trainer's runs."""
+
+    # what a run is called in messages: "training run", "RL run"
+    name: str
+    # the command that starts and resumes one: "actlab train"
+    command: str
+    # the options that start a new run, shown when there is nothing to resume
+    start_hint: str
+    # whether a directory holds (the start of) a run of this kind
+    is_run_dir: Callable[[Path], bool]
+    # flattened config keys that may change on a resume; "a." covers every key under section a
+    resumable: tuple[str, ...]
+    # the article of ``name`` ("an RL run")
+    article: str = "a"
+
+
+def is_resumable(key: str, resumable: Iterable[str]) -> bool:
+    """Whether flattened key ``key`` may change on a resume (``"log."`` covers ``"log.every"``)."""
+    return any(key == r or (r.endswith(".") and key.startswith(r)) for r in resumable)
+
+
+def config_hash(flat: Mapping[str, Any], resumable: Iterable[str]) -> str:
+    """Hash of a flattened config's keys that must match for a bitwise resume."""
+    resumable = tuple(resumable)
+    kept = {k: v for k, v in flat.items() if not is_resumable(k, resumable)}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def resume_diff(
+    saved: Mapping[str, Any], current: Mapping[str, Any], resumable: Iterable[str]
+) -> dict[str, tuple[Any, Any]]:
+    """Keys of two flattened configs that differ and may not change on resume: ``{key: (saved, now)}``."""
+    resumable = tuple(resumable)
+    keys = sorted(set(saved) | set(current))
+    return {
+        k: (saved.get(k), current.get(k))
+        for k in keys
+        if saved.get(k) != current.get(k) and not is_resumable(k, resumable)
+    }
+
+
+def refuse_changes(diff: Mapping[str, tuple[Any, Any]], file: Path, fix: str) -> None:
+    """Raise the refusal of a resume whose config changed in ``diff`` (no-op when it is empty)."""
+    if not diff:
+        return
+    lines = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items())
+    raise ActlabError(
+        "the config differs from the run being resumed in keys that change what is computed",
+        file=file,
+        field=", ".join(diff),
+        expected="the saved values",
+        found=lines,
+        fix=fix,
+    )
+
+
+def check_fresh(out: Path, ckpts: Checkpoints, kind: RunKind) -> int:
+    """0, the step a new run starts from; refuses a directory that holds a run or foreign files."""
+    if ckpts.steps():
+        raise ActlabError(
+            f"the output directory already holds {kind.article} {kind.name}",
+            file=out,
+            fix="pass --resume to continue it, or choose another --out",
+        )
+    if kind.is_run_dir(out):
+        # Nothing of value is lost: the run stopped (crash, kill, out of memory) before its first checkpoint.
+        print(f"{out} holds a run that stopped before its first checkpoint: starting it over from step 0",
+              file=sys.stderr)  # fmt: skip
+        return 0
+    other = sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE) if out.is_dir() else []
+    if other:
+        raise ActlabError(
+            f"the output directory is not empty and is not an actlab {kind.name}",
+            file=out,
+            expected="a new or empty directory (or a run directory, with --resume)",
+            found=", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else ""),
+            fix=f"choose a new --out directory: {kind.command} never writes into a directory it did not make",
+        )
+    return 0
+
+
+def resume_start(out: Path, ckpts: Checkpoints, kind: RunKind) -> int:
+    """The step a resume continues from: the newest complete checkpoint, or 0 for a run of this kind
+    that stopped before its first; refuses a directory that holds no such run."""
+    step = ckpts.last_step()
+    if step is not None:
+        return step
+    if not kind.is_run_dir(out):
+        raise ActlabError(
+            f"nothing to resume: the directory is not an actlab {kind.name}",
+            file=out,
+            fix=f"start without --resume ({kind.start_hint})",
+        )
+    # A run that died before its first checkpoint has computed nothing: it restarts from step 0.
+    print(f"{out} has no checkpoint (the run stopped before its first): starting it over from step 0",
+          file=sys.stderr)  # fmt: skip
+    return 0
