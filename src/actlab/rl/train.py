@@ -466,17 +466,15 @@ def load_agent(path: str | Path, device: str = "cpu") -> Any:
     cfg = from_dict(RLConfig, read_json(path / CONFIG_FILE, "RL config"), CONFIG_FILE)
     cfg = dataclasses.replace(cfg, device=device)
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
-    if run_dir is not None and not (run_dir / BASE_COPY).is_dir():
-        run_dir = None  # a run from before runs kept their base: the bundle config names
     agent_file = path / AGENT_FILE
-    state_json = path / "training_state" / "state.json"
-    if run_dir is not None and state_json.is_file():
+    if run_dir is not None and (path / "training_state" / "state.json").is_file():
         ckpts = RLCheckpoints(run_dir, cfg.keep_last)
         step = int(path.name.split("_")[1])
-        agent_file = ckpts.verify(step, AGENT_FILE, ckpts.meta(step))
-        tensors = read_tensors(agent_file, ckpts)
+        tensors = read_tensors(ckpts.verify(step, AGENT_FILE, ckpts.meta(step)), ckpts)
     else:
         tensors = read_tensors(agent_file)
+    if run_dir is not None and not (run_dir / BASE_COPY).is_dir():
+        run_dir = None  # a run from before runs kept their base: the bundle config names
     # the run's own copy of the base is what the agent was trained on: no comparison with cfg.base here
     agent = Agent(cfg, _load_base(cfg, run_dir, check=False))
     agent.load_trainable_state(tensors, agent_file)
