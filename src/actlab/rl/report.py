@@ -16,6 +16,8 @@ from actlab.evaluation.envs import EnvSpec
 from actlab.evaluation.harness import EvalConfig, PolicySource, evaluate_many
 from actlab.evaluation.results import results_table
 from actlab.lifecycle.metrics_log import read_metrics
+from actlab.rl.evaluate import evaluate_agent
+from actlab.rl.train import BASE_COPY, load_agent
 from actlab.utils.io import atomic_write_json, atomic_write_text
 
 
@@ -24,8 +26,6 @@ def rl_report(
 ) -> dict[str, Any]:
     """Evaluate the run's base (when residual) and its last agent on ``episodes`` seeds from ``seed``;
     ``videos``: film up to that many seeds the base failed and the residual solved, both policies."""
-    from actlab.rl.evaluate import evaluate_agent
-    from actlab.rl.train import load_agent
 
     run, out = Path(run), Path(out)
     agent = load_agent(run)  # a run's last checkpoint, or the checkpoint directory given
@@ -71,8 +71,6 @@ def _result(evals: list, rows: list[dict], run: Path, episodes: int, seed: int) 
 
 def _base(run: Path, cfg: Any) -> str:
     """The run's own copy of its base bundle (what the residual was trained on), else ``cfg.base``."""
-    from actlab.rl.train import BASE_COPY
-
     return str(run / BASE_COPY) if (run / BASE_COPY).is_dir() else str(cfg.base)
 
 

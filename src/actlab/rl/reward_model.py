@@ -22,8 +22,10 @@ import torch
 from torch import nn
 
 from actlab.errors import ActlabError
+from actlab.policies import load_policy
+from actlab.rl.agent import Agent
 from actlab.rl.checkpoint import read_tensors
-from actlab.rl.config import check_ranges
+from actlab.rl.config import RLConfig, check_ranges
 from actlab.utils.io import atomic_dir, atomic_write_json, read_json
 
 MODEL_FILE = "reward_model.safetensors"
@@ -138,7 +140,7 @@ def load_reward_model(path: str | Path) -> RewardModel:
 # ------------------------------------------------------------------------------------------------ data
 def _demo_frames(cfg: RewardModelConfig, agent: Any, demos: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(vec (T, D), label (T,) float with NaN = unused) per demonstration episode."""
-    from actlab.datasets import open_dataset
+    from actlab.datasets import open_dataset  # lazy: the dataset reader (pyarrow, av) only for demos
 
     ds = open_dataset(demos)
     states = ds.column("observation.state")
@@ -169,7 +171,7 @@ def _demo_frames(cfg: RewardModelConfig, agent: Any, demos: str) -> list[tuple[t
 
 def _rollout_frames(cfg: RewardModelConfig, rlcfg: Any, agent: Any) -> tuple[list, int]:
     """(vec, label) per base rollout (label: the sim's is_success of that frame), and the failures."""
-    from actlab.rl.envs import VecSim
+    from actlab.rl.envs import VecSim  # lazy: MuJoCo only when rollouts are collected
 
     sim = VecSim(rlcfg, agent)
     out, failures = [], 0
@@ -212,10 +214,6 @@ def _balanced_accuracy(p: torch.Tensor, y: torch.Tensor, thr: float) -> float:
 def train_reward_model(cfg: RewardModelConfig, demos: str, base: str, out: str | Path) -> dict[str, Any]:
     """Train, tune and evaluate the classifier; write it to ``out`` (atomically); return its metrics."""
     from safetensors.torch import save_file
-
-    from actlab.policies import load_policy
-    from actlab.rl.agent import Agent
-    from actlab.rl.config import RLConfig
 
     torch.manual_seed(cfg.seed)
     rlcfg = RLConfig(

@@ -20,13 +20,14 @@ from typing import Any
 import numpy as np
 
 from actlab.errors import ActlabError
-from actlab.lifecycle.metrics_log import METRICS_FILE
+from actlab.lifecycle.metrics_log import METRICS_FILE, MetricsLog
 from actlab.lifecycle.rundir import RunKind, check_fresh, refuse_changes, resume_diff, resume_start
 from actlab.lifecycle.rundir import config_hash as lifecycle_config_hash
 from actlab.lifecycle.stop import StopSignals, catch_sigterm
+from actlab.rl.checkpoint import AGENT_FILE, CONFIG_FILE, RLCheckpoints, read_tensors
 from actlab.rl.config import TRAIN_SEED_BASE, RLConfig
 from actlab.utils.config import flatten, from_dict, to_dict
-from actlab.utils.io import atomic_write_json, file_sha256, read_json
+from actlab.utils.io import atomic_dir, atomic_write_json, file_sha256, read_json
 from actlab.utils.lock import DirLock
 
 RUN_CONFIG = "config.json"
@@ -117,8 +118,7 @@ def train_rl(cfg: RLConfig, out: str | Path, resume: bool = False, progress: boo
             expected="a new or existing run directory",
             fix="choose another --out",
         )
-    # torch_threads lives with the harness (the worker-thread rule); rl imports evaluation anyway
-    from actlab.evaluation.harness import torch_threads
+    from actlab.evaluation.harness import torch_threads  # lazy: the harness imports torch and MuJoCo
 
     # torch threads restored afterwards: a caller's process (a test, a notebook) keeps its own setting
     with (
@@ -151,10 +151,9 @@ class _Trainer:
     def __init__(self, cfg: RLConfig, out: Path, resume: bool, progress: bool, stop: StopSignals) -> None:
         import torch  # lazy, as every torch import of this module: `actlab rl --help` stays light
 
-        from actlab.rl.agent import Agent
-        from actlab.rl.checkpoint import RLCheckpoints
-        from actlab.rl.replay import ReplayBuffer
-        from actlab.rl.sac import SAC
+        from actlab.rl.agent import Agent  # lazy: imports torch
+        from actlab.rl.replay import ReplayBuffer  # lazy: imports torch
+        from actlab.rl.sac import SAC  # lazy: imports torch
 
         self.cfg, self.out, self.stop = cfg, out, stop
         self.ckpt = RLCheckpoints(out, cfg.keep_last)
@@ -185,7 +184,6 @@ class _Trainer:
         if last is not None:
             self._restore(last)
         atomic_write_json(out / RUN_CONFIG, to_dict(cfg))
-        from actlab.lifecycle.metrics_log import MetricsLog
         from actlab.rl.envs import VecSim  # lazy: imports MuJoCo
 
         self.envs = VecSim(cfg, self.agent)
@@ -204,7 +202,6 @@ class _Trainer:
 
     # --------------------------------------------------------------------------------------- resume
     def _restore(self, step: int) -> None:
-        from actlab.rl.checkpoint import AGENT_FILE
 
         state = self.ckpt.load_rl(step)
         meta = state["meta"]
@@ -296,7 +293,7 @@ class _Trainer:
 
     def _round(self) -> dict[str, Any]:
         """One round of ``num_envs`` episodes with updates interleaved; returns the round's statistics."""
-        from actlab.rl.replay import nstep_transitions
+        from actlab.rl.replay import nstep_transitions  # lazy: imports torch
 
         cfg = self.cfg
         first = TRAIN_SEED_BASE * (cfg.seed + 1) + self.episodes
@@ -335,7 +332,7 @@ class _Trainer:
 
     def _after_step(self, n_active: int) -> None:
         """Count the transitions of one lockstep step and run the updates they are owed."""
-        from actlab.rl.replay import sample_mixed
+        from actlab.rl.replay import sample_mixed  # lazy: imports torch
 
         cfg = self.cfg
         self.env_steps += n_active
@@ -363,7 +360,7 @@ class _Trainer:
         self.log.progress(self.env_steps, {"ret": stats["return"], "succ": stats["success"]})
 
     def _evaluate(self) -> None:
-        from actlab.rl.evaluate import evaluate_agent
+        from actlab.rl.evaluate import evaluate_agent  # lazy: the evaluation harness and MuJoCo
 
         t = time.perf_counter()
         ev = evaluate_agent(self.agent, self.cfg)
@@ -420,7 +417,6 @@ def _load_base(cfg: RLConfig, run_dir: Path | None, check: bool = True) -> Any:
     import shutil
 
     from actlab.policies import load_policy  # lazy: imports torch
-    from actlab.utils.io import atomic_dir
 
     path = Path(cfg.base)
     if run_dir is not None:
@@ -451,7 +447,6 @@ def load_agent(path: str | Path, device: str = "cpu") -> Any:
     """The agent of a checkpoint directory (``checkpoints/step_N``) or of a run's last checkpoint, loaded
     strictly (every tensor of the agent its config builds; the digest recorded at save checked)."""
     from actlab.rl.agent import Agent  # lazy: imports torch
-    from actlab.rl.checkpoint import AGENT_FILE, CONFIG_FILE, RLCheckpoints, read_tensors
 
     path = Path(path)
     if not (path / AGENT_FILE).is_file() and (path / "checkpoints" / "last.json").is_file():
