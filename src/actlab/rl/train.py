@@ -267,10 +267,11 @@ class _Trainer:
             # a SIGTERM asks for a checkpoint now, not for the final evaluation
             if stopped != "sigterm" and (not self.evals or self.evals[-1]["env_steps"] != self.env_steps):
                 self._evaluate()
-            if last_ckpt != self.env_steps:
+            # (a run stopped before its first round has nothing to save: a resume starts it over)
+            if last_ckpt != self.env_steps and self.env_steps > 0:
                 self._save()
                 last_ckpt = self.env_steps
-            if stopped == "sigterm":
+            if stopped == "sigterm" and last_ckpt is not None:
                 self.log.message(
                     f"stopped by SIGTERM at {self.env_steps} env steps after checkpoint "
                     f"{self.ckpt.path(last_ckpt).name}; continue with "
