@@ -25,6 +25,12 @@ from actlab.errors import ActlabError
 from actlab.lifecycle.checkpoints import Checkpoints
 from actlab.utils.lock import LOCK_FILE
 
+# What to do when a run directory is locked by another process (DirLock's ``fix``; {pid}: the holder).
+LOCKED_FIX = (
+    "wait for that run to finish, or stop it (kill -TERM {pid} writes a checkpoint first) and then continue "
+    "it with --resume; to train something else, choose another --out"
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class RunKind:

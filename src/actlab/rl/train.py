@@ -21,7 +21,14 @@ import numpy as np
 
 from actlab.errors import ActlabError
 from actlab.lifecycle.metrics_log import METRICS_FILE, MetricsLog
-from actlab.lifecycle.rundir import RunKind, check_fresh, refuse_changes, resume_diff, resume_start
+from actlab.lifecycle.rundir import (
+    LOCKED_FIX,
+    RunKind,
+    check_fresh,
+    refuse_changes,
+    resume_diff,
+    resume_start,
+)
 from actlab.lifecycle.rundir import config_hash as lifecycle_config_hash
 from actlab.lifecycle.stop import StopSignals, catch_sigterm
 from actlab.rl.checkpoint import AGENT_FILE, CONFIG_FILE, RLCheckpoints, read_tensors
@@ -89,12 +96,6 @@ RL_RUN = RunKind(
     resumable=RESUMABLE,
 )
 
-# What to do when the run directory is locked by another process.
-_LOCKED_FIX = (
-    "wait for that run to finish, or stop it (kill -TERM {pid} writes a checkpoint first) and then continue "
-    "it with --resume; to train something else, choose another --out"
-)
-
 
 def config_hash(cfg: RLConfig) -> str:
     """Hash of the settings that must not change across a resume (everything but :data:`RESUMABLE`)."""
@@ -122,7 +123,7 @@ def train_rl(cfg: RLConfig, out: str | Path, resume: bool = False, progress: boo
 
     # torch threads restored afterwards: a caller's process (a test, a notebook) keeps its own setting
     with (
-        DirLock(out, what="RL run directory", fix=_LOCKED_FIX),
+        DirLock(out, what="RL run directory", fix=LOCKED_FIX),
         torch_threads(cfg.threads),
         catch_sigterm(cfg.time_limit_s) as stop,
     ):

@@ -21,7 +21,7 @@ from typing import Any
 from actlab.datasets.format import sim_seeds
 from actlab.errors import ActlabError
 from actlab.lifecycle.metrics_log import METRICS_FILE, MetricsLog, check_sinks, read_metrics
-from actlab.lifecycle.rundir import RunKind, check_fresh, refuse_changes, resume_start
+from actlab.lifecycle.rundir import LOCKED_FIX, RunKind, check_fresh, refuse_changes, resume_start
 from actlab.lifecycle.stop import StopSignals, catch_sigterm
 from actlab.profiling.timing import PhaseTimer
 from actlab.training import ddp
@@ -107,7 +107,7 @@ def train(
             expected="a new or existing run directory",
             fix="choose another --out",
         )
-    lock = DirLock(out, "run directory", fix=_LOCKED_FIX) if dist.is_main else contextlib.nullcontext()
+    lock = DirLock(out, "run directory", fix=LOCKED_FIX) if dist.is_main else contextlib.nullcontext()
     try:
         with lock:
             return _train_locked(cfg, out, resume, dist)
@@ -123,13 +123,6 @@ def train(
         if fault is None:
             raise
         raise fault from e
-
-
-# What to do when the run directory is locked by another process.
-_LOCKED_FIX = (
-    "wait for that run to finish, or stop it (kill -TERM {pid} writes a checkpoint first) and then continue "
-    "it with --resume; to train something else, choose another --out"
-)
 
 
 def _train_locked(cfg: TrainConfig, out: Path, resume: bool, dist: DistInfo) -> RunSummary:
