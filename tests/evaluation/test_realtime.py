@@ -16,11 +16,11 @@ from actlab.cli import main
 from actlab.errors import ActlabError
 from actlab.evaluation import EnvSpec, EvalConfig, evaluate_many
 from actlab.evaluation.experts import expert_source
-from actlab.evaluation.harness import PolicySource
 from actlab.evaluation.policy_io import ObsAdapter
 from actlab.evaluation.realtime import delay_from_timings, parse_latencies
 from actlab.evaluation.rollout import rollout
 from actlab.evaluation.seeds import DEFAULT_SEED
+from actlab.evaluation.sources import PolicySource
 from actlab.policies.execution import ExecutionSpec
 
 pytest.importorskip("mujoco")

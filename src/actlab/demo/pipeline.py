@@ -34,13 +34,15 @@ from typing import Any
 from actlab.demo.report import write_report
 from actlab.errors import ActlabError
 from actlab.evaluation import EnvSpec, EvalConfig, run_eval, wilson_interval
+from actlab.evaluation.realtime import plan_cells, plot_sweep, run_sweep, sweep_table
 from actlab.evaluation.results import FAILURES
 from actlab.evaluation.seeds import DEFAULT_SEED
-from actlab.evaluation.sweep import best_checkpoint, resolve_paths
+from actlab.evaluation.sources import source_limits
+from actlab.evaluation.sweep import EVAL_KIND, best_checkpoint, resolve_paths
 from actlab.policies.info import synthetic_features, unit_stats
 from actlab.policies.registry import make_policy
 from actlab.sim import RecordConfig, record_dataset
-from actlab.sim.env import PickPlaceConfig
+from actlab.sim.env import FPS, PickPlaceConfig
 from actlab.sim.expert import ExpertConfig
 from actlab.sim.view import render_strip
 from actlab.training import apply_train_overrides, get_preset, load_run_config, train, with_dataset
@@ -51,7 +53,7 @@ from actlab.training.preflight import checkpoint_bytes
 from actlab.utils.config import to_dict
 from actlab.utils.device import resolve_device
 from actlab.utils.disk import free_bytes
-from actlab.utils.io import atomic_write_json, read_json, read_output_marker
+from actlab.utils.io import atomic_dir, atomic_write_json, atomic_write_text, read_json, read_output_marker
 from actlab.utils.lock import LOCK_FILE, DirLock
 from actlab.utils.units import human_bytes
 from actlab.viz.eval import plot_success_vs_step
@@ -433,11 +435,6 @@ def _realtime(cfg: DemoConfig, out: Path, state: dict, evaluation: dict, log: St
     """``--realtime``: the best checkpoint on the confirmation seeds under inference delays, one cell per
     (mode, delay) as ``actlab eval --latency ... --execution ...`` runs them (the same planner and runner),
     written atomically to DIR/eval/realtime (sweep.json, sweep.md, sweep.png)."""
-    from actlab.evaluation.realtime import plot_sweep, run_sweep, sweep_table
-    from actlab.evaluation.sweep import EVAL_KIND
-    from actlab.sim.env import FPS
-    from actlab.utils.io import atomic_dir, atomic_write_text
-
     rt_dir = out / REALTIME_DIR
     # The confirmation seeds (CONFIRM_SEED): held out from the recording, and the sync cell is the
     # confirmation itself again (same checkpoint, same episodes), a check that the sweep measures the same.
@@ -502,8 +499,6 @@ def _realtime_grid(src: Any, delays: tuple[int, ...]) -> tuple[list[tuple[str, l
     """The (mode, delays) the policy can run, each cell checked by ``plan_cells`` (the rule ``actlab eval``
     applies), and the cells left out with the reason. rtc only for a policy trained on prefixes: at delay
     0 the check would pass for any chunk policy, but its prefix argument means nothing to plain ACT."""
-    from actlab.evaluation.realtime import plan_cells, source_limits
-
     limits = source_limits(src)
     grid, skipped = [], []
     for mode in REALTIME_MODES:

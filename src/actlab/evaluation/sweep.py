@@ -22,7 +22,7 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.evaluation.envs import EnvSpec
-from actlab.evaluation.harness import EvalConfig, PolicySource, as_source, evaluate_many
+from actlab.evaluation.harness import EvalConfig, evaluate_many
 from actlab.evaluation.results import (
     CheckpointEval,
     EpisodeResult,
@@ -30,6 +30,7 @@ from actlab.evaluation.results import (
     markdown_report,
     results_table,
 )
+from actlab.evaluation.sources import PolicySource, as_source
 from actlab.evaluation.whiskers import check_whiskers_options, whiskers_video
 from actlab.utils.io import atomic_dir, atomic_write_json, atomic_write_text, read_json
 from actlab.viz.eval import plot_success_vs_step

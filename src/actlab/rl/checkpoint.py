@@ -25,7 +25,7 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.training.checkpoint import CheckpointManager
-from actlab.utils.io import _fsync_dir, atomic_write_bytes, atomic_write_json, read_json
+from actlab.utils.io import atomic_write_bytes, atomic_write_json, fsync_dir, read_json
 
 AGENT_FILE = "agent.safetensors"
 CONFIG_FILE = "rl_config.json"
@@ -79,7 +79,7 @@ class RLCheckpoints(CheckpointManager):
             if final.exists():  # a resumed run re-reaching a step it wrote before being killed
                 shutil.rmtree(final)
             os.replace(tmp, final)
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)  # the previous checkpoints are untouched
             raise

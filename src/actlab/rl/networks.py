@@ -215,7 +215,8 @@ class VideoFeatures(nn.Module):
     def __init__(self, cfg: Any, cameras: list[str]) -> None:
         super().__init__()
         from actlab.errors import ActlabError
-        from actlab.policies.vit import _transformers, _weights_error
+        from actlab.policies.vit import load_transformers as _transformers
+        from actlab.policies.vit import weights_error as _weights_error
 
         T = _transformers()
         weights = cfg.pretrained_backbone_weights

@@ -77,7 +77,7 @@ def train_rl(cfg: RLConfig, out: str | Path, resume: bool = False, progress: boo
     """Run (or resume) an SAC run in ``out`` under the directory's lock."""
     out = Path(out)
     cfg.check_runnable()
-    from actlab.evaluation.harness import torch_threads
+    from actlab.utils.threads import torch_threads
 
     # torch threads restored afterwards: a caller's process (a test, a notebook) keeps its own setting
     with DirLock(out, what="RL run directory"), torch_threads(cfg.threads):

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
-from actlab.utils.io import _fsync_dir, atomic_write_bytes, atomic_write_json, read_json
+from actlab.utils.io import atomic_write_bytes, atomic_write_json, fsync_dir, read_json
 
 STEP_DIR = re.compile(r"^step_(\d{7,})$")
 
@@ -141,7 +141,7 @@ class CheckpointManager:
             if final.exists():  # a resumed run re-reaching a step it had written before being killed
                 shutil.rmtree(final)
             os.replace(tmp, final)
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
         except BaseException as e:
             shutil.rmtree(tmp, ignore_errors=True)  # the previous checkpoints are untouched
             if isinstance(e, OSError) and (e.filename is None or str(e.filename).startswith(str(tmp))):

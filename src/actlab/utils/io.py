@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
+from actlab.utils.procs import exit_on_sigterm, pid_alive, sigterm_deferred
 
 
 def _umask() -> int:
@@ -31,7 +32,8 @@ def _umask() -> int:
     return mask
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync a directory (best effort: a filesystem that cannot is left as it is)."""
     # Why: the rename itself lives in the directory entry; fsync it so a power cut keeps the new name.
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -43,6 +45,10 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+# TEMPORARY: the old private name, until the run-lifecycle branch (which imports fsync_dir) is merged.
+_fsync_dir = fsync_dir
 
 
 @contextlib.contextmanager
@@ -62,7 +68,7 @@ def atomic_file(path: str | Path, mode: str = "wb") -> Iterator[Any]:
         # Why: mkstemp creates 0600 files; outputs should get the usual permissions (0666 minus umask).
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -149,8 +155,6 @@ def reclaim_leftovers(path: str | Path) -> list[int]:
     loss): only names atomic_dir makes, on this host, of a pid that no longer runs. An old output moved
     aside by a run that died before it put the new one in place is put back. Returns the live writers'
     pids (another process writing ``path`` now)."""
-    from actlab.utils.procs import pid_alive
-
     path = Path(path)
     live = []
     for entry, pid, what in _our_leftovers(path):
@@ -348,8 +352,6 @@ def atomic_dir(
     gets an error, none is lost). A SIGTERM inside the block removes the temporary directory, as an error
     does; one left by a SIGKILL is removed by the next run writing the same ``path``.
     """
-    from actlab.utils.procs import exit_on_sigterm, sigterm_deferred
-
     path = Path(path)
     before = check_out_dir(path, kind, overwrite, inputs)
     try:
@@ -369,7 +371,7 @@ def atomic_dir(
             os.chmod(tmp, 0o777 & ~_umask())  # made 0700 while it is built
             with sigterm_deferred():
                 _commit(tmp, path, before, kind, ours)
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
         except BaseException as e:
             if ours[0]:
                 shutil.rmtree(tmp, ignore_errors=True)
