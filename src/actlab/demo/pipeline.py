@@ -34,11 +34,11 @@ from typing import Any
 from actlab.demo.report import write_report
 from actlab.errors import ActlabError
 from actlab.evaluation import EnvSpec, EvalConfig, run_eval, wilson_interval
-from actlab.evaluation.realtime import plan_cells, plot_sweep, run_sweep, sweep_table
+from actlab.evaluation.realtime import plan_cells, run_sweep, write_sweep
 from actlab.evaluation.results import FAILURES
 from actlab.evaluation.seeds import DEFAULT_SEED
 from actlab.evaluation.sources import source_limits
-from actlab.evaluation.sweep import EVAL_KIND, best_checkpoint, resolve_paths
+from actlab.evaluation.sweep import best_checkpoint, resolve_paths
 from actlab.policies.info import synthetic_features, unit_stats
 from actlab.policies.registry import make_policy
 from actlab.sim import RecordConfig, record_dataset
@@ -53,7 +53,7 @@ from actlab.training.preflight import checkpoint_bytes
 from actlab.utils.config import to_dict
 from actlab.utils.device import resolve_device
 from actlab.utils.disk import free_bytes
-from actlab.utils.io import atomic_dir, atomic_write_json, atomic_write_text, read_json, read_output_marker
+from actlab.utils.io import atomic_write_json, read_json, read_output_marker
 from actlab.utils.lock import LOCK_FILE, DirLock
 from actlab.utils.units import human_bytes
 from actlab.viz.eval import plot_success_vs_step
@@ -472,7 +472,6 @@ def _realtime(cfg: DemoConfig, out: Path, state: dict, evaluation: dict, log: St
     cells = []
     for mode, delays in grid:  # run_sweep plans and checks its cells again: one planner for eval and demo
         cells += run_sweep([src], spec, eval_cfg, [mode], delays, None, FPS, on_cell=say)[0]
-    records = [c.to_dict(FPS) for c in cells]
     last = CONFIRM_SEED + cfg.eval_episodes - 1
     result = {
         "dir": REALTIME_DIR,
@@ -481,15 +480,12 @@ def _realtime(cfg: DemoConfig, out: Path, state: dict, evaluation: dict, log: St
         "seeds": f"{CONFIRM_SEED}..{last}",  # episode i uses seed + i, in every cell
         "fps": FPS,
         "skipped": skipped,
-        "cells": records,
+        "cells": [c.to_dict(FPS) for c in cells],
     }
     _forget_unmarked(rt_dir)
-    with atomic_dir(rt_dir, overwrite=True, kind=EVAL_KIND, inputs=[best_path]) as tmp:
-        atomic_write_json(tmp / "sweep.json", result)
-        md = sweep_table(cells, FPS, markdown=True)
-        atomic_write_text(tmp / "sweep.md", f"# actlab demo delay sweep: {evaluation['best']}\n\n{md}\n")
-        title = f"{evaluation['best']}: success and boundary jump vs delay"
-        plot_sweep(records, tmp / "sweep.png", title=title)
+    heading = f"actlab demo delay sweep: {evaluation['best']}"
+    title = f"{evaluation['best']}: success and boundary jump vs delay"
+    write_sweep(rt_dir, cells, FPS, result, heading, title, overwrite=True, inputs=[best_path])
     log.done("realtime", t0, f"{len(cells)} cells" + (f", {len(skipped)} left out" if skipped else ""))
     _finish_stage(out, state, "realtime", settings, result, log.seconds["realtime"])
     return result

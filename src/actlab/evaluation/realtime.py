@@ -27,12 +27,14 @@ from actlab.evaluation.sources import (
     check_sources_execution,
     policy_device,
     rollout_threads,
+    source_dir,
     source_inputs,
     source_limits,
     spec_for_inputs,
 )
+from actlab.evaluation.sweep import EVAL_KIND
 from actlab.policies.execution import EXECUTION_MODES, ExecutionSpec, check_execution
-from actlab.utils.io import atomic_file
+from actlab.utils.io import atomic_dir, atomic_file, atomic_write_json, atomic_write_text, check_out_dir
 from actlab.utils.table import table
 from actlab.utils.threads import torch_threads
 from actlab.viz.eval import figure
@@ -242,6 +244,71 @@ def run_sweep(
         if on_cell is not None:
             on_cell(cell)
     return cells_out, measured
+
+
+# The files of a delay sweep's output directory (an ``actlab eval`` output: EVAL_KIND).
+SWEEP_FILES = ("sweep.json", "sweep.md", "sweep.png")
+
+
+def delay_sweep(
+    sources: Sequence[PolicySource],
+    env_spec: Any,
+    cfg: Any,
+    modes: Sequence[str],
+    latencies: Sequence[int | str],
+    horizon: int | None,
+    fps: int,
+    out: str | Path | None = None,
+    overwrite: bool = False,
+    on_cell: Callable[[Cell], None] | None = None,
+) -> tuple[list[Cell], dict]:
+    """``actlab eval --execution A,B --latency X,Y``: every cell checked against every policy (and ``out``
+    against the output rules) before any episode runs, then run; returns the cells and the sweep's record
+    (what sweep.json holds), written to ``out`` when given."""
+    fixed = [d for d in latencies if d != MEASURED]  # a measured delay is checked once it is timed
+    plan_cells(sources, modes, [int(d) for d in fixed], horizon)
+    inputs = [source_dir(s) for s in sources]
+    if out is not None:  # an input is never an output, checked before the sweep runs
+        check_out_dir(Path(out), EVAL_KIND, overwrite, inputs)
+    t0 = time.perf_counter()
+    cells, measured = run_sweep(sources, env_spec, cfg, modes, latencies, horizon, fps, on_cell=on_cell)
+    record = {
+        "task": env_spec.task,
+        "episodes": cfg.episodes,
+        "seeds": f"{cfg.seed}..{cfg.seed + cfg.episodes - 1} (episode i uses seed + i, every cell)",
+        "fps": fps,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "measured_inference": measured or None,
+        "cells": [c.to_dict(fps) for c in cells],
+    }
+    if out is not None:
+        heading = f"actlab eval delay sweep: {env_spec.task}"
+        title = f"{env_spec.task}: success and boundary jump vs delay"
+        write_sweep(out, cells, fps, record, heading, title, overwrite=overwrite, inputs=inputs)
+    return cells, record
+
+
+def write_sweep(
+    out: str | Path,
+    cells: Sequence[Cell],
+    fps: int,
+    record: dict,
+    heading: str,
+    title: str,
+    *,
+    overwrite: bool,
+    inputs: Sequence[str | Path | None],
+) -> list[Path]:
+    """A delay sweep's directory, written atomically (the one writer of ``actlab eval`` and ``actlab
+    demo``): sweep.json (``record``, its ``cells`` the cells' records), sweep.md (``heading`` and the
+    table) and sweep.png (``title``). Returns the files' paths."""
+    out = Path(out)
+    with atomic_dir(out, overwrite=overwrite, kind=EVAL_KIND, inputs=inputs) as tmp:
+        atomic_write_json(tmp / "sweep.json", record)
+        md = sweep_table(cells, fps, markdown=True)
+        atomic_write_text(tmp / "sweep.md", f"# {heading}\n\n{md}\n")
+        plot_sweep(record["cells"], tmp / "sweep.png", title=title)
+    return [out / f for f in SWEEP_FILES]
 
 
 SWEEP_HEADERS = (

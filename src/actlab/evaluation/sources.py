@@ -114,6 +114,12 @@ def rollout_threads(threads_per_worker: int | None, workers: int, pooled: bool =
     return max(1, (os.cpu_count() or 1) // workers)
 
 
+def source_dir(src: PolicySource) -> str | None:
+    """The directory a source's policy is read from (a bundle, a bridged LeRobot policy's directory), an
+    input that an output must never replace; None for a factory or a plain object."""
+    return src.path or getattr(src.obj, "policy_dir", None)
+
+
 def source_limits(src: PolicySource) -> ChunkLimits | None:
     """What a policy source can execute (from a bundle's config.json or the object's config); None for
     a policy that does not predict chunks (a scripted expert, a factory)."""
