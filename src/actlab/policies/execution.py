@@ -24,8 +24,9 @@ The model (RTC, Black et al. 2025), per row (env), with ``t`` the control steps 
   is ``blend``: the overlap is still blended, so it differs from ``sync``.
   ``ensemble``: temporal ensembling (ACT) under the same delay: a chunk starts every s steps (default
   ``max(1, D)``: the inference engine always busy) and the action of step u is the weighted average of
-  every arrived chunk's prediction for u, weights ``exp(-coeff * i)``, i = 0 the oldest. At D = 0 and
-  s = 1 it is ACT's temporal ensembling.
+  every arrived chunk's prediction for u, weights ``exp(-coeff * i)``, i = 0 the oldest
+  (:class:`actlab.policies.ensemble.TemporalEnsembler`, the one implementation). At D = 0 and s = 1 it is
+  ACT's temporal ensembling.
 - Rows that do not need a chunk at a step ride along in the batched call and their output is dropped:
   each row's numbers then never depend on which other rows needed one (batched matmuls may round
   differently for different batch sizes), and there is still one policy call per control step.
@@ -204,7 +205,7 @@ class _Row:
     chunk: Any = None  # (H, A) the chunk being executed
     start: int = 0  # step of the chunk's index 0 (when its inference started)
     pending: tuple[int, int, Any] | None = None  # (arrival step, start step, chunk) in flight
-    live: list[tuple[int, Any]] = dataclasses.field(default_factory=list)  # ensemble: (start, chunk)
+    ensemble: Any = None  # ensemble mode: the chunks that cover upcoming steps
     actions: list[np.ndarray] = dataclasses.field(default_factory=list)  # executed (A,) per step
     boundaries: list[int] = dataclasses.field(default_factory=list)  # steps that began a new chunk
     committed_ok: bool = True  # rtc: every chunk began with exactly the committed prefix
@@ -245,13 +246,21 @@ class ChunkExecutor:
         self.chunk_fn = chunk_fn or (lambda obs, prefix: policy.predict_action_chunk(obs, prefix=prefix))
         self.on_inference = on_inference
         self.weights = blend_weights(self.h, self.d, self.s, spec.schedule)  # (H,)
-        self.rows = [_Row() for _ in range(batch)]
+        self.rows = [self._new_row() for _ in range(batch)]
+
+    def _new_row(self) -> _Row:
+        if self.spec.mode != "ensemble":
+            return _Row()
+        # lazy: the ensembler imports torch; specs and limits are read without it (the harness, --help)
+        from actlab.policies.ensemble import TemporalEnsembler
+
+        return _Row(ensemble=TemporalEnsembler(self.spec.ensemble_coeff, self.h))
 
     # ------------------------------------------------------------------------------------ episodes
     def restart(self, rows: Sequence[int] | None = None) -> None:
         """Begin a new episode in ``rows`` (all by default)."""
         for b in range(len(self.rows)) if rows is None else rows:
-            self.rows[b] = _Row()
+            self.rows[b] = self._new_row()
 
     def finish(self, row: int) -> None:
         """Freeze ``row`` (its episode ended): it no longer advances; it rides along in calls."""
@@ -357,21 +366,16 @@ class ChunkExecutor:
 
     def _arrive(self, b: int, chunk: Any, start: int, boundary: bool) -> None:
         r = self.rows[b]
-        if self.spec.mode == "ensemble":
-            r.live.append((start, chunk))
+        if r.ensemble is not None:
+            r.ensemble.add(chunk, start)
         r.chunk, r.start = chunk, start
         if boundary:
             r.boundaries.append(r.t)
 
     def _action(self, r: _Row) -> Any:
-        import torch
-
-        if self.spec.mode != "ensemble":
+        if r.ensemble is None:
             return r.chunk[r.t - r.start]
-        r.live = [(st, c) for st, c in r.live if r.t - st < self.h]  # oldest first
-        preds = torch.stack([c[r.t - st] for st, c in r.live]).double()  # (n, A)
-        w = torch.exp(-self.spec.ensemble_coeff * torch.arange(len(r.live), dtype=torch.float64))
-        return ((preds * w[:, None]).sum(0) / w.sum()).float()
+        return r.ensemble.action(r.t)
 
     # ------------------------------------------------------------------------------------ results
     def executed(self, row: int) -> np.ndarray:
