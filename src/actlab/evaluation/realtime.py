@@ -33,7 +33,7 @@ from actlab.evaluation.sources import (
     spec_for_inputs,
 )
 from actlab.evaluation.sweep import EVAL_KIND
-from actlab.policies.execution import EXECUTION_MODES, ExecutionSpec, check_execution
+from actlab.policies.execution import EXECUTION_MODES, RENAMED_MODES, ExecutionSpec, check_execution
 from actlab.utils.io import atomic_dir, atomic_file, atomic_write_json, atomic_write_text, check_out_dir
 from actlab.utils.table import table
 from actlab.utils.threads import torch_threads
@@ -51,6 +51,15 @@ def parse_modes(text: str) -> list[str]:
     """``"sync,async,rtc"`` -> the modes, each checked."""
     modes = [m.strip() for m in text.split(",") if m.strip()]
     bad = [m for m in modes if m not in EXECUTION_MODES]
+    renamed = [f"{m} is now {RENAMED_MODES[m]}" for m in bad if m in RENAMED_MODES]
+    if renamed:
+        raise ActlabError(
+            "renamed execution mode",
+            field="--execution",
+            expected=" / ".join(EXECUTION_MODES),
+            found=text,
+            fix="; ".join(renamed),
+        )
     if not modes or bad:
         raise ActlabError(
             "unknown execution mode",

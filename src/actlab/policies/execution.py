@@ -1,7 +1,8 @@
 """One execution model for chunked policies: how a chunk is computed while the previous one executes.
 
 Used by the evaluation harness (``actlab eval --execution``; batched envs, each row with its own chunk
-clock) and by the toy servo simulator (``actlab.policies.rtc.simulate``); rollout code asks
+clock) and by the toy servo simulator (``actlab.policies.rtc.simulate``, which takes an
+:class:`ExecutionSpec` too: one set of mode names); rollout code asks
 :class:`ChunkExecutor` for the next action and never re-implements these rules.
 
 The model (RTC, Black et al. 2025), per row (env), with ``t`` the control steps since its episode began:
@@ -44,6 +45,8 @@ import numpy as np
 from actlab.errors import ActlabError
 
 EXECUTION_MODES = ("sync", "async", "ensemble", "blend", "rtc")
+# Earlier spellings (the servo simulator's own mode names), refused with the name to use instead.
+RENAMED_MODES = {"naive": "async"}
 SCHEDULES = ("exp", "linear", "none")
 # ACT's temporal-ensembling coefficient (Zhao et al. 2023): w_i = exp(-0.01 i), i = 0 the oldest prediction.
 ENSEMBLE_COEFF = 0.01
@@ -72,6 +75,8 @@ class ExecutionSpec:
                     "invalid execution setting", field=field, expected=expected, found=found, fix=fix
                 )
 
+        new = RENAMED_MODES.get(self.mode)
+        check(new is None, "execution", f"{new} (the new name of {self.mode!r})", self.mode, f"use {new}")
         check(self.mode in EXECUTION_MODES, "execution", " / ".join(EXECUTION_MODES), self.mode)
         check(isinstance(self.latency, int) and self.latency >= 0, "latency", "an integer >= 0", self.latency)
         check(
