@@ -395,11 +395,22 @@ def write_png(path: str | Path, image: Any) -> Path:
     return path
 
 
-def read_json(path: str | Path, what: str = "JSON file") -> Any:
-    """Read JSON with an error that names the file and the position of a syntax error."""
+def require_file(
+    path: str | Path, problem: str, *, expected: str, fix: str, field: str | None = None
+) -> Path:
+    """``path``, when it is a file; else the one error of a required file that is not there: ``problem``
+    with the file named, ``expected`` (what belongs there), what was found (nothing, or a directory) and
+    the ``fix``."""
     path = Path(path)
     if not path.is_file():
-        raise ActlabError(f"{what} not found", file=path, fix="check the path")
+        found = "a directory" if path.is_dir() else "missing"
+        raise ActlabError(problem, file=path, field=field, expected=expected, found=found, fix=fix)
+    return path
+
+
+def read_json(path: str | Path, what: str = "JSON file") -> Any:
+    """Read JSON with an error that names the file and the position of a syntax error."""
+    path = require_file(path, f"{what} not found", expected=f"a {what}", fix="check the path")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
