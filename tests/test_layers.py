@@ -300,6 +300,25 @@ def test_every_import_inside_a_function_says_why():
     )
 
 
+def test_the_reason_rule_on_a_written_out_module():
+    text = (
+        "def f():\n"
+        "    from actlab.a import x  # lazy: torch\n"  # on its line
+        "    # lazy: a block under one comment\n"
+        "    from actlab.b import y\n"
+        "    from actlab.c import (\n"
+        "        z,\n"
+        "    )\n"
+        "    n = 1\n"
+        "    from actlab.d import w\n"  # none: the line above is code
+    )
+    tree = ast.parse(text)
+    module = Module("actlab.t", SRC / "t.py", tree, text.splitlines())
+    nodes = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    lines = {i for n in nodes for i in range(n.lineno, (n.end_lineno or n.lineno) + 1)}
+    assert [_has_reason(module, n, lines) for n in nodes] == [True, True, True, False]
+
+
 @pytest.mark.parametrize("rel", sorted(TEMPORARY_OVER_MAX_LINES | TEMPORARY_NO_REASON))
 def test_the_temporary_allowlists_name_real_files(rel):
     assert (ROOT / rel).is_file(), f"{rel} is gone: remove it from the temporary allowlist"
