@@ -260,13 +260,10 @@ def _smoothness_line(evals, execution) -> str:
 def _run_sweep(args: argparse.Namespace, sources, spec, cfg, plan: dict) -> int:
     import json
     import sys
-    import time
     from pathlib import Path
 
     from actlab.errors import ActlabError
-    from actlab.evaluation.realtime import MEASURED, plan_cells, plot_sweep, run_sweep, sweep_table
-    from actlab.evaluation.sweep import EVAL_KIND
-    from actlab.utils.io import atomic_dir, atomic_write_json, atomic_write_text, check_out_dir
+    from actlab.evaluation.realtime import SWEEP_FILES, delay_sweep, sweep_table
 
     if cfg.videos or args.whiskers:
         raise ActlabError(
@@ -275,9 +272,6 @@ def _run_sweep(args: argparse.Namespace, sources, spec, cfg, plan: dict) -> int:
             fix="run one cell (a single --execution and --latency) with --videos",
         )
     fps = plan["fps"]
-    # Every cell checked against every policy before any episode runs (a measured delay after timing).
-    fixed = [d for d in plan["latencies"] if d != MEASURED]
-    plan_cells(sources, plan["modes"], fixed, args.horizon)
 
     def say(cell) -> None:
         if not args.json:
@@ -288,44 +282,22 @@ def _run_sweep(args: argparse.Namespace, sources, spec, cfg, plan: dict) -> int:
                 file=sys.stderr,
             )
 
-    # The same output rules as one evaluation's (an input is never an --out), checked before the sweep runs.
-    inputs = [s.path or getattr(s.obj, "policy_dir", None) for s in sources]
-    if args.out:
-        check_out_dir(Path(args.out), EVAL_KIND, args.overwrite, inputs)
-    t0 = time.perf_counter()
-    cells, measured = run_sweep(
-        sources, spec, cfg, plan["modes"], plan["latencies"], args.horizon, fps, on_cell=say
+    cells, record = delay_sweep(
+        sources, spec, cfg, plan["modes"], plan["latencies"], args.horizon, fps, args.out, args.overwrite, say
     )
-    records = [c.to_dict(fps) for c in cells]
-    meta = {
-        "task": spec.task,
-        "episodes": cfg.episodes,
-        "seeds": f"{cfg.seed}..{cfg.seed + cfg.episodes - 1} (episode i uses seed + i, every cell)",
-        "fps": fps,
-        "seconds": round(time.perf_counter() - t0, 2),
-        "measured_inference": measured or None,
-    }
-    report = {**meta, "cells": records}
-    table = sweep_table(cells, fps, markdown=args.markdown)
-    if args.out:
-        with atomic_dir(Path(args.out), overwrite=args.overwrite, kind=EVAL_KIND, inputs=inputs) as tmp:
-            atomic_write_json(tmp / "sweep.json", report)
-            md = sweep_table(cells, fps, markdown=True)
-            atomic_write_text(tmp / "sweep.md", f"# actlab eval delay sweep: {spec.task}\n\n{md}\n")
-            plot_sweep(records, tmp / "sweep.png", title=f"{spec.task}: success and boundary jump vs delay")
     if args.json:
-        json.dump(report, sys.stdout, indent=2)
+        json.dump(record, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    print(table)
-    for name, m in measured.items():
+    print(sweep_table(cells, fps, markdown=args.markdown))
+    for name, m in (record["measured_inference"] or {}).items():
         print(
             f"\n{name}: inference {m['median_ms']:.1f} ms median, {m['p99_ms']:.1f} ms p99 per chunk "
             f"(batch {cfg.batch_envs}, {m['calls']} timed calls) -> delay {m['steps']} steps at {fps} fps"
         )
-    print(f"\n{cfg.episodes} episodes per cell, same seeds in every cell, {meta['seconds']:.1f} s")
+    print(f"\n{cfg.episodes} episodes per cell, same seeds in every cell, {record['seconds']:.1f} s")
     if args.out:
-        for f in ("sweep.json", "sweep.md", "sweep.png"):
+        for f in SWEEP_FILES:
             print(f"{f}: {Path(args.out) / f}")
     return 0
 

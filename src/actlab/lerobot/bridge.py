@@ -29,7 +29,7 @@ import numpy as np
 
 from actlab.datasets.hub import model_location
 from actlab.errors import ActlabError
-from actlab.evaluation.harness import PolicySource
+from actlab.evaluation.sources import PolicySource
 from actlab.lerobot.child import PROTOCOL_VERSION, ProtocolError, read_message, write_message
 from actlab.utils.io import read_json
 

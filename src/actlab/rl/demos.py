@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from actlab.datasets import open_dataset
 from actlab.errors import ActlabError
 from actlab.rl.replay import ReplayBuffer, nstep_transitions
 
@@ -29,8 +30,6 @@ STATE_KEY = "observation.state"
 
 def demo_buffer(cfg: Any, agent: Any) -> ReplayBuffer:
     """A replay buffer holding the demonstration transitions of ``cfg.demos``."""
-    from actlab.datasets import open_dataset
-
     if cfg.critic_privileged:
         raise ActlabError(
             "demonstrations carry no privileged sim state",

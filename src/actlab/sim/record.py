@@ -25,8 +25,10 @@ from actlab.datasets import DatasetWriter, make_features
 from actlab.datasets.format import SIM_INFO_KEY
 from actlab.datasets.video import EncoderStalled, VideoOptions
 from actlab.errors import ActlabError
-from actlab.sim import FPS, TASK_TEXT, ExpertConfig, ExpertPolicy, make_env, task_config
+from actlab.sim.env import FPS, TASK_TEXT
+from actlab.sim.expert import ExpertConfig, ExpertPolicy
 from actlab.sim.scene import JOINT_NAMES
+from actlab.sim.tasks import make_env, task_config
 from actlab.utils import procs
 from actlab.utils.disk import require_free
 from actlab.utils.procs import worker_pool
