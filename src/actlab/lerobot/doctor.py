@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from actlab.datasets import open_dataset
 from actlab.errors import ActlabError
+from actlab.evaluation.doctor import DoctorConfig, diagnose
 from actlab.lerobot.bridge import LeRobotBridgePolicy
 
 PREPROCESSOR = "policy_preprocessor.json"
@@ -161,9 +163,6 @@ def doctor_lerobot(
 ) -> Any:
     """:func:`actlab.evaluation.doctor.diagnose` of a LeRobot pretrained-policy directory run by
     ``python`` (``bridge_kwargs``: ``rename``, ``threads`` ... of :class:`LeRobotBridgePolicy`)."""
-    from actlab.datasets import open_dataset
-    from actlab.evaluation.doctor import DoctorConfig, diagnose
-
     cfg = cfg or DoctorConfig()
     args = list(bridge_kwargs.pop("child_args", ()))
     bridge = LeRobotBridgePolicy(
