@@ -41,7 +41,9 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.policies import load_policy
+from actlab.policies.bundle import write_bundle
 from actlab.policies.configs import VIT_BACKBONES
+from actlab.utils import config as cfgutil
 from actlab.utils.io import atomic_dir, atomic_write_bytes, atomic_write_json, check_out_dir
 
 # The LeRobot release whose format this writes (and whose source the tests run against).
@@ -370,8 +372,6 @@ def plugin_config(policy: Any) -> dict[str, Any]:
     cameras at their trained size), ``chunk_size`` / ``n_action_steps`` and, for act_relative, the RTC
     limit LeRobot's engine must respect.
     """
-    from actlab.utils import config as cfgutil
-
     cfg = policy.config
     inputs, outputs = lerobot_features(policy)
     return {
@@ -424,8 +424,6 @@ def export_plugin_policy(
     processors' JSON and the actlab bundle itself in ``actlab_bundle/`` (safetensors + JSON): the plugin
     runs actlab's own policy code on it, so its actions are actlab's by construction.
     """
-    from actlab.policies.bundle import write_bundle
-
     kind = policy.config.type
     if kind not in PLUGIN_TYPES:
         raise ActlabError(
