@@ -390,7 +390,7 @@ class LeRobotBridgePolicy:
         proc, self._proc = self._proc, None
         pipe, self._pipe = self._pipe, None
         if proc is not None:
-            kill_tree(proc.pid)
+            kill_tree(proc)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=CLOSE_WAIT_S)  # reap it (SIGKILL: only a process stuck in the kernel waits)
         if pipe is not None:

@@ -242,22 +242,26 @@ def start_group_kwargs() -> dict[str, Any]:
     return {"start_new_session": True}
 
 
-def kill_tree(pid: int, wait_s: float = TREE_KILL_WAIT_S) -> list[int]:
-    """SIGKILL the process ``pid`` started with :func:`start_group_kwargs`, its process group and all its
-    descendants, also those that left the group (``setsid``); wait up to ``wait_s`` seconds for them to
-    be gone. Returns the pids still running after that (normally none).
+def kill_tree(proc: Any, wait_s: float = TREE_KILL_WAIT_S) -> list[int]:
+    """SIGKILL a child started with :func:`start_group_kwargs` (a ``subprocess.Popen``), its process group
+    and all its descendants, also those that left the group (``setsid``); wait up to ``wait_s`` seconds
+    for them to be gone. Returns the pids still running after that (normally none). ``proc`` itself is not
+    reaped here (its ``wait()`` is the caller's).
 
     Why the group and the descendants: a wrapper (``conda run``, a shell script) keeps its child's pipes
     open, so killing the wrapper alone leaves the child running and a reader of the pipe waiting for ever;
     the group covers descendants whose parent already died (re-parented, no longer anyone's descendant),
-    the walk covers those that started a session of their own. Safe after ``pid`` was reaped: Linux
-    reuses no pid while it names a live process group."""
+    the walk covers those that started a session of their own. The walk runs only while ``proc`` is not
+    reaped (its pid cannot name another process then); the group is killed either way (Linux reuses no
+    pid while it names a live process group)."""
     import psutil  # here: only the callers that end process trees need it (a dependency of actlab)
 
+    pid = proc.pid
     family: list[psutil.Process] = []
-    with contextlib.suppress(psutil.Error):
-        root = psutil.Process(pid)
-        family = [root, *root.children(recursive=True)]
+    if proc.returncode is None:
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(pid)
+            family = [root, *root.children(recursive=True)]
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGSTOP)  # stopped, none of them can start another meanwhile
     for p in family:
