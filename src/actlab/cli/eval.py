@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from actlab.cli import add_json_flag, subcommand
+from actlab.cli import add_json_flag, add_lerobot_timeout, subcommand
 
 ORDER = 30
 
@@ -108,6 +108,7 @@ def _run(args: argparse.Namespace) -> int:
     import json
     import sys
 
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.errors import ActlabError
     from actlab.evaluation import EnvSpec, EvalConfig, resolve_paths, run_eval
 
@@ -120,6 +121,7 @@ def _run(args: argparse.Namespace) -> int:
             fix="actlab eval RUN_DIR ..., actlab eval --lerobot-policy DIR --lerobot-python PY, "
             "or actlab eval --expert",
         )
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.utils.device import resolve_device
 
     device = str(resolve_device(args.device))  # every spelling checked here; CUDA always indexed
@@ -138,6 +140,7 @@ def _run(args: argparse.Namespace) -> int:
         execution=realtime.get("execution"),
     )
     if args.expert:
+        # lazily, like every actlab import in cli: `actlab --help` never imports torch
         from actlab.evaluation.experts import expert_source
 
         sources = [expert_source(args.task)]
@@ -216,6 +219,7 @@ def _add_realtime_flags(p: argparse.ArgumentParser) -> None:
 
 def _realtime_plan(args: argparse.Namespace, spec) -> dict:
     """Parsed --execution/--latency/--horizon: one ExecutionSpec, or a grid for the sweep."""
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.evaluation.realtime import MEASURED, parse_latencies, parse_modes
     from actlab.policies.execution import ExecutionSpec
 
@@ -234,9 +238,11 @@ def _realtime_plan(args: argparse.Namespace, spec) -> dict:
 def _task_fps(spec) -> int:
     """Control rate of the task (for --latency in ms and the sweep's ms column)."""
     if not spec.is_peer:
+        # lazily, like every actlab import in cli: `actlab --help` never imports torch
         from actlab.sim.env import FPS
 
         return FPS  # every actlab sim task steps at this rate
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.evaluation.envs import env_fps, make_eval_env
 
     env = make_eval_env(spec)
@@ -262,6 +268,7 @@ def _run_sweep(args: argparse.Namespace, sources, spec, cfg, plan: dict) -> int:
     import sys
     from pathlib import Path
 
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.errors import ActlabError
     from actlab.evaluation.realtime import SWEEP_FILES, delay_sweep, sweep_table
 
@@ -342,14 +349,7 @@ def _add_lerobot_flags(p: argparse.ArgumentParser) -> None:
         metavar="A=B",
         help="feed a policy input from another env key, e.g. observation.images.front=observation.images.top",
     )
-    g.add_argument(
-        "--lerobot-timeout",
-        type=float,
-        default=None,
-        metavar="S",
-        help="longest wait in seconds for one answer of the lerobot child, loading included (600); past it "
-        "the child is killed and the command fails",
-    )
+    add_lerobot_timeout(g)
     g.add_argument(
         "--instruction",
         metavar="TEXT",
@@ -358,6 +358,7 @@ def _add_lerobot_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _lerobot_sources(args: argparse.Namespace, spec, device: str) -> list:
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.errors import ActlabError
     from actlab.lerobot.bridge import lerobot_sources
 
@@ -370,6 +371,7 @@ def _lerobot_sources(args: argparse.Namespace, spec, device: str) -> list:
         )
     instruction = args.instruction
     if instruction is None and not spec.is_peer:
+        # lazily, like every actlab import in cli: `actlab --help` never imports torch
         from actlab.sim.env import TASK_TEXT
 
         instruction = TASK_TEXT  # the sim's dataset task string, what a policy trained on it was told
@@ -380,6 +382,6 @@ def _lerobot_sources(args: argparse.Namespace, spec, device: str) -> list:
         device=device,
         instruction=instruction,
         threads=args.threads,
-        **({"timeout_s": args.lerobot_timeout} if getattr(args, "lerobot_timeout", None) else {}),
+        timeout_s=args.lerobot_timeout,
     )
     return sources

@@ -66,12 +66,13 @@ SHARED_FIELDS = (
     "latent_dim", "n_vae_encoder_layers", "temporal_ensemble_coeff", "dropout", "kl_weight",
 )  # fmt: skip
 # The LeRobot plugin shipped by this repository (integrations/lerobot_policy_actlab): the distribution,
-# the line that installs it into a lerobot venv (run from the repository root; docs/lerobot.md shows it),
-# the LeRobot policy type of each actlab policy type, and the export's actlab bundle folder.
+# the line that installs it with actlab (its dependency) into a lerobot venv (run from the repository
+# root; docs/lerobot.md shows it), the LeRobot policy type of each actlab policy type, and the export's
+# actlab bundle folder.
 PLUGIN_DIST = "lerobot_policy_actlab"
-PLUGIN_PIP = "pip install ./integrations/lerobot_policy_actlab"
+PLUGIN_PIP = "pip install . ./integrations/lerobot_policy_actlab"
 # ViT backbones are transformers' models, which lerobot 0.6.1 does not install: the plugin's `vit` extra
-PLUGIN_PIP_VIT = "pip install './integrations/lerobot_policy_actlab[vit]'"
+PLUGIN_PIP_VIT = "pip install . './integrations/lerobot_policy_actlab[vit]'"
 PLUGIN_TYPES = {"act": "actlab_act", "act_relative": "actlab_act_relative"}
 PLUGIN_BUNDLE = "actlab_bundle"
 # --lerobot-type choices: auto = LeRobot's own `act` where exactly equivalent, else the plugin's type.
