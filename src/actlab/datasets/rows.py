@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from actlab.datasets import checksums
 from actlab.datasets import format as fmt
 from actlab.datasets.records import (
     PANDAS_INDEX,
@@ -82,8 +83,6 @@ def _check_checksums(layout: Layout, report: Report) -> None:
     """Data and episodes files whose content differs from the sha256 actlab's writer recorded (see
     :mod:`actlab.datasets.checksums`; videos are checked by the doctor and before the FrameStore
     decodes them). Reading them costs about as much again as parsing them (1 GB/s)."""
-    from actlab.datasets import checksums
-
     for prefix in ("data/", "meta/episodes/"):
         for rel, expected, found in checksums.damaged(layout.root, layout.info, prefix):
             report.add(
