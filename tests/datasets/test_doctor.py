@@ -54,8 +54,10 @@ def _checks(root):
 
 def test_clean_dataset_has_no_problems(tiny_dataset, capsys):
     assert [p for p in diagnose(tiny_dataset) if p.severity == "error"] == []
-    assert main(["data", "doctor", str(tiny_dataset), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == []
+    assert main(["data", "doctor", str(tiny_dataset), "--json", "--fail-on", "warning"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["problems"] == [] and out["counts"] == {"error": 0, "warning": 0, "note": 0}
+    assert [e["score"] for e in out["episodes"]] == [1.0, 1.0, 1.0]
 
 
 def test_nan(copy):
@@ -124,7 +126,7 @@ def test_missing_image_stats_and_the_fix_works(copy, capsys):
     _rewrite_stats(copy, lambda s: s.pop("observation.images.top"))
     assert _checks(copy) == {"missing_image_stats"}
     assert main(["data", "doctor", str(copy), "--json"]) == 1
-    records = json.loads(capsys.readouterr().out)
+    records = json.loads(capsys.readouterr().out)["problems"]
     assert set(records[0]) >= {"file", "field", "expected", "found", "fix"}
     assert main(["data", "stats", str(copy), "--write-meta"]) == 0  # the fix the doctor names
     assert _checks(copy) == set()
@@ -344,7 +346,7 @@ def test_a_dataset_path_that_is_a_symlink_loop_is_a_problem_not_a_crash(tmp_path
     out = capsys.readouterr().out
     assert "symlink_loop" in out and str(loop) in out
     assert main(["data", "doctor", str(loop), "--json"]) == 1
-    assert [p["check"] for p in json.loads(capsys.readouterr().out)] == ["symlink_loop"]
+    assert [p["check"] for p in json.loads(capsys.readouterr().out)["problems"]] == ["symlink_loop"]
 
 
 @pytest.mark.parametrize("name", ["meta", "data", "videos", "meta/info.json"])
