@@ -37,7 +37,9 @@ def read_episodes(src: Path) -> tuple[object, list[tuple[Episode, str]]]:
     return ds, out
 
 
-def write_episodes(ds, episodes: list[tuple[Episode, str]], out: Path, video: VideoOptions | None = None) -> Path:
+def write_episodes(
+    ds, episodes: list[tuple[Episode, str]], out: Path, video: VideoOptions | None = None
+) -> Path:
     feats = {k: v for k, v in ds.features.items() if k not in fmt.DEFAULT_FEATURES}
     with DatasetWriter(out, ds.fps, feats, robot_type=ds.info.get("robot_type"), video=video) as w:
         for ep, task in episodes:

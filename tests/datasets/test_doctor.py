@@ -365,3 +365,29 @@ def test_a_symlink_loop_inside_the_dataset_is_named_by_the_doctor_and_the_reader
     assert "symlink_loop" in capsys.readouterr().out
     with pytest.raises(ActlabError, match="check `symlink_loop`"):  # the reader runs the same check
         open_dataset(copy)
+
+
+def test_a_timestamp_gap_says_frames_were_dropped(copy):
+    """Frames 20.. of episode 1 stamped 3 frames late (the recorder lost 3 frames): the fix trims or
+    drops, and never rewrites the timestamps (which would pair every later frame with the wrong time)."""
+
+    def late(ts):
+        ep1 = slice(40 + 20, 80)  # tiny_dataset: 3 episodes of 40 frames
+        for i in range(ep1.start, ep1.stop):
+            ts[i] = ts[i] + 3 / 30
+        return ts
+
+    _rewrite_column(copy, "timestamp", late)
+    (p,) = [p for p in diagnose(copy) if p.check == "timestamps"]
+    assert "3 frame(s) dropped after frame 19" in p.problem and p.episodes == (1,)
+    assert "--trim 1:0:20" in p.fix and "--drop-episodes 1" in p.fix and "frame_index / fps" not in p.fix
+
+
+def test_an_fps_mismatch_suggests_the_fps_the_timestamps_show(copy):
+    info = json.loads((copy / "meta/info.json").read_text())
+    info["fps"] = 15  # recorded at 30
+    (copy / "meta/info.json").write_text(json.dumps(info))
+    found = [p for p in diagnose(copy) if p.check == "timestamps"]
+    assert [p.episodes for p in found] == [(0,), (1,), (2,)]
+    assert "advance at 30 fps, info.json says 15" in found[0].problem
+    assert "set fps to 30 in info.json" in found[0].fix

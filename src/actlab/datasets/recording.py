@@ -72,11 +72,15 @@ def _list(eps: Sequence[int]) -> str:
     return ", ".join(map(str, eps[:SHOWN])) + (f" ... ({len(eps)} in all)" if len(eps) > SHOWN else "")
 
 
-def _drop_fix(eps: Sequence[int], what: str) -> str:
+def _drop(eps: Sequence[int]) -> str:
     return (
-        f"{what}; otherwise drop the episodes (`{CURATE} DATASET --out NEW --drop-episodes "
+        f"drop the episodes (`{CURATE} DATASET --out NEW --drop-episodes "
         f"{','.join(map(str, eps[:SHOWN]))}`) or re-record them"
     )
+
+
+def _drop_fix(eps: Sequence[int], what: str) -> str:
+    return f"{what}; otherwise {_drop(eps)}"
 
 
 class RecordingChecks:
@@ -245,7 +249,7 @@ class RecordingChecks:
                     stop = s + n  # frames s..stop are equal (n diffs)
                     if n + 1 < min_len or s == 0 or stop >= len(seg) - 1:
                         continue
-                    v = seg[s, j]
+                    v = float(np.median(seg[s : stop + 1, j]))
                     if min(abs(v - hi), abs(v - lo)) > eps_still[j]:
                         continue
                     if d[s - 1, j] < 0.5 * speed or d[stop, j] < 0.5 * speed:
@@ -256,12 +260,12 @@ class RecordingChecks:
         for j, hits in found.items():
             eps = sorted({h[0].index for h in hits})
             e, s, n, v = hits[0]
-            values = sorted({round(h[3], 4) for h in hits})
-            same = len(values) == 1 and len(eps) > 1
+            values = np.array([h[3] for h in hits])
+            same = len(eps) > 1 and np.ptp(values) <= 2 * eps_still[j]
             self.report.add(
                 "pinned_action",
                 f"action dim {j} ({names[j]}) pinned at one value while the arm moves, in {len(eps)} "
-                f"episode(s): {_list(eps)}" + (f", always at {values[0]:g}" if same else ""),
+                f"episode(s): {_list(eps)}" + (f", always at {values[0]:.4g}" if same else ""),
                 self.file(e),
                 f"action dim {j} ({names[j]})",
                 "a joint trajectory that slows down before it turns (no flat top at an extreme)",
@@ -270,8 +274,7 @@ class RecordingChecks:
                     for h in hits[:SHOWN]
                 ),
                 "the leader's reading is clipped at the end of its range: recalibrate the leader arm "
-                "(its range must cover the follower's) and re-record; "
-                + _drop_fix(eps, "a few episodes").split("; ", 1)[1],
+                f"(its range must cover the follower's) and re-record, or {_drop(eps)}",
                 "warning",
                 eps,
             )
@@ -331,8 +334,8 @@ class RecordingChecks:
                     f"{s_all[h[0].start + h[1], j]:.4g}"
                     for h in hits[:SHOWN]
                 ),
-                "check that joint's encoder and cable (a dead sensor reads its last value) and "
-                + _drop_fix(eps, "re-record").split("; ", 1)[1],
+                "check that joint's encoder and its cable (a dead sensor repeats its last value), then "
+                + _drop(eps),
                 "warning",
                 eps,
             )
