@@ -16,7 +16,7 @@ examples:
   actlab data info runs/demo/data                  # episodes, frames, fps, features
   actlab data doctor runs/demo/data --json         # exit 1 with a list of problems, 0 when clean
   actlab data doctor runs/demo/data --fail-on warning --report runs/doctor   # CI gate, report.html
-  actlab data curate runs/demo/data --out runs/curated --drop-episodes 3,7 --trim 5:0:120
+  actlab data curate runs/demo/data --out runs/curated --drop-episodes 1 --trim 2:0:120
   actlab data stats runs/demo/data --relative-horizon 30 --absolute-dims 5 --state-delta 5 \\
       --out runs/stats.json
   actlab data cache runs/demo/data --image-size 80 --cache-dir runs/demo/cache   # the demo's FrameStore
@@ -159,7 +159,7 @@ def _curate(g) -> None:
         type=int,
         default=4,
         metavar="N",
-        help="the doctor's video samples for the score rules",
+        help="the doctor's video samples for the score rules (default 4)",
     )
     add_json_flag(p)
     p.set_defaults(_run=_run_curate)
