@@ -1,10 +1,10 @@
-"""Writes episodes into a LeRobot v3.0 dataset with lerobot's own writer (run by the lerobot 0.6.1 python).
+"""Writes episodes into LeRobot v3.0 datasets with lerobot's own writer (run by the lerobot 0.6.1 python).
 
-    python lerobot_writer.py EPISODES.npz OUT [--vcodec h264]   # write OUT from the episodes
-    python lerobot_writer.py --load OUT                          # print {"episodes", "frames", "item"}
+    python lerobot_writer.py JOBS.json     # JOBS: [[EPISODES.npz, OUT, vcodec or null], ...]
+    python lerobot_writer.py --load OUT    # prints {"episodes", "frames", "item": {key: shape}}
 
 EPISODES.npz holds ``meta`` (JSON: fps, robot_type, features, tasks) and ``{i}/{key}`` arrays, one per
-episode and feature (cameras (T, H, W, 3) uint8). Imports only numpy and lerobot.
+episode and feature (cameras (T, H, W, 3) uint8). Imports only the standard library, numpy and lerobot.
 """
 
 from __future__ import annotations
@@ -25,10 +25,8 @@ def write(npz: str, out: str, vcodec: str | None) -> None:
         "local/x", meta["fps"], meta["features"], root=out, robot_type=meta["robot_type"], **kw
     )
     for i, task in enumerate(meta["tasks"]):
-        n = len(z[f"{i}/action"])
-        for t in range(n):
-            frame = {k: z[f"{i}/{k}"][t] for k in meta["features"]}
-            ds.add_frame({**frame, "task": task})
+        for t in range(len(z[f"{i}/action"])):
+            ds.add_frame({**{k: z[f"{i}/{k}"][t] for k in meta["features"]}, "task": task})
         ds.save_episode()
     ds.finalize()
 
@@ -46,6 +44,6 @@ if __name__ == "__main__":
     if sys.argv[1] == "--load":
         load(sys.argv[2])
     else:
-        write(
-            sys.argv[1], sys.argv[2], sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--vcodec" else None
-        )
+        with open(sys.argv[1]) as f:
+            for npz, out, vcodec in json.load(f):
+                write(npz, out, vcodec)
