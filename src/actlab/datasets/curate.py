@@ -185,9 +185,9 @@ def curate(src: str | Path, out: str | Path, spec: CurateSpec, overwrite: bool =
                     frames[k] = data.columns[k][e.start + start : e.start + stop]
                 for k in cams:
                     path, lo, _ = e.videos[k]
-                    dec = decoders.get(root / path) or decoders.setdefault(
-                        root / path, VideoDecoder(root / path)
-                    )
+                    if root / path not in decoders:  # one open decoder per video file
+                        decoders[root / path] = VideoDecoder(root / path)
+                    dec = decoders[root / path]
                     ts = [lo + i / fps for i in range(start, stop)]
                     frames[k] = np.stack(dec.frames_at(ts, fmt.TIMESTAMP_TOLERANCE_S))
                 try:

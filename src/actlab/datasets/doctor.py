@@ -198,7 +198,10 @@ class _Doctor:
         self, key: str, seen: dict[int, tuple[float, float, float]], broken: list[tuple[EpisodeInfo, str]]
     ) -> None:
         where = {e.index: e for e in self.layout.episodes}
-        file = lambda ep: self.root / where[ep].videos[key][0]  # noqa: E731
+
+        def file(ep: int) -> Path:
+            return self.root / where[ep].videos[key][0]
+
         if broken:
             eps = [e.index for e, _ in broken]
             self.add(

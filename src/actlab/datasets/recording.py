@@ -37,6 +37,8 @@ DISCRETE_VALUES = 20
 # An episode shorter than this fraction of the median length (or than MIN_FRAMES) is a false start.
 SHORT_FRACTION = 0.25
 MIN_FRAMES = 3
+# A still stretch shorter than this is never "long" (at 30 fps, a third of a second).
+MIN_STILL_FRAMES = 10
 # Warnings name at most this many episodes in their text (all of them are in ``episodes``).
 SHOWN = 8
 
@@ -89,7 +91,8 @@ class RecordingChecks:
     def __init__(self, layout: Layout, columns: Mapping[str, np.ndarray], report: Report) -> None:
         self.layout = layout
         self.fps = float(layout.info["fps"])
-        self.episodes = [e for e in layout.episodes if e.stop <= len(columns.get("index", ()))]
+        rows = max((len(v) for v in columns.values()), default=0)
+        self.episodes = [e for e in layout.episodes if e.stop <= rows]  # rows missing: the row checks say
         self.report = report
         self.features = layout.features
         self.action = self._float("action", columns)
@@ -193,7 +196,7 @@ class RecordingChecks:
         typical = float(np.median([n for _, n in longest]))
         hits = []
         for e, (s, n) in zip(self.episodes, longest):
-            limit = max(10.0, 3 * typical + 1, min(self.fps, 0.2 * e.length))
+            limit = max(MIN_STILL_FRAMES, 3 * typical + 1, min(self.fps, 0.2 * e.length))
             if n >= limit:
                 hits.append((e, s, n, limit))
         if not hits:
@@ -230,7 +233,7 @@ class RecordingChecks:
         spread = np.maximum(self._spread(a), 1e-9)
         eps_still = STILL_FRACTION * spread
         cont = [j for j in range(a.shape[1]) if len(np.unique(a[:, j])) > DISCRETE_VALUES]
-        min_len = max(10, round(0.5 * self.fps))
+        min_len = max(MIN_STILL_FRAMES, round(0.5 * self.fps))
         found: dict[int, list[tuple[EpisodeInfo, int, int, float]]] = {}
         for e in self.episodes:
             seg = a[e.start : e.stop]
@@ -307,9 +310,9 @@ class RecordingChecks:
                 if np.ptp(s_all[:, j]) <= eps_still[j]:
                     continue  # never moves anywhere: an unused joint (the stats check notes it)
                 st, n = runs[i][j]
-                whole = n >= e.length
+                whole = n >= e.length >= MIN_STILL_FRAMES
                 limit = max(self.fps, 3 * typical[j] + 1)
-                if not whole and n < limit:
+                if not whole and (n < limit or n < MIN_STILL_FRAMES):
                     continue
                 if paired:
                     act = self.action[e.start + st : e.start + st + n, j]
