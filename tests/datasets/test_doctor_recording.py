@@ -10,6 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -108,6 +109,16 @@ def test_report_lists_episodes_worst_first(faulted, tmp_path):
     table = table[table.index("| episode") :].splitlines()
     assert table[2].startswith("| 3 ") and "warning dead_state" in table[2]
     assert (tmp_path / "rep" / "report.html").is_file()
+
+
+def test_report_shows_the_frames_of_a_black_camera(faulted, tmp_path):
+    assert main(["data", "doctor", str(faulted("black_camera")), "--report", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "black_camera: observation.images.top, episode 4 (sampled frames)" in md
+    from PIL import Image
+
+    img = np.asarray(Image.open(tmp_path / "rep" / "frames_00.png"))
+    assert img.shape == (32, 4 * 32, 3) and img.max() < 20  # the 4 samples, black
 
 
 # ------------------------------------------------------------------------------------------- curate

@@ -111,7 +111,7 @@ def _run_doctor(args) -> int:
     if args.report:
         from actlab.viz.data_doctor import write_data_doctor_report  # viz: only when a report is asked for
 
-        write_data_doctor_report(result.as_dict(), args.report)
+        write_data_doctor_report(result.as_dict(), args.report, result.frames)
     if args.json:
         _print_json(result.as_dict())
     else:

@@ -47,6 +47,8 @@ class _Doctor:
         # feature -> (N, ...) array of the data files, when they could be read (the stats are checked
         # against them)
         self.columns: dict[str, np.ndarray] = {}
+        # (caption, (S, H, W, 3) uint8 sampled frames) of episodes a camera check flagged, for the report
+        self.frames: list[tuple[str, np.ndarray]] = []
 
     def check_videos(self) -> None:
         fps = float(self.info["fps"])
@@ -166,6 +168,7 @@ class _Doctor:
             if spec.get("dtype") != "video":
                 continue
             seen: dict[int, tuple[float, float, float]] = {}  # episode -> (mean, std, diff)
+            stacks: dict[int, np.ndarray] = {}  # episode -> its sampled frames
             broken: list[tuple[EpisodeInfo, str]] = []
             by_file: dict[Path, list[EpisodeInfo]] = {}
             for e in self.layout.episodes:
@@ -190,13 +193,17 @@ class _Doctor:
                         stack = np.stack(frames).astype(np.float32)  # (S, H, W, 3)
                         diff = float(np.abs(np.diff(stack, axis=0)).mean()) if len(stack) > 1 else np.nan
                         seen[e.index] = (float(stack.mean()), float(stack.std(axis=(1, 2, 3)).max()), diff)
+                        stacks[e.index] = np.stack(frames)
                 finally:
                     dec.close()
-            self._report_cameras(key, seen, broken)
+            flagged = self._report_cameras(key, seen, broken)
+            for check, ep in flagged[:FRAMES_SHOWN]:
+                self.frames.append((f"{check}: {key}, episode {ep} (sampled frames)", stacks[ep]))
 
     def _report_cameras(
         self, key: str, seen: dict[int, tuple[float, float, float]], broken: list[tuple[EpisodeInfo, str]]
-    ) -> None:
+    ) -> list[tuple[str, int]]:
+        """The camera findings of one camera; returns (check, episode) of each flagged episode."""
         where = {e.index: e for e in self.layout.episodes}
 
         def file(ep: int) -> Path:
@@ -217,7 +224,7 @@ class _Doctor:
                 eps,
             )
         if not seen:
-            return
+            return []
         means = np.array([v[0] for v in seen.values()])
         diffs = np.array([v[2] for v in seen.values() if np.isfinite(v[2])])
         typical_mean = float(np.median(means))
@@ -252,6 +259,8 @@ class _Doctor:
                 "warning",
                 frozen,
             )
+        shown = [("black_camera", ep) for ep in black] if typical_mean >= BRIGHT else []
+        return shown + [("frozen_camera", ep) for ep in frozen]
 
     def check_checksums(self) -> None:
         """Files whose content differs from the sha256 the writer recorded (bytes damaged on disk or in a
@@ -465,6 +474,8 @@ BLACK_MEAN, BLACK_STD, BRIGHT = 10.0, 5.0, 30.0
 # An episode whose samples differ by less than FROZEN_DIFF (mean |difference|, 0-255) and by less than
 # FROZEN_FRACTION of the camera's typical difference between samples is a frozen picture.
 FROZEN_DIFF, FROZEN_FRACTION = 1.0, 0.1
+# Flagged episodes per camera whose sampled frames the report shows.
+FRAMES_SHOWN = 4
 # Score lost per finding of each severity (an episode starts at 1.0; the score never goes below 0).
 PENALTY = {"error": 1.0, "warning": 0.4, "note": 0.1}
 
@@ -498,6 +509,8 @@ class DoctorResult:
     episodes: list[EpisodeScore]
     # frames decoded per episode and camera by the content checks (0: not sampled)
     video_samples: int
+    # (caption, (S, H, W, 3) uint8) sampled frames of the episodes a camera check flagged (not in as_dict)
+    frames: list[tuple[str, np.ndarray]] = dataclasses.field(default_factory=list)
 
     def count(self, severity: str) -> int:
         return sum(p.severity == severity for p in self.problems)
@@ -557,7 +570,7 @@ def examine(path: str | Path, video_samples: int = VIDEO_SAMPLES) -> DoctorResul
     report.stage("stats", d.check_stats)
     report.stage("checksums", d.check_checksums)
     return DoctorResult(
-        lay.root, report.problems, score_episodes(lay.episodes, report.problems), video_samples
+        lay.root, report.problems, score_episodes(lay.episodes, report.problems), video_samples, d.frames
     )
 
 

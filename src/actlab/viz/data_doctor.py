@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from actlab.viz.dataset import write_filmstrip
 from actlab.viz.report import Report
 
 # Episodes listed in the per-episode table (the worst first); the JSON has them all.
 EPISODE_ROWS = 50
 
 
-def write_data_doctor_report(result: Mapping[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
-    """``report.md`` and ``report.html`` in ``out_dir`` from ``DoctorResult.as_dict()``."""
+def write_data_doctor_report(
+    result: Mapping[str, Any], out_dir: str | Path, frames: Sequence[tuple[str, np.ndarray]] = ()
+) -> tuple[Path, Path]:
+    """``report.md`` and ``report.html`` in ``out_dir`` from ``DoctorResult.as_dict()``; ``frames``
+    (``DoctorResult.frames``: caption, (S, H, W, 3) uint8) are shown as filmstrips, one PNG each."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     counts = result["counts"]
@@ -38,6 +44,11 @@ def write_data_doctor_report(result: Mapping[str, Any], out_dir: str | Path) -> 
             rows.append(("episodes", ", ".join(map(str, p["episodes"]))))
         rows += [("expected", p["expected"]), ("found", p["found"]), ("fix", p["fix"])]
         r.table(rows, ["", ""])
+    if frames:
+        r.heading("Flagged frames")
+        for i, (caption, strip) in enumerate(frames):
+            write_filmstrip([strip], out / f"frames_{i:02d}.png")
+            r.image(f"frames_{i:02d}.png", caption)
     eps = sorted(result["episodes"], key=lambda e: (e["score"], e["episode"]))
     r.heading("Episodes (worst first)")
     flagged = [e for e in eps if e["reasons"]]
