@@ -160,9 +160,9 @@ class _Doctor:
 
     def sample_cameras(self, samples: int) -> None:
         """Decode ``samples`` frames of every episode of every video camera (one seek each: with the
-        writers' keyframe every 2 frames a sample costs about 2 decoded frames, so 4 samples of a
-        160-frame episode cost ~5% of decoding it once) and look for a black picture, a frozen one and
-        frames that do not decode. Thresholds are relative to the camera's typical episode."""
+        writers' keyframe every 2 frames a sample decodes at most 2 frames, 8 of a 160-frame episode's
+        for 4 samples; with the seeks, about a tenth of the CPU of decoding it once, measured in
+        docs/benchmarks.md) and look for a black picture, a frozen one and frames that do not decode. Thresholds are relative to the camera's typical episode."""
         fps = float(self.info["fps"])
         for key, spec in self.info["features"].items():
             if spec.get("dtype") != "video":
