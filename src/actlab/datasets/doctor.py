@@ -278,7 +278,7 @@ class _Doctor:
                     "a current record",
                     why,
                     fix,
-                    "warning",
+                    "note" if "stale" in (why or "") else "warning",  # edited on purpose vs damaged
                 )
             return
         for rel, expected, found in checksums.damaged(self.root, self.info, "videos/"):  # data: read_data
@@ -438,7 +438,7 @@ class _Doctor:
                 "> 0",
                 std.ravel()[zero].tolist(),
                 "fine if those joints are unused; otherwise check the recording",
-                "warning",
+                "note",
             )
 
     def _check_against_data(self, path: Path, key: str, mean: np.ndarray, std: np.ndarray) -> None:
