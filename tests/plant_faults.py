@@ -67,6 +67,24 @@ def _pinned(eps):
     return eps
 
 
+def _frozen_short(eps):
+    ep = eps[1][0]
+    ep["action"][60:80] = ep["action"][60]  # 20 frames, two thirds of a second
+    return eps
+
+
+def _pinned_constant(eps):
+    ep = eps[5][0]
+    ep["action"][:, 3] = ep["action"][0, 3]  # wrist_flex's reading stuck for the whole episode
+    return eps
+
+
+def _dead_everywhere(eps):
+    for ep, _ in eps:  # the elbow encoder dead for the whole recording (its action moves)
+        ep["observation.state"][:, 2] = eps[0][0]["observation.state"][0, 2]
+    return eps
+
+
 def _dead_state(eps):
     ep = eps[3][0]
     ep["observation.state"][:, 2] = ep["observation.state"][0, 2]  # elbow encoder dead all episode
@@ -114,6 +132,9 @@ FAULTS: dict[str, tuple[str, int | None, Callable]] = {
     "frozen_actions": ("frozen_actions", 2, _frozen),
     "pinned_action": ("pinned_action", None, _pinned),
     "dead_state": ("dead_state", 3, _dead_state),
+    "dead_state_everywhere": ("dead_state", None, _dead_everywhere),
+    "frozen_actions_short": ("frozen_actions", 1, _frozen_short),
+    "pinned_action_constant": ("pinned_action", 5, _pinned_constant),
     "short_episode": ("short_episode", 2, _short),
     "duplicate_episode": ("duplicate_episode", None, _duplicate),
     "black_camera": ("black_camera", 4, _black),

@@ -2,7 +2,7 @@
 warning gate, each recording fault planted before writing is named (exit 1), and `actlab data curate`'s
 output loads in lerobot with the right episode and frame counts.
 
-Slow (one lerobot process writes the 11 datasets, ~2-4 min on 2 shared cores); skipped without
+Slow (one lerobot process writes the 14 datasets; 7 min for 11 on 2 shared cores); skipped without
 $ACTLAB_LEROBOT_PYTHON (default /work/lerobot-venv/bin/python).
 """
 
@@ -88,7 +88,7 @@ def test_lerobot_written_fault_is_named(written, fault, capsys):
     check, episode, _ = FAULTS[fault]
     assert main(["data", "doctor", str(written[fault]), "--fail-on", "warning", "--json"]) == 1
     problems = json.loads(capsys.readouterr().out)["problems"]
-    assert [p["check"] for p in problems] == [check]
+    assert [p["check"] for p in problems if p["severity"] != "note"] == [check]
     if episode is not None:
         assert problems[0]["episodes"] == [episode]
 

@@ -162,7 +162,8 @@ class _Doctor:
         """Decode ``samples`` frames of every episode of every video camera (one seek each: with the
         writers' keyframe every 2 frames a sample decodes at most 2 frames, 8 of a 160-frame episode's
         for 4 samples; with the seeks, about a tenth of the CPU of decoding it once, measured in
-        docs/benchmarks.md) and look for a black picture, a frozen one and frames that do not decode. Thresholds are relative to the camera's typical episode."""
+        docs/benchmarks.md) and look for a black picture, a frozen one and frames that do not decode.
+        Thresholds are relative to the camera's typical episode."""
         fps = float(self.info["fps"])
         for key, spec in self.info["features"].items():
             if spec.get("dtype") != "video":

@@ -182,7 +182,7 @@ class RecordingChecks:
 
     def frozen_actions(self) -> None:
         """Every action dim unchanged for a stretch: the leader arm stopped reporting (a USB stall repeats
-        the last reading). Long means at least 1 s (or a fifth of a shorter episode), at least 10 frames,
+        the last reading). Long means at least 0.5 s (or a fifth of a shorter episode), 10 frames,
         and more than 3x the median of the longest such stretch over the episodes (a recording that
         pauses in every episode, e.g. while the gripper closes, sets its own scale)."""
         a = self.action
@@ -196,7 +196,7 @@ class RecordingChecks:
         typical = float(np.median([n for _, n in longest]))
         hits = []
         for e, (s, n) in zip(self.episodes, longest):
-            limit = max(MIN_STILL_FRAMES, 3 * typical + 1, min(self.fps, 0.2 * e.length))
+            limit = max(MIN_STILL_FRAMES, 3 * typical + 1, min(0.5 * self.fps, 0.2 * e.length))
             if n >= limit:
                 hits.append((e, s, n, limit))
         if not hits:
@@ -233,7 +233,7 @@ class RecordingChecks:
         spread = np.maximum(self._spread(a), 1e-9)
         eps_still = STILL_FRACTION * spread
         cont = [j for j in range(a.shape[1]) if len(np.unique(a[:, j])) > DISCRETE_VALUES]
-        min_len = max(MIN_STILL_FRAMES, round(0.5 * self.fps))
+        min_len = max(MIN_STILL_FRAMES, round(self.fps / 3))
         found: dict[int, list[tuple[EpisodeInfo, int, int, float]]] = {}
         for e in self.episodes:
             seg = a[e.start : e.stop]
@@ -260,6 +260,7 @@ class RecordingChecks:
                     if moving[s:stop][:, others].any(axis=1).mean() < 0.5:
                         continue  # the whole arm paused
                     found.setdefault(j, []).append((e, int(s), int(n + 1), float(v)))
+        self._constant_actions(found, spread, eps_still)
         for j, hits in found.items():
             eps = sorted({h[0].index for h in hits})
             e, s, n, v = hits[0]
@@ -281,6 +282,29 @@ class RecordingChecks:
                 "warning",
                 eps,
             )
+
+    def _constant_actions(
+        self,
+        found: dict[int, list[tuple[EpisodeInfo, int, int, float]]],
+        spread: np.ndarray,
+        eps_still: np.ndarray,
+    ) -> None:
+        """An action joint at one value for a whole episode while its follower joint moves by more than
+        a tenth of its spread: the leader's reading pinned (a range that collapsed to one value). Needs
+        a state of the action's shape (which joint follows which)."""
+        a, s = self.action, self.state
+        if s is None or s.shape != a.shape:
+            return
+        s_spread = np.maximum(self._spread(s), 1e-9)
+        for e in self.episodes:
+            if e.length < MIN_STILL_FRAMES:
+                continue
+            seg, st = a[e.start : e.stop], s[e.start : e.stop]
+            for j in np.flatnonzero(
+                (np.ptp(seg, axis=0) <= eps_still) & (np.ptp(st, axis=0) > 0.1 * s_spread)
+            ):
+                if not any(h[0].index == e.index for h in found.get(int(j), [])):
+                    found.setdefault(int(j), []).append((e, 0, e.length, float(seg[0, j])))
 
     # ------------------------------------------------------------------------------ the follower (state)
 
@@ -305,10 +329,16 @@ class RecordingChecks:
                 row.append((st, longest[i, j]))
             runs.append(row)
         typical = np.median(longest, axis=0)
+        # the scale an action must move by to count as commanding the joint: the state's own spread, or
+        # the action's where the state never moves anywhere (an encoder dead for the whole recording)
+        scale = spread.copy()
+        if paired:
+            never = np.ptp(s_all, axis=0) <= eps_still
+            scale[never] = self._spread(self.action)[never]
         for i, e in enumerate(self.episodes):
             for j in range(s_all.shape[1]):
-                if np.ptp(s_all[:, j]) <= eps_still[j]:
-                    continue  # never moves anywhere: an unused joint (the stats check notes it)
+                if not paired and np.ptp(s_all[:, j]) <= eps_still[j]:
+                    continue  # never moves anywhere, and nothing says it should: an unused joint
                 st, n = runs[i][j]
                 whole = n >= e.length >= MIN_STILL_FRAMES
                 limit = max(self.fps, 3 * typical[j] + 1)
@@ -316,7 +346,7 @@ class RecordingChecks:
                     continue
                 if paired:
                     act = self.action[e.start + st : e.start + st + n, j]
-                    if np.ptp(act) < 0.1 * spread[j]:
+                    if np.ptp(act) < 0.1 * scale[j] or scale[j] <= 1e-9:
                         continue  # not commanded to move either: the arm was resting
                 elif not whole:
                     continue
