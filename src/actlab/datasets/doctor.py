@@ -1,12 +1,16 @@
 """``actlab data doctor``: find what is wrong with a dataset, each problem with its fix.
 
-Every problem is a record (check, file, field, expected, found, fix). The cheap checks are the reader's
-own (:mod:`actlab.datasets.layout`, run here with a collecting report): readable metadata (info.json
-types included), the tasks table, episode indices 0..E-1, missing files and columns, columns info.json
-does not list, text where numbers belong, length mismatches (episodes vs data rows vs info totals), rows
-out of their episode's range, NaN/inf, non-monotonic or off-grid timestamps. The doctor adds the checks
-that read video files or stats.json: video frame count vs episode length, video size vs info.json,
-missing or degenerate stats.
+Every finding is a record (check, file, field, expected, found, fix, severity, episodes). The cheap
+checks are the reader's own (:mod:`actlab.datasets.layout` and :mod:`actlab.datasets.rows`, run here with
+a collecting report): readable metadata (info.json types included), the tasks table, episode indices
+0..E-1, missing files and columns, columns info.json does not list, text where numbers belong, length
+mismatches (episodes vs data rows vs info totals), rows out of their episode's range, NaN/inf,
+non-monotonic or off-grid timestamps. The doctor adds the recording checks
+(:mod:`actlab.datasets.recording`: frozen or pinned actions, dead state joints, short and repeated
+episodes, actions equal to or lagging the state), the checks that read video files (frame count vs
+episode length, size and codec vs info.json, sampled frames that are black, frozen or do not decode) and
+those of stats.json. Severities: "error" (the data is wrong), "warning" (likely a recording fault),
+"note" (worth a look); each episode gets a score from the findings that name it.
 A check that cannot run because the dataset is too broken becomes a problem too; the doctor itself
 never raises on a broken dataset.
 """
