@@ -165,7 +165,7 @@ class _Doctor:
     def sample_cameras(self, samples: int) -> None:
         """Decode ``samples`` frames of every episode of every video camera (one seek each: with the
         writers' keyframe every 2 frames a sample decodes at most 2 frames, 8 of a 160-frame episode's
-        for 4 samples; with the seeks, about a tenth of the CPU of decoding it once, measured in
+        for 4 samples; with the seeks, about a seventh of the CPU of decoding it once, measured in
         docs/benchmarks.md) and look for a black picture, a frozen one and frames that do not decode.
         Thresholds are relative to the camera's typical episode."""
         fps = float(self.info["fps"])
