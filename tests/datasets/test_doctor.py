@@ -54,8 +54,10 @@ def _checks(root):
 
 def test_clean_dataset_has_no_problems(tiny_dataset, capsys):
     assert [p for p in diagnose(tiny_dataset) if p.severity == "error"] == []
-    assert main(["data", "doctor", str(tiny_dataset), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == []
+    assert main(["data", "doctor", str(tiny_dataset), "--json", "--fail-on", "warning"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["problems"] == [] and out["counts"] == {"error": 0, "warning": 0, "note": 0}
+    assert [e["score"] for e in out["episodes"]] == [1.0, 1.0, 1.0]
 
 
 def test_nan(copy):
@@ -124,7 +126,7 @@ def test_missing_image_stats_and_the_fix_works(copy, capsys):
     _rewrite_stats(copy, lambda s: s.pop("observation.images.top"))
     assert _checks(copy) == {"missing_image_stats"}
     assert main(["data", "doctor", str(copy), "--json"]) == 1
-    records = json.loads(capsys.readouterr().out)
+    records = json.loads(capsys.readouterr().out)["problems"]
     assert set(records[0]) >= {"file", "field", "expected", "found", "fix"}
     assert main(["data", "stats", str(copy), "--write-meta"]) == 0  # the fix the doctor names
     assert _checks(copy) == set()
@@ -344,7 +346,7 @@ def test_a_dataset_path_that_is_a_symlink_loop_is_a_problem_not_a_crash(tmp_path
     out = capsys.readouterr().out
     assert "symlink_loop" in out and str(loop) in out
     assert main(["data", "doctor", str(loop), "--json"]) == 1
-    assert [p["check"] for p in json.loads(capsys.readouterr().out)] == ["symlink_loop"]
+    assert [p["check"] for p in json.loads(capsys.readouterr().out)["problems"]] == ["symlink_loop"]
 
 
 @pytest.mark.parametrize("name", ["meta", "data", "videos", "meta/info.json"])
@@ -363,3 +365,29 @@ def test_a_symlink_loop_inside_the_dataset_is_named_by_the_doctor_and_the_reader
     assert "symlink_loop" in capsys.readouterr().out
     with pytest.raises(ActlabError, match="check `symlink_loop`"):  # the reader runs the same check
         open_dataset(copy)
+
+
+def test_a_timestamp_gap_says_frames_were_dropped(copy):
+    """Frames 20.. of episode 1 stamped 3 frames late (the recorder lost 3 frames): the fix trims or
+    drops, and never rewrites the timestamps (which would pair every later frame with the wrong time)."""
+
+    def late(ts):
+        ep1 = slice(40 + 20, 80)  # tiny_dataset: 3 episodes of 40 frames
+        for i in range(ep1.start, ep1.stop):
+            ts[i] = ts[i] + 3 / 30
+        return ts
+
+    _rewrite_column(copy, "timestamp", late)
+    (p,) = [p for p in diagnose(copy) if p.check == "timestamps"]
+    assert "3 frame(s) dropped after frame 19" in p.problem and p.episodes == (1,)
+    assert "--trim 1:0:20" in p.fix and "--drop-episodes 1" in p.fix and "frame_index / fps" not in p.fix
+
+
+def test_an_fps_mismatch_suggests_the_fps_the_timestamps_show(copy):
+    info = json.loads((copy / "meta/info.json").read_text())
+    info["fps"] = 15  # recorded at 30
+    (copy / "meta/info.json").write_text(json.dumps(info))
+    found = [p for p in diagnose(copy) if p.check == "timestamps"]
+    assert [p.episodes for p in found] == [(0,), (1,), (2,)]
+    assert "advance at 30 fps, info.json says 15" in found[0].problem
+    assert "set fps to 30 in info.json" in found[0].fix

@@ -1,5 +1,5 @@
-"""``actlab data ...``: info, doctor, stats, convert, cache, synth (argument parsing only; the work is in
-``actlab.datasets``)."""
+"""``actlab data ...``: info, doctor, curate, stats, convert, cache, synth (argument parsing only; the work
+is in ``actlab.datasets``)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ _EPILOG = """\
 examples:
   actlab data info runs/demo/data                  # episodes, frames, fps, features
   actlab data doctor runs/demo/data --json         # exit 1 with a list of problems, 0 when clean
+  actlab data doctor runs/demo/data --fail-on warning --report runs/doctor   # CI gate, report.html
+  actlab data curate runs/demo/data --out runs/curated --drop-episodes 1 --trim 2:0:120
   actlab data stats runs/demo/data --relative-horizon 30 --absolute-dims 5 --state-delta 5 \\
       --out runs/stats.json
   actlab data cache runs/demo/data --image-size 80 --cache-dir runs/demo/cache   # the demo's FrameStore
@@ -36,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = group(sub, "data", "inspect, validate, convert and cache LeRobot v3 datasets", _EPILOG)
     _info(g)
     _doctor(g)
+    _curate(g)
     _stats(g)
     _convert(g)
     _cache(g)
@@ -83,22 +86,112 @@ def _run_info(args) -> int:
 def _doctor(g) -> None:
     p = _parser(g, "doctor", "check a dataset; exit 1 with a list of problems and their fixes")
     p.add_argument("path", metavar="PATH", help="LeRobot v3.0 dataset directory")
+    p.add_argument(
+        "--fail-on",
+        choices=("error", "warning"),
+        default="error",
+        help="exit 1 on a finding this grave or worse (default error; warning: also on recording faults)",
+    )
+    p.add_argument(
+        "--video-samples",
+        type=int,
+        default=4,
+        metavar="N",
+        help="frames decoded per episode and camera to find black, frozen or broken video (4; 0: none)",
+    )
+    p.add_argument("--report", default=None, metavar="DIR", help="also write DIR/report.md and report.html")
     add_json_flag(p)
     p.set_defaults(_run=_run_doctor)
 
 
 def _run_doctor(args) -> int:
-    from actlab.datasets.doctor import diagnose
+    from actlab.datasets.doctor import examine
 
-    problems = diagnose(args.path)
-    errors = [p for p in problems if p.severity == "error"]
+    result = examine(args.path, video_samples=args.video_samples)
+    if args.report:
+        from actlab.viz.data_doctor import write_data_doctor_report  # viz: only when a report is asked for
+
+        write_data_doctor_report(result.as_dict(), args.report, result.frames)
     if args.json:
-        _print_json([p.as_dict() for p in problems])
+        _print_json(result.as_dict())
     else:
-        for p in problems:
+        for p in result.problems:
             print(p.render() + "\n")
-        print(f"{len(errors)} problem(s), {len(problems) - len(errors)} warning(s): {args.path}")
-    return 1 if errors else 0
+        worst = sorted(result.episodes, key=lambda e: e.score)
+        low = [f"{e.episode} ({e.score:g})" for e in worst if e.score < 1.0][:10]
+        if low:
+            print(f"lowest episode scores: {', '.join(low)}")
+        print(
+            f"{result.summary()}: {args.path}"
+            + (f" (report: {args.report}/report.html)" if args.report else "")
+        )
+    return result.exit_code(args.fail_on)
+
+
+# --------------------------------------------------------------------------------------------- curate
+
+
+def _curate(g) -> None:
+    p = _parser(g, "curate", "a new dataset without bad episodes or frames (the input is never modified)")
+    p.add_argument("path", metavar="PATH", help="LeRobot v3.0 dataset directory (only read)")
+    p.add_argument("--out", required=True, metavar="NEW", help="new dataset directory (must not exist)")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace --out if it is an earlier output of data curate"
+    )
+    p.add_argument("--drop-episodes", default="", metavar="E,..", help="episode indices to drop, e.g. 3,7")
+    p.add_argument(
+        "--min-score",
+        type=float,
+        default=None,
+        metavar="S",
+        help="drop episodes the doctor scores below S (0..1)",
+    )
+    p.add_argument("--drop-flagged", action="store_true", help="drop every episode a doctor finding names")
+    p.add_argument(
+        "--trim",
+        action="append",
+        default=[],
+        metavar="EP:START:END",
+        help="keep only frames START..END-1 of episode EP (repeatable)",
+    )
+    p.add_argument(
+        "--video-samples",
+        type=int,
+        default=4,
+        metavar="N",
+        help="the doctor's video samples for the score rules (default 4)",
+    )
+    add_json_flag(p)
+    p.set_defaults(_run=_run_curate)
+
+
+def _run_curate(args) -> int:
+    from actlab.datasets import parse_episodes
+    from actlab.datasets.curate import CurateSpec, curate, parse_trim
+
+    spec = CurateSpec(
+        drop=tuple(parse_episodes(args.drop_episodes) or ()),
+        trim=parse_trim(args.trim),
+        min_score=args.min_score,
+        drop_flagged=args.drop_flagged,
+        video_samples=args.video_samples,
+    )
+    summary = curate(args.path, args.out, spec, overwrite=args.overwrite)
+    if args.json:
+        _print_json(summary)
+    else:
+        for ep, why in summary["removed"].items():
+            print(f"dropped episode {ep}: {why}")
+        for t in summary["trimmed"]:
+            print(
+                f"trimmed episode {t['episode']} to frames {t['kept_frames'][0]}..{t['kept_frames'][1] - 1}"
+            )
+        d = summary["doctor"]
+        print(
+            f"wrote {summary['episodes']} episodes, {summary['frames']} frames to {summary['out']} "
+            f"(doctor: {d['error']} error(s), {d['warning']} warning(s), {d['note']} note(s))"
+        )
+    return 0
 
 
 # ----------------------------------------------------------------------------------------------- stats

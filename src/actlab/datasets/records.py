@@ -28,6 +28,8 @@ EPISODE_COLUMNS = ("episode_index", "length", "dataset_from_index", "dataset_to_
 VIDEO_COLUMNS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
 # Columns pandas adds when a table is written with its index; not data.
 PANDAS_INDEX = "__index_level_0__"
+# Severities, gravest first.
+SEVERITIES = ("error", "warning", "note")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,16 +50,25 @@ class Problem:
     found: str
     # How to repair it.
     fix: str
-    # "error" (training would be wrong or fail) or "warning" (suspicious, exit code unaffected).
+    # One of SEVERITIES: "error" (the data is wrong: training would be wrong or fail), "warning" (likely
+    # a recording fault: a policy would learn from it without a word) or "note" (worth a look).
     severity: str = "error"
+    # The episodes concerned (empty: the dataset as a whole); what the per-episode scores count.
+    episodes: tuple[int, ...] = ()
 
-    def as_dict(self) -> dict[str, str]:
-        return dataclasses.asdict(self)
+    def as_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["episodes"] = list(self.episodes)
+        return out
 
     def render(self) -> str:
+        eps = ""
+        if self.episodes:
+            shown = ", ".join(map(str, self.episodes[:12])) + (" ..." if len(self.episodes) > 12 else "")
+            eps = f"\n  episodes: {shown}"
         return (
             f"[{self.severity}] {self.check}: {self.problem}\n  file:     {self.file}\n"
-            f"  field:    {self.field}\n  expected: {self.expected}\n  found:    {self.found}\n"
+            f"  field:    {self.field}{eps}\n  expected: {self.expected}\n  found:    {self.found}\n"
             f"  fix:      {self.fix}"
         )
 
@@ -85,8 +96,19 @@ class Report:
         found: Any,
         fix: str,
         severity: str = "error",
+        episodes: Sequence[int] = (),
     ) -> None:
-        p = Problem(check, problem, str(file), field, str(expected), str(found), fix, severity)
+        p = Problem(
+            check,
+            problem,
+            str(file),
+            field,
+            str(expected),
+            str(found),
+            fix,
+            severity,
+            tuple(map(int, episodes)),
+        )
         if self.strict and severity == "error":
             raise ActlabError(
                 f"dataset {self.root} fails the check `{check}`: {problem}",

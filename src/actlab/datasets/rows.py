@@ -264,15 +264,49 @@ def _check_within_episodes(
         for e in _episodes_of(sorted_ep, off):
             in_e = off[sorted_ep[off] == e]
             i = int(in_e[0])
+            problem, fix = _off_grid(ts[sorted_ep == e], fps, e)
             report.add(
                 "timestamps",
-                f"episode {e}: {in_e.size} timestamp(s) off the 1/fps grid",
+                f"episode {e}: {in_e.size} timestamp(s) off the 1/fps grid: {problem}",
                 file,
                 "timestamp",
                 f"{grid[i]:.6f} (frame {pos[i]} / {fps:g} fps, ±{fmt.TIMESTAMP_TOLERANCE_S})",
                 f"{ts[i]:.6f}",
-                "resample the episode to the dataset fps or rewrite timestamp as frame_index / fps",
+                fix,
+                episodes=[e],
             )
+
+
+def _off_grid(ts: np.ndarray, fps: float, e: int) -> tuple[str, str]:
+    """What an episode's off-grid timestamps mean, and the fix that does not hide it. Rewriting them as
+    frame_index / fps never is: it would pair each frame with the wrong moment (a gap: every frame after
+    it shifted) or declare a rate the recording did not run at."""
+    dt = np.diff(ts)
+    if not len(dt):
+        return "a single frame", "re-export the episode (its one timestamp must be 0)"
+    step = float(np.median(dt))
+    if step > 0 and abs(step - 1 / fps) > fmt.TIMESTAMP_TOLERANCE_S:
+        shown = 1 / step
+        return (
+            f"the timestamps advance at {shown:.4g} fps, info.json says {fps:g}",
+            f"if the recording ran at {shown:.4g} fps, set fps to {round(shown)} in info.json (and the "
+            "videos' video.fps); otherwise the episode was written with the wrong clock: re-export it",
+        )
+    gaps = np.flatnonzero(dt > 1.5 / fps)
+    if gaps.size:
+        g = int(gaps[0])
+        lost = round(float(dt[g]) * fps) - 1
+        return (
+            f"{lost} frame(s) dropped after frame {g} ({ts[g]:.3f} -> {ts[g + 1]:.3f} s)",
+            "frames were dropped while recording: trim the episode before the gap (`actlab data curate "
+            f"DATASET --out NEW --trim {e}:0:{g + 1}`) or drop it (`--drop-episodes {e}`); rewriting the "
+            "timestamps would hide the gap",
+        )
+    return (
+        "the frame times jitter around the grid",
+        "the recorder stamped frames with their arrival time: resample the episode to the dataset fps "
+        "from its recorded times (or drop it)",
+    )
 
 
 def _check_index(cols: Mapping[str, np.ndarray], file: Path, report: Report) -> None:

@@ -493,10 +493,17 @@ def packet_times(path: str | Path) -> np.ndarray:
 
 
 def video_info(path: str | Path) -> dict[str, Any]:
-    """Height, width, codec and pixel format of the first video stream."""
+    """Height, width, codec and pixel format of the first video stream: ``codec`` the decoder's name
+    (libdav1d), ``codec_id`` the format's (av1, h264, hevc: what info.json's ``video.codec`` names)."""
     container = _open_input(Path(path))
     try:
         cc = container.streams.video[0].codec_context
-        return {"height": cc.height, "width": cc.width, "codec": cc.name, "pix_fmt": cc.pix_fmt}
+        return {
+            "height": cc.height,
+            "width": cc.width,
+            "codec": cc.name,
+            "codec_id": cc.codec.canonical_name,
+            "pix_fmt": cc.pix_fmt,
+        }
     finally:
         container.close()

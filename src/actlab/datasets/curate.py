@@ -1,0 +1,227 @@
+"""``actlab data curate``: a new dataset without the episodes (or frames) the doctor found bad.
+
+The input is only read: the output is a new LeRobot v3.0 dataset written by
+:class:`~actlab.datasets.writer.DatasetWriter` (a temporary directory renamed into place on success; an
+existing ``--out``, or one that is, holds or lies inside the input, is refused before anything is read).
+Episodes are re-indexed 0..E-1, videos re-encoded from the decoded frames of the kept range (the
+writer's encoder settings), ``meta/stats.json`` and the per-episode stats computed from what was kept,
+and ``info.json`` records under :data:`INFO_KEY` the source, and each episode removed or trimmed with
+the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from actlab.datasets import format as fmt
+from actlab.datasets import layout, rows
+from actlab.datasets.doctor import VIDEO_SAMPLES, examine
+from actlab.datasets.records import Layout, Report
+from actlab.datasets.video import VideoDecoder
+from actlab.datasets.writer import DatasetWriter
+from actlab.errors import ActlabError
+from actlab.utils.io import check_out_dir
+
+INFO_KEY = "actlab_curation"
+KIND = "actlab data curate"
+
+
+@dataclasses.dataclass(frozen=True)
+class CurateSpec:
+    """What to remove. Every rule names its reason in the output's metadata."""
+
+    # episode indices to drop (--drop-episodes)
+    drop: tuple[int, ...] = ()
+    # episode -> (start, stop): keep only frames [start, stop) of that episode (--trim EP:START:END)
+    trim: Mapping[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    # drop episodes whose doctor score is below this (--min-score), None: no score rule
+    min_score: float | None = None
+    # drop every episode a doctor finding names (--drop-flagged)
+    drop_flagged: bool = False
+    # frames per episode and camera the doctor decodes for the score rules (0: no video sampling)
+    video_samples: int = VIDEO_SAMPLES
+
+    def __post_init__(self) -> None:
+        if self.min_score is not None and not 0.0 <= self.min_score <= 1.0:
+            raise ActlabError(
+                "--min-score is a doctor score", field="--min-score", expected="0..1", found=self.min_score
+            )
+        for ep, (start, stop) in self.trim.items():
+            if not 0 <= start < stop:
+                raise ActlabError(
+                    f"--trim {ep}:{start}:{stop} keeps no frame",
+                    field="--trim",
+                    expected="EP:START:END with 0 <= START < END (frames START..END-1 are kept)",
+                    found=f"{ep}:{start}:{stop}",
+                )
+
+    @property
+    def needs_doctor(self) -> bool:
+        return self.min_score is not None or self.drop_flagged
+
+
+def parse_trim(values: Sequence[str]) -> dict[int, tuple[int, int]]:
+    """``["3:10:80", ...]`` -> ``{3: (10, 80)}``; an ActlabError naming the bad value."""
+    out: dict[int, tuple[int, int]] = {}
+    for v in values:
+        try:
+            ep, start, stop = (int(x) for x in v.split(":"))
+        except ValueError:
+            raise ActlabError(
+                "cannot read --trim", field="--trim", expected="EP:START:END, e.g. 3:0:120", found=v
+            ) from None
+        if ep in out:
+            raise ActlabError(
+                "episode trimmed twice", field="--trim", expected="one --trim per episode", found=v
+            )
+        out[ep] = (start, stop)
+    return out
+
+
+def _plan(lay: Layout, spec: CurateSpec, root: Path) -> tuple[dict[int, str], dict[int, dict[str, Any]]]:
+    """(episode -> why it is dropped, episode -> its trim record)."""
+    known = {e.index: e for e in lay.episodes}
+    for ep in [*spec.drop, *spec.trim]:
+        if ep not in known:
+            raise ActlabError(
+                f"episode {ep} is not in the dataset",
+                file=root,
+                field="--drop-episodes/--trim",
+                expected=f"an episode index 0..{len(known) - 1}",
+                found=ep,
+            )
+    dropped = dict.fromkeys(spec.drop, "--drop-episodes")
+    if spec.needs_doctor:
+        result = examine(root, spec.video_samples)
+        for score in result.episodes:
+            why = []
+            if spec.min_score is not None and score.score < spec.min_score:
+                why.append(f"score {score.score:g} < --min-score {spec.min_score:g}")
+            if spec.drop_flagged and score.reasons:
+                why.append("--drop-flagged")
+            if why and score.episode not in dropped:
+                dropped[score.episode] = f"{'; '.join(why)} ({', '.join(score.reasons)})"
+    trims = {}
+    for ep, (start, stop) in spec.trim.items():
+        e = known[ep]
+        if stop > e.length:
+            raise ActlabError(
+                f"--trim {ep}:{start}:{stop} reaches past the episode's end",
+                file=root,
+                field="--trim",
+                expected=f"END <= {e.length} (episode {ep} has {e.length} frames)",
+                found=stop,
+            )
+        if ep not in dropped:
+            trims[ep] = {"episode": ep, "kept_frames": [start, stop], "of": e.length, "why": "--trim"}
+    if len(dropped) == len(known):
+        raise ActlabError(
+            "curation would drop every episode",
+            file=root,
+            field="episodes",
+            expected="at least one episode kept",
+            found=f"{len(dropped)} of {len(known)} dropped",
+            fix="drop fewer episodes (a lower --min-score, fewer --drop-episodes)",
+        )
+    return dropped, trims
+
+
+def curate(src: str | Path, out: str | Path, spec: CurateSpec, overwrite: bool = False) -> dict[str, Any]:
+    """Write the curated copy of ``src`` to ``out`` (a new directory; ``overwrite`` replaces only an
+    earlier output of this command, never the input); returns a summary with the output's doctor counts."""
+    root = layout.resolve_root(src)
+    check_out_dir(out, KIND, overwrite=overwrite, inputs=[root])
+    report = Report(root, strict=True)
+    lay = layout.parse(root, report)  # metadata errors raise: nothing can be curated without episodes
+    assert lay is not None  # a strict report raises instead
+    for key, f in lay.features.items():
+        if f.get("dtype") == "image":
+            raise ActlabError(
+                "curate re-encodes video cameras; this dataset stores PNG images",
+                file=root / fmt.INFO_PATH,
+                field=f"features.{key}.dtype",
+                expected="video",
+                found="image",
+                fix="convert the images to video first (LeRobot writes video by default)",
+            )
+    dropped, trims = _plan(lay, spec, root)
+    # the rows of kept episodes must be readable; problems of dropped ones are the point of dropping them
+    loose = Report(root, strict=False)
+    data = rows.read_data(lay, loose)
+    if data is None:
+        raise ActlabError(
+            "the data files cannot be read",
+            file=root / "data",
+            found="; ".join(p.problem for p in loose.problems[:3]),
+            fix=f"`actlab data doctor {root}` names the files",
+        )
+    user = {k: f for k, f in lay.features.items() if k not in fmt.DEFAULT_FEATURES}
+    cams = [k for k, f in user.items() if f.get("dtype") == "video"]
+    numeric = [k for k, f in user.items() if fmt.is_numeric(f)]
+    kept = [e for e in lay.episodes if e.index not in dropped]
+    fps = int(lay.info["fps"])
+    decoders: dict[Path, VideoDecoder] = {}
+    episode_map = []
+    total = 0
+    try:
+        with DatasetWriter(
+            out,
+            fps,
+            user,
+            robot_type=lay.info.get("robot_type"),
+            overwrite=overwrite,
+            kind=KIND,
+            inputs=[root],
+        ) as w:
+            for e in kept:
+                start, stop = trims.get(e.index, {}).get("kept_frames", (0, e.length))
+                frames: dict[str, np.ndarray] = {}
+                for k in numeric:
+                    frames[k] = data.columns[k][e.start + start : e.start + stop]
+                for k in cams:
+                    path, lo, _ = e.videos[k]
+                    if root / path not in decoders:  # one open decoder per video file
+                        decoders[root / path] = VideoDecoder(root / path)
+                    dec = decoders[root / path]
+                    ts = [lo + i / fps for i in range(start, stop)]
+                    frames[k] = np.stack(dec.frames_at(ts, fmt.TIMESTAMP_TOLERANCE_S))
+                try:
+                    w.add_episode(frames, task=(e.tasks or ("",))[0] or "task")
+                except ActlabError as err:
+                    raise ActlabError(
+                        f"episode {e.index} cannot be written: {err.problem}",
+                        file=root / e.data_file,
+                        field=err.field,
+                        expected=err.expected,
+                        found=err.found,
+                        fix=f"drop it (--drop-episodes {e.index}) or trim the bad frames (--trim)",
+                    ) from err
+                episode_map.append(e.index)
+                total += stop - start
+            w.add_info(
+                INFO_KEY,
+                {
+                    "source": str(root),
+                    "source_episodes": len(lay.episodes),
+                    "episodes_from_source": episode_map,
+                    "removed": [{"episode": ep, "why": why} for ep, why in sorted(dropped.items())],
+                    "trimmed": [trims[ep] for ep in sorted(trims)],
+                },
+            )
+    finally:
+        for dec in decoders.values():
+            dec.close()
+    result = examine(out, spec.video_samples)
+    return {
+        "out": str(Path(out).resolve()),
+        "episodes": len(kept),
+        "frames": total,
+        "removed": {str(k): v for k, v in sorted(dropped.items())},
+        "trimmed": [trims[ep] for ep in sorted(trims)],
+        "doctor": {s: result.count(s) for s in ("error", "warning", "note")},
+    }
