@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from actlab.errors import ActlabError
+from actlab.utils.io import require_file
 
 T = TypeVar("T")
 
@@ -206,15 +207,13 @@ def read_table(path: Path, what: str, columns: Sequence[str] | None = None):
     """A parquet file as a pyarrow Table, or an ActlabError naming the file (missing or unreadable)."""
     import pyarrow.parquet as pq
 
-    if not path.is_file():
-        raise ActlabError(
-            f"{what} missing",
-            file=path,
-            field="(file)",
-            expected="a parquet file",
-            found="missing",
-            fix="restore the file or re-export the dataset",
-        )
+    require_file(
+        path,
+        f"{what} missing",
+        expected="a parquet file",
+        fix="restore the file or re-export the dataset",
+        field="(file)",
+    )
     try:
         # page_checksum_verification: pages written with a CRC (actlab writes them) are checked, so
         # bytes overwritten on disk are an error, not values of -3.7e37; pages without one are read as is.
