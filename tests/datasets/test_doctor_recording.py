@@ -192,3 +192,18 @@ def test_curate_drops_an_episode_with_nan_the_reader_refuses(sim, tmp_path):
     assert main(["data", "curate", str(src), "--out", str(tmp_path / "no")]) == 2  # kept: refused, named
     assert main(["data", "curate", str(src), "--out", str(tmp_path / "c"), "--drop-episodes", "1"]) == 0
     assert examine(tmp_path / "c").problems == []
+
+
+def test_train_says_the_recording_warnings_in_one_line(sim, faulted, tmp_path, capsys):
+    # A dataset with warnings is trained on (only errors refuse it), but the warnings are said before.
+    from actlab.datasets.doctor import warnings_line
+
+    assert warnings_line(sim) is None
+    line = warnings_line(faulted("frozen_actions"))
+    assert line.startswith("dataset doctor: ") and "frozen_actions (episodes 2)" in line
+    args = ["--preset", "tiny", "--set", "steps=1", "--set", "eval.every=0", "--device", "cpu"]
+    out = tmp_path / "run"
+    assert main(["train", "--dataset", str(faulted("frozen_actions")), "--out", str(out), *args]) == 0
+    assert line in capsys.readouterr().err
+    assert main(["train", "--dataset", str(sim), "--out", str(tmp_path / "clean"), *args]) == 0
+    assert "dataset doctor:" not in capsys.readouterr().err

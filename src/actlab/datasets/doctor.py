@@ -590,3 +590,23 @@ def diagnose(path: str | Path, video_samples: int = VIDEO_SAMPLES) -> list[Probl
     """All problems found in the dataset at ``path`` (an empty list for a clean dataset); see
     :func:`examine`."""
     return examine(path, video_samples).problems
+
+
+def warnings_line(path: str | Path) -> str | None:
+    """One line naming the recording warnings of the dataset at ``path`` (the doctor's checks that read no
+    video: about 3 s of CPU on the demo's 300 episodes), or None when it has none; what ``actlab train``
+    prints before it trains on a dataset whose errors it already refused."""
+    found = [p for p in examine(path, video_samples=0).problems if p.severity == "warning"]
+    if not found:
+        return None
+    by_check: dict[str, set[int]] = {}
+    for p in found:
+        by_check.setdefault(p.check, set()).update(p.episodes)
+    parts = []
+    for check, eps in sorted(by_check.items()):
+        shown = ", ".join(str(e) for e in sorted(eps)[:5]) + (", ..." if len(eps) > 5 else "")
+        parts.append(f"{check} (episodes {shown})" if eps else check)
+    return (
+        f"dataset doctor: {len(found)} warning(s): {'; '.join(parts)}; "
+        f"see `actlab data doctor {path}`, `actlab data curate` drops or trims episodes"
+    )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
+import sys
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from actlab.datasets import FrameStore, cache_root, compute_stats, open_dataset
+from actlab.datasets.doctor import warnings_line
 from actlab.datasets.framestore import stored_features
 from actlab.errors import ActlabError
 from actlab.policies import make_policy
@@ -290,6 +292,8 @@ def build_run(
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     ds = open_data(cfg)
+    if dist.is_main and (line := warnings_line(cfg.data.path)):
+        print(line, file=sys.stderr)  # likely recording faults: trained on, but said
     features = select_features(ds, cfg)
     store = _cached_store(ds, cfg)
     stats = _stats(ds, cfg, store)
