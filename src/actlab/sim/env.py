@@ -141,6 +141,7 @@ class SimState:
     top_camera_quat: np.ndarray  # (4,) overhead camera orientation
     steps: int  # control steps taken in this episode
     latches: tuple[bool, bool, float]  # (ever_grasped, ever_lifted, max_cube_height)
+    task: tuple = ()  # a task env's own state beyond the physics (its latches, model changes)
 
 
 def _to_radians(action_deg: np.ndarray) -> np.ndarray:
@@ -183,11 +184,11 @@ class PickPlaceEnv(gym.Env):
                 found=render_mode,
             )
         self.render_mode = render_mode
-        self.model = build_model(self.config.scene)
+        self.model = self._build_model()
         self.data = mujoco.MjData(self.model)
         self._ids()
         self._defaults = {
-            "bowl_pos": self.model.body_pos[self._bowl_body].copy(),
+            "bowl_pos": self._bowl_body_pos(),
             "mat_rgba": self.model.mat_rgba.copy(),
             "light_dir": self.model.light_dir[self._light].copy(),
             "light_diffuse": self.model.light_diffuse[self._light].copy(),
@@ -227,9 +228,20 @@ class PickPlaceEnv(gym.Env):
     @property
     def task(self) -> str:
         """The language instruction of this task (the dataset's task string)."""
-        return TASK_TEXT
+        return self.task_text
+
+    # The language instruction; a task env of actlab.sim.tasks sets its own.
+    task_text: str = TASK_TEXT
 
     # ------------------------------------------------------------------------------------------ set-up
+
+    def _bowl_body_pos(self) -> np.ndarray:
+        """The bowl body's position in the model (3,) m; zeros in a scene without a bowl."""
+        return self.model.body_pos[self._bowl_body].copy() if self._bowl_body >= 0 else np.zeros(3)
+
+    def _build_model(self):
+        """The MuJoCo model of this task's scene (a task env adds its objects here)."""
+        return build_model(self.config.scene)
 
     def _ids(self) -> None:
         mj = self._mj
@@ -247,6 +259,7 @@ class PickPlaceEnv(gym.Env):
         self._top_cam = mj.mj_name2id(m, mj.mjtObj.mjOBJ_CAMERA, "top")
         self._light = mj.mj_name2id(m, mj.mjtObj.mjOBJ_LIGHT, "key")
         self._cube_qpos = m.jnt_qposadr[mj.mj_name2id(m, mj.mjtObj.mjOBJ_JOINT, "cube")]
+        self._cube_dof = m.jnt_dofadr[mj.mj_name2id(m, mj.mjtObj.mjOBJ_JOINT, "cube")]
         self._mat = {n: mj.mj_name2id(m, mj.mjtObj.mjOBJ_MATERIAL, n) for n in ("cube", "bowl", "table")}
 
     # --------------------------------------------------------------------------------------- gym API
@@ -322,19 +335,21 @@ class PickPlaceEnv(gym.Env):
         mj.mj_getState(self.model, self.data, physics, spec)
         return SimState(
             physics=physics,
-            bowl_pos=self.model.body_pos[self._bowl_body].copy(),
+            bowl_pos=self._bowl_body_pos(),
             mat_rgba=self.model.mat_rgba.copy(),
             light=np.stack([self.model.light_dir[self._light], self.model.light_diffuse[self._light]]).copy(),
             top_camera_pos=self.model.cam_pos[self._top_cam].copy(),
             top_camera_quat=self.model.cam_quat[self._top_cam].copy(),
             steps=self._steps,
             latches=(self._ever_grasped, self._ever_lifted, self._max_height),
+            task=self._task_state(),
         )
 
     def set_state(self, state: SimState) -> None:
         """Restore a snapshot from :meth:`get_state` (of this env or of another with the same config)."""
         mj = self._mj
-        self.model.body_pos[self._bowl_body] = state.bowl_pos
+        if self._bowl_body >= 0:
+            self.model.body_pos[self._bowl_body] = state.bowl_pos
         self.model.mat_rgba[:] = state.mat_rgba
         self.model.light_dir[self._light] = state.light[0]
         self.model.light_diffuse[self._light] = state.light[1]
@@ -344,6 +359,31 @@ class PickPlaceEnv(gym.Env):
         mj.mj_forward(self.model, self.data)
         self._steps = state.steps
         self._ever_grasped, self._ever_lifted, self._max_height = state.latches
+        self._set_task_state(state.task)
+
+    # Hooks of a task env (actlab.sim.tasks); the pick-and-place env has nothing of its own.
+    def _task_state(self) -> tuple:
+        """The task's own state beyond the physics (latches, model changes), for get_state."""
+        return ()
+
+    def _set_task_state(self, state: tuple) -> None:
+        """Restore what :meth:`_task_state` returned."""
+
+    def _randomize_task(self, rng: np.random.Generator, options: dict) -> None:
+        """Place the task's own objects; called at reset after the cube, with the episode's generator."""
+
+    def _task_info(self, info: dict[str, Any]) -> dict[str, Any]:
+        """The task's success and failure signals on top of the pick-and-place ones (``info`` is those)."""
+        return info
+
+    def place_target(self) -> tuple[np.ndarray, float | None]:
+        """Where the expert lets the cube go: the (x, y) m of the goal's centre and the grasp point's
+        height (m above the table) to open at; None: the expert's own release height (the bowl)."""
+        return self.bowl_position()[:2], None
+
+    def cube_velocity(self) -> np.ndarray:
+        """Linear velocity (3,) m/s of the cube (privileged: the expert forecasts a moving cube with it)."""
+        return self.data.qvel[self._cube_dof : self._cube_dof + 3].copy()
 
     def forecast_grasp_positions(self, actions) -> np.ndarray:
         """Simulate ``actions`` ((H, 6) degrees) from the current state without rendering and return the
@@ -370,7 +410,13 @@ class PickPlaceEnv(gym.Env):
         return self.data.qpos[self._cube_qpos : self._cube_qpos + 3].copy(), yaw
 
     def bowl_position(self) -> np.ndarray:
-        """Bowl centre on the table (3,) m."""
+        """Bowl centre on the table (3,) m; the goal's centre in a task without a bowl."""
+        if self._bowl_body < 0:
+            return self.goal_position()
+        return self.data.xpos[self._bowl_body].copy()
+
+    def goal_position(self) -> np.ndarray:
+        """Centre (3,) m of the place the cube must end in (the bowl's; a task env names its own)."""
         return self.data.xpos[self._bowl_body].copy()
 
     def joint_positions(self) -> np.ndarray:
@@ -412,7 +458,8 @@ class PickPlaceEnv(gym.Env):
         u = rng.random(16)
         bowl = dflt["bowl_pos"].copy()
         bowl[:2] += (u[0:2] * 2 - 1) * cfg.bowl_jitter
-        m.body_pos[self._bowl_body] = bowl
+        if self._bowl_body >= 0:
+            m.body_pos[self._bowl_body] = bowl
         if "cube_xy" in options:
             cube_xy = np.asarray(options["cube_xy"], dtype=float)
         else:
@@ -437,6 +484,7 @@ class PickPlaceEnv(gym.Env):
         m.cam_quat[self._top_cam] = dflt["cam_quat"]
         if cfg.camera_jitter > 0:
             m.cam_pos[self._top_cam] = dflt["cam_pos"] + (rng.random(3) * 2 - 1) * cfg.camera_jitter
+        self._randomize_task(rng, options)
 
     def _sample_cube_xy(self, bowl: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         cfg = self.config
@@ -477,7 +525,7 @@ class PickPlaceEnv(gym.Env):
         in_goal = bool(
             np.linalg.norm(cube_pos[:2] - bowl[:2]) < cfg.goal_radius and cube_pos[2] < cfg.goal_max_height
         )
-        return {
+        info = {
             "grasped": grasped,
             "lifted": lifted,
             "released": self._ever_grasped and not grasped,
@@ -492,6 +540,7 @@ class PickPlaceEnv(gym.Env):
             "grasp_pos": self.grasp_position(),
             "steps": self._steps,
         }
+        return self._task_info(info)
 
     def _observation(self) -> dict[str, np.ndarray]:
         obs = {"observation.state": self.joint_positions()}

@@ -25,7 +25,7 @@ from actlab.datasets import DatasetWriter, make_features
 from actlab.datasets.format import SIM_INFO_KEY
 from actlab.datasets.video import EncoderStalled, VideoOptions
 from actlab.errors import ActlabError
-from actlab.sim import FPS, TASK_TEXT, ExpertConfig, ExpertPolicy, make_env, task_config
+from actlab.sim import FPS, TASKS, ExpertConfig, ExpertPolicy, make_env, task_config
 from actlab.sim.scene import JOINT_NAMES
 from actlab.utils import procs
 from actlab.utils.disk import require_free
@@ -343,7 +343,7 @@ def _record_once(
                 if not episode["success"]:
                     failed.append(episode["seed"])
                 if episode["success"] or config.keep_failures:
-                    writer.add_episode(episode["frames"], task=TASK_TEXT)
+                    writer.add_episode(episode["frames"], task=TASKS[config.task].env.task_text)
                     seeds.append(int(episode["seed"]))
                     frames += episode["length"]
                     written += 1
