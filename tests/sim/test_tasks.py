@@ -6,12 +6,12 @@ import json
 
 import numpy as np
 import pytest
+from tests.procs import run_cli
 
 from actlab.errors import ActlabError
 from actlab.evaluation.taxonomy import PhaseRecord, classify
 from actlab.sim import TASKS, ExpertPolicy, make_env, task_config
 from actlab.sim.record import run_expert_episode
-from tests.procs import run_cli
 
 NEW_TASKS = ("so101_stack", "so101_push", "so101_pick_moving", "so101_pick_clutter")
 
@@ -43,7 +43,7 @@ def test_expert_succeeds_on_three_fresh_seeds(task_env):
 
 
 def test_same_seed_same_scene_and_state_round_trip(task_env):
-    task, env = task_env
+    _task, env = task_env
     env.reset(seed=5)
     first = env.cube_pose()[0], env.goal_position()
     for _ in range(10):
@@ -79,7 +79,7 @@ def test_stack_knocked_base_is_its_own_failure_class():
         env.reset(seed=2)
         q = env._base_qpos  # test-only: push the base away as a clumsy policy would
         env.data.qpos[q] += 0.03
-        obs, _, _, _, info = env.step(env.joint_positions())
+        _obs, _, _, _, info = env.step(env.joint_positions())
         assert info["knocked_base"] and info["task_failure"] == "knocked_base"
         assert classify(PhaseRecord.from_infos([info])).outcome == "knocked_base"
     finally:

@@ -194,6 +194,7 @@ class PickPlaceEnv(gym.Env):
             "light_diffuse": self.model.light_diffuse[self._light].copy(),
             "cam_pos": self.model.cam_pos[self._top_cam].copy(),
             "cam_quat": self.model.cam_quat[self._top_cam].copy(),
+            "headlight": (self.model.vis.headlight.ambient.copy(), self.model.vis.headlight.diffuse.copy()),
         }
         self._renderers: dict[tuple[int, int], Any] = {}
         self._rng = np.random.default_rng()
@@ -399,6 +400,40 @@ class PickPlaceEnv(gym.Env):
             self.set_state(saved)
         return out
 
+    def adjust_look(
+        self,
+        *,
+        camera_offset=None,
+        light_scale: float | None = None,
+        rgb: dict[str, Any] | None = None,
+    ) -> None:
+        """Change how this episode looks, until the next reset: move the overhead camera by
+        ``camera_offset`` ((3,) m, orientation kept), scale the key light and the headlight by
+        ``light_scale``, set material colours ``rgb`` ({"cube" | "bowl" | "table": (3,) in [0, 1]}).
+        Call :meth:`observe` for an observation of the new look."""
+        m = self.model
+        if camera_offset is not None:
+            m.cam_pos[self._top_cam] += np.asarray(camera_offset, dtype=float)
+        if light_scale is not None:
+            m.light_diffuse[self._light] *= light_scale
+            m.vis.headlight.ambient[:] *= light_scale
+            m.vis.headlight.diffuse[:] *= light_scale
+        for name, value in (rgb or {}).items():
+            if name not in self._mat:
+                raise ActlabError(
+                    f"unknown material {name!r}", field="rgb", expected=sorted(self._mat), found=name
+                )
+            m.mat_rgba[self._mat[name], :3] = np.clip(np.asarray(value, dtype=float), 0.0, 1.0)
+        self._mj.mj_forward(m, self.data)  # the camera's world pose follows its model position
+
+    def material_rgb(self, name: str) -> np.ndarray:
+        """The RGB (3,) of material ``name`` ("cube", "bowl", "table") in this episode."""
+        return self.model.mat_rgba[self._mat[name], :3].copy()
+
+    def observe(self) -> dict[str, np.ndarray]:
+        """The observation of the current state, rendered now (after a change to the scene's look)."""
+        return self._observation()
+
     def grasp_position(self) -> np.ndarray:
         """World position (3,) m of the grasp point between the jaw pads."""
         return self.data.site_xpos[self._grasp_site].copy()
@@ -476,6 +511,7 @@ class PickPlaceEnv(gym.Env):
             m.mat_rgba[self._mat["table"], :3] = 0.55 + 0.35 * u[7] + (u[8:11] - 0.5) * 0.08
         m.light_dir[self._light] = dflt["light_dir"]
         m.light_diffuse[self._light] = dflt["light_diffuse"]
+        m.vis.headlight.ambient[:], m.vis.headlight.diffuse[:] = dflt["headlight"]
         if cfg.randomize_lighting:
             direction = dflt["light_dir"] + np.array([u[11] - 0.5, u[12] - 0.5, 0.0]) * 0.8
             m.light_dir[self._light] = direction / np.linalg.norm(direction)
