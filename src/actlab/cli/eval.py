@@ -102,6 +102,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--image-size", type=int, metavar="PX", help="sim render size (the bundle's by default)")
     p.add_argument("--markdown", action="store_true", help="print the summary as a markdown table")
     p.add_argument(
+        "--units",
+        choices=("degrees", "so101_follower"),
+        help="sim joint units of the policy's data: degrees (the sim's, default) or so101_follower "
+        "(gripper 0-100, as LeRobot's real follower)",
+    )
+    p.add_argument(
         "--perturb",
         action="append",
         default=[],
@@ -133,7 +139,8 @@ def _run(args: argparse.Namespace) -> int:
     from actlab.utils.device import resolve_device
 
     device = str(resolve_device(args.device))  # every spelling checked here; CUDA always indexed
-    spec = EnvSpec(task=args.task, image_size=args.image_size, max_steps=args.max_steps)
+    units = {"units": args.units} if args.units else {}  # (a peer env has no units option)
+    spec = EnvSpec(task=args.task, image_size=args.image_size, max_steps=args.max_steps, env_kwargs=units)
     realtime = _realtime_plan(args, spec)
     cfg = EvalConfig(
         episodes=args.episodes,

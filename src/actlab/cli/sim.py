@@ -117,6 +117,12 @@ def _record(g) -> None:
     p.add_argument("--keep-failures", action="store_true", help="also write episodes the expert failed")
     p.add_argument("--workers", type=int, default=2, metavar="W", help="simulation processes (2)")
     p.add_argument("--noise", type=float, default=0.0, help="expert noise scale, 0 = none (0)")
+    p.add_argument(
+        "--units",
+        default="degrees",
+        choices=("degrees", "so101_follower"),
+        help="joint units: the sim's degrees, or LeRobot's real so101_follower (gripper 0-100) (degrees)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     p.set_defaults(_run=_run_record)
 
@@ -133,6 +139,7 @@ def _run_record(args) -> int:
         keep_failures=args.keep_failures,
         workers=args.workers,
         expert_noise=args.noise,
+        units=args.units,
     )
     summary = record_dataset(args.out, cfg, overwrite=args.overwrite)
     print(summary.line())

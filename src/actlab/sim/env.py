@@ -26,6 +26,7 @@ from actlab.sim.scene import (
     SceneConfig,
     build_model,
 )
+from actlab.sim.units import check_units, from_units, to_units
 
 FPS = 30  # control rate (Hz)
 SUBSTEPS = 7  # physics steps of 1/210 s per control step
@@ -77,8 +78,12 @@ class PickPlaceConfig:
     render_camera: str = "top"
     # Scene geometry and look.
     scene: SceneConfig = dataclasses.field(default_factory=SceneConfig)
+    # Units of observation.state and the action: "degrees" (the sim's own: the gripper's joint angle too)
+    # or "so101_follower" (LeRobot's real follower: the gripper 0-100 over its range; actlab.sim.units).
+    units: str = "degrees"
 
     def __post_init__(self) -> None:
+        check_units(self.units)
         if not 16 <= self.image_size <= self.scene.max_render_size:
             raise ActlabError(
                 "image_size out of range",
@@ -206,6 +211,8 @@ class PickPlaceEnv(gym.Env):
         lo = np.array([r[0] for r in JOINT_RANGES], dtype=np.float32) * _DEG
         hi = np.array([r[1] for r in JOINT_RANGES], dtype=np.float32) * _DEG
         self.joint_low_deg, self.joint_high_deg = lo, hi
+        units = self.config.units
+        lo, hi = to_units(lo, units).astype(np.float32), to_units(hi, units).astype(np.float32)
         size = self.config.image_size
         # Joint limits are soft in MuJoCo: the state may pass them by a fraction of a degree.
         margin = np.float32(5.0)
@@ -286,7 +293,7 @@ class PickPlaceEnv(gym.Env):
         return self._observation(), self._info()
 
     def step(self, action) -> tuple[dict, float, bool, bool, dict]:
-        """Apply six target joint positions (degrees, LeRobot order) for one 30 Hz step."""
+        """Apply six target joint positions (LeRobot order, in ``config.units``) for one 30 Hz step."""
         action = np.asarray(action, dtype=np.float64).reshape(-1)
         if action.shape != (6,):
             raise ActlabError(
@@ -303,7 +310,7 @@ class PickPlaceEnv(gym.Env):
                 found=action.tolist(),
                 fix="check the policy's output (normalization stats with zero std are a common cause)",
             )
-        self._apply(action)
+        self._apply(from_units(action, self.config.units))
         info = self._info()
         self._steps += 1
         info["steps"] = self._steps
@@ -387,9 +394,9 @@ class PickPlaceEnv(gym.Env):
         return self.data.qvel[self._cube_dof : self._cube_dof + 3].copy()
 
     def forecast_grasp_positions(self, actions) -> np.ndarray:
-        """Simulate ``actions`` ((H, 6) degrees) from the current state without rendering and return the
+        """Simulate ``actions`` ((H, 6) in config.units) from the current state without rendering; return the
         grasp point after each step, (H, 3) m; the episode is left exactly as it was (for "whiskers")."""
-        actions = np.asarray(actions, dtype=np.float64).reshape(-1, 6)
+        actions = from_units(np.asarray(actions, dtype=np.float64).reshape(-1, 6), self.config.units)
         saved = self.get_state()
         out = np.empty((len(actions), 3))
         try:
@@ -455,8 +462,8 @@ class PickPlaceEnv(gym.Env):
         return self.data.xpos[self._bowl_body].copy()
 
     def joint_positions(self) -> np.ndarray:
-        """Current joint positions (6,) in degrees, LeRobot order (the same as observation.state)."""
-        return (self.data.qpos[:6] * _DEG).astype(np.float32)
+        """Current joint positions (6,) in ``config.units``, LeRobot order (the same as observation.state)."""
+        return to_units(self.data.qpos[:6] * _DEG, self.config.units).astype(np.float32)
 
     def project(self, points, camera: str = "top", size: int | None = None) -> np.ndarray:
         """Pixel coordinates (N, 2) as (column, row) of world points (N, 3) in ``camera``'s square image of

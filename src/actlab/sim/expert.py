@@ -18,6 +18,7 @@ from actlab.errors import ActlabError
 from actlab.sim.env import FPS, HOME_QPOS, PickPlaceEnv
 from actlab.sim.ik import N_ARM, ArmIK, down_rotation
 from actlab.sim.scene import GRIPPER_CLOSED, GRIPPER_OPEN
+from actlab.sim.units import to_units
 
 _DEG = 180.0 / math.pi
 
@@ -219,7 +220,8 @@ class ExpertPolicy:
     ``reset()`` before each episode (after or before ``env.reset``: the plan is made at the first
     ``select_action`` of the episode from the env's state). ``select_action(obs)`` accepts the env's
     observation dict (numpy, returns (6,) float32) or a batched dict of torch tensors (returns a (1, 6)
-    tensor of the state's dtype and device). After the plan ends it keeps returning its last action.
+    tensor of the state's dtype and device), in the env's ``config.units``. After the plan ends it keeps
+    returning its last action.
     """
 
     def __init__(
@@ -262,7 +264,8 @@ class ExpertPolicy:
             rng = None
             if self.expert.config.noise > 0:
                 rng = np.random.default_rng(self._noise_seed())
-            self._plan = self.expert.plan(rng)
+            env = self.expert.env
+            self._plan = to_units(self.expert.plan(rng), env.config.units).astype(np.float32)  # env's units
             self._episode += 1
         action = self._plan[min(self._t, len(self._plan) - 1)]
         self._t += 1

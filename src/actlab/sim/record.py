@@ -57,6 +57,9 @@ class RecordConfig:
     max_attempts_per_episode: float = 2.0
     # Extra PickPlaceConfig fields (randomization options and the like).
     env_overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Units of observation.state and action: "degrees" (the sim's own) or "so101_follower" (the gripper
+    # 0-100 like LeRobot's real so101_follower, whose recordings a policy may then be trained with).
+    units: str = "degrees"
 
     def __post_init__(self) -> None:
         if self.episodes < 1:
@@ -86,6 +89,7 @@ class RecordConfig:
         """Arguments for ``make_env``: recording never stops an episode early on success."""
         return {
             **self.env_overrides,
+            "units": self.units,
             "image_size": self.image_size,
             "cameras": tuple(self.cameras),
             "terminate_on_success": False,
@@ -366,7 +370,7 @@ def _record_once(
             )
         # Which initial scenes the demonstrations start from: `actlab eval` refuses to score a policy on
         # the seeds its training data was recorded from (docs/evaluation.md, "Seeds").
-        writer.add_info(SIM_INFO_KEY, {"task": config.task, "episode_seeds": seeds})
+        writer.add_info(SIM_INFO_KEY, {"task": config.task, "episode_seeds": seeds, "units": config.units})
     bar.close()
     return RecordSummary(
         path=str(out_dir),
