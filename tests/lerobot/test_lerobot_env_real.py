@@ -98,13 +98,11 @@ def _lerobot_eval(
     res = run(cmd, env=lerobot_env(work), timeout=900, cwd=work)
     assert res.returncode == 0, res.stderr[-3000:]
     info = json.loads((out / "eval_info.json").read_text())
-    per_episode = next(v for k, v in info.items() if isinstance(v, dict) and "per_episode" in v)[
-        "per_episode"
-    ]
-    assert [ep["seed"] for ep in per_episode] == list(range(SEED, SEED + EPISODES))
+    successes = [bool(x) for x in info["per_task"][0]["metrics"]["successes"]]  # LeRobot's, in seed order
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [r["seed"] for r in records] == list(range(SEED, SEED + EPISODES))
-    return [bool(ep["success"]) for ep in per_episode], records
+    assert [r["outcome"] == "success" for r in records] == successes
+    return successes, records
 
 
 def _actlab_eval(work: Path, args: list, name: str) -> list[dict]:
