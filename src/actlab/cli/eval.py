@@ -18,8 +18,8 @@ examples:
       --video-pick failures --out runs/eval5000    # film the failures first
   actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 5 --whiskers --out runs/whiskers
   actlab eval --expert --episodes 50                                     # the scripted expert, for reference
-  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 50 --perturb camera_shift \
-      --perturb lighting=1,0.5,0.3 --perturb action_noise --out runs/robust   # robustness sweep
+  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 50 --perturb camera_shift=2,4 \\
+      --perturb lighting=0.5 --out runs/robust     # robustness: perturb.md, perturb.png (docs/evaluation.md)
   actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 20 --latency 0,4 \\
       --execution async,ensemble --out runs/delay     # a delay sweep: table, figure, a record per cell
   actlab eval --lerobot-policy outputs/train/diffusion/checkpoints/last/pretrained_model \\
