@@ -466,7 +466,6 @@ class PickMovingEnv(PickPlaceEnv):
         on_tray = info["cube_height"] < 2 * _TRAY[2] + 0.004
         self._carried_away |= bool(ended and on_tray and not self._ever_lifted)
         info["near_goal"] = float(np.linalg.norm(info["cube_pos"][:2] - info["bowl_pos"][:2])) < 0.08
-        # the cube's bottom above the table counts the tray's thickness as lift: measure from the tray
         info["tray_pos"] = self.data.xpos[self._tray_body].copy()
         info["belt_speed"] = self._speed
         info["task_failure"] = "carried_away" if self._carried_away and not info["is_success"] else ""
@@ -517,8 +516,12 @@ class ClutterConfig(PickPlaceConfig):
                 raise ActlabError(f"{name} must be positive", field=name, found=getattr(self, name))
 
 
-def distractor_xml(names_used: int = len(_DISTRACTORS), park_x: float = -0.6) -> str:
-    """MJCF of the distractor bodies (free objects, parked off the table until an episode places them)."""
+# Where unused distractors wait (m): on the table behind the arm, out of the overhead camera's view.
+_PARK_X = -0.3
+
+
+def distractor_xml(names_used: int = len(_DISTRACTORS), park_x: float = _PARK_X) -> str:
+    """MJCF of the distractor bodies (free objects, parked behind the arm until an episode places them)."""
     bodies = []
     for i, (name, kind, size, rgba) in enumerate(_DISTRACTORS[:names_used]):
         half_h = size[-1]
@@ -563,7 +566,7 @@ class ClutterEnv(PickPlaceEnv):
             q = self._dq[i]
             yaw = rng.uniform(-math.pi, math.pi)
             if i >= cfg.distractors:
-                d.qpos[q : q + 7] = [-0.6, 0.1 * i, size[-1], 1, 0, 0, 0]
+                d.qpos[q : q + 7] = [_PARK_X, 0.1 * i, size[-1], 1, 0, 0, 0]
                 continue
             for _ in range(200):
                 xy = np.array([rng.uniform(*cfg.clutter_x_range), rng.uniform(*cfg.clutter_y_range)])
