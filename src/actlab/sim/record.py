@@ -370,7 +370,10 @@ def _record_once(
             )
         # Which initial scenes the demonstrations start from: `actlab eval` refuses to score a policy on
         # the seeds its training data was recorded from (docs/evaluation.md, "Seeds").
-        writer.add_info(SIM_INFO_KEY, {"task": config.task, "episode_seeds": seeds, "units": config.units})
+        block = {"task": config.task, "episode_seeds": seeds}
+        if config.units != "degrees":  # (a recording in the sim's own units says nothing: as before)
+            block["units"] = config.units
+        writer.add_info(SIM_INFO_KEY, block)
     bar.close()
     return RecordSummary(
         path=str(out_dir),
