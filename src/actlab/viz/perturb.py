@@ -15,7 +15,8 @@ _COLORS = ("#1b998b", "#c2185b", "#29335c", "#f3a712", "#e4572e", "#5c6bc0")
 
 def plot_perturb(cells: Sequence[Mapping], path: str | Path, title: str = "") -> Path:
     """One panel per perturbation: success rate (its Wilson 95% interval as a band) per level, one line
-    per policy. ``cells``: dicts with perturbation, unit, level, policy, success_rate, ci_low, ci_high."""
+    per policy, the clean level on the left. ``cells``: dicts with perturbation, unit, level, policy,
+    success_rate, ci_low, ci_high, each perturbation's clean level first."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless: no display on training machines
@@ -42,7 +43,10 @@ def plot_perturb(cells: Sequence[Mapping], path: str | Path, title: str = "") ->
                 color=color,
                 alpha=0.18,
             )
-        unit = next(c["unit"] for c in cells if c["perturbation"] == name)
+        first = next(c for c in cells if c["perturbation"] == name)  # the clean level comes first
+        if first["level"] >= max(c["level"] for c in cells if c["perturbation"] == name):
+            ax.invert_xaxis()  # (lighting: the clean level is the largest; stronger changes to the right)
+        unit = first["unit"]
         ax.set_title(name, fontsize=10)
         ax.set_xlabel(unit, fontsize=9)
         ax.set_ylim(-3, 103)
@@ -53,6 +57,8 @@ def plot_perturb(cells: Sequence[Mapping], path: str | Path, title: str = "") ->
         ax.set_visible(False)
     if len(policies) > 1:
         axes.flat[0].legend(fontsize=8)
+    else:
+        title = f"{title} ({policies[0]})" if title else policies[0]
     if title:
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()
