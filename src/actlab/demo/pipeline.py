@@ -287,6 +287,8 @@ def _record(cfg: DemoConfig, plan: dict, out: Path, state: dict, log: StageLog) 
     )
     settings = json.loads(json.dumps(dataclasses.asdict(rec)))
     del settings["workers"]  # the recording is identical for any number of workers: not a reason to redo
+    if settings.get("units") == "degrees":  # default units: a demo recorded before units existed is current
+        del settings["units"]
     t0 = log.start("record", f"recording {cfg.episodes} scripted-expert demonstrations -> {data}")
     if _stage_current(state, "record", settings, [data / "meta" / "info.json"]):
         log.reuse("record", f"the dataset in {data}", state["record"])
