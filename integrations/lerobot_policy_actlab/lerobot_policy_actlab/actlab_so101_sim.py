@@ -1,8 +1,9 @@
 """actlab's MuJoCo SO-101 pick-and-place behind LeRobot's ``Robot`` interface.
 
-Observations use the real ``so101_follower``'s names (``shoulder_pan.pos`` ... ``gripper.pos``) and the
-units actlab's sim datasets record: degrees for every joint (the real follower reports its gripper in
-0-100; a policy trained on sim data needs the sim's units). Cameras are LeRobot camera features
+Observations use the real ``so101_follower``'s names (``shoulder_pan.pos`` ... ``gripper.pos``) and, by
+default, the units actlab's sim datasets record: degrees for every joint. ``--robot.units=so101_follower``
+gives the real follower's units instead (the gripper 0-100), for a policy trained on its recordings.
+``--robot.task`` picks another task of the sim's suite. Cameras are LeRobot camera features
 ``(H, W, 3)`` named ``top`` and ``wrist``. ``send_action`` clips the targets to the joint ranges (and to
 ``max_relative_target`` when set), paces to ``fps`` in real time and steps the physics. Episodes restart
 from a new seed on success or at the time limit; each outcome and actlab failure class is logged and
@@ -63,6 +64,8 @@ class ActlabSO101Sim(Robot):
             on_episode=self._report,
             cameras=tuple(self.config.camera_names),
             signal=SIM_SIGNAL,
+            task=self.config.task,
+            units=self.config.units,
         )
         self._next_tick = time.perf_counter()
         logger.info(

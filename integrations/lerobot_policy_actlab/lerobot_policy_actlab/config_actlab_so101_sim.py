@@ -33,3 +33,9 @@ class ActlabSO101SimConfig(RobotConfig):
     # largest change of a joint target per step (degrees), like so101_follower's max_relative_target;
     # None: no limit (targets are still clipped to the joint ranges)
     max_relative_target: float | None = None
+    # the sim task the robot works at (`actlab sim tasks`): so101_pick_place, so101_stack, ...
+    task: str = "so101_pick_place"
+    # joint units of observations and actions: "degrees" (actlab's sim datasets) or "so101_follower"
+    # (LeRobot's real so101_follower: joints in degrees, the gripper 0-100), so that a policy trained on
+    # the real follower's recordings drives the sim with no conversion step
+    units: str = "degrees"

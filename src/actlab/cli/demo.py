@@ -22,6 +22,7 @@ trains longer: the recording is reused and the run resumes from its last checkpo
 examples:
   actlab demo --out runs/demo                        # the whole demo; says its disk need before it starts
   actlab demo --out runs/demo --json                 # again: every stage reused, summary.json on stdout
+  actlab demo --task so101_stack --out runs/demo_stack   # the same recipe on another sim task
 """
 
 
@@ -39,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--device", default="auto", help="auto (CUDA if available, with the GPU preset), cpu, cuda"
     )
     p.add_argument("--preset", default=None, help="training preset (so101_sim_cpu on CPU, so101_sim on GPU)")
+    p.add_argument(
+        "--task", default="so101_pick_place", help="sim task (so101_pick_place; actlab sim tasks lists them)"
+    )
     p.add_argument("--episodes", type=int, default=300, help="demonstrations to record (300)")
     p.add_argument("--image-size", type=int, default=None, help="camera size in px (80 CPU / 128 GPU)")
     p.add_argument("--eval-episodes", type=int, default=50, help="evaluation episodes per checkpoint (50)")
@@ -78,6 +82,7 @@ def _run(args: argparse.Namespace) -> int:
         overrides=tuple(args.overrides),
         fresh=args.fresh,
         realtime=args.realtime,
+        task=args.task,
     )
     summary = run_demo(cfg)
     if args.json:

@@ -18,6 +18,8 @@ examples:
       --video-pick failures --out runs/eval5000    # film the failures first
   actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 5 --whiskers --out runs/whiskers
   actlab eval --expert --episodes 50                                     # the scripted expert, for reference
+  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 50 --perturb camera_shift=2,4 \\
+      --perturb lighting=0.5 --out runs/robust     # robustness: perturb.md, perturb.png (docs/evaluation.md)
   actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 20 --latency 0,4 \\
       --execution async,ensemble --out runs/delay     # a delay sweep: table, figure, a record per cell
   actlab eval --lerobot-policy outputs/train/diffusion/checkpoints/last/pretrained_model \\
@@ -99,6 +101,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-steps", type=int, metavar="T", help="episode step limit (the env's by default)")
     p.add_argument("--image-size", type=int, metavar="PX", help="sim render size (the bundle's by default)")
     p.add_argument("--markdown", action="store_true", help="print the summary as a markdown table")
+    p.add_argument(
+        "--units",
+        choices=("degrees", "so101_follower"),
+        help="sim joint units of the policy's data: degrees (the sim's, default) or so101_follower "
+        "(gripper 0-100, as LeRobot's real follower)",
+    )
+    p.add_argument(
+        "--perturb",
+        action="append",
+        default=[],
+        metavar="NAME[=LEVELS]",
+        help="robustness sweep, repeatable: camera_shift, lighting, table_color, object_color, distractors, "
+        "action_noise, obs_delay; LEVELS a comma list (each name's default levels without one)",
+    )
     _add_realtime_flags(p)
     add_json_flag(p)
     p.set_defaults(_run=_run)
@@ -125,7 +141,8 @@ def _run(args: argparse.Namespace) -> int:
     from actlab.utils.device import resolve_device
 
     device = str(resolve_device(args.device))  # every spelling checked here; CUDA always indexed
-    spec = EnvSpec(task=args.task, image_size=args.image_size, max_steps=args.max_steps)
+    units = {"units": args.units} if args.units else {}  # (a peer env has no units option)
+    spec = EnvSpec(task=args.task, image_size=args.image_size, max_steps=args.max_steps, env_kwargs=units)
     realtime = _realtime_plan(args, spec)
     cfg = EvalConfig(
         episodes=args.episodes,
@@ -157,6 +174,8 @@ def _run(args: argparse.Namespace) -> int:
             found="--expert",
             fix="pass a checkpoint PATH for --whiskers",
         )
+    if args.perturb:
+        return _run_perturb(args, sources, spec, cfg, realtime)
     if realtime.get("grid"):
         return _run_sweep(args, sources, spec, cfg, realtime)
     progress = _progress(len(sources) * cfg.episodes, quiet=args.json)
@@ -305,6 +324,44 @@ def _run_sweep(args: argparse.Namespace, sources, spec, cfg, plan: dict) -> int:
     print(f"\n{cfg.episodes} episodes per cell, same seeds in every cell, {record['seconds']:.1f} s")
     if args.out:
         for f in SWEEP_FILES:
+            print(f"{f}: {Path(args.out) / f}")
+    return 0
+
+
+def _run_perturb(args: argparse.Namespace, sources, spec, cfg, realtime: dict) -> int:
+    import json
+    import sys
+    from pathlib import Path
+
+    from actlab.errors import ActlabError
+    from actlab.evaluation.perturb import parse_perturb
+    from actlab.evaluation.perturb_sweep import perturb_table, run_perturb
+
+    if cfg.videos or args.whiskers or realtime.get("grid"):
+        raise ActlabError(
+            "--perturb is a sweep of its own: no videos, whiskers or delay grid in it",
+            field="--perturb",
+            fix="run one evaluation with --videos, or the delay sweep, separately",
+        )
+    perturbs = [parse_perturb(text) for text in args.perturb]
+
+    def say(cell: dict) -> None:
+        if not args.json:
+            print(
+                f"  {cell['policy']} {cell['perturbation']}={cell['level']:g}: "
+                f"{cell['successes']}/{cell['episodes']} ({cell['seconds']:.1f} s)",
+                file=sys.stderr,
+            )
+
+    report = run_perturb(sources, spec, cfg, perturbs, args.out, args.overwrite, on_cell=say)
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    print(perturb_table(report["cells"], markdown=args.markdown))
+    print(f"\n{cfg.episodes} episodes per cell, {report['seeds']}, {report['seconds']:.1f} s")
+    if args.out:
+        for f in ("perturb.json", "perturb.md", "perturb.png"):
             print(f"{f}: {Path(args.out) / f}")
     return 0
 

@@ -12,6 +12,8 @@ ORDER = 15
 
 _EPILOG = """\
 examples:
+  actlab sim tasks                                    # the task suite: success, failure classes, length
+  actlab sim expert --task so101_stack --episodes 30  # another task's expert
   actlab sim view --out runs/scene.png --seed 3 --image-size 80     # a frame strip of one expert episode
   actlab sim expert --episodes 100                    # scripted expert success rate on seeds 0..99
   actlab sim record --episodes 50 --out runs/sim50 --image-size 80 --seed 1000   # 50 more demos
@@ -26,8 +28,12 @@ elbow_flex, wrist_flex, wrist_roll, gripper) in degrees; cameras "top" and "wris
 
 def register(sub: argparse._SubParsersAction) -> None:
     g = group(
-        sub, "sim", "built-in MuJoCo SO-101 pick-and-place: record demos, view, check the expert", _EPILOG
+        sub,
+        "sim",
+        "built-in MuJoCo SO-101 task suite: list tasks, record demos, view, check the experts",
+        _EPILOG,
     )
+    _tasks(g)
     _record(g)
     _view(g)
     _expert(g)
@@ -39,11 +45,62 @@ def _parser(g, name: str, help: str) -> argparse.ArgumentParser:
 
 
 def _task(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--task", default="so101_pick_place", help="sim task (so101_pick_place)")
+    p.add_argument("--task", default="so101_pick_place", help="sim task (so101_pick_place; actlab sim tasks)")
 
 
 def _cameras(text: str) -> tuple[str, ...]:
     return tuple(c.strip() for c in text.split(",") if c.strip())
+
+
+# ----------------------------------------------------------------------------------------------- tasks
+
+
+def _tasks(g) -> None:
+    p = _parser(
+        g, "tasks", "list the sim tasks: what success means, failure classes, episode length, cameras"
+    )
+    add_json_flag(p)
+    p.set_defaults(_run=_run_tasks)
+
+
+def _run_tasks(args) -> int:
+    from actlab.sim import FPS, TASKS
+    from actlab.utils.table import table
+
+    rows = []
+    for t in TASKS.values():
+        cfg = t.defaults
+        rows.append(
+            {
+                "task": t.name,
+                "does": t.summary,
+                "success": t.success,
+                "failures": [name for name, _ in t.failures],
+                "max_steps": cfg.max_steps,
+                "seconds": cfg.max_steps / FPS,
+                "cameras": list(cfg.cameras),
+                "instruction": t.env.task_text,
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(
+        table(
+            [
+                [
+                    r["task"],
+                    r["success"],
+                    ", ".join(r["failures"]),
+                    f"{r['max_steps']} steps ({r['seconds']:.0f} s)",
+                    ",".join(r["cameras"]),
+                ]
+                for r in rows
+            ],
+            ["task", "success means", "failure classes", "episode", "cameras"],
+        )
+    )
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------- record
@@ -60,6 +117,12 @@ def _record(g) -> None:
     p.add_argument("--keep-failures", action="store_true", help="also write episodes the expert failed")
     p.add_argument("--workers", type=int, default=2, metavar="W", help="simulation processes (2)")
     p.add_argument("--noise", type=float, default=0.0, help="expert noise scale, 0 = none (0)")
+    p.add_argument(
+        "--units",
+        default="degrees",
+        choices=("degrees", "so101_follower"),
+        help="joint units: the sim's degrees, or LeRobot's real so101_follower (gripper 0-100) (degrees)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     p.set_defaults(_run=_run_record)
 
@@ -76,6 +139,7 @@ def _run_record(args) -> int:
         keep_failures=args.keep_failures,
         workers=args.workers,
         expert_noise=args.noise,
+        units=args.units,
     )
     summary = record_dataset(args.out, cfg, overwrite=args.overwrite)
     print(summary.line())

@@ -39,7 +39,8 @@ CAMERA_DTYPES = ("video", "image")
 
 # An extra info.json key (LeRobot ignores keys it does not know) in which actlab's sim recorder says which
 # initial scenes its episodes start from: {"task": sim task name, "episode_seeds": [env.reset seed of
-# episode 0, 1, ...]}. Evaluation refuses to score a policy on the scenes it was trained on.
+# episode 0, 1, ...], "units": "so101_follower" only for a recording in those units (absent: degrees)}.
+# Evaluation refuses to score a policy on the scenes it was trained on.
 SIM_INFO_KEY = "actlab_sim"
 
 

@@ -45,6 +45,7 @@ from actlab.policies.registry import make_policy
 from actlab.sim import RecordConfig, record_dataset
 from actlab.sim.env import FPS, PickPlaceConfig
 from actlab.sim.expert import ExpertConfig
+from actlab.sim.tasks import task_config
 from actlab.sim.view import render_strip
 from actlab.training import apply_train_overrides, get_preset, load_run_config, train, with_dataset
 from actlab.training.checkpoint import CheckpointManager
@@ -68,6 +69,8 @@ REALTIME_MODES = ("sync", "async", "blend", "rtc")
 # Inference delays of the real-time sweep, in control steps (0, 133 and 267 ms at the sim's 30 fps); those
 # a policy cannot run (longer than its execution horizon, or its chunk) are left out and said so.
 REALTIME_DELAYS = (0, 4, 8)
+# The task the demo runs unless --task names another (its results and settings are what they always were).
+DEFAULT_TASK = "so101_pick_place"
 REALTIME_DIR = "eval/realtime"
 # The report's success figure (the sweep and the fresh-seed confirmation), relative to the demo directory.
 SUCCESS_PLOT = "eval/success_vs_step.png"
@@ -123,8 +126,11 @@ class DemoConfig:
     realtime: bool = False
     # that sweep's delays in control steps (no flag: the tests' knob for a cheaper sweep)
     realtime_delays: tuple[int, ...] = REALTIME_DELAYS
+    # the sim task to record, train on and evaluate (actlab sim tasks lists them)
+    task: str = DEFAULT_TASK
 
     def __post_init__(self) -> None:
+        task_config(self.task)  # an unknown task name fails here, with a did-you-mean
         if self.videos is None:  # frozen: resolved once here, so every later reader sees a number
             object.__setattr__(self, "videos", min(DEFAULT_VIDEOS, self.eval_episodes))
         for name, low in (("episodes", 2), ("eval_episodes", 1), ("videos", 0), ("workers", 1)):
@@ -252,7 +258,8 @@ def resolve(cfg: DemoConfig) -> dict[str, Any]:
             "eval.every=4000",
         ]
     train_cfg = apply_train_overrides(train_cfg, [*demo_overrides, *cfg.overrides])
-    return {"device": str(device), "preset": preset, "image_size": image_size, "train": train_cfg}
+    plan = {"device": str(device), "preset": preset, "image_size": image_size, "train": train_cfg}
+    return {**plan, "task": cfg.task} if cfg.task != DEFAULT_TASK else plan
 
 
 def _load_state(out: Path) -> dict[str, Any]:
@@ -278,9 +285,13 @@ def _finish_stage(out: Path, state: dict, stage: str, settings: dict, result: di
 
 def _record(cfg: DemoConfig, plan: dict, out: Path, state: dict, log: StageLog) -> dict:
     data = out / "data"
-    rec = RecordConfig(episodes=cfg.episodes, image_size=plan["image_size"], workers=cfg.workers)
+    rec = RecordConfig(
+        task=cfg.task, episodes=cfg.episodes, image_size=plan["image_size"], workers=cfg.workers
+    )
     settings = json.loads(json.dumps(dataclasses.asdict(rec)))
     del settings["workers"]  # the recording is identical for any number of workers: not a reason to redo
+    if settings.get("units") == "degrees":  # default units: a demo recorded before units existed is current
+        del settings["units"]
     t0 = log.start("record", f"recording {cfg.episodes} scripted-expert demonstrations -> {data}")
     if _stage_current(state, "record", settings, [data / "meta" / "info.json"]):
         log.reuse("record", f"the dataset in {data}", state["record"])
@@ -384,13 +395,15 @@ def _evaluate(cfg: DemoConfig, out: Path, state: dict, log: StageLog) -> dict:
         "videos": cfg.videos,
         "video_pick": "failures",
     }
+    if cfg.task != DEFAULT_TASK:  # (the default's settings stay as they were: earlier demos are reused)
+        settings["task"] = cfg.task
     t0 = log.start(
         "eval", f"evaluating every checkpoint on {cfg.eval_episodes} held-out episodes -> {sweep_dir}"
     )
     if _stage_current(state, "eval", settings, [sweep_dir / "results.json", best_dir / "results.json"]):
         log.reuse("eval", f"the evaluation in {out / 'eval'}", state["eval"])
         return state["eval"]["result"]
-    spec = EnvSpec("so101_pick_place")
+    spec = EnvSpec(cfg.task)
     sources = resolve_paths([run])
     _forget_unmarked(sweep_dir)
     _forget_unmarked(best_dir)
@@ -457,7 +470,7 @@ def _realtime(cfg: DemoConfig, out: Path, state: dict, evaluation: dict, log: St
     best_path = out / "run" / "checkpoints" / Path(evaluation["best_path"]).name
     (src,) = resolve_paths([best_path])
     grid, skipped = _realtime_grid(src, cfg.realtime_delays)
-    spec = EnvSpec("so101_pick_place")
+    spec = EnvSpec(cfg.task)
     eval_cfg = EvalConfig(episodes=cfg.eval_episodes, seed=CONFIRM_SEED, workers=cfg.workers)
 
     def say(cell) -> None:

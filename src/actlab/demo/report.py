@@ -159,7 +159,7 @@ def _build(
     plan, record, train, sweep, media, best, summary, failures, success_plot, posters, realtime
 ) -> Report:
     s, c = best["summary"], media["checkpoints"][0]["summary"]
-    r = Report("actlab demo: SO-101 pick-and-place")
+    r = Report(f"actlab demo: {plan['task']}" if "task" in plan else "actlab demo: SO-101 pick-and-place")
     r.paragraph(
         f"The best checkpoint, {best['name']} (step {best['step']}), put the cube in the bowl in "
         f"{c['successes']} of {c['episodes']} fresh held-out episodes ({_pct(c['success_rate'])}, "

@@ -8,6 +8,7 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.evaluation.peers import is_peer_task, make_peer_env
+from actlab.evaluation.perturb import PerturbedEnv
 from actlab.sim import make_env
 
 
@@ -21,6 +22,7 @@ class EnvSpec:
     max_steps: int | None = None  # episode step limit (None: the env's own)
     reset_options: dict[str, Any] | None = None  # passed to every env.reset(options=...)
     env_kwargs: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments for the env factory
+    perturb: tuple[str, float] | None = None  # (name, level) of actlab.evaluation.perturb, for sim tasks
 
     def __post_init__(self) -> None:
         if not self.task:
@@ -31,6 +33,13 @@ class EnvSpec:
             )
         if self.max_steps is not None and self.max_steps < 1:
             raise ActlabError("max_steps must be positive", field="max_steps", found=self.max_steps)
+        if self.perturb is not None and is_peer_task(self.task):
+            raise ActlabError(
+                "perturbations change actlab's own sim scenes",
+                field="--perturb",
+                found=self.task,
+                fix="evaluate a peer env without --perturb",
+            )
 
     @property
     def is_peer(self) -> bool:
@@ -53,7 +62,8 @@ def make_eval_env(spec: EnvSpec) -> Any:
         kwargs["cameras"] = tuple(spec.cameras)
     if spec.max_steps is not None:
         kwargs["max_steps"] = spec.max_steps
-    return make_env(spec.task, **kwargs)
+    env = make_env(spec.task, **kwargs)
+    return env if spec.perturb is None else PerturbedEnv(env, *spec.perturb)
 
 
 def env_max_steps(env: Any, fallback: int = 1000) -> int:

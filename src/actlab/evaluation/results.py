@@ -121,7 +121,7 @@ def summarize(results: Sequence[EpisodeResult]) -> Summary:
     low, high = wilson_interval(k, n)
     counts = dict.fromkeys(OUTCOMES, 0)
     for r in results:
-        counts[r.outcome] += 1
+        counts[r.outcome] = counts.get(r.outcome, 0) + 1  # a sim task's own classes join the generic ones
     with_phases = [r for r in results if r.picked is not None]
     picked = [r for r in with_phases if r.picked]
     lifts = [r.max_lift_m for r in results if r.max_lift_m is not None]

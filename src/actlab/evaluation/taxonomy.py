@@ -21,6 +21,11 @@ An episode is recorded as a :class:`PhaseRecord` (one value per executed step, t
 A *drop event* (for the drop rate) is any step ``t`` where the cube was grasped and lifted and away from
 the goal at ``t - 1`` and not grasped at ``t``; an episode can recover from one (re-grasp) and still
 succeed. Envs without phase signals (peer gymnasium envs) get only ``success`` or ``timeout``.
+
+A task of the sim's suite with failure classes of its own (``actlab.sim.tasks``: knocked_base, lifted_cube,
+carried_away, ...) names them in ``info["task_failure"]``; a failed episode whose last step names one gets
+that class, before the rules 2-4 above (it says more: "the tray carried the cube away" beats
+"never picked up").
 The same rules are written out in docs/evaluation.md.
 """
 
@@ -58,12 +63,13 @@ class PhaseRecord:
     in_goal: np.ndarray | None = None  # (T,) bool: cube inside the goal region
     near_goal: np.ndarray | None = None  # (T,) bool: cube above or beside the goal (xy near the goal)
     cube_height: np.ndarray | None = None  # (T,) float: cube height in metres (sim: bottom above the table)
+    task_failure: tuple[str, ...] | None = None  # (T,) a sim task's own failure class per step, "" for none
 
     def __post_init__(self) -> None:
         n = len(self.is_success)
         if n == 0:
             raise ActlabError("an episode record has no steps", field="is_success", expected=">= 1 step")
-        for name in ("grasped", "lifted", "in_goal", "near_goal", "cube_height"):
+        for name in ("grasped", "lifted", "in_goal", "near_goal", "cube_height", "task_failure"):
             value = getattr(self, name)
             if value is not None and len(value) != n:
                 raise ActlabError(
@@ -105,6 +111,9 @@ class PhaseRecord:
             in_goal=column("in_goal", bool),
             near_goal=column("near_goal", bool),
             cube_height=column("cube_height", float),
+            task_failure=tuple(str(i.get("task_failure", "")) for i in infos)
+            if "task_failure" in first
+            else None,
         )
 
 
@@ -147,6 +156,8 @@ def classify(rec: PhaseRecord) -> Classification:
     drops = drop_events(rec)
     if rec.is_success[-1]:
         return Classification(SUCCESS, picked, drops, None, max_lift)
+    if rec.task_failure is not None and rec.task_failure[-1]:
+        return Classification(rec.task_failure[-1], picked, drops, None, max_lift)
     if not picked:
         return Classification(NEVER_PICKED_UP, False, drops, None, max_lift)
     if grasped[-1]:

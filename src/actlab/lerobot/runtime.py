@@ -209,18 +209,23 @@ class SimEpisodes:
         on_episode: Callable[[EpisodeResult], None] | None = None,
         cameras: tuple[str, ...] = ("top", "wrist"),
         signal: SimSignal | None = None,
+        task: str = "so101_pick_place",
+        units: str = "degrees",
     ) -> None:
         from actlab.sim import make_env  # lazy: mujoco only when a simulated robot is built
 
-        self.env = make_env(image_size=image_size, max_steps=max_steps, cameras=tuple(cameras))
+        self.env = make_env(
+            task, image_size=image_size, max_steps=max_steps, cameras=tuple(cameras), units=units
+        )
         self.seed = int(seed)
         self.hold_steps = int(hold_steps)
         self.log_file = Path(log_file) if log_file else None
         self.on_episode = on_episode
         self.signal = signal
         self.results: list[EpisodeResult] = []
-        lo, hi = self.env.model.actuator_ctrlrange[:6, 0], self.env.model.actuator_ctrlrange[:6, 1]
-        self.low_deg, self.high_deg = np.degrees(lo), np.degrees(hi)  # (6,) joint target limits
+        # (6,) joint target limits in the env's units (the gripper 0-100 in so101_follower units)
+        self.low_deg = self.env.action_space.low.astype(np.float64)
+        self.high_deg = self.env.action_space.high.astype(np.float64)
         self._start_episode()
 
     def _start_episode(self) -> None:
@@ -233,15 +238,15 @@ class SimEpisodes:
             self.signal.holding = self._hold > 0
 
     def observe(self) -> dict[str, np.ndarray]:
-        """The latest observation: ``observation.state`` (6,) degrees, ``observation.images.<cam>`` HWC."""
+        """The latest observation: ``observation.state`` (6,) in the env's units, images HWC uint8."""
         return self._obs
 
     def clip(self, action: np.ndarray) -> np.ndarray:
-        """Joint targets clipped to the joints' ranges (degrees), as the follower's servos limit them."""
+        """Joint targets clipped to the joints' ranges (the env's units), as the follower's servos do."""
         return np.clip(np.asarray(action, dtype=np.float64), self.low_deg, self.high_deg)
 
     def act(self, action: np.ndarray) -> np.ndarray:
-        """Apply one control step of six joint targets (degrees); returns what was applied (clipped)."""
+        """Apply one control step of six joint targets (the env's units); returns what was applied."""
         applied = self.clip(action)
         if self._hold > 0:
             self._hold -= 1

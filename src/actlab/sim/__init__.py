@@ -1,5 +1,6 @@
-"""Built-in MuJoCo simulation: SO-101 pick-and-place, scripted expert, recorder into LeRobot v3.
+"""Built-in MuJoCo simulation: an SO-101 task suite, scripted experts, recorder into LeRobot v3.
 
+``TASKS`` names every task (:mod:`actlab.sim.tasks`: pick-and-place, stack, push, a moving cube, clutter);
 ``make_env("so101_pick_place", image_size=96)`` builds the gymnasium env; ``ExpertPolicy(env)`` is the
 scripted expert as a policy; ``record_dataset`` writes expert demonstrations through
 :class:`actlab.datasets.DatasetWriter`. Importing this package does not import mujoco or torch.
@@ -10,7 +11,7 @@ from __future__ import annotations
 from actlab.sim.env import CAMERAS, FPS, HOME_QPOS, TASK_TEXT, PickPlaceConfig, PickPlaceEnv, SimState
 from actlab.sim.expert import ExpertConfig, ExpertPolicy, ScriptedExpert
 from actlab.sim.scene import JOINT_NAMES, SceneConfig
-from actlab.sim.tasks import TASKS, make_env, task_config
+from actlab.sim.tasks import TASKS, TaskSpec, make_env, task_config
 
 
 def __getattr__(name: str):
@@ -43,6 +44,7 @@ __all__ = [
     "SceneConfig",
     "ScriptedExpert",
     "SimState",
+    "TaskSpec",
     "make_env",
     "record_dataset",
     "render_strip",

@@ -26,6 +26,7 @@ from actlab.sim.scene import (
     SceneConfig,
     build_model,
 )
+from actlab.sim.units import check_units, from_units, to_units
 
 FPS = 30  # control rate (Hz)
 SUBSTEPS = 7  # physics steps of 1/210 s per control step
@@ -77,8 +78,12 @@ class PickPlaceConfig:
     render_camera: str = "top"
     # Scene geometry and look.
     scene: SceneConfig = dataclasses.field(default_factory=SceneConfig)
+    # Units of observation.state and the action: "degrees" (the sim's own: the gripper's joint angle too)
+    # or "so101_follower" (LeRobot's real follower: the gripper 0-100 over its range; actlab.sim.units).
+    units: str = "degrees"
 
     def __post_init__(self) -> None:
+        check_units(self.units)
         if not 16 <= self.image_size <= self.scene.max_render_size:
             raise ActlabError(
                 "image_size out of range",
@@ -141,6 +146,7 @@ class SimState:
     top_camera_quat: np.ndarray  # (4,) overhead camera orientation
     steps: int  # control steps taken in this episode
     latches: tuple[bool, bool, float]  # (ever_grasped, ever_lifted, max_cube_height)
+    task: tuple = ()  # a task env's own state beyond the physics (its latches, model changes)
 
 
 def _to_radians(action_deg: np.ndarray) -> np.ndarray:
@@ -183,16 +189,17 @@ class PickPlaceEnv(gym.Env):
                 found=render_mode,
             )
         self.render_mode = render_mode
-        self.model = build_model(self.config.scene)
+        self.model = self._build_model()
         self.data = mujoco.MjData(self.model)
         self._ids()
         self._defaults = {
-            "bowl_pos": self.model.body_pos[self._bowl_body].copy(),
+            "bowl_pos": self._bowl_body_pos(),
             "mat_rgba": self.model.mat_rgba.copy(),
             "light_dir": self.model.light_dir[self._light].copy(),
             "light_diffuse": self.model.light_diffuse[self._light].copy(),
             "cam_pos": self.model.cam_pos[self._top_cam].copy(),
             "cam_quat": self.model.cam_quat[self._top_cam].copy(),
+            "headlight": (self.model.vis.headlight.ambient.copy(), self.model.vis.headlight.diffuse.copy()),
         }
         self._renderers: dict[tuple[int, int], Any] = {}
         self._rng = np.random.default_rng()
@@ -204,6 +211,8 @@ class PickPlaceEnv(gym.Env):
         lo = np.array([r[0] for r in JOINT_RANGES], dtype=np.float32) * _DEG
         hi = np.array([r[1] for r in JOINT_RANGES], dtype=np.float32) * _DEG
         self.joint_low_deg, self.joint_high_deg = lo, hi
+        units = self.config.units
+        lo, hi = to_units(lo, units).astype(np.float32), to_units(hi, units).astype(np.float32)
         size = self.config.image_size
         # Joint limits are soft in MuJoCo: the state may pass them by a fraction of a degree.
         margin = np.float32(5.0)
@@ -227,9 +236,20 @@ class PickPlaceEnv(gym.Env):
     @property
     def task(self) -> str:
         """The language instruction of this task (the dataset's task string)."""
-        return TASK_TEXT
+        return self.task_text
+
+    # The language instruction; a task env of actlab.sim.tasks sets its own.
+    task_text: str = TASK_TEXT
 
     # ------------------------------------------------------------------------------------------ set-up
+
+    def _bowl_body_pos(self) -> np.ndarray:
+        """The bowl body's position in the model (3,) m; zeros in a scene without a bowl."""
+        return self.model.body_pos[self._bowl_body].copy() if self._bowl_body >= 0 else np.zeros(3)
+
+    def _build_model(self):
+        """The MuJoCo model of this task's scene (a task env adds its objects here)."""
+        return build_model(self.config.scene)
 
     def _ids(self) -> None:
         mj = self._mj
@@ -247,6 +267,7 @@ class PickPlaceEnv(gym.Env):
         self._top_cam = mj.mj_name2id(m, mj.mjtObj.mjOBJ_CAMERA, "top")
         self._light = mj.mj_name2id(m, mj.mjtObj.mjOBJ_LIGHT, "key")
         self._cube_qpos = m.jnt_qposadr[mj.mj_name2id(m, mj.mjtObj.mjOBJ_JOINT, "cube")]
+        self._cube_dof = m.jnt_dofadr[mj.mj_name2id(m, mj.mjtObj.mjOBJ_JOINT, "cube")]
         self._mat = {n: mj.mj_name2id(m, mj.mjtObj.mjOBJ_MATERIAL, n) for n in ("cube", "bowl", "table")}
 
     # --------------------------------------------------------------------------------------- gym API
@@ -272,7 +293,7 @@ class PickPlaceEnv(gym.Env):
         return self._observation(), self._info()
 
     def step(self, action) -> tuple[dict, float, bool, bool, dict]:
-        """Apply six target joint positions (degrees, LeRobot order) for one 30 Hz step."""
+        """Apply six target joint positions (LeRobot order, in ``config.units``) for one 30 Hz step."""
         action = np.asarray(action, dtype=np.float64).reshape(-1)
         if action.shape != (6,):
             raise ActlabError(
@@ -289,7 +310,7 @@ class PickPlaceEnv(gym.Env):
                 found=action.tolist(),
                 fix="check the policy's output (normalization stats with zero std are a common cause)",
             )
-        self._apply(action)
+        self._apply(from_units(action, self.config.units))
         info = self._info()
         self._steps += 1
         info["steps"] = self._steps
@@ -322,19 +343,21 @@ class PickPlaceEnv(gym.Env):
         mj.mj_getState(self.model, self.data, physics, spec)
         return SimState(
             physics=physics,
-            bowl_pos=self.model.body_pos[self._bowl_body].copy(),
+            bowl_pos=self._bowl_body_pos(),
             mat_rgba=self.model.mat_rgba.copy(),
             light=np.stack([self.model.light_dir[self._light], self.model.light_diffuse[self._light]]).copy(),
             top_camera_pos=self.model.cam_pos[self._top_cam].copy(),
             top_camera_quat=self.model.cam_quat[self._top_cam].copy(),
             steps=self._steps,
             latches=(self._ever_grasped, self._ever_lifted, self._max_height),
+            task=self._task_state(),
         )
 
     def set_state(self, state: SimState) -> None:
         """Restore a snapshot from :meth:`get_state` (of this env or of another with the same config)."""
         mj = self._mj
-        self.model.body_pos[self._bowl_body] = state.bowl_pos
+        if self._bowl_body >= 0:
+            self.model.body_pos[self._bowl_body] = state.bowl_pos
         self.model.mat_rgba[:] = state.mat_rgba
         self.model.light_dir[self._light] = state.light[0]
         self.model.light_diffuse[self._light] = state.light[1]
@@ -344,11 +367,36 @@ class PickPlaceEnv(gym.Env):
         mj.mj_forward(self.model, self.data)
         self._steps = state.steps
         self._ever_grasped, self._ever_lifted, self._max_height = state.latches
+        self._set_task_state(state.task)
+
+    # Hooks of a task env (actlab.sim.tasks); the pick-and-place env has nothing of its own.
+    def _task_state(self) -> tuple:
+        """The task's own state beyond the physics (latches, model changes), for get_state."""
+        return ()
+
+    def _set_task_state(self, state: tuple) -> None:
+        """Restore what :meth:`_task_state` returned."""
+
+    def _randomize_task(self, rng: np.random.Generator, options: dict) -> None:
+        """Place the task's own objects; called at reset after the cube, with the episode's generator."""
+
+    def _task_info(self, info: dict[str, Any]) -> dict[str, Any]:
+        """The task's success and failure signals on top of the pick-and-place ones (``info`` is those)."""
+        return info
+
+    def place_target(self) -> tuple[np.ndarray, float | None]:
+        """Where the expert lets the cube go: the (x, y) m of the goal's centre and the grasp point's
+        height (m above the table) to open at; None: the expert's own release height (the bowl)."""
+        return self.bowl_position()[:2], None
+
+    def cube_velocity(self) -> np.ndarray:
+        """Linear velocity (3,) m/s of the cube (privileged: the expert forecasts a moving cube with it)."""
+        return self.data.qvel[self._cube_dof : self._cube_dof + 3].copy()
 
     def forecast_grasp_positions(self, actions) -> np.ndarray:
-        """Simulate ``actions`` ((H, 6) degrees) from the current state without rendering and return the
+        """Simulate ``actions`` ((H, 6) in config.units) from the current state without rendering; return the
         grasp point after each step, (H, 3) m; the episode is left exactly as it was (for "whiskers")."""
-        actions = np.asarray(actions, dtype=np.float64).reshape(-1, 6)
+        actions = from_units(np.asarray(actions, dtype=np.float64).reshape(-1, 6), self.config.units)
         saved = self.get_state()
         out = np.empty((len(actions), 3))
         try:
@@ -358,6 +406,40 @@ class PickPlaceEnv(gym.Env):
         finally:
             self.set_state(saved)
         return out
+
+    def adjust_look(
+        self,
+        *,
+        camera_offset=None,
+        light_scale: float | None = None,
+        rgb: dict[str, Any] | None = None,
+    ) -> None:
+        """Change how this episode looks, until the next reset: move the overhead camera by
+        ``camera_offset`` ((3,) m, orientation kept), scale the key light and the headlight by
+        ``light_scale``, set material colours ``rgb`` ({"cube" | "bowl" | "table": (3,) in [0, 1]}).
+        Call :meth:`observe` for an observation of the new look."""
+        m = self.model
+        if camera_offset is not None:
+            m.cam_pos[self._top_cam] += np.asarray(camera_offset, dtype=float)
+        if light_scale is not None:
+            m.light_diffuse[self._light] *= light_scale
+            m.vis.headlight.ambient[:] *= light_scale
+            m.vis.headlight.diffuse[:] *= light_scale
+        for name, value in (rgb or {}).items():
+            if name not in self._mat:
+                raise ActlabError(
+                    f"unknown material {name!r}", field="rgb", expected=sorted(self._mat), found=name
+                )
+            m.mat_rgba[self._mat[name], :3] = np.clip(np.asarray(value, dtype=float), 0.0, 1.0)
+        self._mj.mj_forward(m, self.data)  # the camera's world pose follows its model position
+
+    def material_rgb(self, name: str) -> np.ndarray:
+        """The RGB (3,) of material ``name`` ("cube", "bowl", "table") in this episode."""
+        return self.model.mat_rgba[self._mat[name], :3].copy()
+
+    def observe(self) -> dict[str, np.ndarray]:
+        """The observation of the current state, rendered now (after a change to the scene's look)."""
+        return self._observation()
 
     def grasp_position(self) -> np.ndarray:
         """World position (3,) m of the grasp point between the jaw pads."""
@@ -370,12 +452,18 @@ class PickPlaceEnv(gym.Env):
         return self.data.qpos[self._cube_qpos : self._cube_qpos + 3].copy(), yaw
 
     def bowl_position(self) -> np.ndarray:
-        """Bowl centre on the table (3,) m."""
+        """Bowl centre on the table (3,) m; the goal's centre in a task without a bowl."""
+        if self._bowl_body < 0:
+            return self.goal_position()
+        return self.data.xpos[self._bowl_body].copy()
+
+    def goal_position(self) -> np.ndarray:
+        """Centre (3,) m of the place the cube must end in (the bowl's; a task env names its own)."""
         return self.data.xpos[self._bowl_body].copy()
 
     def joint_positions(self) -> np.ndarray:
-        """Current joint positions (6,) in degrees, LeRobot order (the same as observation.state)."""
-        return (self.data.qpos[:6] * _DEG).astype(np.float32)
+        """Current joint positions (6,) in ``config.units``, LeRobot order (the same as observation.state)."""
+        return to_units(self.data.qpos[:6] * _DEG, self.config.units).astype(np.float32)
 
     def project(self, points, camera: str = "top", size: int | None = None) -> np.ndarray:
         """Pixel coordinates (N, 2) as (column, row) of world points (N, 3) in ``camera``'s square image of
@@ -412,7 +500,8 @@ class PickPlaceEnv(gym.Env):
         u = rng.random(16)
         bowl = dflt["bowl_pos"].copy()
         bowl[:2] += (u[0:2] * 2 - 1) * cfg.bowl_jitter
-        m.body_pos[self._bowl_body] = bowl
+        if self._bowl_body >= 0:
+            m.body_pos[self._bowl_body] = bowl
         if "cube_xy" in options:
             cube_xy = np.asarray(options["cube_xy"], dtype=float)
         else:
@@ -429,6 +518,7 @@ class PickPlaceEnv(gym.Env):
             m.mat_rgba[self._mat["table"], :3] = 0.55 + 0.35 * u[7] + (u[8:11] - 0.5) * 0.08
         m.light_dir[self._light] = dflt["light_dir"]
         m.light_diffuse[self._light] = dflt["light_diffuse"]
+        m.vis.headlight.ambient[:], m.vis.headlight.diffuse[:] = dflt["headlight"]
         if cfg.randomize_lighting:
             direction = dflt["light_dir"] + np.array([u[11] - 0.5, u[12] - 0.5, 0.0]) * 0.8
             m.light_dir[self._light] = direction / np.linalg.norm(direction)
@@ -437,6 +527,7 @@ class PickPlaceEnv(gym.Env):
         m.cam_quat[self._top_cam] = dflt["cam_quat"]
         if cfg.camera_jitter > 0:
             m.cam_pos[self._top_cam] = dflt["cam_pos"] + (rng.random(3) * 2 - 1) * cfg.camera_jitter
+        self._randomize_task(rng, options)
 
     def _sample_cube_xy(self, bowl: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         cfg = self.config
@@ -477,7 +568,7 @@ class PickPlaceEnv(gym.Env):
         in_goal = bool(
             np.linalg.norm(cube_pos[:2] - bowl[:2]) < cfg.goal_radius and cube_pos[2] < cfg.goal_max_height
         )
-        return {
+        info = {
             "grasped": grasped,
             "lifted": lifted,
             "released": self._ever_grasped and not grasped,
@@ -492,6 +583,7 @@ class PickPlaceEnv(gym.Env):
             "grasp_pos": self.grasp_position(),
             "steps": self._steps,
         }
+        return self._task_info(info)
 
     def _observation(self) -> dict[str, np.ndarray]:
         obs = {"observation.state": self.joint_positions()}

@@ -15,9 +15,10 @@ import math
 import numpy as np
 
 from actlab.errors import ActlabError
-from actlab.sim.env import HOME_QPOS, PickPlaceEnv
+from actlab.sim.env import FPS, HOME_QPOS, PickPlaceEnv
 from actlab.sim.ik import N_ARM, ArmIK, down_rotation
 from actlab.sim.scene import GRIPPER_CLOSED, GRIPPER_OPEN
+from actlab.sim.units import to_units
 
 _DEG = 180.0 / math.pi
 
@@ -70,17 +71,20 @@ class ExpertConfig:
         return sum(getattr(self, f.name) for f in dataclasses.fields(self) if f.name.startswith("steps_"))
 
 
-def _min_jerk(n: int) -> np.ndarray:
+def min_jerk(n: int) -> np.ndarray:
     """n interpolation fractions in (0, 1] with zero velocity and acceleration at both ends."""
     s = np.arange(1, n + 1) / n
     return 10 * s**3 - 15 * s**4 + 6 * s**5
 
 
-def _closing_yaw(cube_xy: np.ndarray, cube_yaw: float) -> float:
+def _closing_yaw(cube_xy: np.ndarray, cube_yaw: float, across: float | None = None) -> float:
     """Jaw closing direction aligned with a pair of cube faces, chosen closest to tangential (pointing to
     -y for a cube straight ahead): the moving jaw then opens away from the bowl (which is at +y) and the
-    wrist camera sits on the arm's side of the gripper, looking outwards over the work area."""
+    wrist camera sits on the arm's side of the gripper, looking outwards over the work area.
+    With ``across`` (a direction of motion, rad) the jaws close square to it instead."""
     tangential = math.atan2(cube_xy[1], cube_xy[0]) - math.pi / 2
+    if across is not None:
+        tangential = across + math.pi / 2
     options = [cube_yaw + k * math.pi / 2 for k in range(-4, 5)]
     return min(options, key=lambda a: abs(math.remainder(a - tangential, 2 * math.pi)) + 1e-9 * abs(a))
 
@@ -111,18 +115,26 @@ class ScriptedExpert:
 
         env = self.env
         cube, cube_yaw = env.cube_pose()
-        bowl = env.bowl_position()
+        bowl, release_z = env.place_target()  # (x, y) of the goal; the height to open at (None: ours)
         half = env.config.scene.cube_size / 2
-        yaw = _closing_yaw(cube[:2], cube_yaw)
+        # A cube on a belt (so101_pick_moving) moves at a constant velocity until the jaws take it: the
+        # grasp point follows its forecast path from the approach until the grip has settled, and the jaws
+        # close across the motion (a jaw that trails the cube by the servos' lag never lands on it).
+        drift = env.cube_velocity()[:2] / FPS if getattr(env, "cube_moves", False) else None
+        if drift is None or not np.any(drift):
+            yaw = _closing_yaw(cube[:2], cube_yaw)
+        else:
+            yaw = _closing_yaw(cube[:2], cube_yaw, across=math.atan2(drift[1], drift[0]))
         down = down_rotation(yaw)
 
         grasp = cube + np.array([0.0, 0.0, cfg.grasp_offset_z])
         grasp[:2] += jitter(0.004, 2)
         above = grasp + np.array([0.0, 0.0, half + cfg.approach_clearance + jitter(0.01)])
         carry_z = cfg.carry_height + jitter(0.01)
-        lifted = np.array([grasp[0], grasp[1], carry_z])
+        own_release = release_z is not None
+        release_z = cfg.release_height if release_z is None else release_z
         over_bowl = np.array([bowl[0], bowl[1], carry_z]) + np.append(jitter(0.004, 2), 0.0)
-        release = np.array([over_bowl[0], over_bowl[1], min(cfg.release_height + jitter(0.005), carry_z)])
+        release = np.array([over_bowl[0], over_bowl[1], min(release_z + jitter(0.005), carry_z)])
 
         q_now = np.asarray(env.data.qpos[:6], dtype=float).copy()
         arm = q_now[:N_ARM].copy()
@@ -131,28 +143,48 @@ class ScriptedExpert:
         def emit(q_arm: np.ndarray, gripper: float) -> None:
             actions.append(np.append(q_arm, gripper))
 
+        def at(point: np.ndarray, step: int) -> np.ndarray:
+            # where a point riding with the cube is at plan step ``step`` (itself for a cube at rest)
+            return point if drift is None else point + np.append(drift * step, 0.0)
+
         # 1. Joint-space move from the start pose to above the cube (the start pose is not pointing down).
-        q_above = self._solve_from_candidates(above, down, arm)
-        for s in _min_jerk(dur(cfg.steps_approach)):
+        n = dur(cfg.steps_approach)
+        q_above = self.solve_from_candidates(at(above, n), down, arm)
+        for s in min_jerk(n):
             emit(arm + s * (q_above - arm), GRIPPER_OPEN)
         arm = q_above
         # 2. Straight down to the grasp point.
-        arm = self._cartesian(actions, arm, above, grasp, down, dur(cfg.steps_descend), GRIPPER_OPEN)
+        n, k0 = dur(cfg.steps_descend), len(actions)
+        if drift is None:
+            arm = self.cartesian(actions, arm, above, grasp, down, n, GRIPPER_OPEN)
+        else:
+            for i, s in enumerate(min_jerk(n)):
+                arm, _ = self.ik.solve(at(above + s * (grasp - above), k0 + i + 1), down, arm, iters=30)
+                emit(arm, GRIPPER_OPEN)
         # 3. Close, then let the grip settle.
-        for s in _min_jerk(dur(cfg.steps_close)):
+        for s in min_jerk(dur(cfg.steps_close)):
+            if drift is not None:
+                arm, _ = self.ik.solve(at(grasp, len(actions) + 1), down, arm, iters=30)
             emit(arm, GRIPPER_OPEN + s * (GRIPPER_CLOSED - GRIPPER_OPEN))
         for _ in range(dur(cfg.steps_settle)):
             emit(arm, GRIPPER_CLOSED)
+        grasp = at(grasp, len(actions))
+        lifted = np.array([grasp[0], grasp[1], carry_z])
         # 4. Lift, 5. carry over the bowl, 6. lower a little.
-        arm = self._cartesian(actions, arm, grasp, lifted, down, dur(cfg.steps_lift), GRIPPER_CLOSED)
-        arm = self._cartesian(actions, arm, lifted, over_bowl, down, dur(cfg.steps_carry), GRIPPER_CLOSED)
-        arm = self._cartesian(actions, arm, over_bowl, release, down, dur(cfg.steps_lower), GRIPPER_CLOSED)
+        arm = self.cartesian(actions, arm, grasp, lifted, down, dur(cfg.steps_lift), GRIPPER_CLOSED)
+        arm = self.cartesian(actions, arm, lifted, over_bowl, down, dur(cfg.steps_carry), GRIPPER_CLOSED)
+        arm = self.cartesian(actions, arm, over_bowl, release, down, dur(cfg.steps_lower), GRIPPER_CLOSED)
         # 7. Open.
-        for s in _min_jerk(dur(cfg.steps_open)):
+        for s in min_jerk(dur(cfg.steps_open)):
             emit(arm, GRIPPER_CLOSED + s * (GRIPPER_OPEN - GRIPPER_CLOSED))
+        # 7b. Where the env names its own release height (a stack), rise straight up first: the joint-space
+        # move home would sweep the open jaws through the cube just let go.
+        if own_release:
+            up = release + np.array([0.0, 0.0, 0.05])
+            arm = self.cartesian(actions, arm, release, up, down, dur(cfg.steps_open + 4), GRIPPER_OPEN)
         # 8. Back to the start pose in joint space.
         home = np.asarray(HOME_QPOS[:N_ARM])
-        for s in _min_jerk(dur(cfg.steps_retreat)):
+        for s in min_jerk(dur(cfg.steps_retreat)):
             emit(arm + s * (home - arm), GRIPPER_OPEN)
 
         out = np.stack(actions) * _DEG  # (T, 6) degrees
@@ -161,7 +193,8 @@ class ScriptedExpert:
         lo, hi = env.joint_low_deg, env.joint_high_deg
         return np.clip(out, lo, hi).astype(np.float32)
 
-    def _solve_from_candidates(self, pos: np.ndarray, rot: np.ndarray, q_start: np.ndarray) -> np.ndarray:
+    def solve_from_candidates(self, pos: np.ndarray, rot: np.ndarray, q_start: np.ndarray) -> np.ndarray:
+        """IK for a pose far from ``q_start`` (arm joints, rad) from a few starting guesses: the best."""
         # A pointing-down pose far from the start pose: try a few starting guesses, keep the best.
         best_q, best_err = None, np.inf
         starts = [q_start, np.array([0.0, -0.3, 0.9, 1.3, q_start[4]]), np.array([0.0, 0.0, 0.6, 1.2, 0.0])]
@@ -173,9 +206,9 @@ class ScriptedExpert:
                 break
         return best_q
 
-    def _cartesian(self, actions, arm, start, end, rot, n, gripper) -> np.ndarray:
+    def cartesian(self, actions, arm, start, end, rot, n, gripper) -> np.ndarray:
         """Straight-line grasp-point motion start -> end in n steps; appends actions, returns final joints."""
-        for s in _min_jerk(n):
+        for s in min_jerk(n):
             arm, _ = self.ik.solve(start + s * (end - start), rot, arm, iters=30)
             actions.append(np.append(arm, gripper))
         return arm
@@ -187,13 +220,16 @@ class ExpertPolicy:
     ``reset()`` before each episode (after or before ``env.reset``: the plan is made at the first
     ``select_action`` of the episode from the env's state). ``select_action(obs)`` accepts the env's
     observation dict (numpy, returns (6,) float32) or a batched dict of torch tensors (returns a (1, 6)
-    tensor of the state's dtype and device). After the plan ends it keeps returning its last action.
+    tensor of the state's dtype and device), in the env's ``config.units``. After the plan ends it keeps
+    returning its last action.
     """
 
     def __init__(
         self, env: PickPlaceEnv, config: ExpertConfig | None = None, seed: int | None = None
     ) -> None:
-        self.expert = ScriptedExpert(env, config)
+        # a task env with a planner of its own (so101_push) makes it; the others share the pick-and-place one
+        make = getattr(env, "make_expert", None)
+        self.expert = make(config) if make is not None else ScriptedExpert(env, config)
         self._seed = seed
         self._episode = 0
         self._episode_seed: int | None = None
@@ -228,7 +264,8 @@ class ExpertPolicy:
             rng = None
             if self.expert.config.noise > 0:
                 rng = np.random.default_rng(self._noise_seed())
-            self._plan = self.expert.plan(rng)
+            env = self.expert.env
+            self._plan = to_units(self.expert.plan(rng), env.config.units).astype(np.float32)  # env's units
             self._episode += 1
         action = self._plan[min(self._t, len(self._plan) - 1)]
         self._t += 1

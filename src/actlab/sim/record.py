@@ -26,10 +26,10 @@ from actlab.datasets import DatasetWriter, make_features
 from actlab.datasets.format import SIM_INFO_KEY
 from actlab.datasets.video import EncoderStalled, VideoOptions
 from actlab.errors import ActlabError
-from actlab.sim.env import FPS, TASK_TEXT
+from actlab.sim.env import FPS
 from actlab.sim.expert import ExpertConfig, ExpertPolicy
 from actlab.sim.scene import JOINT_NAMES
-from actlab.sim.tasks import make_env, task_config
+from actlab.sim.tasks import TASKS, make_env, task_config
 from actlab.utils import procs
 from actlab.utils.disk import require_free
 from actlab.utils.procs import worker_pool
@@ -60,6 +60,9 @@ class RecordConfig:
     max_attempts_per_episode: float = 2.0
     # Extra PickPlaceConfig fields (randomization options and the like).
     env_overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Units of observation.state and action: "degrees" (the sim's own) or "so101_follower" (the gripper
+    # 0-100 like LeRobot's real so101_follower, whose recordings a policy may then be trained with).
+    units: str = "degrees"
 
     def __post_init__(self) -> None:
         if self.episodes < 1:
@@ -89,6 +92,7 @@ class RecordConfig:
         """Arguments for ``make_env``: recording never stops an episode early on success."""
         return {
             **self.env_overrides,
+            "units": self.units,
             "image_size": self.image_size,
             "cameras": tuple(self.cameras),
             "terminate_on_success": False,
@@ -378,7 +382,7 @@ def _record_once(
                 if not episode["success"]:
                     failed.append(episode["seed"])
                 if episode["success"] or config.keep_failures:
-                    writer.add_episode(episode["frames"], task=TASK_TEXT)
+                    writer.add_episode(episode["frames"], task=TASKS[config.task].env.task_text)
                     seeds.append(int(episode["seed"]))
                     frames += episode["length"]
                     written += 1
@@ -401,7 +405,10 @@ def _record_once(
             )
         # Which initial scenes the demonstrations start from: `actlab eval` refuses to score a policy on
         # the seeds its training data was recorded from (docs/evaluation.md, "Seeds").
-        writer.add_info(SIM_INFO_KEY, {"task": config.task, "episode_seeds": seeds})
+        block = {"task": config.task, "episode_seeds": seeds}
+        if config.units != "degrees":  # (a recording in the sim's own units says nothing: as before)
+            block["units"] = config.units
+        writer.add_info(SIM_INFO_KEY, block)
     bar.close()
     return RecordSummary(
         path=str(out_dir),

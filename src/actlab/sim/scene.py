@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 
@@ -316,8 +317,13 @@ def _bowl_xml(cfg: SceneConfig, segments: int = 14) -> str:
     </body>"""
 
 
-def build_scene_xml(cfg: SceneConfig | None = None) -> str:
-    """Return the MJCF text of the SO-101 pick-and-place scene."""
+def build_scene_xml(
+    cfg: SceneConfig | None = None, *, bowl: bool = True, extra: str = "", name: str = ""
+) -> str:
+    """Return the MJCF text of the SO-101 scene: the arm, the table, the cube and (``bowl``) the bowl.
+
+    ``extra`` is MJCF for more world bodies (a task's other objects, see :mod:`actlab.sim.tasks`), and
+    ``name`` the model's name (default ``so101_pick_place``)."""
     cfg = cfg or SceneConfig()
     half = cfg.cube_size / 2
     top_axes = look_at_xyaxes(cfg.top_camera_pos, cfg.top_camera_target)
@@ -326,7 +332,7 @@ def build_scene_xml(cfg: SceneConfig | None = None) -> str:
     else:
         quality = 'shadowsize="4096" offsamples="4" numslices="28" numstacks="16" numquads="4"'
     size = cfg.max_render_size
-    return f"""<mujoco model="so101_pick_place">
+    return f"""<mujoco model="{name or "so101_pick_place"}">
   <compiler angle="radian" autolimits="true"/>
   <!-- 7 substeps of 1/210 s make one 30 Hz control step. -->
   <option timestep="{1.0 / 210.0:.9g}" integrator="implicitfast" cone="elliptic" impratio="10"/>
@@ -374,7 +380,8 @@ def build_scene_xml(cfg: SceneConfig | None = None) -> str:
     <camera name="top" pos="{_f(cfg.top_camera_pos)}" xyaxes="{_f(top_axes)}"
             fovy="{cfg.top_camera_fovy:.6g}"/>
     {_arm_xml(cfg)}
-    {_bowl_xml(cfg)}
+    {_bowl_xml(cfg) if bowl else ""}
+    {extra}
     <body name="cube" pos="0.2 0 {half:.6g}">
       <freejoint name="cube"/>
       <geom name="cube" class="object" type="box" size="{half:.6g} {half:.6g} {half:.6g}"
@@ -393,8 +400,8 @@ def build_scene_xml(cfg: SceneConfig | None = None) -> str:
 """
 
 
-def build_model(cfg: SceneConfig | None = None):
-    """Compile the scene into a ``mujoco.MjModel``."""
+def build_model(cfg: SceneConfig | None = None, **parts: Any):
+    """Compile the scene into a ``mujoco.MjModel`` (``parts``: :func:`build_scene_xml`'s keywords)."""
     import mujoco
 
-    return mujoco.MjModel.from_xml_string(build_scene_xml(cfg))
+    return mujoco.MjModel.from_xml_string(build_scene_xml(cfg, **parts))

@@ -1,0 +1,129 @@
+"""actlab's sim tasks as gymnasium envs in the shape LeRobot's ``lerobot-eval`` and ``lerobot-train`` read.
+
+LeRobot's rollout (lerobot 0.6.1, envs/utils.py ``preprocess_observation``) turns an env observation
+``{"agent_pos": (6,), "pixels": {"top": HWC, "wrist": HWC}}`` into ``observation.state`` and
+``observation.images.<camera>``, reads ``is_success`` from the final info, the instruction from
+``task_description``, and films ``render()``. :class:`LeRobotSimEnv` gives it exactly that over
+``actlab.sim.make_env``; the plugin's ``--env.type=actlab_so101`` config registers one gymnasium id per
+task (``actlab_so101/<task>``) that builds it. Every finished episode that LeRobot started with a seed
+also gets actlab's outcome (success or the task's failure class) in its final info
+(``actlab_outcome``), in the log and, with ``log_file``, as a JSON line. Joint units: ``degrees`` (the
+sim's own) or ``so101_follower`` (LeRobot's real follower: the gripper 0-100; actlab.sim.units).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+from actlab.evaluation.taxonomy import PhaseRecord, classify
+from actlab.sim import FPS, TASKS, make_env
+
+logger = logging.getLogger(__name__)
+
+# The gymnasium namespace of the tasks: ``actlab_so101/so101_pick_place`` and so on.
+GYM_NAMESPACE = "actlab_so101"
+
+
+class LeRobotSimEnv(gym.Env):
+    """One actlab sim task with LeRobot's observation keys (see the module docstring)."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": FPS}
+
+    def __init__(
+        self,
+        task: str = "so101_pick_place",
+        image_size: int = 96,
+        cameras: tuple[str, ...] | list[str] = ("top", "wrist"),
+        max_steps: int = 300,
+        units: str = "degrees",
+        log_file: str = "",
+        render_mode: str | None = "rgb_array",
+    ) -> None:
+        self.env = make_env(
+            task, image_size=image_size, cameras=tuple(cameras), max_steps=max_steps, units=units
+        )
+        self.task_name = task
+        self.render_mode = render_mode
+        inner = self.env.observation_space
+        pixels = {cam: inner[f"observation.images.{cam}"] for cam in cameras}
+        self.observation_space = gym.spaces.Dict(
+            {"agent_pos": inner["observation.state"], "pixels": gym.spaces.Dict(pixels)}
+        )
+        self.action_space = self.env.action_space
+        self.log_file = Path(log_file) if log_file else None
+        self._infos: list[dict] = []
+        self._seed: int | None = None
+        self.episodes: list[dict] = []  # finished seeded episodes: seed, outcome, steps
+
+    @property
+    def task_description(self) -> str:
+        """The task's instruction (LeRobot hands it to language-conditioned policies)."""
+        return self.env.task
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        # LeRobot's own options (its new-rollout marker) are not the env's cube placement options
+        obs, _ = self.env.reset(seed=seed)
+        self._infos, self._seed = [], seed
+        return self._obs(obs), {"is_success": False}
+
+    def step(self, action) -> tuple[dict, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(np.asarray(action, dtype=np.float64))
+        self._infos.append(info)
+        out = {"is_success": bool(info["is_success"])}
+        if terminated or truncated:
+            out["actlab_outcome"] = self._finish()
+        return self._obs(obs), reward, terminated, truncated, out
+
+    def render(self) -> np.ndarray:
+        """The overhead camera at the observation size (LeRobot's rollout videos)."""
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+    def _obs(self, obs: dict) -> dict:
+        pixels = {k.rsplit(".", 1)[-1]: v for k, v in obs.items() if k.startswith("observation.images.")}
+        return {"agent_pos": obs["observation.state"], "pixels": pixels}
+
+    def _finish(self) -> str:
+        outcome = classify(PhaseRecord.from_infos(self._infos)).outcome
+        if self._seed is None:  # a vector env's automatic reset after a finished rollout: not an episode
+            return outcome
+        record = {
+            "task": self.task_name,
+            "seed": int(self._seed),
+            "outcome": outcome,
+            "steps": len(self._infos),
+        }
+        self.episodes.append(record)
+        logger.info(
+            "actlab_so101 %s seed %d: %s after %d steps",
+            self.task_name,
+            self._seed,
+            outcome,
+            len(self._infos),
+        )
+        if self.log_file is not None:
+            self.log_file.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.log_file, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+        return outcome
+
+
+def register_gym_ids() -> list[str]:
+    """Register ``actlab_so101/<task>`` with gymnasium for every sim task (again: a no-op); the ids."""
+    ids = []
+    for name in TASKS:
+        gym_id = f"{GYM_NAMESPACE}/{name}"
+        if gym_id not in gym.registry:
+            gym.register(id=gym_id, entry_point=LeRobotSimEnv, kwargs={"task": name})
+        ids.append(gym_id)
+    return ids
+
+
+__all__ = ["GYM_NAMESPACE", "LeRobotSimEnv", "register_gym_ids"]
