@@ -6,12 +6,12 @@ import json
 
 import numpy as np
 import pytest
-from tests.procs import run_cli
 
 from actlab.errors import ActlabError
 from actlab.evaluation.taxonomy import PhaseRecord, classify
 from actlab.sim import TASKS, ExpertPolicy, make_env, task_config
 from actlab.sim.record import run_expert_episode
+from procs import run_cli
 
 NEW_TASKS = ("so101_stack", "so101_push", "so101_pick_moving", "so101_pick_clutter")
 
