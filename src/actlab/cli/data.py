@@ -319,12 +319,21 @@ def _view(g) -> None:
     p.set_defaults(_run=_run_view)
 
 
+# What data view's --out marker names (its pages of other episodes may be added to the same directory).
+VIEW_KIND = "actlab data view"
+
+
 def _run_view(args) -> int:
     from actlab.datasets import open_dataset
     from actlab.datasets.view import episode_view
+    from actlab.utils.io import claim_out_dir
     from actlab.viz.dataset import write_episode_page
 
-    page = write_episode_page(episode_view(open_dataset(args.path), args.episode), args.out)
+    ds = open_dataset(args.path)
+    view = episode_view(ds, args.episode)  # (reads only: a wrong --episode is refused before any write)
+    # --out gathers the pages of several episodes, but never over a user's files or into the dataset.
+    out = claim_out_dir(args.out, VIEW_KIND, inputs=(ds.root,))
+    page = write_episode_page(view, out)
     print(f"wrote {page} (open it in a browser; .md beside it)")
     return 0
 
