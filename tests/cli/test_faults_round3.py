@@ -12,12 +12,13 @@ real files, the real parser and commands.
 
 from __future__ import annotations
 
+import argparse
 import shutil
 from pathlib import Path
 
 import pytest
 
-from actlab.cli import main
+from actlab.cli import build_parser, main
 from actlab.utils.io import OUTPUT_MARKER, read_output_marker
 
 
@@ -71,3 +72,56 @@ def test_data_view_adds_pages_to_its_own_directory_and_refuses_another_commands(
     assert main(["data", "view", str(tiny_dataset), "--out", str(other)]) == 2
     assert "actlab eval" in capsys.readouterr().err
     assert sorted(p.name for p in other.iterdir()) == [OUTPUT_MARKER]
+
+
+# ------------------------------------------------------------------------------------ numeric options
+
+
+def _numeric_options() -> list[tuple[tuple[str, ...], str, str]]:
+    """(command, option, int/float/other) of every numeric option of every command, from the parser."""
+    found = []
+
+    def walk(parser: argparse.ArgumentParser, command: tuple[str, ...]) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, (*command, name))
+            elif action.option_strings and action.type is not None:
+                name = getattr(action.type, "__name__", "")
+                if name in ("int", "float", "parse") or name.endswith("_timeout"):  # parse: a bounded int
+                    found.append((command, action.option_strings[-1], name))
+
+    walk(build_parser(), ())
+    return found
+
+
+NUMERIC = _numeric_options()
+
+
+def test_the_walk_finds_the_numeric_options_of_every_command_group():
+    groups = {c[0] for c, _, _ in NUMERIC}
+    assert {"data", "sim", "eval", "policy", "bench", "demo", "rl"} <= groups, groups
+    assert len(NUMERIC) > 60
+
+
+PARSER = build_parser()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "command, flag, kind", NUMERIC, ids=lambda x: x if isinstance(x, str) else " ".join(x)
+)
+def test_every_numeric_option_refuses_nan_inf_negative_and_huge_before_any_work(
+    command, flag, kind, tmp_path, monkeypatch, capsys
+):
+    """nan, inf, -2 (below every "-1 = automatic" sentinel) and 10**12 are usage errors (exit 2) naming
+    the option, with no traceback and no file written: the parser refuses them before the command runs
+    (``sim record --episodes 1000000000000`` started a recording before)."""
+    monkeypatch.chdir(tmp_path)
+    for bad in ("nan", "inf", "-inf", "-2", "1e12", "1000000000000"):
+        with pytest.raises(SystemExit) as e:
+            PARSER.parse_args([*command, f"{flag}={bad}"])
+        assert e.value.code == 2, bad
+        err = capsys.readouterr().err
+        assert f"argument {flag}" in err and "Traceback" not in err, (bad, err)
+    assert list(tmp_path.iterdir()) == []
