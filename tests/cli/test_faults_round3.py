@@ -125,3 +125,59 @@ def test_every_numeric_option_refuses_nan_inf_negative_and_huge_before_any_work(
         err = capsys.readouterr().err
         assert f"argument {flag}" in err and "Traceback" not in err, (bad, err)
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------------ --set values
+
+
+def _configs() -> dict[str, object]:
+    """The configs a --set reaches: train / demo / profile / bench train (a TrainConfig), policy bench and
+    policy info (a bare policy config), rl train and rl reward-model."""
+    from actlab.policies.registry import config_classes
+    from actlab.rl.config import PRESETS as RL_PRESETS
+    from actlab.rl.reward_model import RewardModelConfig
+    from actlab.training.presets import get_preset
+
+    found: dict[str, object] = {
+        "train so101_sim_cpu": get_preset("so101_sim_cpu"),
+        "train tiny": get_preset("tiny"),
+    }
+    found |= {f"policy {name}": cls() for name, cls in config_classes().items()}
+    found |= {f"rl {name}": make() for name, make in RL_PRESETS.items()}
+    found["rl reward-model"] = RewardModelConfig()
+    return found
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", sorted(_configs()))
+def test_every_numeric_set_value_refuses_nan_inf_negative_and_huge(name):
+    """Before: policy.dim_model=1e12, steps=1e12, batch_size=1e12, kl_weight=inf and seed=-1 were accepted
+    and failed (or never ended) once the work had started."""
+    from actlab.errors import ActlabError
+    from actlab.policies.registry import apply_config_overrides
+    from actlab.utils.config import apply_overrides, flatten
+
+    cfg = _configs()[name]
+    apply = apply_config_overrides if name.startswith("policy ") else apply_overrides
+    keys = [k for k, v in flatten(cfg).items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    assert len(keys) >= 5, keys
+    accepted = []
+    for key in keys:
+        for bad in ("nan", "inf", "-1", "1e12"):
+            try:
+                apply(cfg, [f"{key}={bad}"])
+                accepted.append(f"{key}={bad}")
+            except ActlabError as e:
+                assert key.split(".")[-1] in str(e), (key, str(e))
+    assert accepted == []
+
+
+@pytest.mark.timeout(120)
+def test_a_huge_set_value_is_refused_before_the_run_directory_is_made(tiny_dataset, tmp_path, capsys):
+    out = tmp_path / "run"
+    for bad in ("policy.dim_model=1e12", "batch_size=1e12", "policy.kl_weight=inf", "seed=-1"):
+        args = ["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(out), "--set", bad]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert bad.split("=")[0].split(".")[-1] in err and "Traceback" not in err
+        assert not out.exists()
