@@ -181,3 +181,29 @@ def test_a_huge_set_value_is_refused_before_the_run_directory_is_made(tiny_datas
         err = capsys.readouterr().err
         assert bad.split("=")[0].split(".")[-1] in err and "Traceback" not in err
         assert not out.exists()
+
+
+# ------------------------------------------------------------------------- the plugin's simulated robot
+
+# The defaults of the plugin's ActlabSO101SimConfig (integrations/; LeRobot is not installed here).
+SIM_ROBOT = {"image_size": 96, "camera_names": ["top", "wrist"], "fps": 30, "max_steps": 300,
+             "seed": 100_000, "hold_s": 1.0, "max_relative_target": None}  # fmt: skip
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("field", ["image_size", "fps", "max_steps", "seed", "hold_s", "max_relative_target"])
+def test_the_simulated_robot_refuses_each_field_out_of_range(field):
+    """--robot.fps=0 was a ZeroDivisionError in the control loop, a negative seed numpy's traceback."""
+    from actlab.errors import ActlabError
+    from actlab.lerobot.runtime import check_sim_robot_config
+
+    check_sim_robot_config(SIM_ROBOT)
+    for bad in (0, -1, float("nan"), float("inf"), 10**12, True):
+        if field in ("seed", "hold_s") and bad == 0:
+            continue  # seed 0 and no hold are valid
+        with pytest.raises(ActlabError) as e:
+            check_sim_robot_config({**SIM_ROBOT, field: bad})
+        assert e.value.field == f"--robot.{field}"
+    for cameras in ([], ["side"], ["top", "top"]):
+        with pytest.raises(ActlabError, match="camera_names"):
+            check_sim_robot_config({**SIM_ROBOT, "camera_names": cameras})

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from lerobot.robots.config import RobotConfig
+
+from actlab.lerobot.runtime import check_sim_robot_config
 
 
 @RobotConfig.register_subclass("actlab_so101_sim")
@@ -33,3 +35,11 @@ class ActlabSO101SimConfig(RobotConfig):
     # largest change of a joint target per step (degrees), like so101_follower's max_relative_target;
     # None: no limit (targets are still clipped to the joint ranges)
     max_relative_target: float | None = None
+
+    def __post_init__(self) -> None:
+        # Every field checked before the robot is built: --robot.fps=0 was a ZeroDivisionError traceback
+        # in the control loop, a negative seed numpy's.
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
+        check_sim_robot_config(asdict(self))

@@ -306,6 +306,51 @@ def read_episode_log(path: str | Path) -> list[dict]:
     return out
 
 
+# The simulated robot's limits (--robot.<field> of --robot.type=actlab_so101_sim): the sim renders 16 to
+# 1024 px (actlab.sim.scene's max_render_size), a rate above 1000 Hz cannot be paced by time.sleep, and
+# seeds are 32-bit for numpy and MuJoCo (episode i uses seed + i, so the seed leaves room for 10**6).
+SIM_ROBOT_LIMITS: dict[str, tuple[float, float]] = {
+    "image_size": (16, 1024),
+    "fps": (1, 1000),
+    "max_steps": (1, 10**7),
+    "seed": (0, 2**32 - 1 - 10**6),
+    "hold_s": (0.0, 3600.0),
+    "max_relative_target": (1e-6, 360.0),
+}
+SIM_ROBOT_CAMERAS = ("top", "wrist")  # actlab.sim.env.CAMERAS (not imported: it loads MuJoCo)
+
+
+def check_sim_robot_config(values: Mapping[str, Any]) -> None:
+    """Refuse a field of the simulated robot's config outside :data:`SIM_ROBOT_LIMITS` (NaN, infinite,
+    negative, zero where a rate or size is meant, oversized) or a camera it does not have, naming
+    ``--robot.<field>`` with the range, before anything is built: ``--robot.fps=0`` ended in a
+    ZeroDivisionError traceback inside the control loop, a negative seed in numpy's."""
+    for name, (lo, hi) in SIM_ROBOT_LIMITS.items():
+        value = values.get(name)
+        if value is None and name == "max_relative_target":
+            continue  # None: no limit
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and lo <= value <= hi
+        if not ok:  # (NaN fails lo <= value)
+            raise ActlabError(
+                "invalid simulated robot setting",
+                field=f"--robot.{name}",
+                expected=f"a number from {lo} to {hi}"
+                + (" (or null: no limit)" if name == "max_relative_target" else ""),
+                found=value,
+                fix=f"pass --robot.{name}=<value in range> (or leave it out for its default)",
+            )
+    cameras = list(values.get("camera_names") or [])
+    bad = [c for c in cameras if c not in SIM_ROBOT_CAMERAS] if cameras else ["(none)"]
+    if bad or len(set(cameras)) != len(cameras):
+        raise ActlabError(
+            "invalid simulated robot setting",
+            field="--robot.camera_names",
+            expected=f"one or both of {', '.join(SIM_ROBOT_CAMERAS)}, each once",
+            found=cameras,
+            fix="pass e.g. --robot.camera_names='[\"top\"]'",
+        )
+
+
 def pace(next_tick: float, fps: float) -> float:
     """Sleep until ``next_tick`` (perf_counter seconds) and return the tick after it (real-time pacing)."""
     now = time.perf_counter()
@@ -318,12 +363,14 @@ def pace(next_tick: float, fps: float) -> float:
 
 __all__ = [
     "JOINT_KEYS",
+    "SIM_ROBOT_LIMITS",
     "SIM_SIGNAL",
     "EpisodeResult",
     "RtcPrefix",
     "SimEpisodes",
     "SimSignal",
     "camera_to_trained",
+    "check_sim_robot_config",
     "pace",
     "read_episode_log",
     "rtc_prefix",
