@@ -207,3 +207,35 @@ def test_the_simulated_robot_refuses_each_field_out_of_range(field):
     for cameras in ([], ["side"], ["top", "top"]):
         with pytest.raises(ActlabError, match="camera_names"):
             check_sim_robot_config({**SIM_ROBOT, "camera_names": cameras})
+
+
+# ------------------------------------------------------------------------------ resume: dataset identity
+
+
+@pytest.mark.timeout(300)
+def test_a_resume_on_a_dataset_replaced_by_another_recording_is_refused(make_dataset, tmp_path, capsys):
+    """SILENT before: the directory replaced by another recording under the same path was decoded into a
+    new frame cache and trained on, exit 0. A copy of the same dataset elsewhere resumes."""
+    ds = make_dataset(tmp_path / "a", episodes=2, length=20)
+    out = tmp_path / "run"
+    base = ["train", "--preset", "tiny", "--out", str(out), "--set", "log.progress=false"]
+    assert main([*base, "--dataset", str(ds), "--set", "steps=2", "--set", "checkpoint.every=2"]) == 0
+    # a copy elsewhere (new file times): the same dataset, the resume goes on
+    copy = tmp_path / "copy"
+    shutil.copytree(ds, copy)
+    assert main([*base, "--dataset", str(copy), "--resume", "--set", "steps=3"]) == 0
+    # the original path now holds another recording (other motion, same shape)
+    shutil.rmtree(ds)
+    make_dataset(tmp_path / "b", episodes=2, length=20, seed=7).rename(ds)
+    capsys.readouterr()
+    before = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert main([*base, "--dataset", str(ds), "--resume", "--set", "steps=4"]) == 2
+    err = capsys.readouterr().err
+    assert "not the one the run was trained on" in err and "meta_sha256" in err and str(ds) in err
+    assert "a copy of it is fine" in err and "Traceback" not in err
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == before
+    # an episode fewer is named by its count
+    shutil.rmtree(ds)
+    make_dataset(tmp_path / "c", episodes=1, length=20).rename(ds)
+    assert main([*base, "--dataset", str(ds), "--resume", "--set", "steps=4"]) == 2
+    assert "episodes: 2 -> 1" in capsys.readouterr().err
