@@ -150,6 +150,31 @@ def rtc_prefix(
     return RtcPrefix(prev[:, :used] if used > 0 else None, requested, used, note)
 
 
+def check_export_config(top: Mapping[str, Any], model: Mapping[str, Any], file: str | Path) -> None:
+    """Refuse a LeRobot export whose ``config.json`` (``top``: its ``chunk_size``, ``n_action_steps``,
+    ``n_obs_steps`` and the ``actlab_config`` it carries) disagrees with the config of the model it ships
+    (``model``: the actlab bundle's, whose weights and digests decide what runs). An edited
+    ``chunk_size`` / ``n_action_steps`` loaded and ran with the model executing its own values, LeRobot
+    believing the edited ones."""
+    model = json.loads(json.dumps(dict(model), default=str))  # tuples as the lists config.json holds
+    wanted = json.loads(json.dumps(dict(top.get("actlab_config") or {}), default=str))
+    for key in ("chunk_size", "n_action_steps", "n_obs_steps"):
+        if key in top and top[key] != model.get(key, top[key]):
+            wanted[key] = top[key]  # an edit of the top-level key, wherever actlab_config agrees
+    changed = {k: (v, model[k]) for k, v in wanted.items() if k in model and k != "type" and v != model[k]}
+    if changed:
+        raise ActlabError(
+            "the export's config.json disagrees with the model it ships",
+            file=file,
+            field=", ".join(changed),
+            expected="the values of the shipped weights: "
+            + ", ".join(f"{k}={m!r}" for k, (_, m) in changed.items()),
+            found=", ".join(f"{k}={v!r}" for k, (v, _) in changed.items()),
+            fix="restore config.json (or export again: actlab policy export BUNDLE --to lerobot); the "
+            "weights cannot follow an edit: to run other values, set them in actlab and export that bundle",
+        )
+
+
 # --------------------------------------------------------------------------------------- the sim robot
 @dataclass
 class SimSignal:
@@ -370,6 +395,7 @@ __all__ = [
     "SimEpisodes",
     "SimSignal",
     "camera_to_trained",
+    "check_export_config",
     "check_sim_robot_config",
     "pace",
     "read_episode_log",
