@@ -239,3 +239,36 @@ def test_a_resume_on_a_dataset_replaced_by_another_recording_is_refused(make_dat
     make_dataset(tmp_path / "c", episodes=1, length=20).rename(ds)
     assert main([*base, "--dataset", str(ds), "--resume", "--set", "steps=4"]) == 2
     assert "episodes: 2 -> 1" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------- settings that cannot be honoured
+
+
+@pytest.mark.timeout(120)
+def test_a_horizon_with_sync_execution_is_refused_before_any_episode(tmp_path, capsys):
+    """SILENT before: sync executes the policy's n_action_steps; --horizon was ignored without a word."""
+    out = tmp_path / "eval"
+    argv = ["eval", "expert", "--episodes", "1", "--execution", "sync", "--horizon", "5", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "horizon" in err and "--execution async --latency 0 --horizon N" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+@pytest.mark.timeout(60)
+def test_a_validation_split_that_cannot_be_made_is_said(tiny_dataset):
+    """SILENT before: data.val_fraction > 0 on a one-episode selection trained without validation."""
+    from actlab.datasets import open_dataset
+    from actlab.training.config import DataConfig
+    from actlab.training.data import split_episodes
+
+    eps = open_dataset(tiny_dataset).episodes
+    with pytest.warns(UserWarning, match=r"val_fraction=0.25 asks for validation episodes.*1 non-empty"):
+        split = split_episodes(eps, DataConfig(val_fraction=0.25, episodes=(1,)), 0, where="ds")
+    assert split.val_episodes == ()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # val_fraction 0 means it: nothing said
+        split_episodes(eps, DataConfig(val_fraction=0.0, episodes=(1,)), 0)
+        assert split_episodes(eps, DataConfig(val_fraction=0.25), 0).val_episodes != ()
