@@ -272,3 +272,28 @@ def test_a_validation_split_that_cannot_be_made_is_said(tiny_dataset):
         warnings.simplefilter("error")  # val_fraction 0 means it: nothing said
         split_episodes(eps, DataConfig(val_fraction=0.0, episodes=(1,)), 0)
         assert split_episodes(eps, DataConfig(val_fraction=0.25), 0).val_episodes != ()
+
+
+# ----------------------------------------------------------------------- errors name the cause they saw
+
+
+@pytest.mark.timeout(120)
+def test_a_nan_action_names_its_joints_not_a_guessed_cause():
+    """UNCLEAR before: the sim blamed "normalization stats with zero std" for NaN actions from anywhere."""
+    pytest.importorskip("mujoco")
+    import numpy as np
+
+    from actlab.errors import ActlabError
+    from actlab.sim import make_env
+
+    env = make_env(image_size=16, cameras=("top",))
+    try:
+        env.reset(seed=0)
+        action = np.zeros(6)
+        action[2] = np.nan
+        with pytest.raises(ActlabError) as e:
+            env.step(action)
+        text = e.value.render()
+        assert "elbow" in text and "zero std" not in text and "produced the action" in text
+    finally:
+        env.close()
