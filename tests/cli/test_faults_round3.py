@@ -297,3 +297,16 @@ def test_a_nan_action_names_its_joints_not_a_guessed_cause():
         assert "elbow" in text and "zero std" not in text and "produced the action" in text
     finally:
         env.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("where", ["meta/info.json", "stats.json", "meta/new.json"])
+def test_data_stats_out_never_writes_into_the_dataset(tiny_dataset, tmp_path, capsys, where):
+    """--out DATASET/meta/info.json replaced the dataset's own info.json with the stats."""
+    ds = tmp_path / "ds"
+    shutil.copytree(tiny_dataset, ds)
+    before = _tree(ds)
+    assert main(["data", "stats", str(ds), "--out", str(ds / where)]) == 2
+    err = capsys.readouterr().err
+    assert "inside the dataset" in err and "--write-meta" in err
+    assert _tree(ds) == before

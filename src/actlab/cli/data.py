@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from actlab.cli import add_json_flag, group, subcommand
 
@@ -153,9 +154,19 @@ def _run_stats(args) -> int:
     from actlab.datasets.format import DEFAULT_FEATURES, STATS_PATH
     from actlab.datasets.stats import stats_to_json
     from actlab.errors import ActlabError
+    from actlab.utils.io import related_input
     from actlab.utils.table import table
 
     ds = open_dataset(args.path)
+    if args.out and related_input(Path(args.out), [ds.root]) is not None:  # before the computation
+        raise ActlabError(
+            "--out lies inside the dataset the stats are computed from",
+            file=args.out,
+            field="--out",
+            expected="a file outside the dataset",
+            found=f"inside {ds.root}",
+            fix="choose an --out outside the dataset; --write-meta is the way to write its meta/stats.json",
+        )
     try:
         dims = parse_episodes(args.absolute_dims) or []
     except ActlabError as e:

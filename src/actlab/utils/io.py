@@ -215,7 +215,7 @@ def _state(path: Path) -> str | None:
     return f"token:{marker.get('token')}" if marker else "other"
 
 
-def _related(out: Path, inputs: Sequence[str | Path]) -> Path | None:
+def related_input(out: Path, inputs: Sequence[str | Path]) -> Path | None:
     """The first input that ``out`` is, contains or lies inside (paths resolved, symlinks followed)."""
     target = out.resolve()
     for i in inputs:
@@ -236,7 +236,7 @@ def check_out_dir(
     now. Removes this path's temporary leftovers of dead runs. Returns what is there now (see _state),
     which the commit checks again. Commands call it before their work, so a refusal costs nothing."""
     path = Path(path)
-    src = _related(path, inputs)
+    src = related_input(path, inputs)
     if src is not None:
         raise ActlabError(
             "the output directory is, holds or lies inside an input of the command",
@@ -295,7 +295,7 @@ def claim_out_dir(path: str | Path, kind: str, inputs: Sequence[str | Path] = ()
     files ``kind`` did not write (a user's report.md was overwritten), another command's output, a file,
     or an ``--out`` that is, holds or lies inside one of ``inputs``. Returns ``path``."""
     path = Path(path)
-    src = _related(path, inputs)
+    src = related_input(path, inputs)
     if src is not None:
         check_out_dir(path, kind, False, inputs)  # raises the "is, holds or lies inside an input" refusal
     state = _state(path)
