@@ -281,3 +281,26 @@ def test_init_from_copies_weights_not_normalization_and_checks_the_model(tmp_pat
     with pytest.raises(ActlabError, match="another model") as e:
         load_initial_weights(other, tmp_path / "bundle")
     assert e.value.field == "policy.dim_feedforward"
+
+
+@pytest.mark.timeout(120)
+def test_an_export_whose_config_json_was_edited_is_refused_against_its_weights(tmp_path):
+    """SILENT before: config.json's chunk_size / n_action_steps edited, the plugin loaded the export and
+    the model ran its own values while LeRobot believed the edited ones. check_export_config (called by
+    the plugin's from_pretrained) compares them with the shipped bundle's config."""
+    from actlab.errors import ActlabError
+    from actlab.lerobot.runtime import check_export_config
+    from actlab.utils.config import to_dict
+
+    export_policy(_policy(_tiny(vision_backbone="cnn_small", decoder_input="queries")), tmp_path / "lerobot")
+    file = tmp_path / "lerobot" / "config.json"
+    model = to_dict(load_policy(tmp_path / "lerobot" / "actlab_bundle").config)
+    top = json.loads(file.read_text())
+    check_export_config(top, model, file)  # as exported: agrees (tuples and lists alike)
+    for key, edit in (("n_action_steps", 1), ("chunk_size", model["chunk_size"] + 5)):
+        with pytest.raises(ActlabError, match="disagrees with the model it ships") as e:
+            check_export_config({**top, key: edit}, model, file)
+        assert key in e.value.field and f"{key}={model[key]!r}" in e.value.expected
+        nested = {**top, "actlab_config": {**top["actlab_config"], key: edit}}
+        with pytest.raises(ActlabError, match=key):
+            check_export_config(nested, model, file)

@@ -33,7 +33,8 @@ def test_split_is_by_episode_and_disjoint():
 def test_small_fractions_still_hold_out_one_episode_and_keep_one():
     s = split_episodes(EPISODES[:2], DataConfig(val_fraction=0.01), seed=0)
     assert len(s.val_episodes) == 1 and len(s.train_episodes) == 1
-    s = split_episodes(EPISODES[:1], DataConfig(val_fraction=0.5), seed=0)
+    with pytest.warns(UserWarning, match="a split needs 2"):  # said, not dropped without a word
+        s = split_episodes(EPISODES[:1], DataConfig(val_fraction=0.5), seed=0)
     assert s.val_episodes == () and s.train_frames == 10
     assert split_episodes(EPISODES, DataConfig(val_fraction=0.0), seed=0).val_ranges == ()
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from lerobot.robots.config import RobotConfig
+
+from actlab.lerobot.runtime import check_sim_robot_config
 
 
 @RobotConfig.register_subclass("actlab_so101_sim")
@@ -39,3 +41,11 @@ class ActlabSO101SimConfig(RobotConfig):
     # (LeRobot's real so101_follower: joints in degrees, the gripper 0-100), so that a policy trained on
     # the real follower's recordings drives the sim with no conversion step
     units: str = "degrees"
+
+    def __post_init__(self) -> None:
+        # Every field checked before the robot is built: --robot.fps=0 was a ZeroDivisionError traceback
+        # in the control loop, a negative seed numpy's.
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
+        check_sim_robot_config(asdict(self))

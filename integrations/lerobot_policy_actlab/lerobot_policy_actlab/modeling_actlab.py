@@ -23,7 +23,13 @@ from torch import Tensor
 
 from actlab.errors import ActlabError
 from actlab.lerobot.export import PLUGIN_BUNDLE
-from actlab.lerobot.runtime import SIM_SIGNAL, camera_to_trained, rtc_prefix, trained_cameras
+from actlab.lerobot.runtime import (
+    SIM_SIGNAL,
+    camera_to_trained,
+    check_export_config,
+    rtc_prefix,
+    trained_cameras,
+)
 from lerobot_policy_actlab.configuration_actlab import ActlabActConfig, ActlabActRelativeConfig
 
 logger = logging.getLogger(__name__)
@@ -95,7 +101,17 @@ class _ActlabPolicy(PreTrainedPolicy):
         if config is None:
             config = PreTrainedConfig.from_pretrained(root)
         device = config.device or "cpu"
-        policy = cls(config, actlab_policy=load_policy(root / PLUGIN_BUNDLE, device=device))
+        model = load_policy(root / PLUGIN_BUNDLE, device=device)
+        # config.json's chunk_size / n_action_steps edited: the weights run their own values, refused
+        top = {
+            k: getattr(config, k)
+            for k in ("chunk_size", "n_action_steps", "n_obs_steps")
+            if hasattr(config, k)
+        }
+        check_export_config(
+            {**top, "actlab_config": config.actlab_config}, _config_dict(model), root / "config.json"
+        )
+        policy = cls(config, actlab_policy=model)
         policy.to(device)
         policy.eval()
         return policy

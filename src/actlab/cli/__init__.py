@@ -55,19 +55,80 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _guard_numbers(parser: argparse.ArgumentParser) -> None:
-    """Every int or float option of every command refuses negative, NaN and infinite values at parse
-    time (argparse's usage error, exit 2): they are counts, sizes, seeds, durations and scales, and a
-    negative one fails deep inside a command (a negative --seed reached numpy's SeedSequence as a
-    traceback). An option whose own default is negative (a "-1 = automatic" sentinel) keeps its type.
-    Done here, over the parser, so options added later are covered without anyone remembering to."""
+    """Every int or float option of every command refuses NaN, infinite, negative and oversized values at
+    parse time (argparse's usage error, exit 2, naming the option), before any work: they are counts,
+    sizes, seeds, durations and scales, and a negative one failed deep inside a command (a negative
+    --seed reached numpy's SeedSequence as a traceback), a huge one asked a 2-core machine for memory or
+    years (``--episodes 1000000000000``). The ceiling is :data:`_CEILINGS`'s for the option's name, else
+    :data:`_CEILING`. An option whose own default is negative (a "-1 = automatic" sentinel) accepts its
+    sentinel and keeps the rest of the checks. Done here, over the parser, so options added later are
+    covered without anyone remembering to."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sp in action.choices.values():
                 _guard_numbers(sp)
-        elif action.type in (int, float) and not _negative(action.default):
-            action.type = _non_negative(action.type)
+        elif action.type in (int, float):
+            floor = min(_negatives(action.default), default=0)
+            action.type = _bounded(action.type, floor, _CEILINGS.get(action.dest, _CEILING))
         elif action.dest.endswith("_python") and action.type in (None, str):
             action.type = _python_program  # --lerobot-python: a directory failed as "permission denied"
+
+
+# The largest value of a numeric option, by its dest: what one machine of ours (2 cores, a few GB free)
+# can hold or finish. A value above it is refused at parse time with the ceiling named.
+_CEILING = 10**9
+_CEILINGS: dict[str, float] = {
+    # px per side: one 4096 x 4096 RGB frame is 48 MiB, a batch of them more than the machine has
+    "image_size": 4096,
+    # episodes of a recording or an evaluation: 100000 sim episodes are days of CPU already
+    "episodes": 100_000,
+    "eval_episodes": 100_000,
+    "max_episodes": 100_000,
+    "episodes_per_dataset": 100_000,
+    "videos": 100_000,
+    "whiskers_episode": 100_000,
+    "episode": 10**7,
+    # frames of a synthetic dataset or a rendering (10 M frames of 224 px video are ~100 GB)
+    "frames": 10**7,
+    # processes and threads: each worker holds MuJoCo, torch and its frames (~0.3-1 GB)
+    "workers": 64,
+    "lerobot_workers": 64,
+    "burners": 64,
+    "threads": 256,
+    "batch_envs": 1024,
+    "cameras": 16,
+    "batch_size": 65536,
+    "start": 65536,
+    "max": 65536,
+    "multiple_of": 65536,
+    "state_dim": 4096,
+    "action_dim": 4096,
+    # a seed is a 32-bit unsigned integer for numpy's and MuJoCo's generators
+    "seed": 2**32 - 1,
+    "fps": 1000,
+    "seconds": 86400.0,
+    "baseline_seconds": 86400.0,
+    "hang_seconds": 86400.0,
+    "peak_tflops": 1e6,
+    # fractions
+    "margin": 1.0,
+    "tolerance": 1.0,
+    # action noise, in units of the action's scale
+    "noise": 1e3,
+    "horizon": 100_000,
+    "action_horizon": 100_000,
+    "relative_horizon": 100_000,
+    "state_delta": 100_000,
+    "max_steps": 10**7,
+    "steps": 10**7,
+    "lerobot_steps": 10**7,
+    "rounds": 10**6,
+    "encodes": 10**6,
+    "stride": 10**6,
+    "whiskers_every": 10**6,
+    "image_samples": 10**6,
+    "overfit": 10**6,
+}
 
 
 def _python_program(text: str) -> str:
@@ -84,18 +145,23 @@ def _python_program(text: str) -> str:
     return text
 
 
-def _negative(default: object) -> bool:
+def _negatives(default: object) -> list[float]:
     values = default if isinstance(default, (list, tuple)) else [default]
-    return any(isinstance(v, (int, float)) and v < 0 for v in values)
+    return [v for v in values if isinstance(v, (int, float)) and v < 0]
 
 
-def _non_negative(kind: type) -> object:
+def _bounded(kind: type, floor: float, ceiling: float) -> object:
     def parse(text: str) -> int | float:
         value = kind(text)  # ValueError: argparse says "invalid int value"
         if value != value or value in (float("inf"), float("-inf")):
             raise argparse.ArgumentTypeError(f"expected a finite number, found {text!r}")
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"expected a number >= 0, found {text}")
+        if value < floor:
+            allowed = f"a number >= 0 (or {floor:g}, automatic)" if floor < 0 else "a number >= 0"
+            raise argparse.ArgumentTypeError(f"expected {allowed}, found {text}")
+        if value > ceiling:
+            raise argparse.ArgumentTypeError(
+                f"expected a number <= {ceiling:g} (more than one machine can hold or finish), found {text}"
+            )
         return value
 
     parse.__name__ = kind.__name__  # argparse names the type in "invalid int value: 'x'"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from actlab.cli import add_json_flag, group, subcommand
 
@@ -246,9 +247,19 @@ def _run_stats(args) -> int:
     from actlab.datasets.format import DEFAULT_FEATURES, STATS_PATH
     from actlab.datasets.stats import stats_to_json
     from actlab.errors import ActlabError
+    from actlab.utils.io import related_input
     from actlab.utils.table import table
 
     ds = open_dataset(args.path)
+    if args.out and related_input(Path(args.out), [ds.root]) is not None:  # before the computation
+        raise ActlabError(
+            "--out lies inside the dataset the stats are computed from",
+            file=args.out,
+            field="--out",
+            expected="a file outside the dataset",
+            found=f"inside {ds.root}",
+            fix="choose an --out outside the dataset; --write-meta is the way to write its meta/stats.json",
+        )
     try:
         dims = parse_episodes(args.absolute_dims) or []
     except ActlabError as e:
@@ -412,12 +423,21 @@ def _view(g) -> None:
     p.set_defaults(_run=_run_view)
 
 
+# What data view's --out marker names (its pages of other episodes may be added to the same directory).
+VIEW_KIND = "actlab data view"
+
+
 def _run_view(args) -> int:
     from actlab.datasets import open_dataset
     from actlab.datasets.view import episode_view
+    from actlab.utils.io import claim_out_dir
     from actlab.viz.dataset import write_episode_page
 
-    page = write_episode_page(episode_view(open_dataset(args.path), args.episode), args.out)
+    ds = open_dataset(args.path)
+    view = episode_view(ds, args.episode)  # (reads only: a wrong --episode is refused before any write)
+    # --out gathers the pages of several episodes, but never over a user's files or into the dataset.
+    out = claim_out_dir(args.out, VIEW_KIND, inputs=(ds.root,))
+    page = write_episode_page(view, out)
     print(f"wrote {page} (open it in a browser; .md beside it)")
     return 0
 

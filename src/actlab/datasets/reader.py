@@ -80,6 +80,23 @@ class LeRobotV3Dataset:
                         h.update(f.read())
         return h.hexdigest()[:16]
 
+    @functools.cached_property
+    def identity(self) -> dict[str, Any]:
+        """What a dataset is, independent of where it lies and of file times: its episode and frame
+        counts and a hash of the contents of its metadata (info.json, tasks, the episodes' table with
+        their lengths and per-episode statistics), ``meta/stats.json`` left out as in :attr:`fingerprint`.
+        A copy (``cp -r``, another disk) has the same identity; another recording under the same path,
+        an added or removed episode or a rewritten info.json does not. A training resume compares it."""
+        h = hashlib.sha256()
+        meta = self.root / "meta"
+        for path in sorted(p for p in meta.rglob("*") if p.is_file()):
+            rel = path.relative_to(self.root).as_posix()
+            if "/." in rel or rel == fmt.STATS_PATH:
+                continue  # temp files; stats.json does not change frames or columns
+            h.update(f"{rel}\0".encode())
+            h.update(path.read_bytes())
+        return {"episodes": len(self.episodes), "frames": len(self), "meta_sha256": h.hexdigest()[:16]}
+
     # ---------------------------------------------------------------------------------- tabular data
 
     @functools.cached_property

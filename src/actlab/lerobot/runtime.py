@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from actlab.errors import ActlabError
+from actlab.sim.units import check_units
+from actlab.utils.config import unknown_name_error
 
 # LeRobot's robot feature names for the SO-101 follower's joints, in actlab's (= LeRobot's) order.
 JOINT_KEYS = (
@@ -148,6 +150,31 @@ def rtc_prefix(
             reasons.append(f"only {real} real left-over actions (the rest is LeRobot's zero padding)")
         note = f"LeRobot asked for a delay of {requested} steps: " + "; ".join(reasons)
     return RtcPrefix(prev[:, :used] if used > 0 else None, requested, used, note)
+
+
+def check_export_config(top: Mapping[str, Any], model: Mapping[str, Any], file: str | Path) -> None:
+    """Refuse a LeRobot export whose ``config.json`` (``top``: its ``chunk_size``, ``n_action_steps``,
+    ``n_obs_steps`` and the ``actlab_config`` it carries) disagrees with the config of the model it ships
+    (``model``: the actlab bundle's, whose weights and digests decide what runs). An edited
+    ``chunk_size`` / ``n_action_steps`` loaded and ran with the model executing its own values, LeRobot
+    believing the edited ones."""
+    model = json.loads(json.dumps(dict(model), default=str))  # tuples as the lists config.json holds
+    wanted = json.loads(json.dumps(dict(top.get("actlab_config") or {}), default=str))
+    for key in ("chunk_size", "n_action_steps", "n_obs_steps"):
+        if key in top and top[key] != model.get(key, top[key]):
+            wanted[key] = top[key]  # an edit of the top-level key, wherever actlab_config agrees
+    changed = {k: (v, model[k]) for k, v in wanted.items() if k in model and k != "type" and v != model[k]}
+    if changed:
+        raise ActlabError(
+            "the export's config.json disagrees with the model it ships",
+            file=file,
+            field=", ".join(changed),
+            expected="the values of the shipped weights: "
+            + ", ".join(f"{k}={m!r}" for k, (_, m) in changed.items()),
+            found=", ".join(f"{k}={v!r}" for k, (v, _) in changed.items()),
+            fix="restore config.json (or export again: actlab policy export BUNDLE --to lerobot); the "
+            "weights cannot follow an edit: to run other values, set them in actlab and export that bundle",
+        )
 
 
 # --------------------------------------------------------------------------------------- the sim robot
@@ -311,6 +338,58 @@ def read_episode_log(path: str | Path) -> list[dict]:
     return out
 
 
+# The simulated robot's limits (--robot.<field> of --robot.type=actlab_so101_sim): the sim renders 16 to
+# 1024 px (actlab.sim.scene's max_render_size), a rate above 1000 Hz cannot be paced by time.sleep, and
+# seeds are 32-bit for numpy and MuJoCo (episode i uses seed + i, so the seed leaves room for 10**6).
+SIM_ROBOT_LIMITS: dict[str, tuple[float, float]] = {
+    "image_size": (16, 1024),
+    "fps": (1, 1000),
+    "max_steps": (1, 10**7),
+    "seed": (0, 2**32 - 1 - 10**6),
+    "hold_s": (0.0, 3600.0),
+    "max_relative_target": (1e-6, 360.0),
+}
+SIM_ROBOT_CAMERAS = ("top", "wrist")  # actlab.sim.env.CAMERAS (not imported: it loads MuJoCo)
+
+
+def check_sim_robot_config(values: Mapping[str, Any]) -> None:
+    """Refuse a field of the simulated robot's config outside :data:`SIM_ROBOT_LIMITS` (NaN, infinite,
+    negative, zero where a rate or size is meant, oversized) or a camera it does not have, naming
+    ``--robot.<field>`` with the range, before anything is built: ``--robot.fps=0`` ended in a
+    ZeroDivisionError traceback inside the control loop, a negative seed in numpy's."""
+    for name, (lo, hi) in SIM_ROBOT_LIMITS.items():
+        value = values.get(name)
+        if value is None and name == "max_relative_target":
+            continue  # None: no limit
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and lo <= value <= hi
+        if not ok:  # (NaN fails lo <= value)
+            raise ActlabError(
+                "invalid simulated robot setting",
+                field=f"--robot.{name}",
+                expected=f"a number from {lo} to {hi}"
+                + (" (or null: no limit)" if name == "max_relative_target" else ""),
+                found=value,
+                fix=f"pass --robot.{name}=<value in range> (or leave it out for its default)",
+            )
+    if "units" in values:
+        check_units(values["units"], field="--robot.units")
+    if "task" in values:
+        from actlab.sim.tasks import TASKS  # lazy: the task registry imports gymnasium and the envs
+
+        if values["task"] not in TASKS:
+            raise unknown_name_error("--robot.task", values["task"], TASKS, fix="actlab sim tasks lists them")
+    cameras = list(values.get("camera_names") or [])
+    bad = [c for c in cameras if c not in SIM_ROBOT_CAMERAS] if cameras else ["(none)"]
+    if bad or len(set(cameras)) != len(cameras):
+        raise ActlabError(
+            "invalid simulated robot setting",
+            field="--robot.camera_names",
+            expected=f"one or both of {', '.join(SIM_ROBOT_CAMERAS)}, each once",
+            found=cameras,
+            fix="pass e.g. --robot.camera_names='[\"top\"]'",
+        )
+
+
 def pace(next_tick: float, fps: float) -> float:
     """Sleep until ``next_tick`` (perf_counter seconds) and return the tick after it (real-time pacing)."""
     now = time.perf_counter()
@@ -323,12 +402,15 @@ def pace(next_tick: float, fps: float) -> float:
 
 __all__ = [
     "JOINT_KEYS",
+    "SIM_ROBOT_LIMITS",
     "SIM_SIGNAL",
     "EpisodeResult",
     "RtcPrefix",
     "SimEpisodes",
     "SimSignal",
     "camera_to_trained",
+    "check_export_config",
+    "check_sim_robot_config",
     "pace",
     "read_episode_log",
     "rtc_prefix",

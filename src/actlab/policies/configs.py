@@ -39,6 +39,44 @@ def _check(ok: bool, cls: str, field: str, expected: str, found: object, fix: st
         )
 
 
+# The largest value of a numeric field of a policy config: what one machine of ours can hold (dim_model
+# 8192 with 64 layers is several GB of weights before the optimizer's two copies) or run; every other
+# number has _CEILING. A larger one (--set dim_model=1e12, or an edited config.json) was accepted and
+# failed in the allocator.
+_CEILING = 1e9
+_CEILINGS: dict[str, float] = {
+    "dim_model": 8192,
+    "dim_feedforward": 65536,
+    "n_heads": 256,
+    "n_encoder_layers": 64,
+    "n_decoder_layers": 64,
+    "n_vae_encoder_layers": 64,
+    "latent_dim": 8192,
+    "chunk_size": 10000,
+    "n_action_steps": 10000,
+    "n_obs_steps": 100,
+    "cnn_small_max_grid": 1024,
+    "downscale_img_square": 4096,
+    "rtc_max_delay": 10000,
+    "obs_state_delta_frames": 10000,
+}
+
+
+def _check_numbers(cfg: Any) -> None:
+    """Every number of a policy config (items of tuples too) is finite and at most its ceiling: ``inf``
+    passes range checks such as ``kl_weight >= 0``, and no field means anything by it."""
+    name = type(cfg).__name__
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        items = value if isinstance(value, (tuple, list)) else (value,)
+        ceiling = _CEILINGS.get(f.name, _CEILING)
+        for v in items:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            _check(v == v and abs(v) != float("inf"), name, f.name, "a finite number", value)
+            _check(v <= ceiling, name, f.name, f"<= {ceiling:g} (more than one machine can hold)", value)
+
+
 @dataclasses.dataclass(frozen=True)
 class ACTConfig:
     """ACT (Zhao et al. 2023) with LeRobot's defaults; every layer that is built is used."""
@@ -137,6 +175,7 @@ class ACTConfig:
 
     def __post_init__(self) -> None:
         name = type(self).__name__
+        _check_numbers(self)
         _check(
             self.type == self.TYPE,
             name,

@@ -94,6 +94,14 @@ class ExecutionSpec:
             self.latency,
             "use --execution async, ensemble, blend or rtc for a latency",
         )
+        check(  # sync executes the policy's own n_action_steps: a horizon there was ignored without a word
+            self.mode != "sync" or self.horizon is None,
+            "horizon",
+            "none with --execution sync (it executes the policy's n_action_steps of each chunk)",
+            self.horizon,
+            "leave --horizon out, or run --execution async --latency 0 --horizon N (N actions of each "
+            "chunk, no delay)",
+        )
 
     def resolved_horizon(self, n_action_steps: int) -> int:
         """s for a policy that executes ``n_action_steps`` of each chunk when run synchronously."""

@@ -303,12 +303,16 @@ class PickPlaceEnv(gym.Env):
                 found=f"shape {tuple(np.shape(action))}",
             )
         if not np.all(np.isfinite(action)):
+            # Said as seen: the sim cannot know why (it blamed "normalization stats with zero std" for
+            # NaN actions that came from elsewhere); it names the joints and where the value came from.
+            bad = [JOINT_NAMES[i] for i in np.flatnonzero(~np.isfinite(action))]
             raise ActlabError(
-                "the action contains NaN or infinity",
+                f"the action contains NaN or infinity (joints {', '.join(bad)})",
                 field="action",
                 expected="finite joint targets in degrees",
                 found=action.tolist(),
-                fix="check the policy's output (normalization stats with zero std are a common cause)",
+                fix="the value came from what produced the action (the policy, or the code calling step), "
+                "not from the simulation: check that producer's output for these joints",
             )
         self._apply(from_units(action, self.config.units))
         info = self._info()

@@ -45,6 +45,36 @@ def _check_finite(section: Any, prefix: str) -> None:
             )
 
 
+# The largest value of a numeric key of a training config: what one machine of ours can hold (a 4096 px
+# frame is 48 MiB, a batch of 65536 of them far more) or finish. Every other number (counts, cadences,
+# scales) has _CEILING; a key ending in _bytes none, the policy's keys their own (policies.configs). A
+# value above it was accepted by --set and failed or ran forever once training started.
+_CEILING = 1e9
+_CEILINGS: dict[str, float] = {
+    "batch_size": 65536,
+    "num_threads": 1024,
+    "data.image_size": 4096,
+    "augment.shift_pad": 1024,
+    "optim.lr": 10.0,
+    "optim.backbone_lr": 10.0,
+    "optim.eps": 1.0,
+    "eval.batches": 10**6,
+    "overfit.samples": 10**6,
+}
+
+
+def _check_ceilings(cfg: Any) -> None:
+    """Every number of the flattened config (items of tuples too) is at most its ceiling (see _CEILINGS)."""
+    for key, value in cfgutil.flatten(cfg).items():
+        if key.endswith("_bytes") or key.startswith("policy."):
+            continue  # (a policy config checks its own: actlab.policies.configs)
+        items = value if isinstance(value, (tuple, list)) else (value,)
+        ceiling = _CEILINGS.get(key, _CEILING)
+        for v in items:
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > ceiling:
+                _check(False, key, f"<= {ceiling:g} (more than one machine can hold or finish)", value)
+
+
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     # dataset directory (LeRobot v3); usually given with --dataset
@@ -275,6 +305,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _check_finite(self, "")
+        _check(
+            0 <= self.seed <= 2**32 - 1, "seed", "0 <= x <= 2**32 - 1 (numpy's and torch's seeds)", self.seed
+        )
         _check(self.steps >= 1, "steps", ">= 1", self.steps)
         _check(self.batch_size >= 1, "batch_size", ">= 1", self.batch_size)
         _check(self.num_threads >= 0, "num_threads", ">= 0", self.num_threads)
@@ -290,6 +323,7 @@ class TrainConfig:
         )
         if self.policy is not None:
             _check_finite(self.policy, "policy.")
+        _check_ceilings(self)
 
     @property
     def policy_type(self) -> str | None:

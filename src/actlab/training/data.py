@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +88,14 @@ def split_episodes(episodes: Sequence[Any], cfg: DataConfig, seed: int, where: s
         n_val = min(max(n_val, 1), len(chosen) - 1)  # at least one of each when asked for validation
     else:
         n_val = 0
+        if cfg.val_fraction > 0:  # asked for, cannot be made: said (it was dropped without a word)
+            warnings.warn(
+                f"data.val_fraction={cfg.val_fraction:g} asks for validation episodes, but {where} has "
+                f"{len(chosen)} non-empty episode to train on (a split needs 2): training without a "
+                "validation loss (no best checkpoint by it); pass --set data.val_fraction=0 to mean it, or "
+                "use a dataset with more episodes",
+                stacklevel=2,
+            )
     order = np.random.default_rng(seed).permutation(len(chosen))
     val_set = set(order[:n_val].tolist())
     train = [e for i, e in enumerate(chosen) if i not in val_set]

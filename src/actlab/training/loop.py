@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from actlab.datasets import open_dataset
 from actlab.datasets.format import sim_seeds
 from actlab.errors import ActlabError
 from actlab.lifecycle.metrics_log import METRICS_FILE, MetricsLog, check_sinks, read_metrics
@@ -301,6 +302,7 @@ def _resume_step(cfg: TrainConfig, out: Path, ckpts: CheckpointManager) -> int:
         fix="resume with the saved config (omit --preset/--set for these keys); only steps, logging, "
         "eval/checkpoint cadence and device may change",
     )
+    _check_same_dataset(cfg, ckpts.path(step))
     if step > cfg.steps:
         raise ActlabError(
             "the run is already past the requested number of steps",
@@ -311,6 +313,34 @@ def _resume_step(cfg: TrainConfig, out: Path, ckpts: CheckpointManager) -> int:
             fix=f"resume with --set steps={step} or more, or evaluate the checkpoint as it is",
         )
     return step
+
+
+def _check_same_dataset(cfg: TrainConfig, ckpt: Path) -> None:
+    """Refuse a resume whose dataset is not the one checkpoint ``ckpt`` was trained on, by identity
+    (episode and frame counts and a hash of the metadata's contents: see LeRobotV3Dataset.identity), not
+    by path: a directory replaced by another recording under the same name was decoded into a new frame
+    cache and trained on, exit 0. A copy elsewhere (``--dataset COPY``) is the same dataset. A checkpoint
+    written before identities were recorded is compared by its episode and frame counts, and says so."""
+    meta = read_json(ckpt / "actlab.json", "checkpoint bundle metadata")
+    saved = ((meta.get("extra") or {}).get("train") or {}).get("dataset") or {}
+    now = open_dataset(cfg.data.path).identity
+    expected = saved.get("identity")
+    if not isinstance(expected, dict):
+        expected = {k: saved[k] for k in ("episodes", "frames") if k in saved}
+        print(f"{ckpt} predates dataset identities: the dataset is compared by its episode and frame counts "
+              "only", file=sys.stderr)  # fmt: skip
+    changed = [f"{k}: {expected[k]} -> {now.get(k)}" for k in expected if expected[k] != now.get(k)]
+    if changed:
+        raise ActlabError(
+            "the dataset is not the one the run was trained on",
+            file=cfg.data.path,
+            field="data.path",
+            expected=f"the dataset of {ckpt.name} (recorded as {saved.get('path', '?')})",
+            found="; ".join(changed)
+            + (" (meta_sha256: the contents of meta/ differ)" if "meta_sha256" in " ".join(changed) else ""),
+            fix="resume with the original dataset (--dataset PATH; a copy of it is fine), or train on this "
+            "one into a new --out: a resume would continue on other data",
+        )
 
 
 def _rebuilt_summary(out: Path, ckpts: CheckpointManager, step: int, dist: DistInfo) -> RunSummary:
@@ -740,6 +770,8 @@ class Loop:
                             "dataset": {
                                 "path": str(run.dataset.root),
                                 "fingerprint": run.dataset.fingerprint,
+                                # what a resume compares: the same data, wherever it lies
+                                "identity": run.dataset.identity,
                                 "episodes": len(run.dataset.episodes),
                                 "frames": len(run.dataset),
                                 # the sim scenes its episodes start from (sim-recorded data only):

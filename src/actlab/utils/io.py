@@ -215,7 +215,7 @@ def _state(path: Path) -> str | None:
     return f"token:{marker.get('token')}" if marker else "other"
 
 
-def _related(out: Path, inputs: Sequence[str | Path]) -> Path | None:
+def related_input(out: Path, inputs: Sequence[str | Path]) -> Path | None:
     """The first input that ``out`` is, contains or lies inside (paths resolved, symlinks followed)."""
     target = out.resolve()
     for i in inputs:
@@ -236,7 +236,7 @@ def check_out_dir(
     now. Removes this path's temporary leftovers of dead runs. Returns what is there now (see _state),
     which the commit checks again. Commands call it before their work, so a refusal costs nothing."""
     path = Path(path)
-    src = _related(path, inputs)
+    src = related_input(path, inputs)
     if src is not None:
         raise ActlabError(
             "the output directory is, holds or lies inside an input of the command",
@@ -285,6 +285,46 @@ def check_out_dir(
             "or move it away yourself if it holds nothing you need"
         ),
     )
+
+
+def claim_out_dir(path: str | Path, kind: str, inputs: Sequence[str | Path] = ()) -> Path:
+    """Claim an output directory that a command adds files to run after run (``data view`` writes one
+    page per episode into the same ``--out``), by the same marker rule as :func:`atomic_dir`: a new or
+    empty directory is created and marked as ``kind``'s; one already marked as ``kind``'s is reused (its
+    files are this command's own); anything else is refused before a file is written: a directory holding
+    files ``kind`` did not write (a user's report.md was overwritten), another command's output, a file,
+    or an ``--out`` that is, holds or lies inside one of ``inputs``. Returns ``path``."""
+    path = Path(path)
+    src = related_input(path, inputs)
+    if src is not None:
+        check_out_dir(path, kind, False, inputs)  # raises the "is, holds or lies inside an input" refusal
+    state = _state(path)
+    marker = read_output_marker(path) if state is not None and state.startswith("token:") else None
+    if marker is not None and marker["kind"] == kind:
+        return path
+    if state not in (None, "empty"):
+        if marker is not None:
+            found = f"the output of {marker['kind']}, not of {kind}"
+        elif path.is_symlink() or not path.is_dir():
+            found = "a symbolic link" if path.is_symlink() else "not a directory"
+        else:
+            names = sorted(p.name for p in path.iterdir())
+            found = f"files {kind} did not write: " + ", ".join(names[:5])
+            found += f" and {len(names) - 5} more" if len(names) > 5 else ""
+        raise ActlabError(
+            "the output directory is not this command's to write into",
+            file=path,
+            expected=f"a new or empty directory, or one {kind} wrote before (it holds {OUTPUT_MARKER})",
+            found=found,
+            fix=f"choose another --out (nothing was written: {kind} never writes over files it did not make)",
+        )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # name the directory the user asked for
+        raise OSError(e.errno, e.strerror, str(path)) from e
+    marker = {"kind": kind, "token": secrets.token_hex(8), "pid": os.getpid(), "written": time.time()}
+    atomic_write_json(path / OUTPUT_MARKER, marker)
+    return path
 
 
 def _changed_error(path: Path, kind: str) -> ActlabError:
