@@ -55,6 +55,7 @@ from actlab.utils.device import resolve_device
 from actlab.utils.disk import free_bytes
 from actlab.utils.io import atomic_write_json, read_json, read_output_marker
 from actlab.utils.lock import LOCK_FILE, DirLock
+from actlab.utils.progress import progress_bar
 from actlab.utils.units import human_bytes
 from actlab.viz.eval import plot_success_vs_step
 
@@ -525,9 +526,7 @@ class _episode_bar:
         self.total, self.desc, self.per_source, self.log = total, desc, per_source, log
 
     def __enter__(self):
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=self.total, desc=self.desc, unit="ep", dynamic_ncols=True)
+        self.bar = progress_bar(self.total, self.desc, "ep")
         self.counts: dict[str, list[int]] = {}  # source name -> [successes, episodes]
 
         def on_episode(source, result) -> None:

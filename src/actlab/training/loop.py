@@ -509,6 +509,7 @@ class Loop:
             self.timer.mark("data")
             self._accumulate(self.run.step(batch, self.timer))
             self.timer.stop()
+            self.log.progress(step)  # the bar's count and ETA every step; its metrics on logging steps
             if _due(step, cfg.log.every, cfg.steps):
                 self._log_train(step)
                 if cfg.overfit.samples and self.last_loss < cfg.overfit.loss_threshold:
