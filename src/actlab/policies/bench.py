@@ -20,6 +20,7 @@ from actlab.policies.contract import FEATURES_SUFFIX
 from actlab.policies.info import synthetic_features, unit_stats
 from actlab.policies.registry import apply_config_overrides, get_config_class, make_policy
 from actlab.utils.device import resolve_device
+from actlab.utils.threads import load_1m, torch_threads, usable_cpus
 
 PSEUDO = "cached_features"
 
@@ -171,9 +172,6 @@ def bench_threads(
     that the load of the moment weighs on every count alike; the 1-minute load average before and after
     is part of the result (the ratio depends on it: the point of the benchmark). A profiling.report dict.
     """
-    # lazy: utils.threads is light; kept beside torch_threads, the one place thread counts are set
-    from actlab.utils.threads import load_1m, torch_threads, usable_cpus
-
     dev = torch.device("cpu")
     cams = tuple(c.rsplit(".", 1)[-1] for c in (policy_cfg.cameras or ("observation.images.top",)))
     features = synthetic_features(6, 6, cams, (image_size, image_size))
