@@ -288,7 +288,7 @@ def _register_threads(g) -> None:
         _THREADS_EPILOG,
         description="Time one preset's training step at several torch thread counts, interleaved.",
     )
-    p.add_argument("--preset", default="so101_sim_cpu", help="training preset whose policy is timed")
+    p.add_argument("--preset", default="so101_sim_cpu", help="training preset whose policy is timed (so101_sim_cpu)")
     p.add_argument("--batch-size", type=int, default=32, help="batch size (32, the demo's)")
     p.add_argument("--image-size", type=int, default=80, help="camera size in px (80, the demo's)")
     p.add_argument("--rounds", type=int, default=10, help="timed steps per thread count (10)")
