@@ -53,6 +53,10 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
 
     # Every picture and link of the report exists, and the pictures are real PNGs.
     md = (out / "report.md").read_text()
+    # It ends with what to do next (the last heading), each command as summary.json lists it
+    # (tests/demo/test_next_steps.py parses them).
+    assert md[md.rindex("\n## ") :].startswith("\n## Next: what to do with this policy")
+    assert len(s["next_steps"]) == 6 and all(n["command"] in md for n in s["next_steps"])
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
     links = re.findall(r"\]\(([^)]+\.mp4)\)", md)
     assert {"scene.png", "run/training.png", "eval/success_vs_step.png"} <= set(images)

@@ -22,6 +22,7 @@ import shutil
 import numpy as np
 import pytest
 
+from actlab.errors import ActlabError
 from actlab.evaluation.doctor import (
     SKILL_LEARNED,
     DoctorConfig,
@@ -324,3 +325,71 @@ def test_an_imprecise_or_behind_checkpoint_is_not_sent_to_the_deployment_setup(t
     assert compare_with_run_best(tmp_path) is None  # not a run checkpoint: nothing to compare with
     verdict = decide([behind], {"train": {"skill": 0.08}})
     assert verdict.name == "behind_run_best" and "deployment" not in verdict.message.split("before")[0]
+
+
+def _sweep_results(path, run, successes: dict[int, int], n: int = 50) -> None:
+    """A results.json as `actlab eval RUN --out DIR` writes it (the keys the doctor reads): per checkpoint,
+    per seed, success; the first k seeds of each checkpoint succeed."""
+    checkpoints = [
+        {
+            "name": f"step_{step:07d}",
+            "path": str(run / "checkpoints" / f"step_{step:07d}"),
+            "step": step,
+            "summary": {"successes": k, "episodes": n, "success_rate": k / n},
+            "episodes": [{"index": i, "seed": 100_000 + i, "success": i < k} for i in range(n)],
+        }
+        for step, k in successes.items()
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"seed": 100_000, "episodes": n, "checkpoints": checkpoints}))
+
+
+def test_the_doctor_judges_a_checkpoint_by_success_where_a_sweep_measured_it(tmp_path):
+    # Issue 37: from step 2000 (45/50 on the sweep) the validation loss pointed to step 3000 (31/50), while
+    # the demo chooses by success. The demo's layout: DIR/run/checkpoints/step_N and DIR/eval/sweep.
+    from actlab.evaluation.doctor import compare_with_run_best
+
+    run = tmp_path / "demo" / "run"
+    ckpts = run / "checkpoints"
+    for step, loss in ((2000, 0.080), (3000, 0.050), (5000, 0.070)):
+        (ckpts / f"step_{step:07d}").mkdir(parents=True)
+        meta = {"extra": {"train": {"step": step, "val_loss": loss}}}
+        (ckpts / f"step_{step:07d}" / "actlab.json").write_text(json.dumps(meta))
+    (ckpts / "best.json").write_text(json.dumps({"step": 3000, "path": "step_0003000", "val_loss": 0.05}))
+    # Without a sweep: validation loss, and it says that success was not measured.
+    by_loss = compare_with_run_best(ckpts / "step_0002000")
+    assert by_loss.numbers["criterion"] == "val_loss" and "success not measured" in by_loss.message
+
+    _sweep_results(tmp_path / "demo" / "eval" / "sweep" / "results.json", run, {2000: 45, 3000: 31, 5000: 40})
+    best = compare_with_run_best(ckpts / "step_0002000")
+    assert (
+        best.severity == "ok"
+        and best.numbers["criterion"] == "success"
+        and best.numbers["best"] == "step_0002000"
+    )
+    behind = compare_with_run_best(ckpts / "step_0003000")
+    assert behind.severity == "warning" and behind.numbers["best"] == "step_0002000"
+    assert (
+        "31/50 success on the sweep's seeds, behind the run's best checkpoint step_0002000 (45/50"
+        in behind.message
+    )
+    assert decide([behind], {"train": {"skill": 0.08}}).name == "behind_run_best"
+    # 40/50 vs 45/50 on the same seeds: 5 discordant seeds, McNemar p = 0.0625, not clearly behind.
+    close = compare_with_run_best(ckpts / "step_0005000")
+    assert (
+        close.severity == "ok"
+        and close.numbers["p"] == pytest.approx(0.0625)
+        and "not clearly" in close.message
+    )
+
+    # A sweep given by hand (anywhere, a directory or its results.json) is used the same way...
+    elsewhere = tmp_path / "sweeps" / "a"
+    _sweep_results(elsewhere / "results.json", run, {2000: 20, 3000: 48})
+    assert compare_with_run_best(ckpts / "step_0002000", elsewhere).numbers["best"] == "step_0003000"
+    # ...and one that does not hold the checkpoint, or is not a sweep's results, is refused by name.
+    with pytest.raises(ActlabError, match="does not hold this checkpoint") as e:
+        compare_with_run_best(ckpts / "step_0005000", elsewhere / "results.json")
+    assert e.value.field == "--sweep"
+    (tmp_path / "not.json").write_text("{")
+    with pytest.raises(ActlabError, match="cannot read the checkpoint sweep"):
+        compare_with_run_best(ckpts / "step_0005000", tmp_path / "not.json")

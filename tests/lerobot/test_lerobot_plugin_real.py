@@ -202,7 +202,7 @@ def test_lerobot_loading_path_gives_actlabs_actions(work, sim_data, case):
 
 
 def _rollout(work: Path, export: Path, name: str, extra: list[str], duration: int = 40):
-    log = work / f"{name}_episodes.jsonl"
+    out = work / f"{name}_sim"  # the sim robot's output directory (episodes.jsonl, episodes.log)
     cmd = [
         str(BIN / "lerobot-rollout"),
         "--strategy.type=base",
@@ -210,7 +210,7 @@ def _rollout(work: Path, export: Path, name: str, extra: list[str], duration: in
         "--robot.type=actlab_so101_sim",
         "--robot.image_size=64",
         "--robot.max_steps=40",
-        f"--robot.log_file={log}",
+        f"--robot.output_dir={out}",
         f"--duration={duration}",
         "--return_to_initial_position=false",
         "--task=pick the cube and place it in the bowl",
@@ -218,10 +218,16 @@ def _rollout(work: Path, export: Path, name: str, extra: list[str], duration: in
     ]
     res = run(cmd, env=lerobot_env(work), timeout=600, cwd=work)
     assert res.returncode == 0, res.stderr[-3000:]
-    from actlab.lerobot.runtime import read_episode_log
+    from actlab.lerobot.runtime import EPISODE_PREFIX, read_episode_log
 
-    episodes = read_episode_log(log)
+    episodes = read_episode_log(out / "episodes.jsonl")
     assert episodes and all(e["outcome"] for e in episodes)
+    # One line per episode on stderr with the sim robot's own prefix (LeRobot's FPS warnings buried the
+    # logger's), the same lines in episodes.log, and no log in the current directory.
+    said = [line for line in res.stderr.splitlines() if line.startswith(f"{EPISODE_PREFIX} episode ")]
+    assert len(said) == len(episodes), res.stderr[-3000:]
+    assert (out / "episodes.log").read_text().splitlines()[: len(said)] == said
+    assert not list(work.glob("*.jsonl")) and not (work / "outputs").exists()
     assert "episodes succeeded" in res.stdout
     return episodes, res
 

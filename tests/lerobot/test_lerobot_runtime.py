@@ -4,6 +4,8 @@ in test_lerobot_real.py (slow)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -121,3 +123,46 @@ def test_bridged_lerobot_checkpoints_are_named_by_run_and_step_and_last_is_resol
     assert checkpoint_label(ckpts / "000002/pretrained_model") == ("act_run_step_0000002", 2)
     (tmp_path / "mypolicy").mkdir()
     assert checkpoint_label(tmp_path / "mypolicy") == ("mypolicy", None)
+
+
+def test_sim_robot_writes_its_logs_under_its_output_directory_and_says_each_episode_on_a_line_of_its_own(
+    tmp_path, monkeypatch
+):
+    # Issue 37: lerobot-rollout's sim robot wrote its episode log into the current directory (the
+    # repository root), and its per-episode lines were buried under LeRobot's FPS warnings.
+    import datetime
+    import io
+
+    from actlab.lerobot.runtime import EPISODE_PREFIX, default_output_dir
+
+    monkeypatch.chdir(tmp_path)
+    stream = io.StringIO()
+    out = tmp_path / "rollout"
+    sim = SimEpisodes(image_size=32, max_steps=3, seed=5, hold_steps=0, out_dir=out, stream=stream)
+    try:
+        home = sim.observe()["observation.state"].astype(np.float64)
+        for _ in range(6):  # two episodes of 3 steps
+            sim.act(home)
+        sim.say(f"{EPISODE_PREFIX} done: {sim.summary()}")
+    finally:
+        sim.close()
+    assert sorted(p.name for p in out.iterdir()) == ["episodes.jsonl", "episodes.log"]
+    assert [e["seed"] for e in read_episode_log(out / "episodes.jsonl")] == [5, 6]
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3 and all(line.startswith(EPISODE_PREFIX) for line in lines)
+    assert lines[0].startswith(f"{EPISODE_PREFIX} episode 0 seed 5: {sim.results[0].outcome} after 3 steps")
+    assert "| so far 0/2 episodes succeeded (0%); failures: " in lines[1]
+    assert "so far 0/1" in lines[0] and lines[2] == f"{EPISODE_PREFIX} done: {sim.summary()}"
+    assert (out / "episodes.log").read_text().splitlines() == lines  # the same lines, in the log file
+    assert list(tmp_path.iterdir()) == [out]  # nothing in the current directory
+
+    # Without an output directory given, the plugin uses outputs/rollout/DATE/TIME_actlab_so101_sim (LeRobot's
+    # output root, ignored by git), not the current directory itself.
+    when = datetime.datetime(2026, 11, 27, 19, 5, 7)
+    assert default_output_dir(when) == Path("outputs/rollout/2026-11-27/19-05-07_actlab_so101_sim")
+    # An explicit log file still wins, and "" still disables the JSONL file.
+    quiet = SimEpisodes(image_size=32, max_steps=3, hold_steps=0, out_dir=tmp_path / "q", log_file="")
+    try:
+        assert quiet.log_file is None and quiet.text_log == tmp_path / "q" / "episodes.log"
+    finally:
+        quiet.close()

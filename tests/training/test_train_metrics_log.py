@@ -44,3 +44,23 @@ def test_optional_sinks_name_the_extra_to_install(tmp_path, flag, module, extra)
     with pytest.raises(ActlabError, match=rf"actlab\[{extra}\]"):
         MetricsLog(tmp_path / "run", enabled=True, total_steps=1, progress=False, **{flag: True})
     assert not (tmp_path / "run").exists()  # refused before any file was written
+
+
+def test_the_training_loop_moves_the_bar_every_step_not_only_on_logging_steps(
+    tiny_dataset, tmp_path, monkeypatch
+):
+    # At 2 s a step (a loaded CPU) a bar moved once per 50-step logging window stood still for 100 s.
+    from actlab.cli import main
+
+    moves: list[tuple[int, bool]] = []
+    real = MetricsLog.progress
+
+    def spy(self, step, postfix=None):
+        moves.append((step, postfix is not None))
+        return real(self, step, postfix)
+
+    monkeypatch.setattr(MetricsLog, "progress", spy)
+    argv = ["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(tmp_path / "run")]
+    assert main([*argv, "--set", "steps=6", "--set", "log.every=3", "--device", "cpu"]) == 0
+    assert sorted({s for s, _ in moves}) == [1, 2, 3, 4, 5, 6]
+    assert sorted(s for s, with_metrics in moves if with_metrics) == [3, 6]  # metrics on logging steps only

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -53,3 +55,56 @@ def test_training_on_a_busy_cpu_says_what_to_do(tiny_dataset, tmp_path, capsys, 
     assert err.count("OMP_WAIT_POLICY=PASSIVE") == 1 and "load average 64.0" in err
     rows = [r for r in read_metrics(tmp_path / "run") if "time_step_s" in r]
     assert rows and all(r["load_avg_1m"] == pytest.approx(64.0) for r in rows)
+
+
+def test_thread_probe_times_each_count_in_turn_and_keeps_the_fastest():
+    from actlab.utils.threads import ThreadProbe
+
+    probe = ThreadProbe(candidates=(2, 1), rounds=3, warmup=1)
+    assert probe.units == 7
+    plan = [probe.threads_for(u) for u in range(probe.units)]
+    assert plan == [2, 2, 1, 2, 1, 2, 1]  # warm-up at the first count, then interleaved
+    # 2 threads spin on a busy CPU: 2.0 s a step; 1 thread 0.4 s (the measurements)
+    seconds = {2: 2.0, 1: 0.4}
+    decided = [probe.record(u, n, seconds[n] + 0.01 * u) for u, n in enumerate(plan)]
+    assert decided[:-1] == [None] * 6 and decided[-1] == 1 and probe.chosen == 1
+    assert probe.threads_for(100) == 1 and probe.times[2] and len(probe.times[1]) == 3
+    assert (
+        probe.sentence().startswith("median 2 threads 2.03 s, 1 thread 4")
+        and "1 thread (4.6x the slowest)" in probe.sentence()
+    )
+    # a quiet machine: more threads are faster, and they are kept
+    quiet = ThreadProbe(candidates=(2, 1), rounds=1, warmup=0)
+    quiet.record(0, 2, 0.05)
+    assert quiet.record(1, 1, 0.08) == 2
+
+
+def test_a_busy_cpu_makes_the_trainer_time_its_first_steps_at_both_thread_counts(
+    tiny_dataset, tmp_path, capsys, monkeypatch
+):
+    import actlab.training.loop as loop
+
+    monkeypatch.setattr(loop, "_load_1m", lambda: 64.0)  # busy: the wiring is under test, not the machine
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    argv = ["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(tmp_path / "run")]
+    argv += ["--set", "steps=10", "--set", "log.every=5", "--set", "num_threads=0", "--device", "cpu"]
+    try:
+        assert main(argv) == 0
+        assert torch.get_num_threads() == 2  # the probe's choice does not outlive the run
+    finally:
+        torch.set_num_threads(threads)
+    err = capsys.readouterr().err
+    assert "the CPUs are busy (load average 64.0" in err and "timing the first 7 steps at 2 and 1" in err
+    said = re.search(
+        r"threads: median 2 threads [\d.]+ m?s, 1 thread [\d.]+ m?s: (\d) threads? .*; (\d) for the rest", err
+    )
+    assert said and said.group(1) == said.group(2), err
+    # A count given by the user is never probed.
+    argv[argv.index("num_threads=0")] = "num_threads=2"
+    argv[argv.index(str(tmp_path / "run"))] = str(tmp_path / "run2")
+    try:
+        assert main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert "timing the first" not in capsys.readouterr().err

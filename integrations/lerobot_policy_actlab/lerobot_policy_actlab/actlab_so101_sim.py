@@ -6,20 +6,32 @@ gives the real follower's units instead (the gripper 0-100), for a policy traine
 ``--robot.task`` picks another task of the sim's suite. Cameras are LeRobot camera features
 ``(H, W, 3)`` named ``top`` and ``wrist``. ``send_action`` clips the targets to the joint ranges (and to
 ``max_relative_target`` when set), paces to ``fps`` in real time and steps the physics. Episodes restart
-from a new seed on success or at the time limit; each outcome and actlab failure class is logged and
-appended to ``log_file`` (:class:`actlab.lerobot.runtime.SimEpisodes`), so a long rollout is a measurement.
+from a new seed on success or at the time limit; each outcome and actlab failure class is said on stderr
+in a line starting ``>>> actlab_so101_sim:`` (LeRobot's FPS warnings do not bury it) and appended to
+``OUTPUT_DIR/episodes.jsonl`` and ``episodes.log`` (:class:`actlab.lerobot.runtime.SimEpisodes`), so a long
+rollout is a measurement.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from lerobot.robots.robot import Robot
 
-from actlab.lerobot.runtime import JOINT_KEYS, SIM_SIGNAL, EpisodeResult, SimEpisodes, pace
+from actlab.lerobot.runtime import (
+    EPISODE_PREFIX,
+    JOINT_KEYS,
+    SIM_SIGNAL,
+    EpisodeResult,
+    SimEpisodes,
+    default_output_dir,
+    pace,
+)
 from lerobot_policy_actlab.config_actlab_so101_sim import ActlabSO101SimConfig
 
 logger = logging.getLogger(__name__)
@@ -55,18 +67,22 @@ class ActlabSO101Sim(Robot):
     def connect(self, calibrate: bool = True) -> None:
         from actlab.sim import make_env  # noqa: F401  (fail here, not mid-rollout, without mujoco)
 
+        out = Path(self.config.output_dir) if self.config.output_dir else default_output_dir()
         self.sim = SimEpisodes(
             image_size=self.config.image_size,
             max_steps=self.config.max_steps,
             seed=self.config.seed,
             hold_steps=round(self.config.hold_s * self.config.fps),
-            log_file=self.config.log_file or None,
+            log_file=self.config.log_file,
             on_episode=self._report,
             cameras=tuple(self.config.camera_names),
             signal=SIM_SIGNAL,
             task=self.config.task,
             units=self.config.units,
+            out_dir=out,
+            stream=sys.stderr,
         )
+        print(f"{EPISODE_PREFIX} episode logs -> {out}", file=sys.stderr, flush=True)
         self._next_tick = time.perf_counter()
         logger.info(
             "actlab_so101_sim connected: %dx%d cameras %s, %d Hz, episodes of at most %d steps from seed %d",
@@ -79,8 +95,8 @@ class ActlabSO101Sim(Robot):
         )
 
     def _report(self, result: EpisodeResult) -> None:
+        # (the line with the running count went to stderr and OUTPUT_DIR/episodes.log already)
         logger.info(result.line())
-        logger.info("actlab_so101_sim: so far %s", self.sim.summary() if self.sim else "")
 
     @property
     def is_calibrated(self) -> bool:
@@ -115,5 +131,6 @@ class ActlabSO101Sim(Robot):
         if self.sim is not None:
             logger.info("actlab_so101_sim: %s", self.sim.summary())
             print(f"actlab_so101_sim: {self.sim.summary()}", flush=True)
+            self.sim.say(f"{EPISODE_PREFIX} done: {self.sim.summary()}")
             self.sim.close()
             self.sim = None

@@ -30,8 +30,13 @@ class ActlabSO101SimConfig(RobotConfig):
     # seconds the arm holds its home pose after a restart, ignoring actions, while the actions LeRobot
     # queued for the previous scene drain (LeRobot does not reset the policy between the sim's episodes)
     hold_s: float = 1.0
-    # JSONL file each finished episode is appended to (outcome, failure class, steps, seed); "" disables
-    log_file: str = "actlab_so101_sim_episodes.jsonl"
+    # directory of the rollout's sim logs (episodes.jsonl, episodes.log); "": outputs/rollout/DATE/
+    # TIME_actlab_so101_sim, beside LeRobot's own outputs/ (lerobot-rollout has no output directory of its
+    # own without a recording strategy)
+    output_dir: str = ""
+    # JSONL file each finished episode is appended to (outcome, failure class, steps, seed); None:
+    # OUTPUT_DIR/episodes.jsonl; "" disables
+    log_file: str | None = None
     # largest change of a joint target per step (degrees), like so101_follower's max_relative_target;
     # None: no limit (targets are still clipped to the joint ranges)
     max_relative_target: float | None = None

@@ -266,6 +266,72 @@ def _run_eval(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------------- bench threads
+
+_THREADS_EPILOG = """\
+examples:
+  actlab bench threads --rounds 10                       # the demo's policy (so101_sim_cpu), batch 32, 80 px
+  actlab bench threads --preset tiny --batch-size 8 --image-size 32 --rounds 5
+
+The same training step (forward, backward, AdamW; synthetic batch) at 1 torch thread and at every CPU's,
+round by round, under whatever load the machine has now: the 1-minute load average before and after is in
+the report. On a busy CPU torch's threads spin waiting for each other and one thread can be several times
+faster; the trainer times its first steps the same way when it starts on a busy CPU (num_threads=0).
+"""
+
+
+def _register_threads(g) -> None:
+    p = subcommand(
+        g,
+        "threads",
+        "training step time at 1 torch thread vs all CPUs', under the load of the moment",
+        _THREADS_EPILOG,
+        description="Time one preset's training step at several torch thread counts, interleaved.",
+    )
+    p.add_argument(
+        "--preset", default="so101_sim_cpu", help="training preset whose policy is timed (so101_sim_cpu)"
+    )
+    p.add_argument("--batch-size", type=int, default=32, help="batch size (32, the demo's)")
+    p.add_argument("--image-size", type=int, default=80, help="camera size in px (80, the demo's)")
+    p.add_argument("--rounds", type=int, default=10, help="timed steps per thread count (10)")
+    p.add_argument(
+        "--threads", default="", metavar="LIST", help="counts to compare, e.g. 1,2 (1 and every CPU)"
+    )
+    add_json_flag(p)
+    p.set_defaults(_run=_run_threads)
+
+
+def _run_threads(args) -> int:
+    import sys
+
+    from actlab.errors import ActlabError
+    from actlab.policies.bench import bench_threads
+    from actlab.profiling.report import emit
+    from actlab.training import get_preset
+    from actlab.utils.threads import usable_cpus
+
+    try:
+        counts = tuple(int(x) for x in args.threads.split(",") if x.strip()) or tuple(
+            dict.fromkeys((1, usable_cpus()))
+        )
+    except ValueError as e:
+        raise ActlabError(
+            "--threads takes thread counts", field="--threads", expected="e.g. 1,2", found=args.threads
+        ) from e
+    if min(counts) < 1:
+        raise ActlabError("thread counts are >= 1", field="--threads", found=args.threads)
+    result = bench_threads(
+        get_preset(args.preset).policy,
+        counts,
+        batch_size=args.batch_size,
+        image_size=args.image_size,
+        rounds=args.rounds,
+        progress=sys.stderr,  # stdout stays the report (or --json)
+    )
+    emit(result, args.json)
+    return 0
+
+
 # ---------------------------------------------------------------------------------------- bench encode
 
 _ENCODE_EPILOG = """\
@@ -326,4 +392,4 @@ def _run_encode(args) -> int:
 
 
 # Add a benchmark: write _register_<name>(g) + _run_<name>(args) above and list it here.
-_SUBCOMMANDS = [_register_data, _register_train, _register_eval, _register_encode]
+_SUBCOMMANDS = [_register_data, _register_train, _register_eval, _register_threads, _register_encode]

@@ -225,6 +225,13 @@ def _register_doctor(g) -> None:
     p.add_argument(
         "--cache-dir", metavar="DIR", help="FrameStore cache (default: the run's, else $ACTLAB_CACHE)"
     )
+    p.add_argument(
+        "--sweep",
+        metavar="RESULTS",
+        help="results.json (or its directory) of a checkpoint sweep of the bundle's run (actlab eval RUN "
+        "--out DIR): compare the checkpoint with the run's best by success there (default: the demo's "
+        "DIR/eval/sweep for DIR/run/checkpoints/step_N, else by validation loss)",
+    )
     p.add_argument("--out", metavar="DIR", help="also write report.md, doctor.json and replay.png there")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     g = p.add_argument_group("LeRobot policies (run in the user's lerobot environment; docs/lerobot.md)")
@@ -269,6 +276,7 @@ def _run_doctor(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         device=str(resolve_device(args.device)),
         cache_dir=args.cache_dir,
+        sweep=args.sweep,
     )
     if bool(args.bundle) == bool(args.lerobot_policy):
         raise ActlabError(

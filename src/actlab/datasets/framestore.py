@@ -39,6 +39,7 @@ from actlab.datasets import format as fmt
 from actlab.errors import ActlabError
 from actlab.utils.disk import WRITE_ERRNOS, write_error
 from actlab.utils.io import atomic_write_json, read_json
+from actlab.utils.progress import progress_bar
 from actlab.utils.units import human_bytes
 
 if TYPE_CHECKING:
@@ -444,8 +445,6 @@ class FrameStore:
     def _fill(
         ds: LeRobotV3Dataset, tmp: Path, keys: list[str], image_size: int | None, progress: bool
     ) -> dict:
-        from tqdm import tqdm
-
         n = len(ds)
         meta: dict[str, Any] = {
             "version": _VERSION,
@@ -456,7 +455,7 @@ class FrameStore:
             "frames": n,
             "keys": {},
         }
-        bar = tqdm(total=n * len(keys), unit="frame", file=sys.stderr, disable=not progress, desc="decode")
+        bar = progress_bar(n * len(keys), "decode", "frame", disable=not progress)
         try:
             for j, key in enumerate(keys):
                 shape = (n, *_frame_shape(ds, key, image_size))

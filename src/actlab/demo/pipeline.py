@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import shlex
 import shutil
 import sys
 import time
@@ -43,7 +44,7 @@ from actlab.lifecycle.metrics_log import read_metrics
 from actlab.policies.info import synthetic_features, unit_stats
 from actlab.policies.registry import make_policy
 from actlab.sim import RecordConfig, record_dataset
-from actlab.sim.env import FPS, PickPlaceConfig
+from actlab.sim.env import FPS, TASK_TEXT, PickPlaceConfig
 from actlab.sim.expert import ExpertConfig
 from actlab.sim.tasks import task_config
 from actlab.sim.view import render_strip
@@ -56,6 +57,7 @@ from actlab.utils.device import resolve_device
 from actlab.utils.disk import free_bytes
 from actlab.utils.io import atomic_write_json, read_json, read_output_marker
 from actlab.utils.lock import LOCK_FILE, DirLock
+from actlab.utils.progress import progress_bar
 from actlab.utils.units import human_bytes
 from actlab.viz.eval import plot_success_vs_step
 
@@ -538,9 +540,7 @@ class _episode_bar:
         self.total, self.desc, self.per_source, self.log = total, desc, per_source, log
 
     def __enter__(self):
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=self.total, desc=self.desc, unit="ep", dynamic_ncols=True)
+        self.bar = progress_bar(self.total, self.desc, "ep")
         self.counts: dict[str, list[int]] = {}  # source name -> [successes, episodes]
 
         def on_episode(source, result) -> None:
@@ -565,6 +565,82 @@ def _rate_line(successes: int, episodes: int) -> str:
     return (
         f"{successes}/{episodes} success ({100 * rate:.0f}%, 95% interval {100 * low:.0f}-{100 * high:.0f}%)"
     )
+
+
+# ------------------------------------------------------------------------------------------ next steps
+# Episodes of the "evaluate on more seeds" command: 200 give a 95% interval about +-3 points at 95%.
+MORE_EPISODES = 200
+# Seconds of the lerobot-rollout command (about 12 episodes of the sim robot at 30 fps).
+ROLLOUT_DURATION_S = 120
+
+
+def demo_argv(cfg: DemoConfig, plan: dict[str, Any], overrides: tuple[str, ...] | None = None) -> list[str]:
+    """``actlab demo`` with this run's settings spelled out (a re-run with it reuses every finished stage;
+    ``overrides`` replaces the --set list)."""
+    argv = ["actlab", "demo", "--out", str(cfg.out), "--device", plan["device"], "--preset", plan["preset"]]
+    argv += ["--episodes", str(cfg.episodes), "--image-size", str(plan["image_size"])]
+    argv += [
+        "--eval-episodes",
+        str(cfg.eval_episodes),
+        "--videos",
+        str(cfg.videos),
+        "--workers",
+        str(cfg.workers),
+    ]
+    for o in cfg.overrides if overrides is None else overrides:
+        argv += ["--set", o]
+    return argv
+
+
+def next_steps(cfg: DemoConfig, plan: dict[str, Any], best_path: str | Path) -> list[tuple[str, list[str]]]:
+    """What to do next with the demo's policy: ``(why, argv)`` pairs, each a command that runs as written
+    from the directory the demo ran in (the report's last section)."""
+    out = Path(cfg.out)
+    best = out / "run" / "checkpoints" / Path(best_path).name  # in this directory, also after a move
+    steps = plan["train"].steps
+    longer = (*(o for o in cfg.overrides if not o.startswith("steps=")), f"steps={2 * steps}")
+    fresh = CONFIRM_SEED + cfg.eval_episodes  # after the confirmation's seeds: never seen by this demo
+    lerobot = out / "lerobot"
+    rollout = ["lerobot-rollout", "--strategy.type=base", f"--policy.path={lerobot}"]
+    rollout += ["--robot.type=actlab_so101_sim", f"--robot.image_size={plan['image_size']}"]
+    rollout += [f"--robot.output_dir={out / 'rollout'}", f"--duration={ROLLOUT_DURATION_S}"]
+    rollout += ["--return_to_initial_position=false", f"--task={TASK_TEXT}"]
+    return [
+        (
+            f"measure the chosen checkpoint on {MORE_EPISODES} more fresh seeds (a narrower interval)",
+            [
+                *("actlab", "eval", str(best), "--episodes", str(MORE_EPISODES), "--seed", str(fresh)),
+                *("--workers", str(cfg.workers), "--out", str(out / "eval" / "more")),
+            ],
+        ),
+        (
+            "ask the policy doctor what it learned (it compares with the sweep's best by success)",
+            ["actlab", "policy", "doctor", str(best), "--dataset", str(out / "data")],
+        ),
+        (
+            f"train longer ({2 * steps} steps): the recording is reused, the run resumes from its last "
+            "checkpoint, and the sweep runs again",
+            demo_argv(cfg, plan, longer),
+        ),
+        (
+            "sweep the chosen checkpoint over inference delays (the real-time section)",
+            [*demo_argv(cfg, plan), "--realtime"],
+        ),
+        (
+            "export it for LeRobot (a directory lerobot loads with --policy.path)",
+            ["actlab", "policy", "export", str(best), "--to", "lerobot", "--out", str(lerobot)],
+        ),
+        (
+            "run the export in LeRobot's own runtime on the simulated SO-101 (in the environment where "
+            "lerobot and actlab's plugin are installed: docs/lerobot.md); one line per episode on stderr",
+            rollout,
+        ),
+    ]
+
+
+def command_line(argv: list[str]) -> str:
+    """A shell line for ``argv`` (quoted where needed)."""
+    return shlex.join(argv)
 
 
 # ------------------------------------------------------------------------------------------ entry point
@@ -629,6 +705,9 @@ def _run_stages(cfg: DemoConfig, plan: dict[str, Any], out: Path, wall0: float) 
         success_plot=SUCCESS_PLOT,
         batch_size=load_run_config(out / "run").batch_size,
         realtime=realtime,
+        next_steps=[
+            (why, command_line(argv)) for why, argv in next_steps(cfg, plan, evaluation["best_path"])
+        ],
     )
     log.done("report", t0, f"{out / 'report.html'}")
     return summary

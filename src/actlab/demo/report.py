@@ -81,6 +81,7 @@ def write_report(
     success_plot: str | None = None,
     batch_size: int | None = None,
     realtime: dict[str, Any] | None = None,
+    next_steps: list[tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
     """Write the demo's report pages and summary.json into ``out``; returns the summary dict.
 
@@ -88,7 +89,8 @@ def write_report(
     order of the table's columns; ``success_plot``: the figure of the sweep with the fresh-seed
     confirmation beside it (relative to ``out``; default: the sweep's own plot, without it);
     ``batch_size``: the run's, so that the step time and samples/s of the report come from one source;
-    ``realtime``: the ``--realtime`` stage's result (its delay sweep), None without the flag (no section).
+    ``realtime``: the ``--realtime`` stage's result (its delay sweep), None without the flag (no section);
+    ``next_steps``: ``(why, command line)`` pairs, the report's last section (none: no section).
     """
     sweep, media = evaluation["sweep"], evaluation["media"]
     best = next(c for c in sweep["checkpoints"] if c["name"] == evaluation["best"])
@@ -135,6 +137,14 @@ def write_report(
     report = _build(
         plan, record, train, sweep, media, best, summary, failures, success_plot, posters, realtime
     )
+    if next_steps:
+        report.heading("Next: what to do with this policy")
+        report.paragraph(
+            f"Each command runs as written from the directory the demo ran in; {best['name']} is the "
+            "checkpoint chosen above."
+        )
+        report.code("\n\n".join(f"# {why}\n{line}" for why, line in next_steps))
+        summary["next_steps"] = [{"why": why, "command": line} for why, line in next_steps]
     report.write(out)
     atomic_write_json(out / "summary.json", summary)
     return summary

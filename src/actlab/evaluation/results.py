@@ -88,6 +88,12 @@ class Summary:
         return asdict(self)
 
 
+def best_index(success_rates: Sequence[float]) -> int:
+    """Which of a sweep's checkpoints (in step order) is best: the highest success rate, ties to the later
+    checkpoint (more training). The one rule of the sweep, the demo and the policy doctor."""
+    return max(enumerate(success_rates), key=lambda ir: (ir[1], ir[0]))[0]
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The q-th percentile (linear interpolation), None for no values."""
     if not values:

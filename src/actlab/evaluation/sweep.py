@@ -26,6 +26,7 @@ from actlab.evaluation.harness import EvalConfig, evaluate_many
 from actlab.evaluation.results import (
     CheckpointEval,
     EpisodeResult,
+    best_index,
     filmed_lines,
     markdown_report,
     results_table,
@@ -127,7 +128,7 @@ def best_checkpoint(evals: Sequence[CheckpointEval]) -> CheckpointEval | None:
     """Highest success rate; ties go to the later checkpoint (ties in success favour more training)."""
     if not evals:
         return None
-    return max(enumerate(evals), key=lambda ie: (ie[1].summary.success_rate, ie[0]))[1]
+    return evals[best_index([e.summary.success_rate for e in evals])]
 
 
 def _relative(result: EpisodeResult, tmp: Path) -> EpisodeResult:

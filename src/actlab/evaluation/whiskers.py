@@ -30,6 +30,7 @@ from actlab.evaluation.taxonomy import PhaseRecord, classify
 from actlab.evaluation.video import VIDEO_HOLD_S, draw_text, outcome_text, write_video
 from actlab.policies.contract import RolloutPolicy
 from actlab.utils.io import write_png
+from actlab.utils.progress import progress_bar
 from actlab.utils.threads import torch_threads
 
 # Colours chosen against the sim's palette (grey table, blue bowl, red cube, yellow-and-black arm).
@@ -205,7 +206,6 @@ def _whiskers_video(source, spec, cfg, path, episode, every, style, still) -> di
 
 def _episode(source, spec, cfg, env, inputs, path, episode, every, style, still) -> dict:
     import torch
-    from tqdm.auto import tqdm
 
     policy = _build_policy(source, env, cfg.device)
     if not hasattr(policy, "predict_action_chunk"):
@@ -227,7 +227,7 @@ def _episode(source, spec, cfg, env, inputs, path, episode, every, style, still)
     frame_preds: list[int] = []  # per frame: index of the newest prediction drawn on it
     # A bar: this episode re-renders every frame with its predictions (10-40 s on 2 CPU cores), and it ran
     # after the evaluation's own bar had finished, in silence.
-    bar = tqdm(total=env_max_steps(env), desc=f"whiskers ({source.name}, episode {episode})", unit="step")
+    bar = progress_bar(env_max_steps(env), f"whiskers ({source.name}, episode {episode})", "step")
     for t in range(env_max_steps(env)):
         bar.update(1)
         batch = adapter([obs])

@@ -12,17 +12,20 @@ actlab's default suite (no lerobot installed) and exists once:
   LeRobot padded in, ``d`` clamped to ``rtc_max_delay``.
 - :class:`SimEpisodes`: actlab's MuJoCo pick-and-place behind a continuous robot stream: clipped joint
   targets, episodes restarted from new seeds on success or time limit, each episode's outcome and
-  failure class logged and appended to a JSONL file.
+  failure class appended to a JSONL file and a text log under the rollout's output directory
+  (:func:`default_output_dir` when none is given), and said on stderr in one line with a prefix of its
+  own (:data:`EPISODE_PREFIX`) that LeRobot's per-step warnings do not share.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -42,6 +45,24 @@ JOINT_KEYS = (
 # How the FrameStore records a resize in a camera feature's "info" (mode fit_pad: longer side to the
 # trained size, black centred padding to a square); actlab.evaluation.policy_io reads the same key.
 RESIZE_INFO = "actlab.resize"
+# The sim robot's per-episode line on stderr starts with this: under load LeRobot's rollout loop warns
+# "slower than the target FPS" every few steps (1,359 warnings in 200 s were measured), and the episodes'
+# own log lines were lost among them; `grep '^>>> actlab_so101_sim'` finds them all.
+EPISODE_PREFIX = ">>> actlab_so101_sim:"
+# Files of a sim robot's output directory: one JSON line per episode, and the same lines as stderr's.
+EPISODE_LOG = "episodes.jsonl"
+EPISODE_TEXT_LOG = "episodes.log"
+
+
+def default_output_dir(now: datetime.datetime | None = None) -> Path:
+    """Where a sim robot writes when no output directory is given: ``outputs/rollout/DATE/TIME_
+    actlab_so101_sim``, dated like lerobot-eval's ``outputs/eval/DATE/TIME_...`` (``outputs/`` is
+    LeRobot's output root and ignored by git in LeRobot's and actlab's repositories; the log used to land
+    in the current directory, the repository root)."""
+    now = now or datetime.datetime.now()
+    return Path(
+        "outputs", "rollout", now.strftime("%Y-%m-%d"), now.strftime("%H-%M-%S") + "_actlab_so101_sim"
+    )
 
 
 def trained_cameras(features: Mapping[str, Any], camera_keys: list[str]) -> dict[str, tuple[int, int, bool]]:
@@ -219,8 +240,10 @@ class SimEpisodes:
     """actlab's pick-and-place env as an endless robot: ``observe()`` / ``act(action)``.
 
     An episode ends on success (the cube rests in the bowl) or after ``max_steps``; its outcome is
-    classified by actlab's taxonomy, reported through ``on_episode`` and appended to ``log_file`` (one
-    JSON line each), and the next episode starts from seed ``seed + episode``. For ``hold_steps`` steps
+    classified by actlab's taxonomy, reported through ``on_episode``, appended to ``log_file`` (one
+    JSON line each; default ``out_dir/episodes.jsonl``, "" for none) and said in one line on ``stream``
+    (with :data:`EPISODE_PREFIX` and the running success count; also appended to ``out_dir/episodes.log``),
+    and the next episode starts from seed ``seed + episode``. For ``hold_steps`` steps
     after a restart the arm holds its home pose and actions are ignored: a LeRobot runtime does not reset
     the policy between the sim's episodes, so the actions it had queued for the old scene drain while the
     arm waits (the policy sees the new scene's first observation meanwhile, as at an episode start).
@@ -238,6 +261,8 @@ class SimEpisodes:
         signal: SimSignal | None = None,
         task: str = "so101_pick_place",
         units: str = "degrees",
+        out_dir: str | Path | None = None,
+        stream: TextIO | None = None,
     ) -> None:
         from actlab.sim import make_env  # lazy: mujoco only when a simulated robot is built
 
@@ -246,7 +271,17 @@ class SimEpisodes:
         )
         self.seed = int(seed)
         self.hold_steps = int(hold_steps)
-        self.log_file = Path(log_file) if log_file else None
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        if self.out_dir is not None:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        if log_file == "":
+            self.log_file = None
+        elif log_file is not None:
+            self.log_file = Path(log_file)
+        else:
+            self.log_file = self.out_dir / EPISODE_LOG if self.out_dir is not None else None
+        self.text_log = self.out_dir / EPISODE_TEXT_LOG if self.out_dir is not None else None
+        self.stream = stream
         self.on_episode = on_episode
         self.signal = signal
         self.results: list[EpisodeResult] = []
@@ -304,9 +339,18 @@ class SimEpisodes:
             self.log_file.parent.mkdir(parents=True, exist_ok=True)
             with open(self.log_file, "a", encoding="utf-8") as f:
                 f.write(json.dumps(result.__dict__) + "\n")
+        self.say(f"{EPISODE_PREFIX} {result.line().split(': ', 1)[1]} | so far {self.summary()}")
         if self.on_episode is not None:
             self.on_episode(result)
         self._start_episode()
+
+    def say(self, line: str) -> None:
+        """One line to the stream (flushed: stderr may be a pipe) and to the text log."""
+        if self.stream is not None:
+            print(line, file=self.stream, flush=True)
+        if self.text_log is not None:
+            with open(self.text_log, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
 
     def summary(self) -> str:
         """``"8/10 episodes succeeded (80%); failures: ..."`` over the finished episodes."""
@@ -401,6 +445,9 @@ def pace(next_tick: float, fps: float) -> float:
 
 
 __all__ = [
+    "EPISODE_LOG",
+    "EPISODE_PREFIX",
+    "EPISODE_TEXT_LOG",
     "JOINT_KEYS",
     "SIM_ROBOT_LIMITS",
     "SIM_SIGNAL",
@@ -411,6 +458,7 @@ __all__ = [
     "camera_to_trained",
     "check_export_config",
     "check_sim_robot_config",
+    "default_output_dir",
     "pace",
     "read_episode_log",
     "rtc_prefix",

@@ -16,6 +16,7 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.utils.io import atomic_write_text
+from actlab.utils.progress import progress_bar
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -80,11 +81,7 @@ class MetricsLog:
             self._wandb = _open_wandb(wandb_project, Path(run_dir), run_config or {})
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
         if progress:
-            from tqdm.auto import tqdm
-
-            self._bar = tqdm(
-                total=total_steps, initial=start_step, unit="step", dynamic_ncols=True, desc="train"
-            )
+            self._bar = progress_bar(total_steps, "train", "step", initial=start_step)
 
     def _truncate_after(self, step: int) -> None:
         if not self.path.is_file():
@@ -114,7 +111,9 @@ class MetricsLog:
             self._wandb.log(numeric, step=step)
 
     def progress(self, step: int, postfix: dict[str, Any] | None = None) -> None:
-        """Move the progress bar to ``step`` (called on logging steps only: no per-step host sync)."""
+        """Move the progress bar to ``step``, with metric values read on logging steps only (no per-step
+        host sync): the trainer calls it every step without ``postfix``, so that a bar at 2 s a step (a
+        loaded CPU) does not stand still for a whole logging window."""
         if self._bar is None:
             return
         self._bar.update(step - self._bar.n)

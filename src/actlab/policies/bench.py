@@ -20,6 +20,7 @@ from actlab.policies.contract import FEATURES_SUFFIX
 from actlab.policies.info import synthetic_features, unit_stats
 from actlab.policies.registry import apply_config_overrides, get_config_class, make_policy
 from actlab.utils.device import resolve_device
+from actlab.utils.threads import load_1m, torch_threads, usable_cpus
 
 PSEUDO = "cached_features"
 
@@ -155,3 +156,76 @@ def bench_policy(
             "is next to the transformer, the closer the ratio is to 1",
         ],
     }
+
+
+def bench_threads(
+    policy_cfg: Any,
+    counts: tuple[int, ...],
+    batch_size: int = 32,
+    image_size: int = 80,
+    rounds: int = 10,
+    warmup: int = 2,
+    seed: int = 0,
+    progress: TextIO | None = None,
+) -> dict[str, Any]:
+    """Training-step time (CPU) of one policy at each torch thread count, interleaved round by round so
+    that the load of the moment weighs on every count alike; the 1-minute load average before and after
+    is part of the result (the ratio depends on it: the point of the benchmark). A profiling.report dict.
+    """
+    dev = torch.device("cpu")
+    cams = tuple(c.rsplit(".", 1)[-1] for c in (policy_cfg.cameras or ("observation.images.top",)))
+    features = synthetic_features(6, 6, cams, (image_size, image_size))
+    load_before = load_1m()
+    policy, batch, opt = _setup(policy_cfg, [], features, batch_size, dev, seed)
+    times: dict[int, list[float]] = {n: [] for n in counts}
+    for i in range(warmup + rounds):
+        took = {}
+        for n in counts:
+            with torch_threads(n):
+                took[n] = dt = _step(policy, batch, opt, dev)
+            if i >= warmup:
+                times[n].append(dt)
+        if progress is not None:
+            what = "warm-up" if i < warmup else f"round {i - warmup + 1}/{rounds}"
+            line = ", ".join(f"{n} thread{'s' if n != 1 else ''} {1000 * t:,.0f} ms" for n, t in took.items())
+            print(f"  {what}: {line}", file=progress, flush=True)
+    load_after = load_1m()
+    med = {n: statistics.median(v) for n, v in times.items()}
+    first = counts[0]
+    metrics: dict[str, float] = {f"threads{n}.step_ms": round(1000 * t, 2) for n, t in med.items()}
+    metrics["load_1m_before"] = -1.0 if load_before is None else round(load_before, 2)
+    metrics["load_1m_after"] = -1.0 if load_after is None else round(load_after, 2)
+    metrics["cpus"] = usable_cpus()
+    ratios = {f"threads{n}_vs_threads{first}": round(med[first] / t, 2) for n, t in med.items() if n != first}
+    best = min(med, key=lambda n: (med[n], n))
+    return {
+        "benchmark": "threads",
+        "command": "actlab bench threads",
+        "device": "cpu",
+        "config": {
+            "type": policy_cfg.type,
+            "batch_size": batch_size,
+            "image_size": image_size,
+            "cameras": list(cams),
+            "counts": list(counts),
+            "rounds": rounds,
+        },
+        "metrics": metrics,
+        "ratios": ratios,
+        "notes": [
+            *(
+                f"threads{n}_vs_threads{first} = {med[first] / t:.2f}: a step at {n} thread(s) takes "
+                f"{1000 * t:,.1f} ms, at {first} {1000 * med[first]:,.1f} ms (median of {rounds}); above 1 "
+                f"{n} is faster"
+                for n, t in med.items()
+                if n != first
+            ),
+            f"fastest now: {best} thread(s); 1-minute load average {_load(load_before)} before, "
+            f"{_load(load_after)} after, on {usable_cpus()} CPUs",
+            "step = forward + backward + AdamW step on a synthetic batch; counts interleaved per round",
+        ],
+    }
+
+
+def _load(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.1f}"

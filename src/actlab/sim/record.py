@@ -33,6 +33,7 @@ from actlab.sim.tasks import TASKS, make_env, task_config
 from actlab.utils import procs
 from actlab.utils.disk import require_free
 from actlab.utils.procs import worker_pool
+from actlab.utils.progress import progress_bar
 from actlab.utils.units import human_bytes
 
 
@@ -346,8 +347,6 @@ def _record_once(
     progress: bool,
     on_episode: Callable[[dict[str, Any]], None] | None,
 ) -> RecordSummary:
-    from tqdm import tqdm
-
     config = config or RecordConfig()
     task_config(config.task, **config.env_kwargs())  # validate the env options before spawning workers
     out_dir = Path(out_dir)
@@ -371,9 +370,7 @@ def _record_once(
         video=record_video_options(),
         kind=RECORD_KIND,
     ) as writer:
-        bar = tqdm(
-            total=config.episodes, unit="ep", desc="recording", disable=not progress, dynamic_ncols=True
-        )
+        bar = progress_bar(config.episodes, "recording", "ep", disable=not progress)
         episodes = _episodes_in_order(config, max_attempts)
         try:
             for episode in episodes:

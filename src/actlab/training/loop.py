@@ -42,6 +42,14 @@ from actlab.training.slowdown import SlowdownWatch, cure_applied
 from actlab.utils.disk import write_error
 from actlab.utils.io import atomic_write_json, read_json
 from actlab.utils.lock import DirLock
+from actlab.utils.threads import (
+    ThreadProbe,
+    cpu_busy,
+    format_load,
+    torch_thread_count,
+    torch_threads,
+    usable_cpus,
+)
 from actlab.viz.training import plot_training
 
 CONFIG_FILE = "config.json"
@@ -480,6 +488,21 @@ def _load_1m() -> float | None:
         return None
 
 
+def _thread_probe(run: TrainRun) -> ThreadProbe | None:
+    """A ThreadProbe of torch's thread count against one thread, for a CPU run that leaves the count to
+    torch (``num_threads=0``) on a CPU other work keeps busy at the start; None otherwise (a GPU run, a
+    count set by the user or the preset, a quiet machine). The probe's units are the run's own first
+    steps: no extra work, and the training trajectory is the same but for the thread count."""
+    import torch
+
+    threads = torch.get_num_threads()
+    if run.device.type != "cpu" or run.cfg.num_threads or threads <= 1 or run.dist.distributed:
+        return None
+    if not cpu_busy(_load_1m(), usable_cpus(), threads):
+        return None
+    return ThreadProbe(candidates=(threads, 1))
+
+
 def _slowdown_watch(run: TrainRun) -> SlowdownWatch | None:
     """A SlowdownWatch for a CPU run whose threads may spin on a shared machine; None otherwise."""
     import torch
@@ -528,17 +551,45 @@ class Loop:
         self.slowdown = _slowdown_watch(run)
 
     def train_from(self, start: int) -> RunSummary:
-        cfg = self.cfg
         t0 = self._t0 = self._t_log = time.perf_counter()
         self._start = start
-        step, stopped, overfit_step = start, "completed", None
         kill_at = int(os.environ.get(KILL_AT_STEP_ENV) or 0)
+        probe = _thread_probe(self.run)
+        if probe is not None:
+            self.log.message(
+                f"the CPUs are busy ({format_load(_load_1m(), usable_cpus())}): timing the first "
+                f"{probe.units} steps at {' and '.join(map(str, probe.candidates))} torch threads to keep "
+                "the faster"
+            )
+        with torch_threads(torch_thread_count()):  # a probe's choice does not outlive the run
+            return self._steps(start, t0, kill_at, probe)
+
+    def _steps(self, start: int, t0: float, kill_at: int, probe: ThreadProbe | None) -> RunSummary:
+        import torch
+
+        cfg = self.cfg
+        step, stopped, overfit_step = start, "completed", None
         for step in range(start + 1, cfg.steps + 1):
+            unit = step - start - 1
+            probing = probe is not None and probe.chosen is None
+            if probing:
+                threads = probe.threads_for(unit)
+                torch.set_num_threads(threads)
+                t_unit = time.perf_counter()
             self.timer.start()
             batch = self.run.next_batch()
             self.timer.mark("data")
             self._accumulate(self.run.step(batch, self.timer))
             self.timer.stop()
+            if probing:
+                # CPU only (the probe is never made for a GPU run): the step's work is done here, no sync
+                chosen = probe.record(unit, threads, time.perf_counter() - t_unit)
+                if chosen is not None:
+                    torch.set_num_threads(chosen)
+                    self.log.message(f"threads: {probe.sentence()}; {chosen} for the rest of the run")
+                    if cure_applied(num_threads=chosen):
+                        self.slowdown = None  # its advice (one thread) is what runs now
+            self.log.progress(step)  # the bar's count and ETA every step; its metrics on logging steps
             if _due(step, cfg.log.every, cfg.steps):
                 self._log_train(step)
                 if cfg.overfit.samples and self.last_loss < cfg.overfit.loss_threshold:

@@ -1,8 +1,12 @@
-"""Torch's intra-op thread count for one block of code, restored afterwards."""
+"""Torch's intra-op thread count: for one block of code (restored afterwards), and the measured choice of
+a count on a loaded CPU (:class:`ThreadProbe`)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
+import statistics
 from collections.abc import Iterator
 
 
@@ -20,3 +24,107 @@ def torch_threads(n: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def load_1m() -> float | None:
+    """The 1-minute load average (None where the OS has none)."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def cpu_busy(load: float | None, cpus: int, own_threads: int) -> bool:
+    """Other work wants more CPUs than the machine has: the load beyond this process's own threads is
+    above the CPU count. Then torch's OpenMP threads spin waiting for a descheduled sibling (a batch-32
+    step of the CPU demo went from ~80 ms to 1.7-2.5 s beside a test suite, and ~0.4 s with one thread)."""
+    return load is not None and load - min(own_threads, cpus) > cpus
+
+
+def format_load(load: float | None, cpus: int) -> str:
+    """``load average 9.6 on 2 CPUs`` (or ``load average unknown``)."""
+    if load is None:
+        return "load average unknown"
+    return f"load average {load:.1f} on {cpus} CPU{'s' if cpus != 1 else ''}"
+
+
+@dataclasses.dataclass
+class ThreadProbe:
+    """Chooses a torch thread count by timing real work at each candidate count, interleaved so that
+    background load weighs on every count alike.
+
+    The caller asks :meth:`threads_for` before each unit of work (a training step), runs it at that count
+    and hands its time to :meth:`record`. The first ``warmup`` units run at the first count and are not
+    counted (allocator, first touch); then the candidates take turns for ``rounds`` rounds. Once every
+    count has its times, :attr:`chosen` is the count with the lowest median, and :meth:`threads_for`
+    returns it from then on. Pure: no clock, no torch.
+    """
+
+    candidates: tuple[int, ...]  # thread counts to compare, e.g. (2, 1)
+    rounds: int = 3  # timed units per candidate
+    warmup: int = 1  # units before the timing starts
+    times: dict[int, list[float]] = dataclasses.field(default_factory=dict)  # count -> seconds of its units
+    chosen: int | None = None  # the decision, once made
+
+    def __post_init__(self) -> None:
+        if not self.candidates or min(self.candidates) < 1 or self.rounds < 1 or self.warmup < 0:
+            raise ValueError(f"bad thread probe: {self}")
+        self.times = {n: [] for n in self.candidates}
+
+    @property
+    def units(self) -> int:
+        """Units of work the probe takes before it decides."""
+        return self.warmup + self.rounds * len(self.candidates)
+
+    def threads_for(self, unit: int) -> int:
+        """The thread count for unit ``unit`` (0-based, counted from the probe's start)."""
+        if self.chosen is not None:
+            return self.chosen
+        if unit < self.warmup:
+            return self.candidates[0]
+        return self.candidates[(unit - self.warmup) % len(self.candidates)]
+
+    def record(self, unit: int, threads: int, seconds: float) -> int | None:
+        """Add one unit's time; returns the chosen count when this unit completed the probe."""
+        if self.chosen is not None or unit < self.warmup:
+            return None
+        self.times[threads].append(seconds)
+        if all(len(v) >= self.rounds for v in self.times.values()):
+            med = self.medians()
+            self.chosen = min(self.candidates, key=lambda n: (med[n], n))
+            return self.chosen
+        return None
+
+    def medians(self) -> dict[int, float]:
+        return {n: statistics.median(v) for n, v in self.times.items() if v}
+
+    def sentence(self) -> str:
+        """``median step 1 thread 0.41 s, 2 threads 2.08 s: 1 thread (5.1x faster)``."""
+        med = self.medians()
+
+        def t(s: float) -> str:
+            return f"{s:.2f} s" if s >= 1 else f"{1000 * s:.0f} ms"
+
+        parts = ", ".join(
+            f"{n} thread{'s' if n != 1 else ''} {t(med[n])}" for n in self.candidates if n in med
+        )
+        if self.chosen is None:
+            return f"median {parts}"
+        slowest = max(med.values())
+        gain = slowest / med[self.chosen] if med[self.chosen] > 0 else 1.0
+        plural = "s" if self.chosen != 1 else ""
+        return f"median {parts}: {self.chosen} thread{plural} ({gain:.1f}x the slowest)"
+
+
+def torch_thread_count() -> int:
+    """torch's intra-op thread count now."""
+    import torch  # lazy: utils imports without torch
+
+    return torch.get_num_threads()

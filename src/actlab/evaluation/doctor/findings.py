@@ -13,6 +13,8 @@ from actlab.errors import ActlabError
 from actlab.evaluation.replay import (
     EpisodeReplay,
 )
+from actlab.evaluation.results import best_index
+from actlab.utils.stats import paired_compare
 
 SEVERITIES = ("ok", "warning", "error")
 
@@ -46,6 +48,8 @@ SKILL_PRECISE = 0.15
 # A checkpoint whose validation loss is this many times its run's best checkpoint's is behind it (the
 # demo's step 1000 vs its best; windows of one run differ by a few percent).
 RUN_BEST_RATIO = 1.25
+# Where the demo writes its checkpoint sweep, relative to the demo directory (DIR/run is the run).
+SWEEP_RESULTS = "eval/sweep/results.json"
 
 # Actions. Predictions beyond q01..q99 widened by RANGE_MARGIN of the span are out of range.
 RANGE_MARGIN = 0.1
@@ -115,8 +119,8 @@ VERDICTS = {
     "unsafe_actions": "it reproduces the demonstrations on average, but its actions leave the dataset's "
     "range or never move the gripper (see the action findings)",
     "behind_run_best": "it learned, but its run has a clearly better checkpoint (see the checkpoint "
-    "finding): doctor or evaluate that one (`actlab eval RUN` sweeps them all) before suspecting the "
-    "deployment setup",
+    "finding: by success where a sweep measured it, else by validation loss): doctor or evaluate that one "
+    "(`actlab eval RUN` sweeps them all) before suspecting the deployment setup",
     "reproduces_demonstrations": "reproduces the demonstrations open-loop: if it fails on the robot or in "
     "the sim, look at the deployment setup (policy.reset() before each episode, the same stats, camera "
     "names and sizes, action units)",
@@ -152,6 +156,10 @@ class DoctorConfig:
     cache_dir: str | None = None
     # print the FrameStore's decode progress to stderr
     progress: bool = True
+    # results.json of a checkpoint sweep of the bundle's run (`actlab eval RUN --out DIR`), or DIR: the
+    # checkpoint is compared with the run's best by success there (None: the demo's DIR/eval/sweep when
+    # the bundle is DIR/run/checkpoints/step_N, else by validation loss)
+    sweep: str | None = None
 
     def __post_init__(self) -> None:
         for name, low in (("max_episodes", 0), ("stride", 1), ("batch_size", 1)):
@@ -228,15 +236,22 @@ def decide(findings: Sequence[Finding], replay: Mapping[str, Any]) -> Verdict:
     return Verdict(name, VERDICTS[name])
 
 
-def compare_with_run_best(bundle: str | Path) -> Finding | None:
-    """How a run checkpoint (``RUN/checkpoints/step_N``) compares with its run's best one (lowest
-    validation loss, ``best.json``); None for a bundle outside a run or without validation losses.
+def compare_with_run_best(bundle: str | Path, sweep: str | Path | None = None) -> Finding | None:
+    """How a run checkpoint (``RUN/checkpoints/step_N``) compares with its run's best one; None for a
+    bundle outside a run, or when neither success nor validation losses were measured.
 
-    Design choice: the validation loss the run recorded, not a replay of the best checkpoint: it measures
-    the same thing (chunk error on held-out episodes, in action std) at no cost, where a second replay
-    would double the doctor's time.
+    The criterion is the demo's and the sweep's: success, where a checkpoint sweep measured it (``sweep``,
+    a results.json of ``actlab eval RUN`` or its directory; else the demo's ``DIR/eval/sweep/results.json``
+    beside ``DIR/run``). The best is the sweep's best (:func:`best_index`), and this checkpoint is behind it
+    when McNemar's exact test on the same seeds says so (p < 0.05): from the demo's step 2000 (45/50) the
+    validation loss pointed to step 3000 (31/50), the demo chose by success. Without a sweep: the
+    validation loss the run recorded (``best.json``), which measures chunk error on held-out episodes, not
+    success, and says so.
     """
     here = Path(bundle).resolve()
+    measured = _sweep_comparison(here, sweep)
+    if measured is not None:
+        return measured
     try:
         best = json.loads((here.parent / "best.json").read_text())
         mine = json.loads((here / "actlab.json").read_text())["extra"]["train"]["val_loss"]
@@ -244,13 +259,100 @@ def compare_with_run_best(bundle: str | Path) -> Finding | None:
         mine = float(mine)
     except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
-    numbers = {"val_loss": mine, "best": best_path, "best_val_loss": best_loss}
+    numbers = {"criterion": "val_loss", "val_loss": mine, "best": best_path, "best_val_loss": best_loss}
+    unmeasured = (
+        f"success not measured: `actlab eval {here.parent.parent} --out DIR` sweeps the checkpoints, then "
+        "--sweep DIR/results.json judges by success"
+    )
     if best_path == here.name or best_loss <= 0 or mine < RUN_BEST_RATIO * best_loss:
         msg = f"validation loss {mine:.4f}; the run's best checkpoint ({best_path}) {best_loss:.4f}"
+        msg += f" ({unmeasured})"
         return Finding("checkpoint", "checkpoint vs run best", "ok", msg, numbers)
     msg = (
         f"validation loss {mine:.4f} is {mine / best_loss:.1f}x the run's best checkpoint {best_path} "
         f"({best_loss:.4f}): this one is under-trained or overfit by comparison; doctor "
-        f"{here.parent / best_path}"
+        f"{here.parent / best_path} ({unmeasured})"
     )
     return Finding("checkpoint", "checkpoint vs run best", "warning", msg, numbers)
+
+
+def find_sweep(bundle: Path) -> Path | None:
+    """The demo's sweep of the run ``bundle`` belongs to (``DIR/eval/sweep/results.json`` for
+    ``DIR/run/checkpoints/step_N``), when it is there."""
+    path = bundle.parent.parent.parent / SWEEP_RESULTS
+    return path if path.is_file() else None
+
+
+def _sweep_comparison(here: Path, sweep: str | Path | None) -> Finding | None:
+    """The success-based finding when a sweep holds this checkpoint; None when there is no such sweep.
+    A ``sweep`` given by the user that cannot be read, or that lacks the checkpoint, is an ActlabError."""
+    given = sweep is not None
+    path = Path(sweep) if given else find_sweep(here)
+    if path is None:
+        return None
+    if path.is_dir():
+        path = path / "results.json"
+    try:
+        results = json.loads(path.read_text())
+        checkpoints = results["checkpoints"]
+        mine = next((i for i, c in enumerate(checkpoints) if _same_checkpoint(c["path"], here)), None)
+        outcomes = [[bool(e["success"]) for e in c["episodes"]] for c in checkpoints]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        if not given:
+            return None
+        raise ActlabError(
+            "cannot read the checkpoint sweep's results",
+            file=path,
+            field="--sweep",
+            expected="results.json written by actlab eval RUN --out DIR (or that directory)",
+            found=f"{type(e).__name__}: {e}",
+            fix="pass the results.json of a sweep of this checkpoint's run, or leave --sweep out",
+        ) from e
+    if mine is None:
+        if not given:
+            return None
+        raise ActlabError(
+            "the checkpoint sweep does not hold this checkpoint",
+            file=path,
+            field="--sweep",
+            expected=str(here),
+            found=", ".join(str(c.get("name")) for c in checkpoints),
+            fix="pass the sweep of this checkpoint's run (actlab eval RUN --out DIR), or leave --sweep out",
+        )
+    best = best_index([sum(o) / len(o) if o else 0.0 for o in outcomes])
+    name, best_name = checkpoints[mine]["name"], checkpoints[best]["name"]
+    paired = paired_compare(outcomes[best], outcomes[mine])
+    n = len(outcomes[mine])
+    k, k_best = sum(outcomes[mine]), sum(outcomes[best])
+    numbers = {
+        "criterion": "success",
+        "sweep": str(path),
+        "successes": k,
+        "episodes": n,
+        "best": best_name,
+        "best_successes": k_best,
+        "p": paired.p,
+    }
+    if best == mine or paired.verdict != "worse":
+        rest = "" if best == mine else f"; not clearly behind ({paired.sentence(name, best_name)})"
+        msg = f"{k}/{n} success on the sweep's seeds ({path}); the sweep's best is {best_name} ({k_best}/{n})"
+        msg += rest
+        return Finding("checkpoint", "checkpoint vs run best", "ok", msg, numbers)
+    msg = (
+        f"{k}/{n} success on the sweep's seeds, behind the run's best checkpoint {best_name} ({k_best}/{n}; "
+        f"{paired.sentence(name, best_name)}; {path}): doctor {here.parent / best_name}"
+    )
+    return Finding("checkpoint", "checkpoint vs run best", "warning", msg, numbers)
+
+
+def _same_checkpoint(recorded: str, here: Path) -> bool:
+    """The sweep's checkpoint path is this bundle: the same directory, or (a run directory that was moved
+    or copied since the sweep) the same step of a run of the same name."""
+    rec = Path(recorded)
+    if rec.resolve() == here:
+        return True
+    return (
+        rec.name == here.name
+        and rec.parent.name == here.parent.name
+        and rec.parent.parent.name == here.parent.parent.name
+    )

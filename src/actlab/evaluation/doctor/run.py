@@ -218,7 +218,7 @@ def doctor_bundle(bundle: str | Path, dataset: str | Path, cfg: DoctorConfig | N
         cfg = dataclasses.replace(cfg, cache_dir=run_cache_dir(bundle))
     policy = load_policy(bundle, device=cfg.device)
     result = diagnose(policy, dataset, cfg, bundle=bundle, name=str(bundle))
-    versus_best = compare_with_run_best(bundle)
+    versus_best = compare_with_run_best(bundle, cfg.sweep)
     if versus_best is not None:
         result.findings.append(versus_best)
         result.verdict = decide(result.findings, result.replay)
