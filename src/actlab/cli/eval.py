@@ -102,6 +102,71 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_realtime_flags(p)
     add_json_flag(p)
     p.set_defaults(_run=_run)
+    _register_compare(p)
+
+
+_COMPARE_EPILOG = """\
+examples:
+  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 20 --execution async --latency 4 \\
+      --out runs/async4
+  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 20 --out runs/sync
+  actlab eval compare runs/sync runs/async4      # B (async at delay 4) against A (sync), seed by seed
+  actlab eval compare runs/sync runs/async4 --json
+
+A and B: directories actlab eval --out wrote (results.json, or a delay sweep's sweep.json) or those
+files; PATH#NAME picks one checkpoint of a sweep over checkpoints (runs/sweep#step_0005000) or one cell
+of a delay sweep (runs/delay#async@4). Both must hold the same seeds (refused otherwise, naming them).
+Reported: per-seed agreement, the difference B - A with its paired 95% interval (Agresti-Min),
+McNemar's exact test, and the episodes a difference of that size needs (Connor 1987, power 80%).
+"""
+
+
+class _EvalParser(argparse.ArgumentParser):
+    """``actlab eval``'s parser: ``actlab eval compare A B`` is handed to the compare parser (eval's own
+    positional PATHs would otherwise take ``compare`` for a checkpoint)."""
+
+    compare_parser: argparse.ArgumentParser | None = None
+
+    def parse_known_args(self, args=None, namespace=None):
+        if args and args[0] == "compare" and self.compare_parser is not None:
+            return self.compare_parser.parse_known_args(args[1:], namespace)
+        return super().parse_known_args(args, namespace)
+
+
+def _register_compare(p: argparse.ArgumentParser) -> None:
+    c = argparse.ArgumentParser(
+        prog="actlab eval compare",
+        description="Compare two evaluations on the same seeds: per-seed agreement, the success difference "
+        "with its paired 95% interval, McNemar's exact test, and the episodes such a difference needs.",
+        epilog=_COMPARE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    c.add_argument("a", metavar="A", help="the reference evaluation: DIR, results.json, sweep.json, [#NAME]")
+    c.add_argument("b", metavar="B", help="the evaluation compared with it, on the same seeds")
+    c.add_argument("--alpha", type=float, default=0.05, help="significance level of the test (0.05)")
+    add_json_flag(c)
+    c.set_defaults(_run=_run_compare, command="eval")
+    p.__class__ = _EvalParser  # the subparsers action builds plain parsers; this one dispatches compare
+    p.compare_parser = c
+    p.epilog = (p.epilog or "") + (
+        "\nactlab eval compare A B compares two evaluations on the same seeds (actlab eval compare --help).\n"
+    )
+
+
+def _run_compare(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
+    from actlab.evaluation.compare import compare, compare_text, load_outcomes
+
+    result = compare(load_outcomes(args.a), load_outcomes(args.b), alpha=args.alpha)
+    if args.json:
+        json.dump(result, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(compare_text(result))
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
