@@ -196,3 +196,21 @@ def test_modes_are_checked_and_an_old_spelling_names_the_new_one():
     assert e.value.fix == "naive is now async"
     with pytest.raises(ActlabError, match="unknown execution mode"):
         parse_modes("sync,fast")
+
+
+@pytest.mark.timeout(120)
+def test_a_bundle_executing_its_whole_chunk_runs_under_a_delay_with_the_horizon_that_fits(tmp_path, capsys):
+    """n_action_steps = chunk_size (LeRobot's ACT default): no --horizon, no refusal; the executor runs
+    chunk_size - latency actions per chunk and says so, in a single evaluation and in a sweep's record."""
+    bundle = tiny_rel_bundle(tmp_path / "whole", chunk_size=12, n_action_steps=12, rtc_max_delay=4)
+    common = ["--episodes", "1", "--max-steps", "16", "--workers", "1", "--batch-envs", "1"]
+    assert main(["eval", str(bundle), *common, "--execution", "async", "--latency", "4", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert "note: whole: executes 12 of its 12 actions per chunk" in err and "horizon 8" in err
+    (ckpt,) = json.loads(out)["checkpoints"]
+    assert ckpt["episodes"][0]["chunk_switches"] == 1  # a chunk at step 0, the next from step 8 + 4
+    args = ["eval", str(bundle), *common, "--execution", "sync,async", "--latency", "0,4", "--json"]
+    assert main(args) == 0
+    cells = {(c["mode"], c["latency_steps"]): c for c in json.loads(capsys.readouterr().out)["cells"]}
+    assert cells[("async", 4)]["horizon"] == 8 and "horizon 8" in cells[("async", 4)]["horizon_note"]
+    assert cells[("async", 0)]["horizon"] == 12 and cells[("async", 0)]["horizon_note"] is None

@@ -33,7 +33,13 @@ from actlab.evaluation.sources import (
     spec_for_inputs,
 )
 from actlab.evaluation.sweep import EVAL_KIND
-from actlab.policies.execution import EXECUTION_MODES, RENAMED_MODES, ExecutionSpec, check_execution
+from actlab.policies.execution import (
+    EXECUTION_MODES,
+    RENAMED_MODES,
+    ExecutionSpec,
+    check_execution,
+    horizon_note,
+)
 from actlab.utils.io import atomic_dir, atomic_file, atomic_write_json, atomic_write_text, check_out_dir
 from actlab.utils.stats import paired_compare
 from actlab.utils.table import table
@@ -256,11 +262,17 @@ def run_sweep(
             seconds=time.perf_counter() - t0,
             measured=measured.get(src.name) if is_measured and spec.mode != "sync" else None,
             outcomes={e.seed: e.outcome for e in ev.episodes},
+            note=_note(src, spec),
         )
         cells_out.append(cell)
         if on_cell is not None:
             on_cell(cell)
     return cells_out, measured
+
+
+def _note(src: PolicySource, spec: ExecutionSpec) -> str | None:
+    limits = source_limits(src)
+    return None if limits is None else horizon_note(spec, limits, where=src.name)
 
 
 def mark_vs_sync(cells: Sequence[Cell], alpha: float = 0.05) -> None:
