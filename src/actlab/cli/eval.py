@@ -234,8 +234,9 @@ def _run(args: argparse.Namespace) -> int:
                 close()
     if progress is not None:
         progress.close()
+    rec = _recommendation(report, sources, cfg)
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=2)
+        json.dump({**report.to_dict(), "recommendation": rec and rec.to_dict()}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
     print(report.table(markdown=args.markdown))
@@ -250,7 +251,23 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{kind}: {report.out_dir / rel}")
         if cfg.videos:
             print(f"videos: {report.out_dir / 'videos'}")
+    if rec is not None:
+        print("\n" + rec.text())
     return 0
+
+
+def _recommendation(report, sources, cfg):
+    """The mode for the arm from this evaluation: its best checkpoint in the mode it ran."""
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
+    from actlab.evaluation.recommend import from_eval, recommend
+    from actlab.evaluation.sources import source_limits
+    from actlab.evaluation.sweep import best_checkpoint
+
+    best = best_checkpoint(report.evals)
+    src = next((s for s in sources if best is not None and s.name == best.name), None)
+    if src is None or src.path is None:
+        return None
+    return recommend(src, [from_eval(best, cfg.execution, source_limits(src))])
 
 
 def _add_realtime_flags(p: argparse.ArgumentParser) -> None:
@@ -368,6 +385,11 @@ def _run_sweep(args: argparse.Namespace, sources, spec, cfg, plan: dict) -> int:
             f"(batch {cfg.batch_envs}, {m['calls']} timed calls) -> delay {m['steps']} steps at {fps} fps"
         )
     print(f"\n{cfg.episodes} episodes per cell, same seeds in every cell, {record['seconds']:.1f} s")
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
+    from actlab.evaluation.recommend import Recommendation
+
+    for rec in record["recommendations"]:
+        print("\n" + Recommendation(**rec).text())
     if args.out:
         for f in SWEEP_FILES:
             print(f"{f}: {Path(args.out) / f}")

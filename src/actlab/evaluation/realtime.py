@@ -21,6 +21,7 @@ from actlab.errors import ActlabError
 from actlab.evaluation.envs import make_eval_env
 from actlab.evaluation.harness import evaluate_many
 from actlab.evaluation.policy_io import ObsAdapter, policy_inputs
+from actlab.evaluation.recommend import Recommendation, from_cells, recommend
 from actlab.evaluation.results import percentile
 from actlab.evaluation.sources import (
     PolicySource,
@@ -270,6 +271,21 @@ def run_sweep(
     return cells_out, measured
 
 
+def sweep_recommendations(
+    sources: Sequence[PolicySource], cells: Sequence[Cell], measured: dict[str, dict]
+) -> list[Recommendation]:
+    """The mode for the arm per policy (actlab.evaluation.recommend): at its measured delay when the sweep
+    timed it, else at the longest delay of the sweep."""
+    per_policy = from_cells(cells)
+    out = []
+    for src in sources:
+        m = measured.get(src.name)
+        rec = recommend(src, per_policy.get(src.name, []), delay=m["steps"] if m else None)
+        if rec is not None:
+            out.append(rec)
+    return out
+
+
 def _note(src: PolicySource, spec: ExecutionSpec) -> str | None:
     limits = source_limits(src)
     return None if limits is None else horizon_note(spec, limits, where=src.name)
@@ -336,6 +352,7 @@ def delay_sweep(
         "seconds": round(time.perf_counter() - t0, 2),
         "measured_inference": measured or None,
         "cells": [c.to_dict(fps) for c in cells],
+        "recommendations": [r.to_dict() for r in sweep_recommendations(sources, cells, measured)],
     }
     if out is not None:
         heading = f"actlab eval delay sweep: {env_spec.task}"
@@ -362,9 +379,19 @@ def write_sweep(
     with atomic_dir(out, overwrite=overwrite, kind=EVAL_KIND, inputs=inputs) as tmp:
         atomic_write_json(tmp / "sweep.json", record)
         md = sweep_table(cells, fps, markdown=True)
-        atomic_write_text(tmp / "sweep.md", f"# {heading}\n\n{md}\n\n{VS_SYNC_LEGEND}\n")
+        recs = "".join(f"\n{recommendation_markdown(r)}\n" for r in record.get("recommendations") or [])
+        atomic_write_text(tmp / "sweep.md", f"# {heading}\n\n{md}\n\n{VS_SYNC_LEGEND}\n{recs}")
         plot_sweep(record["cells"], tmp / "sweep.png", title=title)
     return [out / f for f in SWEEP_FILES]
+
+
+def recommendation_markdown(r: dict) -> str:
+    """A recommendation record (Recommendation.to_dict) as a markdown section: what, why, the commands."""
+    rec = Recommendation(**r)
+    head, *notes = rec.text().splitlines()[:-3]  # the last three lines are the commands
+    body = "".join(f"- {n.strip()}\n" for n in notes)
+    cmds = "\n".join([rec.export, rec.rollout_sim, "# on the arm:", rec.rollout_arm])
+    return f"## {head[0].upper()}{head[1:]}\n\n{body}\n```bash\n{cmds}\n```"
 
 
 VS_SYNC_LEGEND = (
