@@ -61,7 +61,8 @@ def test_no_difference_needs_no_sample_size_and_small_counts():
     # no discordant seed: b' = c' = 0.5/22, d = 0, half = 1.959964 sqrt((1/22) / 22) = 0.0891
     assert paired_interval(20, 0, 0) == pytest.approx((-0.0891, 0.0891), abs=1e-4)
     # 1 of 10 seeds gained: psi = delta = 0.1: (1.959964 sqrt(0.1) + 0.841621 sqrt(0.09))^2 / 0.01 = 76.09
-    assert episodes_needed(10, 1, 0) == 77
+    assert episodes_needed(10, 1, 0) == 77  # (the exact test's floor: 6 / 0.1 = 60)
+    assert episodes_needed(10, 10, 0) == 6 and episodes_needed(10, 10, 0, alpha=0.01) == 8  # 2/2^8 < 0.01
 
 
 @pytest.mark.timeout(30)
@@ -112,7 +113,8 @@ def test_a_checkpoint_of_a_sweep_is_named_with_a_hash(tmp_path):
 def test_real_evaluations_the_expert_against_an_untrained_bundle(tmp_path, capsys):
     """Two real ``actlab eval --out`` runs on the same 4 seeds: the scripted expert solves all, the
     untrained bundle none, so b = 0, c = 4: p = 2 / 2^4 = 0.125 (no evidence at 4 episodes), difference
-    -100 points, and Connor's size for psi = delta = 1: (1.959964 + 0)^2 / 1 = 3.84 -> 4."""
+    -100 points; Connor's size for psi = delta = 1 is (1.959964 + 0)^2 / 1 = 3.84 -> 4, below the 6
+    discordant seeds the exact test needs at alpha 0.05, so 6."""
     pytest.importorskip("mujoco")
     from evalpolicies import tiny_rel_bundle  # the untrained act_relative bundle the real-time tests use
 
@@ -125,7 +127,8 @@ def test_real_evaluations_the_expert_against_an_untrained_bundle(tmp_path, capsy
     r = json.loads(capsys.readouterr().out)
     assert (r["n"], r["a"]["successes"], r["b"]["successes"], r["only_a"], r["only_b"]) == (4, 4, 0, 4, 0)
     assert r["p"] == pytest.approx(0.125) and r["verdict"] == "no evidence"
-    assert r["difference"] == -1.0 and r["episodes_needed"] == 4
+    # Connor asks for 4, but the exact test needs 6 discordant seeds to reach p < 0.05 (2 / 2^6 = 0.031)
+    assert r["difference"] == -1.0 and r["episodes_needed"] == 6
     assert r["seeds_only_a"] == [SEED, SEED + 1, SEED + 2, SEED + 3]
     # the same comparison from the other side: B better, the interval mirrored
     back = compare(load_outcomes(tmp_path / "rel"), load_outcomes(tmp_path / "expert" / "results.json"))

@@ -17,8 +17,11 @@ What is reported, with n the seeds both ran, b the seeds only B solved and c the
   1987, "Sample size for testing differences in proportions for the paired-sample design", Biometrics
   43:207-211), with the discordant rate ``psi = (b + c) / n`` and the difference ``delta = (b - c) / n``
   this comparison measured, two-sided level alpha and power 80%:
-  ``n = (z_{1-alpha/2} sqrt(psi) + z_{0.8} sqrt(psi - delta^2))^2 / delta^2``, rounded up. None when
-  the two agree on every seed's outcome count (delta = 0: no sample size detects no difference).
+  ``n = (z_{1-alpha/2} sqrt(psi) + z_{0.8} sqrt(psi - delta^2))^2 / delta^2``, rounded up; and at least
+  ``k_min / psi`` episodes, where ``k_min = ceil(log2(2 / alpha))`` is the fewest discordant seeds with
+  which the exact test can reach p < alpha at all (6 at alpha 0.05: 2 / 2^6 = 0.031, 2 / 2^5 = 0.0625),
+  since Connor's normal approximation asks for fewer when the difference is large (psi = delta = 1 gives
+  3.84). None when b = c (delta = 0: no sample size detects no difference).
 """
 
 from __future__ import annotations
@@ -178,7 +181,9 @@ def episodes_needed(n: int, gained: int, lost: int, alpha: float = 0.05, power: 
     psi, delta = (gained + lost) / n, (gained - lost) / n
     z_a, z_b = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
     root = z_a * math.sqrt(psi) + z_b * math.sqrt(max(0.0, psi - delta * delta))
-    return math.ceil(round(root * root / (delta * delta), 9))
+    connor = math.ceil(round(root * root / (delta * delta), 9))
+    k_min = math.ceil(math.log2(2 / alpha))  # fewest discordant seeds the exact test can reject with
+    return max(connor, math.ceil(round(k_min / psi, 9)))
 
 
 def check_same_seeds(a: Outcomes, b: Outcomes) -> list[int]:
