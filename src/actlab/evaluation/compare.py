@@ -182,8 +182,12 @@ def episodes_needed(n: int, gained: int, lost: int, alpha: float = 0.05, power: 
     z_a, z_b = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
     root = z_a * math.sqrt(psi) + z_b * math.sqrt(max(0.0, psi - delta * delta))
     connor = math.ceil(round(root * root / (delta * delta), 9))
-    k_min = math.ceil(math.log2(2 / alpha))  # fewest discordant seeds the exact test can reject with
-    return max(connor, math.ceil(round(k_min / psi, 9)))
+    return max(connor, math.ceil(round(_k_min(alpha) / psi, 9)))
+
+
+def _k_min(alpha: float) -> int:
+    """The fewest discordant seeds with which McNemar's exact test can reach p < alpha: 2 / 2^k < alpha."""
+    return math.ceil(math.log2(2 / alpha))
 
 
 def check_same_seeds(a: Outcomes, b: Outcomes) -> list[int]:
@@ -261,7 +265,8 @@ def compare_text(r: dict) -> str:
     else:
         lines.append(
             f"episodes needed for a difference of this size (alpha {r['alpha']:g}, power "
-            f"{100 * r['power']:.0f}%, Connor 1987): {need}"
+            f"{100 * r['power']:.0f}%; Connor 1987, at least the exact test's {_k_min(r['alpha'])} "
+            f"discordant seeds): {need}"
             + (f" (this comparison ran {n})" if need > n else f" (ran {n}: enough)")
         )
     return "\n".join(lines)
