@@ -31,8 +31,8 @@ from actlab.utils.stats import paired_compare
 
 NOT_IN_PLUGIN = {
     "async": "lerobot-rollout's engines are sync and rtc; none switches to each new chunk as it arrives",
-    "blend": "lerobot-rollout's rtc engine needs a policy that continues a committed prefix (act_relative "
-    "with rtc_max_delay); it does not blend plain ACT's chunks",
+    "blend": "lerobot-rollout's engines never blend a new chunk's overlap with the old one (its rtc engine "
+    "replaces the queue after the committed prefix, for act_relative with rtc_max_delay only)",
     "ensemble": "the plugin's temporal ensembling runs in select_action (the sync engine: an inference "
     "every step while the arm waits), not under a delay",
     "rtc": "the policy was not trained with rtc_max_delay > 0 (the plugin's supports_rtc() is false)",
@@ -86,7 +86,7 @@ class Recommendation:
             b = self.best_measured
             lines.append(
                 f"  measured best: {b['mode']} ({b['successes']}/{b['episodes']}), which cannot run through "
-                f"the plugin yet: {b['why']}; {self.mode} against it on the same seeds: {b['test']}"
+                f"the plugin yet: {b['why']}. On the same seeds: {b['test']}"
             )
         if self.note:
             lines.append(f"  note: {self.note}")
