@@ -21,8 +21,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "actlab"
 PLUGIN = ROOT / "integrations" / "lerobot_policy_actlab" / "lerobot_policy_actlab"
@@ -55,15 +53,6 @@ MAY_IMPORT: dict[str, set[str]] = {
 }  # fmt: skip
 
 MAX_LINES = 900
-
-# TEMPORARY (the lead deletes these after merging the run-lifecycle branch, which annotates training/ and
-# rl/, and the datasets branch, which splits datasets/layout.py): each entry silences exactly one check
-# for exactly one file.
-TEMPORARY_OVER_MAX_LINES = {"src/actlab/datasets/layout.py"}
-TEMPORARY_NO_REASON = {
-    "src/actlab/datasets/__init__.py",
-    "src/actlab/datasets/layout.py",
-}
 
 
 @dataclass(frozen=True)
@@ -254,11 +243,7 @@ def test_no_private_names_from_other_modules():
 
 
 def test_no_module_over_the_line_limit():
-    long = [
-        f"{m.rel}: {len(m.lines)} lines"
-        for m in MODULES.values()
-        if len(m.lines) > MAX_LINES and m.rel not in TEMPORARY_OVER_MAX_LINES
-    ]
+    long = [f"{m.rel}: {len(m.lines)} lines" for m in MODULES.values() if len(m.lines) > MAX_LINES]
     assert not long, f"modules over {MAX_LINES} lines (split them along a seam):\n" + "\n".join(long)
 
 
@@ -276,7 +261,7 @@ def _has_reason(module: Module, node: ast.Import | ast.ImportFrom, import_lines:
 def test_every_import_inside_a_function_says_why():
     missing = []
     for m in MODULES.values():
-        if m.package == "cli" or m.rel in TEMPORARY_NO_REASON:
+        if m.package == "cli":
             continue
         import_lines = {
             line
@@ -313,11 +298,6 @@ def test_the_reason_rule_on_a_written_out_module():
     nodes = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     lines = {i for n in nodes for i in range(n.lineno, (n.end_lineno or n.lineno) + 1)}
     assert [_has_reason(module, n, lines) for n in nodes] == [True, True, True, False]
-
-
-@pytest.mark.parametrize("rel", sorted(TEMPORARY_OVER_MAX_LINES | TEMPORARY_NO_REASON))
-def test_the_temporary_allowlists_name_real_files(rel):
-    assert (ROOT / rel).is_file(), f"{rel} is gone: remove it from the temporary allowlist"
 
 
 def test_no_relative_imports():

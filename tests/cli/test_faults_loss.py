@@ -24,9 +24,12 @@ from procs import cli, finish, run_cli, started
 
 pytest.importorskip("mujoco")
 
-# Seconds a killed command's processes may take to disappear (the workers' parent-death signal is
-# immediate; the resource tracker exits when its pipe closes).
-GONE_S = 5.0
+# Seconds a killed command's processes may take to disappear. The workers' parent-death signal is
+# immediate once armed, but it is armed by the pool's initializer, which runs after a spawned worker has
+# imported actlab and torch: at a load average of 10-15 on 2 cores that import took over 5 s, and a
+# worker killed-parent before it ends its import exits at the initializer's parent check instead
+# (the resource tracker follows when its pipe closes). A leak is forever; 60 s tells the two apart.
+GONE_S = 60.0
 # Seconds to wait for a command to have started its worker pool.
 START_S = 120.0
 # A recording long enough to be killed in the middle of (it never gets near the end).

@@ -19,8 +19,8 @@ from actlab.datasets.writer import DatasetWriter
 
 
 def __getattr__(name: str):
-    # DeviceData pulls in torch; keep `import actlab.datasets` light.
     if name == "DeviceData":
+        # lazy: DeviceData pulls in torch; keep `import actlab.datasets` light
         from actlab.datasets.device import DeviceData
 
         return DeviceData

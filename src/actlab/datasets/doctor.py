@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from actlab.datasets import checksums, layout
+from actlab.datasets import checksums, layout, rows
 from actlab.datasets import format as fmt
-from actlab.datasets.layout import REEXPORT, Problem, Report
+from actlab.datasets.records import REEXPORT, Problem, Report
 from actlab.datasets.video import packet_times, video_info
 from actlab.errors import ActlabError
 from actlab.utils.io import read_json
@@ -332,7 +332,7 @@ def diagnose(path: str | Path) -> list[Problem]:
     lay = layout.parse(path, report)
     if lay is None:
         return report.problems
-    data = report.stage("data", lambda: layout.read_data(lay, report))
+    data = report.stage("data", lambda: rows.read_data(lay, report))
     d = _Doctor(lay, report)
     d.columns = data.columns if data is not None else {}
     report.stage("videos", d.check_videos)

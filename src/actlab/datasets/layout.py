@@ -1,260 +1,73 @@
-"""The LeRobot v3.0 layout on disk, parsed and checked in one place.
+"""The LeRobot v3.0 layout on disk: its metadata parsed and checked in one place.
 
-Both readers of a dataset go through these functions: :func:`actlab.datasets.open_dataset` with a strict
+Both readers of a dataset go through this module: :func:`actlab.datasets.open_dataset` with a strict
 :class:`Report` (the first error-level problem raises an :class:`ActlabError` naming the check, the file,
 the field and the fix) and ``actlab data doctor`` with a collecting one (every problem becomes a
 :class:`Problem` record). So the reader refuses exactly what the doctor calls an error.
 
-Only cheap checks live here: ``info.json``, ``tasks.parquet``, ``meta/episodes/*.parquet`` (run by
-:func:`parse`, at open) and the tabular columns of the data files (run by :func:`read_data`, when the data
-is first read; every check is a vectorized pass over the columns). Checks that demux or decode video, and
-the checks of ``meta/stats.json`` (which training never reads: it computes its own statistics), are the
-doctor's alone (:mod:`actlab.datasets.doctor`).
+Only cheap checks live here and in :mod:`actlab.datasets.rows`: ``info.json``, ``tasks.parquet`` and
+``meta/episodes/*.parquet`` here (run by :func:`parse`, at open), the tabular columns of the data files
+there (run by :func:`read_data`, when the data is first read; every check is a vectorized pass over the
+columns). The records both write into are :mod:`actlab.datasets.records`; the names of both modules are
+importable from here. Checks that demux or decode video, and the checks of ``meta/stats.json`` (which
+training never reads: it computes its own statistics), are the doctor's alone
+(:mod:`actlab.datasets.doctor`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
-import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from actlab.datasets import format as fmt
+from actlab.datasets.records import (
+    EPISODE_COLUMNS,
+    EPISODES_GLOB,
+    PANDAS_INDEX,
+    REEXPORT,
+    VIDEO_COLUMNS,
+    EpisodeInfo,
+    Layout,
+    Problem,
+    Report,
+    is_number_type,
+    read_table,
+    to_numpy,
+)
+from actlab.datasets.rows import OUTLIER_SPREADS, Data, read_data
 from actlab.errors import ActlabError
 from actlab.utils.io import read_json
 
-T = TypeVar("T")
-
-REEXPORT = "re-export or re-record the dataset (or restore the file from a backup)"
-EPISODES_GLOB = "chunk-*/file-*.parquet"
-# Columns of meta/episodes/*.parquet every episode needs.
-EPISODE_COLUMNS = ("episode_index", "length", "dataset_from_index", "dataset_to_index")
-# Per camera, the columns of meta/episodes/*.parquet that locate an episode in its video file.
-VIDEO_COLUMNS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
-# Columns pandas adds when a table is written with its index; not data.
-_PANDAS_INDEX = "__index_level_0__"
-
-
-# ------------------------------------------------------------------------------------------ records
-
-
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a dataset, with where it is and how to fix it."""
-
-    # Short id of the check that found it (e.g. "nan", "missing_file", "video_frames").
-    check: str
-    # One-line description.
-    problem: str
-    # File the problem is in (absolute path).
-    file: str
-    # Column, feature or metadata key concerned.
-    field: str
-    # What a healthy dataset has there.
-    expected: str
-    # What this dataset has.
-    found: str
-    # How to repair it.
-    fix: str
-    # "error" (training would be wrong or fail) or "warning" (suspicious, exit code unaffected).
-    severity: str = "error"
-
-    def as_dict(self) -> dict[str, str]:
-        return dataclasses.asdict(self)
-
-    def render(self) -> str:
-        return (
-            f"[{self.severity}] {self.check}: {self.problem}\n  file:     {self.file}\n"
-            f"  field:    {self.field}\n  expected: {self.expected}\n  found:    {self.found}\n"
-            f"  fix:      {self.fix}"
-        )
-
-
-class Report:
-    """Where the checks put what they find.
-
-    ``strict=True`` (the reader): an error-level problem raises at once as an :class:`ActlabError`
-    naming the dataset, the check and the fix; warnings are kept. ``strict=False`` (the doctor): every
-    problem is collected, and a stage that cannot go on (an unreadable file) becomes a problem too.
-    """
-
-    def __init__(self, root: Path, strict: bool) -> None:
-        self.root = root
-        self.strict = strict
-        self.problems: list[Problem] = []
-
-    def add(
-        self,
-        check: str,
-        problem: str,
-        file: Path | str,
-        field: str,
-        expected: Any,
-        found: Any,
-        fix: str,
-        severity: str = "error",
-    ) -> None:
-        p = Problem(check, problem, str(file), field, str(expected), str(found), fix, severity)
-        if self.strict and severity == "error":
-            raise ActlabError(
-                f"dataset {self.root} fails the check `{check}`: {problem}",
-                file=p.file,
-                field=p.field,
-                expected=p.expected,
-                found=p.found,
-                fix=f"{fix} (`actlab data doctor {self.root}` lists every problem)",
-            )
-        self.problems.append(p)
-
-    def stage(self, name: str, fn: Callable[[], T]) -> T | None:
-        """Run one stage of checks. Strict: errors propagate. Collecting: an ActlabError (an unreadable
-        file, say) becomes a problem of check ``name`` and the stage returns None; so does any other
-        exception, as "check could not run" (the doctor never raises on a broken dataset)."""
-        if self.strict:
-            return fn()
-        try:
-            return fn()
-        except ActlabError as e:
-            self.add(
-                name,
-                e.problem,
-                e.file or self.root,
-                e.field or "(file)",
-                "a readable dataset" if e.expected is None else e.expected,
-                "unreadable" if e.found is None else e.found,
-                e.fix or REEXPORT,
-            )
-        except Exception as e:
-            self.add(
-                name,
-                f"check could not run: {type(e).__name__}: {e}",
-                self.root,
-                "-",
-                "a readable dataset",
-                "unreadable",
-                REEXPORT,
-            )
-        return None
-
-
-@dataclasses.dataclass(frozen=True)
-class EpisodeInfo:
-    """One episode: its index, length, global frame range ``[start, stop)`` and tasks."""
-
-    # Episode index as stored in the dataset.
-    index: int
-    # Number of frames.
-    length: int
-    # First global frame index (row of the data table).
-    start: int
-    # One past the last global frame index.
-    stop: int
-    # Task strings of the episode.
-    tasks: tuple[str, ...]
-    # Per camera key: (video file path relative to root, from_timestamp, to_timestamp).
-    videos: Mapping[str, tuple[str, float, float]] = dataclasses.field(default_factory=dict)
-    # Data parquet path relative to root.
-    data_file: str = ""
-
-
-@dataclasses.dataclass
-class Layout:
-    """The parsed metadata of a dataset (what :func:`parse` read)."""
-
-    # dataset root (absolute)
-    root: Path
-    # meta/info.json, types checked
-    info: dict[str, Any]
-    # task strings ordered by task_index (empty when meta/tasks.parquet is unusable: doctor only)
-    tasks: list[str]
-    # episodes ordered by episode_index
-    episodes: list[EpisodeInfo]
-    # the first meta/episodes parquet (where episode problems are reported)
-    episodes_file: Path
-
-    @property
-    def features(self) -> dict[str, dict[str, Any]]:
-        return self.info["features"]
-
-    @property
-    def frames(self) -> int:
-        return self.episodes[-1].stop if self.episodes else 0
-
-    def data_files(self) -> list[Path]:
-        """The data parquet files of the episodes, in chunk/file order (rows are global indices)."""
-        return [self.root / rel for rel in sorted({e.data_file for e in self.episodes})]
-
-
-# --------------------------------------------------------------------------------------- file access
-
-
-def read_table(path: Path, what: str, columns: Sequence[str] | None = None):
-    """A parquet file as a pyarrow Table, or an ActlabError naming the file (missing or unreadable)."""
-    import pyarrow.parquet as pq
-
-    if not path.is_file():
-        raise ActlabError(
-            f"{what} missing",
-            file=path,
-            field="(file)",
-            expected="a parquet file",
-            found="missing",
-            fix="restore the file or re-export the dataset",
-        )
-    try:
-        # page_checksum_verification: pages written with a CRC (actlab writes them) are checked, so
-        # bytes overwritten on disk are an error, not values of -3.7e37; pages without one are read as is.
-        return pq.read_table(
-            path, columns=list(columns) if columns else None, page_checksum_verification=True
-        )
-    except Exception as e:  # pyarrow raises several types for damaged files
-        raise ActlabError(
-            f"cannot read {what}",
-            file=path,
-            field="(file)",
-            expected="a readable parquet file",
-            found=f"{type(e).__name__}: {e}",
-            fix="restore or re-export the file",
-        ) from e
-
-
-def _value_type(typ):
-    """The element type of a (nested) list type; the type itself otherwise."""
-    import pyarrow as pa
-
-    while pa.types.is_list(typ) or pa.types.is_fixed_size_list(typ) or pa.types.is_large_list(typ):
-        typ = typ.value_type
-    return typ
-
-
-def is_number_type(typ) -> bool:
-    """True when a parquet column of this type holds numbers (possibly in lists), not text."""
-    import pyarrow as pa
-
-    v = _value_type(typ)
-    return pa.types.is_integer(v) or pa.types.is_floating(v) or pa.types.is_boolean(v)
-
-
-def to_numpy(col, shape: Sequence[int], dtype: str) -> np.ndarray:
-    """A parquet column (scalar, list or fixed_size_list) as an (N, *shape) array."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    n = len(col)
-    while (
-        pa.types.is_list(col.type)
-        or pa.types.is_fixed_size_list(col.type)
-        or pa.types.is_large_list(col.type)
-    ):
-        col = pc.list_flatten(col)
-    flat = col.to_numpy(zero_copy_only=False)
-    return np.asarray(flat, dtype=dtype).reshape(n, *shape)
+# The names callers import from here: this module's own and those of the two it was split from.
+__all__ = [
+    "EPISODES_GLOB",
+    "EPISODE_COLUMNS",
+    "OUTLIER_SPREADS",
+    "REEXPORT",
+    "VIDEO_COLUMNS",
+    "Data",
+    "EpisodeInfo",
+    "Layout",
+    "Problem",
+    "Report",
+    "check_info_types",
+    "check_links",
+    "check_tasks",
+    "is_number_type",
+    "parse",
+    "read_data",
+    "read_episodes",
+    "read_info",
+    "read_table",
+    "read_tasks",
+    "resolve_root",
+    "to_numpy",
+]
 
 
 # ---------------------------------------------------------------------------------------- info.json
@@ -480,7 +293,7 @@ def read_tasks(root: Path, info: Mapping[str, Any], report: Report) -> list[str]
     table = read_table(path, "tasks file")
     names = table.column_names
     # lerobot writes the task strings as the pandas index of the table
-    col = "task" if "task" in names else _PANDAS_INDEX if _PANDAS_INDEX in names else None
+    col = "task" if "task" in names else PANDAS_INDEX if PANDAS_INDEX in names else None
     if col is None or "task_index" not in names:
         report.add(
             "missing_column",
@@ -684,335 +497,4 @@ def _check_totals(root: Path, info: Mapping[str, Any], episodes: list[EpisodeInf
                 want,
                 info[key],
                 f"set {key} to {want} in info.json",
-            )
-
-
-# ---------------------------------------------------------------------------------------- data rows
-
-
-@dataclasses.dataclass
-class Data:
-    """The rows of the data files: the concatenated table and every numeric feature as an array."""
-
-    # pyarrow Table of all data files in order (rows are global frame indices)
-    table: Any
-    # feature key -> (N, *shape) array in the dtype info.json gives (read-only)
-    columns: dict[str, np.ndarray]
-
-
-def read_data(layout: Layout, report: Report) -> Data | None:
-    """Read the data files and check their columns against info.json and the episodes: every feature
-    present as numbers of its shape, no column info.json does not list, rows matching the episodes
-    (counts, order, ``episode_index``, ``index``, ``frame_index``, timestamps on the 1/fps grid) and
-    finite floats. None (collecting report) when a file is missing or unreadable."""
-    import pyarrow as pa
-
-    tables, file = [], layout.root / "data"
-    for path in layout.data_files():
-        if not path.is_file():
-            report.add(
-                "missing_file", "data file missing", path, "data", "a parquet file", "missing", REEXPORT
-            )
-            continue
-        try:
-            tables.append(read_table(path, "data file"))
-        except ActlabError as e:
-            if report.strict:
-                raise
-            report.add("unreadable", e.problem, path, "(file)", e.expected, e.found, REEXPORT)
-    if len(tables) != len(layout.data_files()) or not tables:
-        return None
-    table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
-    if len(tables) == 1:
-        file = layout.data_files()[0]
-    columns = _check_columns(layout, table, file, report)
-    _check_rows(layout, table.num_rows, columns, file, report)
-    _check_index(columns, file, report)
-    _check_finite(columns, file, report)
-    _check_outliers(columns, file, report)
-    _check_checksums(layout, report)  # last: a file edited on purpose is first named for what is wrong
-    for arr in columns.values():
-        arr.setflags(write=False)
-    return Data(table, columns)
-
-
-def _check_checksums(layout: Layout, report: Report) -> None:
-    """Data and episodes files whose content differs from the sha256 actlab's writer recorded (see
-    :mod:`actlab.datasets.checksums`; videos are checked by the doctor and before the FrameStore
-    decodes them). Reading them costs about as much again as parsing them (1 GB/s)."""
-    from actlab.datasets import checksums
-
-    for prefix in ("data/", "meta/episodes/"):
-        for rel, expected, found in checksums.damaged(layout.root, layout.info, prefix):
-            report.add(
-                "checksum",
-                "file content differs from what the dataset was written with",
-                layout.root / rel,
-                f"{checksums.CHECKSUMS_PATH} files.{rel}",
-                expected,
-                found,
-                checksums.REPAIR,
-            )
-
-
-def _check_columns(layout: Layout, table, file: Path, report: Report) -> dict[str, np.ndarray]:
-    """Each numeric feature of info.json (and each always-present column) as an array; problems for a
-    missing column, text where numbers belong, a wrong shape, and a column info.json does not list."""
-    feats = layout.features
-    names = table.column_names
-    for key in names:
-        if key not in feats and key != _PANDAS_INDEX:
-            report.add(
-                "unlisted_column",
-                f"the data files hold a column {key!r} that info.json does not list",
-                file,
-                key,
-                f"a feature of info.json ({', '.join(feats)})",
-                f"column {key!r} ({table.schema.field(key).type})",
-                f"add {key!r} to features in {fmt.INFO_PATH} (dtype, shape, names) or drop the column; "
-                "readers that follow info.json (lerobot) refuse the table, actlab would ignore the data",
-            )
-    out: dict[str, np.ndarray] = {}
-    wanted = {**{k: v for k, v in fmt.DEFAULT_FEATURES.items() if k not in feats}, **feats}
-    for key, spec in wanted.items():
-        if not fmt.is_numeric(spec):
-            continue
-        if key not in names:
-            report.add(
-                "missing_column",
-                f"feature {key!r} missing from the data files",
-                file,
-                key,
-                "a column",
-                "missing",
-                REEXPORT,
-            )
-            continue
-        typ = table.schema.field(key).type
-        if not is_number_type(typ):
-            sample = table.column(key).slice(0, 1).to_pylist()  # [first row], a value or a list
-            while sample and isinstance(sample[0], list):
-                sample = sample[0]
-            report.add(
-                "dtype",
-                f"feature {key!r} is stored as {_value_type(typ)}, not as numbers",
-                file,
-                key,
-                f"{spec['dtype']} values (numbers), shape {spec['shape']}",
-                f"{typ}, e.g. {sample[0]!r}" if sample else str(typ),
-                f"rewrite the column as {spec['dtype']} numbers (e.g. cast the strings) or re-export",
-            )
-            continue
-        try:
-            out[key] = to_numpy(table.column(key), spec["shape"], spec["dtype"])
-        except (ValueError, TypeError) as e:  # e.g. 6 values per row where info.json says 7
-            report.add(
-                "shape",
-                f"data column {key!r} does not match its feature spec in info.json",
-                file,
-                f"features.{key}",
-                f"shape {spec['shape']}, dtype {spec['dtype']}",
-                str(e),
-                "repair the feature's shape/dtype in info.json or re-export the dataset",
-            )
-    return out
-
-
-def _check_rows(
-    layout: Layout, rows: int, cols: Mapping[str, np.ndarray], file: Path, report: Report
-) -> None:
-    """Rows vs episodes. Rows are global frame indices: episode ``e`` owns rows ``[start, stop)``."""
-    episodes = layout.episodes
-    total = layout.frames
-    if rows != total:
-        report.add(
-            "length_mismatch",
-            "data files hold a different number of frames than the episodes",
-            file,
-            "rows",
-            f"{total} (sum of episode lengths)",
-            rows,
-            REEXPORT,
-        )
-    ep = cols["episode_index"][:, 0] if "episode_index" in cols else None
-    if ep is None:
-        return
-    # The row of each frame must carry its episode's index. The usual case, every row where the
-    # episodes metadata puts it, is one comparison; only otherwise are rows grouped by episode (a sort).
-    owner = np.repeat([e.index for e in episodes], [e.length for e in episodes]) if rows == total else None
-    aligned = owner is not None and np.array_equal(ep, owner)
-    if not aligned:
-        ids, counts = np.unique(ep, return_counts=True)
-        have = dict(zip(ids.tolist(), counts.tolist()))
-        for e in episodes:
-            n = have.get(e.index, 0)
-            if n != e.length:
-                report.add(
-                    "length_mismatch",
-                    f"episode {e.index}: rows differ from its length",
-                    file,
-                    f"episode {e.index}: rows",
-                    e.length,
-                    n,
-                    REEXPORT,
-                )
-    if owner is not None and not aligned:
-        # rows of episodes interleaved or out of order would pair frames with another episode's borders
-        bad = np.flatnonzero(ep != owner)
-        r = int(bad[0])
-        report.add(
-            "row_order",
-            f"{bad.size} row(s) sit outside their episode's index range",
-            file,
-            "episode_index",
-            f"episode {owner[r]} at row {r} (dataset_from_index..dataset_to_index)",
-            f"episode {ep[r]}",
-            "sort the rows by (episode_index, frame_index) so they follow the episodes metadata, "
-            "or re-export",
-        )
-    _check_within_episodes(layout, ep, None if aligned else np.argsort(ep, kind="stable"), cols, file, report)
-
-
-def _check_within_episodes(
-    layout: Layout,
-    ep: np.ndarray,
-    order: np.ndarray | None,
-    cols: Mapping[str, np.ndarray],
-    file: Path,
-    report: Report,
-) -> None:
-    """frame_index 0..length-1 and timestamps frame_index / fps within each episode, vectorized over all
-    rows. ``order`` groups the rows of each episode together in file order (a stable argsort of ``ep``);
-    None when they already are."""
-    fps = float(layout.info["fps"])
-    order = slice(None) if order is None else order
-    sorted_ep = ep[order]
-    first = np.r_[True, sorted_ep[1:] != sorted_ep[:-1]]  # (N,) first row of each episode group
-    group_start = np.maximum.accumulate(np.where(first, np.arange(len(ep)), 0))
-    pos = np.arange(len(ep)) - group_start  # position of each sorted row within its episode
-    if "frame_index" in cols:
-        fi = cols["frame_index"][order, 0]
-        bad = np.flatnonzero(fi != pos)
-        for e in _episodes_of(sorted_ep, bad):
-            rows = sorted_ep == e
-            report.add(
-                "frame_index",
-                f"episode {e}: frame_index is not 0..length-1 in row order",
-                file,
-                "frame_index",
-                f"0..{int(rows.sum()) - 1}",
-                f"{fi[rows][:5].tolist()}...",
-                "sort the episode's rows by frame_index or re-export",
-            )
-    if "timestamp" in cols:
-        ts = cols["timestamp"][order, 0].astype(np.float64)
-        back = np.flatnonzero((np.diff(ts) <= 0) & ~first[1:]) + 1
-        for e in _episodes_of(sorted_ep, back):
-            i = int(back[sorted_ep[back] == e][0])
-            report.add(
-                "timestamps",
-                f"episode {e}: timestamps not increasing",
-                file,
-                "timestamp",
-                f"> {ts[i - 1]:.6f} at frame {pos[i]}",
-                f"{ts[i]:.6f}",
-                "sort the rows by frame_index or re-export; timestamps must be frame_index / fps",
-            )
-        grid = pos / fps
-        off = np.flatnonzero(np.abs(ts - grid) > fmt.TIMESTAMP_TOLERANCE_S)
-        for e in _episodes_of(sorted_ep, off):
-            in_e = off[sorted_ep[off] == e]
-            i = int(in_e[0])
-            report.add(
-                "timestamps",
-                f"episode {e}: {in_e.size} timestamp(s) off the 1/fps grid",
-                file,
-                "timestamp",
-                f"{grid[i]:.6f} (frame {pos[i]} / {fps:g} fps, ±{fmt.TIMESTAMP_TOLERANCE_S})",
-                f"{ts[i]:.6f}",
-                "resample the episode to the dataset fps or rewrite timestamp as frame_index / fps",
-            )
-
-
-def _check_index(cols: Mapping[str, np.ndarray], file: Path, report: Report) -> None:
-    if "index" not in cols:
-        return
-    idx = cols["index"][:, 0]
-    bad = np.flatnonzero(idx != np.arange(len(idx)))
-    if bad.size:
-        r = int(bad[0])
-        report.add(
-            "index",
-            "global index column is not 0..N-1 in order",
-            file,
-            "index",
-            f"{r} at row {r}",
-            idx[r],
-            "sort the rows by index (and episode_index, frame_index) or re-export",
-        )
-
-
-def _episodes_of(sorted_ep: np.ndarray, rows: np.ndarray) -> list[int]:
-    """The distinct episodes of some (sorted-order) rows, in order."""
-    return [int(e) for e in np.unique(sorted_ep[rows])]
-
-
-# A float value farther than OUTLIER_SPREADS x its dimension's spread from the dimension's median is a
-# corrupted reading, not a motion. The spread is the q01..q99 span of the dimension, at least its |median|
-# and at least 1 (a joint that never moves in 98% of the frames still has a scale). Why 1000: no unit a
-# robot dataset records in (rad, degrees, m, mm, servo ticks 0-4095, gripper 0-100) puts a real reading
-# 1000 spans (and at least 1000 units) away from the median, while a servo read error (1e30) or bytes
-# overwritten inside a float column (a random float32 lies beyond 1e6 in magnitude about 40% of the time,
-# up to 3.4e38) land there and would train a policy with an action std of 1e36 without a word.
-OUTLIER_SPREADS = 1000.0
-
-
-def _check_outliers(cols: Mapping[str, np.ndarray], file: Path, report: Report) -> None:
-    """Problems for float features holding values no recording produces (see OUTLIER_SPREADS)."""
-    for key, arr in cols.items():
-        if key in fmt.DEFAULT_FEATURES or not np.issubdtype(arr.dtype, np.floating) or not len(arr):
-            continue
-        flat = arr.reshape(len(arr), -1).astype(np.float64)
-        finite = np.where(np.isfinite(flat), flat, np.nan)  # NaN/inf are reported by _check_finite
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN dims
-            median = np.nanmedian(finite, axis=0)
-            lo, hi = np.nanquantile(finite, [0.01, 0.99], axis=0)
-            spread = np.maximum(np.maximum(hi - lo, np.abs(median)), 1.0)
-            bad = np.abs(finite - median) > OUTLIER_SPREADS * spread
-        if not bad.any():
-            continue
-        rows, dims = np.nonzero(bad)
-        r, d = int(rows[0]), int(dims[0])
-        ep = cols["episode_index"][r, 0] if "episode_index" in cols else "?"
-        report.add(
-            "outlier",
-            f"{int(bad.any(axis=1).sum())} frame(s) of {key!r} hold values no recording produces",
-            file,
-            key,
-            f"within {OUTLIER_SPREADS:g} x the dim's spread of its median "
-            f"(dim {d}: median {median[d]:.4g}, |x - median| <= {OUTLIER_SPREADS * spread[d]:.4g})",
-            f"{flat[r, d]:.4g} at frame {r} (episode {ep}, dim {d})",
-            "a corrupted file or a sensor read error: restore the data file from a copy, or drop or "
-            "re-record the affected episodes and re-export",
-        )
-
-
-def _check_finite(cols: Mapping[str, np.ndarray], file: Path, report: Report) -> None:
-    for key, arr in cols.items():
-        if not np.issubdtype(arr.dtype, np.floating):
-            continue
-        flat = arr.reshape(len(arr), -1)
-        bad = ~np.isfinite(flat)
-        if bad.any():
-            rows, dims = np.nonzero(bad)
-            ep = cols["episode_index"][rows[0], 0] if "episode_index" in cols else "?"
-            report.add(
-                "nan",
-                f"{int(bad.any(axis=1).sum())} frame(s) of {key!r} hold NaN or inf",
-                file,
-                key,
-                "finite values",
-                f"{flat[rows[0], dims[0]]} at frame {rows[0]} (episode {ep}, dim {dims[0]})",
-                "drop or repair the affected episodes (e.g. re-record them) and re-export",
             )

@@ -18,6 +18,7 @@ from actlab.datasets import format as fmt
 from actlab.datasets import layout
 from actlab.datasets.hub import dataset_location, not_found_hint
 from actlab.datasets.layout import EpisodeInfo, check_info_types, read_info, resolve_root
+from actlab.datasets.rows import Data, read_data
 from actlab.datasets.sampler import window_indices
 from actlab.datasets.video import VideoDecoder, iter_decode, to_rgb
 from actlab.errors import ActlabError
@@ -82,9 +83,9 @@ class LeRobotV3Dataset:
     # ---------------------------------------------------------------------------------- tabular data
 
     @functools.cached_property
-    def _data(self) -> layout.Data:
+    def _data(self) -> Data:
         """The data files' rows, checked as the doctor checks them (the first error raises)."""
-        data = layout.read_data(self._layout, layout.Report(self.root, strict=True))
+        data = read_data(self._layout, layout.Report(self.root, strict=True))
         assert data is not None  # a strict report raises instead
         return data
 
