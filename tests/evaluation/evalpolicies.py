@@ -153,3 +153,56 @@ class RedSteerPolicy:
         action[:, 0] += 0.2 * (col - img.shape[-1] / 2)
         action[:, 1] += 1.5  # and lean forward a little every step
         return action
+
+
+CAMS = ("top", "wrist")
+
+
+def _features() -> dict:
+    names = [f"j{i}" for i in range(5)] + ["gripper"]
+    feats = {
+        "observation.state": {"dtype": "float32", "shape": [6], "names": names},
+        "action": {"dtype": "float32", "shape": [6], "names": names},
+    }
+    for cam in CAMS:
+        feats[f"observation.images.{cam}"] = {"dtype": "video", "shape": [32, 32, 3], "names": None}
+    return feats
+
+
+def _stats(horizon: int) -> dict:
+    def entry(mean, std):
+        return {"mean": np.asarray(mean, float), "std": np.asarray(std, float)}
+
+    # Joint angles in degrees, as the sim reports them.
+    stats = {"observation.state": entry(np.zeros(6), np.full(6, 30.0))}
+    stats["action.relative"] = {
+        **entry(np.zeros(6), np.full(6, 5.0)),
+        "mean_per_step": np.zeros((horizon, 6)),
+        "std_per_step": np.full((horizon, 6), 5.0),
+    }
+    return stats
+
+
+def tiny_rel_bundle(path, chunk_size: int = 12, n_action_steps: int = 6, rtc_max_delay: int = 4):
+    """An untrained act_relative bundle for the sim (chunk 12, 6 actions per chunk, rtc_max_delay 4 by
+    default), saved at ``path``."""
+    from actlab.policies import ACTRelativeConfig, make_policy, save_policy
+
+    torch.manual_seed(0)
+    cfg = ACTRelativeConfig(
+        cameras=tuple(f"observation.images.{c}" for c in CAMS),
+        chunk_size=chunk_size,
+        n_action_steps=n_action_steps,
+        vision_backbone="cnn_small",
+        dim_model=32,
+        n_heads=2,
+        dim_feedforward=64,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        latent_dim=8,
+        n_vae_encoder_layers=1,
+        dropout=0.0,
+        rtc_max_delay=rtc_max_delay,
+    )
+    policy = make_policy(cfg, _features(), _stats(chunk_size), pretrained=False)
+    return save_policy(policy, path)

@@ -9,8 +9,7 @@ import json
 
 import numpy as np
 import pytest
-import torch
-from evalpolicies import ExpertChunkPolicy
+from evalpolicies import ExpertChunkPolicy, tiny_rel_bundle
 
 from actlab.cli import main
 from actlab.errors import ActlabError
@@ -25,57 +24,11 @@ from actlab.policies.execution import ExecutionSpec
 
 pytest.importorskip("mujoco")
 
-CAMS = ("top", "wrist")
-
-
-def _features() -> dict:
-    names = [f"j{i}" for i in range(5)] + ["gripper"]
-    feats = {
-        "observation.state": {"dtype": "float32", "shape": [6], "names": names},
-        "action": {"dtype": "float32", "shape": [6], "names": names},
-    }
-    for cam in CAMS:
-        feats[f"observation.images.{cam}"] = {"dtype": "video", "shape": [32, 32, 3], "names": None}
-    return feats
-
-
-def _stats(horizon: int) -> dict:
-    def entry(mean, std):
-        return {"mean": np.asarray(mean, float), "std": np.asarray(std, float)}
-
-    # Joint angles in degrees, as the sim reports them.
-    stats = {"observation.state": entry(np.zeros(6), np.full(6, 30.0))}
-    stats["action.relative"] = {
-        **entry(np.zeros(6), np.full(6, 5.0)),
-        "mean_per_step": np.zeros((horizon, 6)),
-        "std_per_step": np.full((horizon, 6), 5.0),
-    }
-    return stats
-
 
 @pytest.fixture(scope="module")
 def rel_bundle(tmp_path_factory):
     """An untrained act_relative bundle (chunk 12, 6 actions per chunk, rtc_max_delay 4) for the sim."""
-    from actlab.policies import ACTRelativeConfig, make_policy, save_policy
-
-    torch.manual_seed(0)
-    cfg = ACTRelativeConfig(
-        cameras=tuple(f"observation.images.{c}" for c in CAMS),
-        chunk_size=12,
-        n_action_steps=6,
-        vision_backbone="cnn_small",
-        dim_model=32,
-        n_heads=2,
-        dim_feedforward=64,
-        n_encoder_layers=1,
-        n_decoder_layers=1,
-        latent_dim=8,
-        n_vae_encoder_layers=1,
-        dropout=0.0,
-        rtc_max_delay=4,
-    )
-    policy = make_policy(cfg, _features(), _stats(12), pretrained=False)
-    return save_policy(policy, tmp_path_factory.mktemp("rt") / "bundle")
+    return tiny_rel_bundle(tmp_path_factory.mktemp("rt") / "bundle")
 
 
 def _run(bundle, execution, episodes=3, batch=2, max_steps=25):
@@ -243,3 +196,21 @@ def test_modes_are_checked_and_an_old_spelling_names_the_new_one():
     assert e.value.fix == "naive is now async"
     with pytest.raises(ActlabError, match="unknown execution mode"):
         parse_modes("sync,fast")
+
+
+@pytest.mark.timeout(120)
+def test_a_bundle_executing_its_whole_chunk_runs_under_a_delay_with_the_horizon_that_fits(tmp_path, capsys):
+    """n_action_steps = chunk_size (LeRobot's ACT default): no --horizon, no refusal; the executor runs
+    chunk_size - latency actions per chunk and says so, in a single evaluation and in a sweep's record."""
+    bundle = tiny_rel_bundle(tmp_path / "whole", chunk_size=12, n_action_steps=12, rtc_max_delay=4)
+    common = ["--episodes", "1", "--max-steps", "16", "--workers", "1", "--batch-envs", "1"]
+    assert main(["eval", str(bundle), *common, "--execution", "async", "--latency", "4", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert "note: whole: executes 12 of its 12 actions per chunk" in err and "horizon 8" in err
+    (ckpt,) = json.loads(out)["checkpoints"]
+    assert ckpt["episodes"][0]["chunk_switches"] == 1  # a chunk at step 0, the next from step 8 + 4
+    args = ["eval", str(bundle), *common, "--execution", "sync,async", "--latency", "0,4", "--json"]
+    assert main(args) == 0
+    cells = {(c["mode"], c["latency_steps"]): c for c in json.loads(capsys.readouterr().out)["cells"]}
+    assert cells[("async", 4)]["horizon"] == 8 and "horizon 8" in cells[("async", 4)]["horizon_note"]
+    assert cells[("async", 0)]["horizon"] == 12 and cells[("async", 0)]["horizon_note"] is None

@@ -16,6 +16,7 @@ from actlab.policies.execution import (
     blend_weights,
     check_execution,
     chunk_metrics,
+    horizon_note,
 )
 
 
@@ -190,6 +191,31 @@ def test_boundary_metrics_on_a_known_trace():
 def test_a_delay_the_policy_cannot_take_names_the_limit(spec, cfg, match):
     with pytest.raises(ActlabError, match=match):
         check_execution(spec, ChunkLimits.from_config(cfg))
+
+
+@pytest.mark.parametrize("mode", ["async", "blend", "rtc"])
+def test_a_policy_executing_its_whole_chunk_gets_the_largest_horizon_that_fits(mode):
+    """LeRobot's ACT default (n_action_steps = chunk_size) under a delay: no refusal without --horizon,
+    the executor runs chunk_size - latency actions per chunk and says so."""
+    whole = Cfg(chunk_size=12, n_action_steps=12, rtc_max_delay=8)
+    spec = ExecutionSpec(mode, latency=4)
+    limits = ChunkLimits.from_config(whole)
+    assert check_execution(spec, limits) == 8
+    note = horizon_note(spec, limits, where="act")
+    assert note.startswith("act: executes 12 of its 12 actions per chunk") and "horizon 8" in note
+    ex, seen = run(Scripted(whole), spec, steps=30)
+    assert seen == [0, 8, 16, 24] and ex.boundaries(0) == [12, 20, 28]  # every 8, arriving 4 later
+    # a given --horizon is kept (and refused as before when it does not fit); other modes say nothing
+    assert horizon_note(ExecutionSpec(mode, latency=4, horizon=6), limits) is None
+    with pytest.raises(ActlabError, match="runs out during the delay"):
+        check_execution(ExecutionSpec(mode, latency=4, horizon=12), limits)
+    assert horizon_note(ExecutionSpec("async", latency=4), ChunkLimits.from_config(Cfg())) is None
+    assert horizon_note(ExecutionSpec("ensemble", latency=4), limits) is None
+    # the largest fit is half the chunk: a longer delay has no horizon, and the refusal says why
+    assert check_execution(ExecutionSpec(mode, latency=6), limits) == 6
+    with pytest.raises(ActlabError, match="no execution horizon fits a latency of 7") as e:
+        check_execution(ExecutionSpec(mode, latency=7), limits)
+    assert e.value.expected == "<= 6 (half the chunk size) for this policy"
 
 
 def test_bad_settings_are_errors():

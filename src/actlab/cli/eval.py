@@ -118,6 +118,71 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_realtime_flags(p)
     add_json_flag(p)
     p.set_defaults(_run=_run)
+    _register_compare(p)
+
+
+_COMPARE_EPILOG = """\
+examples:
+  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 20 --execution async --latency 4 \\
+      --out runs/async4
+  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 20 --out runs/sync
+  actlab eval compare runs/sync runs/async4      # B (async at delay 4) against A (sync), seed by seed
+  actlab eval compare runs/sync runs/async4 --json
+
+A and B: directories actlab eval --out wrote (results.json, or a delay sweep's sweep.json) or those
+files; PATH#NAME picks one checkpoint of a sweep over checkpoints (runs/sweep#step_0005000) or one cell
+of a delay sweep (runs/delay#async@4). Both must hold the same seeds (refused otherwise, naming them).
+Reported: per-seed agreement, the difference B - A with its paired 95% interval (Agresti-Min),
+McNemar's exact test, and the episodes a difference of that size needs (Connor 1987, power 80%).
+"""
+
+
+class _EvalParser(argparse.ArgumentParser):
+    """``actlab eval``'s parser: ``actlab eval compare A B`` is handed to the compare parser (eval's own
+    positional PATHs would otherwise take ``compare`` for a checkpoint)."""
+
+    compare_parser: argparse.ArgumentParser | None = None
+
+    def parse_known_args(self, args=None, namespace=None):
+        if args and args[0] == "compare" and self.compare_parser is not None:
+            return self.compare_parser.parse_known_args(args[1:], namespace)
+        return super().parse_known_args(args, namespace)
+
+
+def _register_compare(p: argparse.ArgumentParser) -> None:
+    c = argparse.ArgumentParser(
+        prog="actlab eval compare",
+        description="Compare two evaluations on the same seeds: per-seed agreement, the success difference "
+        "with its paired 95% interval, McNemar's exact test, and the episodes such a difference needs.",
+        epilog=_COMPARE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    c.add_argument("a", metavar="A", help="the reference evaluation: DIR, results.json, sweep.json, [#NAME]")
+    c.add_argument("b", metavar="B", help="the evaluation compared with it, on the same seeds")
+    c.add_argument("--alpha", type=float, default=0.05, help="significance level of the test (0.05)")
+    add_json_flag(c)
+    c.set_defaults(_run=_run_compare, command="eval")
+    p.__class__ = _EvalParser  # the subparsers action builds plain parsers; this one dispatches compare
+    p.compare_parser = c
+    p.epilog = (p.epilog or "") + (
+        "\nactlab eval compare A B compares two evaluations on the same seeds (actlab eval compare --help).\n"
+    )
+
+
+def _run_compare(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
+    from actlab.evaluation.compare import compare, compare_text, load_outcomes
+
+    result = compare(load_outcomes(args.a), load_outcomes(args.b), alpha=args.alpha)
+    if args.json:
+        json.dump(result, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(compare_text(result))
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -188,8 +253,9 @@ def _run(args: argparse.Namespace) -> int:
                 close()
     if progress is not None:
         progress.close()
+    rec = _recommendation(report, sources, cfg)
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=2)
+        json.dump({**report.to_dict(), "recommendation": rec and rec.to_dict()}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
     print(report.table(markdown=args.markdown))
@@ -204,7 +270,23 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{kind}: {report.out_dir / rel}")
         if cfg.videos:
             print(f"videos: {report.out_dir / 'videos'}")
+    if rec is not None:
+        print("\n" + rec.text())
     return 0
+
+
+def _recommendation(report, sources, cfg):
+    """The mode for the arm from this evaluation: its best checkpoint in the mode it ran."""
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
+    from actlab.evaluation.recommend import from_eval, recommend
+    from actlab.evaluation.sources import source_limits
+    from actlab.evaluation.sweep import best_checkpoint
+
+    best = best_checkpoint(report.evals)
+    src = next((s for s in sources if best is not None and s.name == best.name), None)
+    if src is None or src.path is None:
+        return None
+    return recommend(src, [from_eval(best, cfg.execution, source_limits(src))])
 
 
 def _add_realtime_flags(p: argparse.ArgumentParser) -> None:
@@ -322,6 +404,11 @@ def _run_sweep(args: argparse.Namespace, sources, spec, cfg, plan: dict) -> int:
             f"(batch {cfg.batch_envs}, {m['calls']} timed calls) -> delay {m['steps']} steps at {fps} fps"
         )
     print(f"\n{cfg.episodes} episodes per cell, same seeds in every cell, {record['seconds']:.1f} s")
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
+    from actlab.evaluation.recommend import Recommendation
+
+    for rec in record["recommendations"]:
+        print("\n" + Recommendation(**rec).text())
     if args.out:
         for f in SWEEP_FILES:
             print(f"{f}: {Path(args.out) / f}")

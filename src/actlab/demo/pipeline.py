@@ -35,7 +35,7 @@ from typing import Any
 from actlab.demo.report import write_report
 from actlab.errors import ActlabError
 from actlab.evaluation import EnvSpec, EvalConfig, run_eval, wilson_interval
-from actlab.evaluation.realtime import plan_cells, run_sweep, write_sweep
+from actlab.evaluation.realtime import mark_vs_sync, plan_cells, run_sweep, write_sweep
 from actlab.evaluation.results import FAILURES
 from actlab.evaluation.seeds import DEFAULT_SEED
 from actlab.evaluation.sources import source_limits
@@ -487,6 +487,7 @@ def _realtime(cfg: DemoConfig, out: Path, state: dict, evaluation: dict, log: St
     cells = []
     for mode, delays in grid:  # run_sweep plans and checks its cells again: one planner for eval and demo
         cells += run_sweep([src], spec, eval_cfg, [mode], delays, None, FPS, on_cell=say)[0]
+    mark_vs_sync(cells)  # McNemar against the sync cell, as actlab eval's sweep marks them
     last = CONFIRM_SEED + cfg.eval_episodes - 1
     result = {
         "dir": REALTIME_DIR,

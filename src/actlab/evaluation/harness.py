@@ -297,7 +297,9 @@ def evaluate_many(
     names = [s.name for s in sources]
     if len(set(names)) != len(names):
         raise ActlabError("two policies have the same name", found=", ".join(names), fix="rename one")
-    check_sources_execution(sources, cfg.execution)  # a delay a policy cannot take fails before any episode
+    # a delay a policy cannot take fails before any episode; a horizon the executor chose is said
+    for note in check_sources_execution(sources, cfg.execution):
+        print(f"note: {note}", file=sys.stderr)
     trained_on = check_training_seeds(sources, spec.task, cfg.seed, cfg.episodes, cfg.allow_training_seeds)
     for name, overlap in trained_on.items():
         print(

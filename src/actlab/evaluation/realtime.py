@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from actlab.errors import ActlabError
 from actlab.evaluation.envs import make_eval_env
 from actlab.evaluation.harness import evaluate_many
 from actlab.evaluation.policy_io import ObsAdapter, policy_inputs
+from actlab.evaluation.recommend import Recommendation, from_cells, recommend
 from actlab.evaluation.results import percentile
 from actlab.evaluation.sources import (
     PolicySource,
@@ -33,8 +34,15 @@ from actlab.evaluation.sources import (
     spec_for_inputs,
 )
 from actlab.evaluation.sweep import EVAL_KIND
-from actlab.policies.execution import EXECUTION_MODES, RENAMED_MODES, ExecutionSpec, check_execution
+from actlab.policies.execution import (
+    EXECUTION_MODES,
+    RENAMED_MODES,
+    ExecutionSpec,
+    check_execution,
+    horizon_note,
+)
 from actlab.utils.io import atomic_dir, atomic_file, atomic_write_json, atomic_write_text, check_out_dir
+from actlab.utils.stats import paired_compare
 from actlab.utils.table import table
 from actlab.utils.threads import torch_threads
 from actlab.viz.eval import figure
@@ -160,6 +168,9 @@ class Cell:
     summary: Any  # results.Summary
     seconds: float  # wall time of the cell
     measured: dict | None = None  # --latency measured: the calibration
+    outcomes: dict[int, str] = field(default_factory=dict)  # seed -> outcome of its episode
+    vs_sync: dict | None = None  # McNemar against the policy's sync cell on the same seeds (mark_vs_sync)
+    note: str | None = None  # how the horizon was chosen, when the executor chose it
 
     def to_dict(self, fps: int) -> dict:
         s = self.summary
@@ -183,6 +194,9 @@ class Cell:
             "inference_ms_p99": s.inference_ms_p99,
             "seconds": round(self.seconds, 2),
             "measured": self.measured,
+            "vs_sync": self.vs_sync,
+            "horizon_note": self.note,
+            "outcomes_by_seed": {str(k): v for k, v in sorted(self.outcomes.items())},
         }
 
 
@@ -248,11 +262,59 @@ def run_sweep(
             summary=ev.summary,
             seconds=time.perf_counter() - t0,
             measured=measured.get(src.name) if is_measured and spec.mode != "sync" else None,
+            outcomes={e.seed: e.outcome for e in ev.episodes},
+            note=_note(src, spec),
         )
         cells_out.append(cell)
         if on_cell is not None:
             on_cell(cell)
     return cells_out, measured
+
+
+def sweep_recommendations(
+    sources: Sequence[PolicySource], cells: Sequence[Cell], measured: dict[str, dict]
+) -> list[Recommendation]:
+    """The mode for the arm per policy (actlab.evaluation.recommend): at its measured delay when the sweep
+    timed it, else at the longest delay of the sweep."""
+    per_policy = from_cells(cells)
+    out = []
+    for src in sources:
+        m = measured.get(src.name)
+        rec = recommend(src, per_policy.get(src.name, []), delay=m["steps"] if m else None)
+        if rec is not None:
+            out.append(rec)
+    return out
+
+
+def _note(src: PolicySource, spec: ExecutionSpec) -> str | None:
+    limits = source_limits(src)
+    return None if limits is None else horizon_note(spec, limits, where=src.name)
+
+
+def mark_vs_sync(cells: Sequence[Cell], alpha: float = 0.05) -> None:
+    """Set each cell's ``vs_sync``: McNemar's exact test (actlab.utils.stats.paired_compare) of the cell
+    against its policy's sync cell (delay 0) on the same seeds: gained, lost, p and the verdict. Cells of a
+    policy without a sync cell keep None (nothing to compare with)."""
+    sync = {c.policy: c for c in cells if c.mode == "sync"}
+    for c in cells:
+        ref = sync.get(c.policy)
+        if ref is None or c is ref or set(ref.outcomes) != set(c.outcomes):
+            continue
+        seeds = sorted(ref.outcomes)
+        pc = paired_compare(
+            [ref.outcomes[s] == "success" for s in seeds], [c.outcomes[s] == "success" for s in seeds], alpha
+        )
+        c.vs_sync = {"gained": pc.gained, "lost": pc.lost, "p": pc.p, "verdict": pc.verdict}
+
+
+def vs_sync_text(c: Cell) -> str:
+    """The sweep table's "vs sync" cell: ``worse* (p=0.004, -9/+1)``; ``*`` marks p < alpha."""
+    v = c.vs_sync
+    if v is None:
+        return "-"
+    mark = "*" if v["verdict"] != "no evidence" else ""
+    word = v["verdict"] if mark else "same"
+    return f"{word}{mark} (p={v['p']:.2g}, +{v['gained']}/-{v['lost']})"
 
 
 # The files of a delay sweep's output directory (an ``actlab eval`` output: EVAL_KIND).
@@ -281,6 +343,7 @@ def delay_sweep(
         check_out_dir(Path(out), EVAL_KIND, overwrite, inputs)
     t0 = time.perf_counter()
     cells, measured = run_sweep(sources, env_spec, cfg, modes, latencies, horizon, fps, on_cell=on_cell)
+    mark_vs_sync(cells)
     record = {
         "task": env_spec.task,
         "episodes": cfg.episodes,
@@ -289,6 +352,7 @@ def delay_sweep(
         "seconds": round(time.perf_counter() - t0, 2),
         "measured_inference": measured or None,
         "cells": [c.to_dict(fps) for c in cells],
+        "recommendations": [r.to_dict() for r in sweep_recommendations(sources, cells, measured)],
     }
     if out is not None:
         heading = f"actlab eval delay sweep: {env_spec.task}"
@@ -315,10 +379,26 @@ def write_sweep(
     with atomic_dir(out, overwrite=overwrite, kind=EVAL_KIND, inputs=inputs) as tmp:
         atomic_write_json(tmp / "sweep.json", record)
         md = sweep_table(cells, fps, markdown=True)
-        atomic_write_text(tmp / "sweep.md", f"# {heading}\n\n{md}\n")
+        recs = "".join(f"\n{recommendation_markdown(r)}\n" for r in record.get("recommendations") or [])
+        atomic_write_text(tmp / "sweep.md", f"# {heading}\n\n{md}\n\n{VS_SYNC_LEGEND}\n{recs}")
         plot_sweep(record["cells"], tmp / "sweep.png", title=title)
     return [out / f for f in SWEEP_FILES]
 
+
+def recommendation_markdown(r: dict) -> str:
+    """A recommendation record (Recommendation.to_dict) as a markdown section: what, why, the commands."""
+    rec = Recommendation(**r)
+    head, *notes = rec.text().splitlines()[:-3]  # the last three lines are the commands
+    body = "".join(f"- {n.strip()}\n" for n in notes)
+    cmds = "\n".join([rec.export, rec.rollout_sim, "# on the arm:", rec.rollout_arm])
+    return f"## {head[0].upper()}{head[1:]}\n\n{body}\n```bash\n{cmds}\n```"
+
+
+VS_SYNC_LEGEND = (
+    "vs sync: McNemar's exact test of the cell against its policy's sync cell on the same seeds (+ seeds "
+    "only the cell solved, - seeds only sync solved); * marks p < 0.05 (better / worse), circled in "
+    "sweep.png; same: no evidence of a difference."
+)
 
 SWEEP_HEADERS = (
     "policy",
@@ -332,6 +412,7 @@ SWEEP_HEADERS = (
     "spike",
     "jerk",
     "switches",
+    "vs sync",
     "s",
 )
 
@@ -358,6 +439,7 @@ def sweep_table(cells: Sequence[Cell], fps: int, markdown: bool = False) -> str:
                 _f(s.spike_factor, 2),
                 _f(s.jerk, 4),
                 _f(s.chunk_switches, 1),
+                vs_sync_text(c),
                 f"{c.seconds:.1f}",
             ]
         )
@@ -374,6 +456,7 @@ def plot_sweep(records: Sequence[dict], path: str | Path, title: str | None = No
         groups.setdefault((r["policy"], r["mode"]), []).append(r)
     many = len({r["policy"] for r in records}) > 1
     delays = sorted({r["latency_steps"] for r in records})
+    marked: set[str] = set()
     for (policy, mode), rs in groups.items():
         rs = sorted(rs, key=lambda r: r["latency_steps"])
         label = f"{policy}: {mode}" if many else mode
@@ -391,6 +474,12 @@ def plot_sweep(records: Sequence[dict], path: str | Path, title: str | None = No
             continue
         line = ax_s.errorbar(x, y, yerr=err, marker="o", capsize=3, label=label)
         ax_j.plot(x, jumps, marker="o", label=label, color=line[0].get_color())
+        for r, xi, yi in zip(rs, x, y):  # cells that differ from sync by McNemar's test: circled
+            verdict = (r.get("vs_sync") or {}).get("verdict", "no evidence")
+            if verdict != "no evidence":
+                color = "tab:red" if verdict == "worse" else "tab:green"
+                ax_s.plot(xi, yi, "o", ms=15, mfc="none", mec=color, mew=2, label=f"_{verdict}")
+                marked.add(verdict)
     ax_s.set_xlabel("inference delay (control steps)")
     ax_s.set_ylabel("success (%), 95% interval")
     ax_s.set_ylim(-2, 102)
@@ -399,6 +488,11 @@ def plot_sweep(records: Sequence[dict], path: str | Path, title: str | None = No
     for ax in (ax_s, ax_j):
         ax.set_xticks(delays)
         ax.grid(alpha=0.3)
+    for verdict in sorted(marked):  # one legend entry per kind of marker drawn
+        color = "tab:red" if verdict == "worse" else "tab:green"
+        ax_s.plot(
+            [], [], "o", ms=10, mfc="none", mec=color, mew=2, label=f"{verdict} than sync (McNemar p<0.05)"
+        )
     ax_s.legend(fontsize=8)
     if title:
         fig.suptitle(title)

@@ -21,7 +21,7 @@ from actlab.errors import ActlabError
 from actlab.evaluation.envs import EnvSpec
 from actlab.evaluation.policy_io import PolicyInputs, bundle_inputs, policy_inputs
 from actlab.policies.contract import RolloutPolicy
-from actlab.policies.execution import ChunkLimits, ExecutionSpec, check_execution
+from actlab.policies.execution import ChunkLimits, ExecutionSpec, check_execution, horizon_note
 from actlab.utils.io import read_json
 
 
@@ -133,10 +133,12 @@ def source_limits(src: PolicySource) -> ChunkLimits | None:
     return ChunkLimits.from_config(cfg)
 
 
-def check_sources_execution(sources: Sequence[PolicySource], execution: ExecutionSpec | None) -> None:
-    """Every source can run ``execution`` (an ActlabError naming the policy and the limit otherwise)."""
+def check_sources_execution(sources: Sequence[PolicySource], execution: ExecutionSpec | None) -> list[str]:
+    """Every source can run ``execution`` (an ActlabError naming the policy and the limit otherwise).
+    Returns the notes of the sources whose horizon the executor chose (policies.execution.horizon_note)."""
+    notes: list[str] = []
     if execution is None or execution.mode == "sync":
-        return
+        return notes
     for src in sources:
         limits = source_limits(src)
         if limits is None:
@@ -149,3 +151,7 @@ def check_sources_execution(sources: Sequence[PolicySource], execution: Executio
                 fix="evaluate it with --execution sync (the default)",
             )
         check_execution(execution, limits, where=src.name)
+        note = horizon_note(execution, limits, where=src.name)
+        if note is not None:
+            notes.append(note)
+    return notes

@@ -103,11 +103,22 @@ class ExecutionSpec:
             "chunk, no delay)",
         )
 
-    def resolved_horizon(self, n_action_steps: int) -> int:
-        """s for a policy that executes ``n_action_steps`` of each chunk when run synchronously."""
+    def resolved_horizon(self, n_action_steps: int, chunk_size: int | None = None) -> int:
+        """s for a policy that executes ``n_action_steps`` of each chunk when run synchronously.
+
+        Without ``--horizon``, a policy whose ``n_action_steps`` leaves no room for the delay (LeRobot's
+        ACT default executes its whole chunk: n_action_steps = chunk_size = 100) gets the largest horizon
+        that fits, ``chunk_size - latency``, when that is at least the latency (:func:`horizon_note` says
+        so); otherwise ``n_action_steps`` stays and :func:`check_execution` names the limit."""
         if self.horizon is not None:
             return self.horizon
-        return max(1, self.latency) if self.mode == "ensemble" else n_action_steps
+        if self.mode == "ensemble":
+            return max(1, self.latency)
+        if self.mode != "sync" and chunk_size is not None and n_action_steps + self.latency > chunk_size:
+            fits = chunk_size - self.latency
+            if fits >= max(1, self.latency):
+                return fits
+        return n_action_steps
 
     def label(self) -> str:
         return f"{self.mode}@{self.latency}"
@@ -142,13 +153,23 @@ def check_execution(spec: ExecutionSpec, limits: ChunkLimits, where: str = "poli
     """Raise an ActlabError naming the limit if ``spec`` cannot run on a policy with ``limits``; return s."""
     if spec.mode == "sync":
         return limits.n_action_steps
-    s, d, h = spec.resolved_horizon(limits.n_action_steps), spec.latency, limits.chunk_size
+    s, d, h = spec.resolved_horizon(limits.n_action_steps, limits.chunk_size), spec.latency, limits.chunk_size
     if d >= h:
         raise ActlabError(
             f"{where}: a latency of {d} steps is not shorter than its chunk ({h} actions): the robot would "
             "run out of actions before the next chunk arrives",
             field="--latency",
             expected=f"< chunk_size ({h})",
+            found=d,
+            fix="lower --latency, or train a policy with a longer chunk_size",
+        )
+    if s + d > h and spec.horizon is None and spec.mode != "ensemble" and h - d < d:
+        raise ActlabError(
+            f"{where}: no execution horizon fits a latency of {d} in a chunk of {h} actions: a chunk must be "
+            "executed at least as long as the next one takes (horizon >= latency) and the previous one must "
+            "last through the delay (horizon + latency <= chunk size)",
+            field="--latency",
+            expected=f"<= {h // 2} (half the chunk size) for this policy",
             found=d,
             fix="lower --latency, or train a policy with a longer chunk_size",
         )
@@ -190,6 +211,21 @@ def check_execution(spec: ExecutionSpec, limits: ChunkLimits, where: str = "poli
             fix="use --execution sync for this policy",
         )
     return s
+
+
+def horizon_note(spec: ExecutionSpec, limits: ChunkLimits, where: str = "policy") -> str | None:
+    """The sentence that says the executor chose the horizon (None when it did not): no ``--horizon`` and
+    the policy's n_action_steps + latency exceed its chunk, so ``chunk_size - latency`` is executed."""
+    if spec.mode in ("sync", "ensemble") or spec.horizon is not None:
+        return None
+    s = spec.resolved_horizon(limits.n_action_steps, limits.chunk_size)
+    if s == limits.n_action_steps:
+        return None
+    return (
+        f"{where}: executes {limits.n_action_steps} of its {limits.chunk_size} actions per chunk, which "
+        f"leaves no room for a delay of {spec.latency}: horizon {s} (chunk_size - latency, the largest that "
+        "fits) is used; --horizon sets another"
+    )
 
 
 def blend_weights(horizon: int, delay: int, execution_horizon: int, schedule: str = "exp") -> Any:

@@ -1,0 +1,272 @@
+"""``actlab eval compare A B``: two evaluations on the same seeds, compared seed by seed.
+
+An evaluation is a directory ``actlab eval --out`` wrote (``results.json`` or a delay sweep's
+``sweep.json``) or such a file; ``PATH#NAME`` picks one checkpoint of a results.json that holds several,
+or one cell of a sweep (``async@4``, or ``POLICY/async@4`` when the sweep holds several policies).
+
+What is reported, with n the seeds both ran, b the seeds only B solved and c the seeds only A solved:
+
+- agreement: seeds both solved, both failed, only A, only B (and which seeds differ);
+- the success difference ``B - A = (b - c) / n`` with a 95% interval: the Agresti-Min adjusted Wald
+  interval for matched proportions (Agresti & Min 2005, "Simple improved confidence intervals for
+  comparing matched proportions", Statistics in Medicine 24:729-740): add 1/2 to each of the four
+  cells of the 2x2 table, then ``d = (b' - c') / n'`` and
+  ``se = sqrt((b' + c') / n' - d^2) / sqrt(n')`` with ``n' = n + 2``;
+- McNemar's exact test (:func:`actlab.utils.stats.paired_compare`, the one implementation);
+- the episodes a difference of this size would need: Connor's sample size for McNemar's test (Connor
+  1987, "Sample size for testing differences in proportions for the paired-sample design", Biometrics
+  43:207-211), with the discordant rate ``psi = (b + c) / n`` and the difference ``delta = (b - c) / n``
+  this comparison measured, two-sided level alpha and power 80%:
+  ``n = (z_{1-alpha/2} sqrt(psi) + z_{0.8} sqrt(psi - delta^2))^2 / delta^2``, rounded up; and at least
+  ``k_min / psi`` episodes, where ``k_min = ceil(log2(2 / alpha))`` is the fewest discordant seeds with
+  which the exact test can reach p < alpha at all (6 at alpha 0.05: 2 / 2^6 = 0.031, 2 / 2^5 = 0.0625),
+  since Connor's normal approximation asks for fewer when the difference is large (psi = delta = 1 gives
+  3.84). None when b = c (delta = 0: no sample size detects no difference).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import NormalDist
+
+from actlab.errors import ActlabError
+from actlab.utils.stats import paired_compare
+
+POWER = 0.8  # power of the sample size (the usual 80%)
+SHOWN_SEEDS = 5  # seeds named in a refusal or a listing, then the count of the rest
+FILES = ("results.json", "sweep.json")
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """Per-seed success of one evaluated policy."""
+
+    label: str  # what the user named (PATH or PATH#NAME)
+    name: str  # checkpoint name or sweep cell
+    success: dict[int, bool]  # seed -> solved
+
+
+def _seeds_text(seeds: Sequence[int]) -> str:
+    seeds = sorted(seeds)
+    head = ", ".join(str(s) for s in seeds[:SHOWN_SEEDS])
+    more = f" and {len(seeds) - SHOWN_SEEDS} more" if len(seeds) > SHOWN_SEEDS else ""
+    return f"{len(seeds)} seed(s): {head}{more}" if seeds else "none"
+
+
+def _split(spec: str) -> tuple[Path, str | None]:
+    """``PATH#NAME`` -> (PATH, NAME); a ``#`` that belongs to an existing path is kept."""
+    if "#" in spec and not Path(spec).exists():
+        path, name = spec.rsplit("#", 1)
+        return Path(path), name or None
+    return Path(spec), None
+
+
+def _json_file(path: Path, label: str) -> Path:
+    if path.is_dir():
+        found = [path / f for f in FILES if (path / f).is_file()]
+        if not found:
+            raise ActlabError(
+                "not an evaluation directory",
+                file=str(path),
+                expected="results.json (actlab eval --out) or sweep.json (a delay sweep)",
+                found="neither",
+                fix="pass the --out directory of an actlab eval run, or its results.json",
+            )
+        return found[0]
+    if not path.is_file():
+        raise ActlabError(
+            "evaluation not found",
+            file=str(path),
+            expected="an actlab eval --out directory, results.json or sweep.json",
+            found="nothing there",
+            fix=f"check the path of {label}",
+        )
+    return path
+
+
+def _pick(names: list[str], name: str | None, path: Path, what: str) -> int:
+    if name is None and len(names) == 1:
+        return 0
+    if name in names:
+        return names.index(name)
+    ends = [i for i, n in enumerate(names) if name is not None and n.endswith("/" + name)]
+    if len(ends) == 1:
+        return ends[0]
+    raise ActlabError(
+        f"{path} holds {len(names)} {what}s; name the one to compare"
+        if name is None
+        else f"no {what} {name!r} in {path}",
+        file=str(path),
+        expected=f"PATH#NAME, NAME one of: {', '.join(names)}",
+        found=name or "no #NAME",
+        fix=f"e.g. {path.parent if path.name in FILES else path}#{names[-1]}",
+    )
+
+
+def load_outcomes(spec: str | Path) -> Outcomes:
+    """The per-seed successes of one evaluation named as ``PATH`` or ``PATH#NAME``."""
+    path, name = _split(str(spec))
+    file = _json_file(path, str(spec))
+    try:
+        data = json.loads(file.read_text())
+    except json.JSONDecodeError as e:
+        raise ActlabError(
+            "not valid JSON", file=str(file), found=str(e), fix="re-run actlab eval to write it again"
+        ) from None
+    if isinstance(data, dict) and isinstance(data.get("checkpoints"), list):
+        ckpts = data["checkpoints"]
+        i = _pick([str(c.get("name")) for c in ckpts], name, file, "checkpoint")
+        chosen = ckpts[i]
+        try:
+            success = {int(e["seed"]): bool(e["success"]) for e in chosen["episodes"]}
+        except (KeyError, TypeError, ValueError):
+            raise ActlabError(
+                "a checkpoint's episodes lack seed/success",
+                file=str(file),
+                field=f"checkpoints[{i}].episodes",
+                expected="a list of {seed, success, ...} as actlab eval writes",
+                fix="re-run actlab eval to write it again",
+            ) from None
+        return Outcomes(str(spec), str(chosen.get("name")), success)
+    if isinstance(data, dict) and isinstance(data.get("cells"), list):
+        cells = data["cells"]
+        names = [cell_name(c, cells) for c in cells]
+        i = _pick(names, name, file, "cell")
+        by_seed = cells[i].get("outcomes_by_seed")
+        if not isinstance(by_seed, dict):
+            raise ActlabError(
+                "the sweep's cells hold no per-seed outcomes (written before actlab recorded them)",
+                file=str(file),
+                field=f"cells[{i}].outcomes_by_seed",
+                expected="{seed: outcome} per cell",
+                found="missing",
+                fix="re-run the sweep with this actlab",
+            )
+        return Outcomes(str(spec), names[i], {int(s): o == "success" for s, o in by_seed.items()})
+    raise ActlabError(
+        "not an actlab evaluation record",
+        file=str(file),
+        expected="a results.json ('checkpoints') or a sweep.json ('cells')",
+        found=f"keys {sorted(data)[:6]}" if isinstance(data, dict) else type(data).__name__,
+        fix="pass what actlab eval --out wrote",
+    )
+
+
+def cell_name(cell: dict, cells: Sequence[dict]) -> str:
+    """``async@4`` (or ``POLICY/async@4`` when the sweep holds several policies)."""
+    short = f"{cell['mode']}@{cell['latency_steps']}"
+    many = len({c["policy"] for c in cells}) > 1
+    return f"{cell['policy']}/{short}" if many else short
+
+
+def paired_interval(n: int, gained: int, lost: int, z: float = 1.959964) -> tuple[float, float]:
+    """Agresti-Min 95% interval of the paired difference (B - A) (module docstring)."""
+    if n <= 0:
+        return (-1.0, 1.0)
+    n2 = n + 2.0
+    b, c = (gained + 0.5) / n2, (lost + 0.5) / n2
+    d = b - c
+    half = z * math.sqrt(max(0.0, b + c - d * d) / n2)
+    return (max(-1.0, d - half), min(1.0, d + half))
+
+
+def episodes_needed(n: int, gained: int, lost: int, alpha: float = 0.05, power: float = POWER) -> int | None:
+    """Connor's (1987) McNemar sample size for the measured discordant rate and difference (docstring)."""
+    if n <= 0 or gained == lost:
+        return None
+    psi, delta = (gained + lost) / n, (gained - lost) / n
+    z_a, z_b = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
+    root = z_a * math.sqrt(psi) + z_b * math.sqrt(max(0.0, psi - delta * delta))
+    connor = math.ceil(round(root * root / (delta * delta), 9))
+    return max(connor, math.ceil(round(_k_min(alpha) / psi, 9)))
+
+
+def _k_min(alpha: float) -> int:
+    """The fewest discordant seeds with which McNemar's exact test can reach p < alpha: 2 / 2^k < alpha."""
+    return math.ceil(math.log2(2 / alpha))
+
+
+def check_same_seeds(a: Outcomes, b: Outcomes) -> list[int]:
+    """The seeds both ran, sorted; refused naming the seeds only one of them ran."""
+    only_a, only_b = sorted(set(a.success) - set(b.success)), sorted(set(b.success) - set(a.success))
+    if only_a or only_b:
+        raise ActlabError(
+            "the two evaluations ran different seeds; a paired comparison needs the same episodes",
+            field="seeds",
+            expected=f"the same seeds in both ({len(a.success)} in A, {len(b.success)} in B)",
+            found=f"only in A ({a.label}): {_seeds_text(only_a)}; "
+            f"only in B ({b.label}): {_seeds_text(only_b)}",
+            fix="evaluate both with the same --seed and --episodes",
+        )
+    return sorted(a.success)
+
+
+def compare(a: Outcomes, b: Outcomes, alpha: float = 0.05) -> dict:
+    """The comparison of B against A (the reference) on their common seeds (module docstring)."""
+    if not 0 < alpha < 1:
+        raise ActlabError("bad significance level", field="--alpha", expected="0 < alpha < 1", found=alpha)
+    seeds = check_same_seeds(a, b)
+    ra, rb = [a.success[s] for s in seeds], [b.success[s] for s in seeds]
+    pc = paired_compare(ra, rb, alpha=alpha)
+    n = len(seeds)
+    low, high = paired_interval(n, pc.gained, pc.lost)
+    return {
+        "a": {"label": a.label, "name": a.name, "successes": pc.reference_successes},
+        "b": {"label": b.label, "name": b.name, "successes": pc.candidate_successes},
+        "n": n,
+        "both_solved": sum(1 for x, y in zip(ra, rb) if x and y),
+        "both_failed": sum(1 for x, y in zip(ra, rb) if not x and not y),
+        "only_a": pc.lost,
+        "only_b": pc.gained,
+        "seeds_only_a": [s for s, x, y in zip(seeds, ra, rb) if x and not y],
+        "seeds_only_b": [s for s, x, y in zip(seeds, ra, rb) if y and not x],
+        "agreement": (n - pc.gained - pc.lost) / n if n else None,
+        "difference": (pc.gained - pc.lost) / n if n else 0.0,
+        "ci_low": low,
+        "ci_high": high,
+        "p": pc.p,
+        "alpha": alpha,
+        "verdict": pc.verdict,  # B against A: better / worse / no evidence
+        "episodes_needed": episodes_needed(n, pc.gained, pc.lost, alpha),
+        "power": POWER,
+    }
+
+
+def compare_text(r: dict) -> str:
+    """The comparison for a terminal."""
+    n, a, b = r["n"], r["a"], r["b"]
+    lines = [
+        f"A: {a['label']} ({a['name']}): {a['successes']}/{n} solved",
+        f"B: {b['label']} ({b['name']}): {b['successes']}/{n} solved",
+        f"same {n} seeds; agree on {n - r['only_a'] - r['only_b']} ({100 * (r['agreement'] or 0):.0f}%): "
+        f"{r['both_solved']} both solved, {r['both_failed']} both failed; {r['only_a']} only A, "
+        f"{r['only_b']} only B",
+    ]
+    for who in ("a", "b"):
+        seeds = r[f"seeds_only_{who}"]
+        if seeds:
+            lines.append(f"  solved only by {who.upper()}: {_seeds_text(seeds)}")
+    sign = "<" if r["p"] < r["alpha"] else ">="
+    verdict = {"better": "B better than A", "worse": "B worse than A"}.get(
+        r["verdict"], "no evidence either way"
+    )
+    lines += [
+        f"difference B - A: {100 * r['difference']:+.1f} points, 95% interval "
+        f"[{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}] (Agresti-Min, paired)",
+        f"McNemar exact: p = {r['p']:.3g} {sign} {r['alpha']:g}: {verdict}",
+    ]
+    need = r["episodes_needed"]
+    if need is None:
+        lines.append("episodes needed: - (no difference measured: no number of episodes detects it)")
+    else:
+        lines.append(
+            f"episodes needed for a difference of this size (alpha {r['alpha']:g}, power "
+            f"{100 * r['power']:.0f}%; Connor 1987, at least the exact test's {_k_min(r['alpha'])} "
+            f"discordant seeds): {need}"
+            + (f" (this comparison ran {n})" if need > n else f" (ran {n}: enough)")
+        )
+    return "\n".join(lines)
