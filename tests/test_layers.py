@@ -319,3 +319,13 @@ def test_the_docs_table_says_the_same():
         names = re.findall(r"`(\w+)`", m.group(2))
         rows[m.group(1)] = set(names)
     assert rows == MAY_IMPORT
+
+
+def test_test_modules_have_unique_basenames():
+    # tests/ has no __init__.py files: pytest imports each test module by its basename, so two files
+    # of one name in two folders stop the whole suite at collection ("import file mismatch").
+    seen: dict[str, list[str]] = {}
+    for f in sorted((ROOT / "tests").rglob("test_*.py")):
+        seen.setdefault(f.name, []).append(str(f.relative_to(ROOT)))
+    dups = {name: files for name, files in seen.items() if len(files) > 1}
+    assert not dups, f"test modules sharing a basename (rename one): {dups}"
