@@ -131,3 +131,36 @@ def test_a_frame_stack_cnn_run_trains_its_encoder_through_the_critic_only(tmp_pa
     replay = torch.load(tmp_path / "run/checkpoints/step_0000080/training_state/replay.pt", weights_only=True)
     assert replay["img"].dtype == torch.uint8 and tuple(replay["img"].shape[1:]) == (6, 32, 32)
     assert replay["priv"].shape[1] == 12  # asymmetric critic: cube, bowl, grasp point, phase flags
+
+
+def test_flat_keys_of_the_first_layout_are_refused_naming_their_new_key_and_flat_configs_convert():
+    from actlab.rl.config import apply_rl_overrides, config_from_dict, config_to_dict
+
+    with pytest.raises(ActlabError, match="'utd' is now 'sac.utd'") as e:
+        apply_rl_overrides(get_preset("smoke"), ["utd=2"])
+    assert e.value.fix.startswith("--set sac.utd=2")
+    with pytest.raises(ActlabError, match="'eval_every' is now 'eval.every'"):
+        apply_rl_overrides(get_preset("smoke"), ["eval_every=0"])
+    assert apply_rl_overrides(get_preset("smoke"), ["sac.utd=2"]).sac.utd == 2
+    flat = {"name": "smoke", "task": "reach", "utd": 0.5, "residual_init_std": 0.2, "keep_last": 4}
+    cfg = config_from_dict(flat)  # a config.json of version 1 (no "version" key)
+    assert (cfg.env.task, cfg.sac.utd, cfg.sac.init_std, cfg.checkpoint.keep_last) == ("reach", 0.5, 0.2, 4)
+    assert cfg.residual.patience == 0  # the first runs' behaviour: no roll-back
+    assert config_from_dict(config_to_dict(cfg)) == cfg  # the sectioned layout round-trips
+    with pytest.raises(ActlabError, match="did you mean 'utd'"):
+        config_from_dict({"utdd": 1})
+
+
+def test_train_and_rl_presets_share_one_lookup_and_help():
+    from actlab.rl.config import PRESETS as RL
+    from actlab.training.presets import PRESETS as TRAIN
+    from actlab.utils.presets import PresetTable, iter_config_help
+
+    assert type(RL) is type(TRAIN) is PresetTable
+    for table, typo, fix in ((RL, "residul", "actlab rl train"), (TRAIN, "tny", "actlab train")):
+        with pytest.raises(ActlabError, match="did you mean") as e:
+            table.get(typo)
+        assert e.value.fix == f"{fix} --list-presets shows them all"
+    lines = list(iter_config_help(RL.get("residual")))
+    assert "sac.utd = 0.5" in lines and "residual.patience = 2" in lines
+    assert any("McNemar" in line for line in lines)  # the field comments are the help
