@@ -147,8 +147,8 @@ def test_act_bundle_is_reset_before_every_episode_and_stale_queues_cannot_leak(t
 
 
 def test_policy_images_follow_the_bundle(tiny_run):
-    from actlab.evaluation.harness import spec_for_inputs
     from actlab.evaluation.policy_io import bundle_inputs
+    from actlab.evaluation.sources import spec_for_inputs
 
     inputs = bundle_inputs(tiny_run / "checkpoints" / "step_0000010")
     assert inputs.image_hw == {"observation.images.top": (32, 32), "observation.images.wrist": (32, 32)}

@@ -16,11 +16,11 @@ from actlab.cli import main
 from actlab.errors import ActlabError
 from actlab.evaluation import EnvSpec, EvalConfig, evaluate_many
 from actlab.evaluation.experts import expert_source
-from actlab.evaluation.harness import PolicySource
 from actlab.evaluation.policy_io import ObsAdapter
-from actlab.evaluation.realtime import delay_from_timings, parse_latencies
+from actlab.evaluation.realtime import delay_from_timings, parse_latencies, parse_modes
 from actlab.evaluation.rollout import rollout
 from actlab.evaluation.seeds import DEFAULT_SEED
+from actlab.evaluation.sources import PolicySource
 from actlab.policies.execution import ExecutionSpec
 
 pytest.importorskip("mujoco")
@@ -234,3 +234,12 @@ def test_measured_latency_times_the_bundle_and_reports_it(rel_bundle, capsys):
         assert report["cells"][0]["latency_steps"] == m["steps"] and report["cells"][0]["measured"] == m
     else:
         assert code == 2 and "the measured inference:" in err and "ms median at batch 4" in err
+
+
+def test_modes_are_checked_and_an_old_spelling_names_the_new_one():
+    assert parse_modes("sync, async,rtc,async") == ["sync", "async", "rtc"]
+    with pytest.raises(ActlabError) as e:  # the servo simulator's old name for async
+        parse_modes("sync,naive")
+    assert e.value.fix == "naive is now async"
+    with pytest.raises(ActlabError, match="unknown execution mode"):
+        parse_modes("sync,fast")

@@ -144,9 +144,9 @@ def test_plain_act_export_refuses_what_lerobot_cannot_run_and_says_why(tmp_path,
     # the plugin's install line; a ViT's adds the `vit` extra (transformers, not in lerobot's install)
     vit = cfg.vision_backbone == "clip_vit"
     assert (
-        "pip install './integrations/lerobot_policy_actlab[vit]'"
+        "pip install . './integrations/lerobot_policy_actlab[vit]'"
         if vit
-        else "pip install ./integrations/lerobot_policy_actlab"
+        else "pip install . ./integrations/lerobot_policy_actlab"
     ) in e.value.fix
     assert not (tmp_path / "out").exists()
     # the default (auto) exports the same policy for actlab's plugin instead
@@ -175,7 +175,7 @@ def test_plain_act_refusal_lists_every_reason_at_once_and_its_printed_fix_runs(t
     capsys.readouterr()
     assert main(argv[1:]) == 0
     printed = capsys.readouterr().out
-    assert "type actlab_act" in printed and "pip install ./integrations/lerobot_policy_actlab" in printed
+    assert "type actlab_act" in printed and "pip install . ./integrations/lerobot_policy_actlab" in printed
     assert (tmp_path / "out" / "actlab_bundle" / "model.safetensors").is_file()
 
 

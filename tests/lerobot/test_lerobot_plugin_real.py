@@ -3,11 +3,12 @@ LeRobot's loading path with actlab's for every exported type, the RTC call shape
 simulated SO-101 (sync and RTC), lerobot-train of actlab_act_relative and its import back.
 
 All slow; skipped without the lerobot venv ($ACTLAB_LEROBOT_PYTHON) or without the plugin installed in it
-(`pip install ./integrations/lerobot_policy_actlab`, run from the repository root with that venv's pip).
-The ViT case is skipped, saying why, when that venv lacks transformers (the plugin's `[vit]` extra).
-lerobot's processes run offline with this checkout's `src` and plugin folder first on PYTHONPATH, so they
-test this code (the installed distribution makes lerobot find the plugin); nothing is pickled: the
-observations and actions cross as safetensors files.
+(`pip install . ./integrations/lerobot_policy_actlab`, run from the repository root with that venv's pip:
+the plugin depends on actlab). The ViT case is skipped, saying why, when that venv lacks transformers (the
+plugin's `[vit]` extra). lerobot's processes run offline with this checkout's `src` and plugin folder first
+on PYTHONPATH, so they test this code (the installed distribution makes lerobot find the plugin);
+ACTLAB_LEROBOT_INSTALLED=1 runs them on what is installed in that venv instead (the check of an install).
+Nothing is pickled: the observations and actions cross as safetensors files.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ pytestmark = pytest.mark.slow
 def _needs_plugin() -> None:
     # a fixture, not a skipif: the check starts lerobot's python, which the default suite must not pay for
     if not _plugin_installed():
-        pytest.skip("no lerobot venv with the plugin (pip install ./integrations/lerobot_policy_actlab)")
+        pytest.skip("no lerobot venv with the plugin (pip install . ./integrations/lerobot_policy_actlab)")
 
 
 def lerobot_env(tmp: Path) -> dict[str, str]:
@@ -66,6 +67,10 @@ def lerobot_env(tmp: Path) -> dict[str, str]:
         OMP_NUM_THREADS="1",
         PYTHONPATH=f"{REPO / 'src'}:{REPO / 'integrations' / 'lerobot_policy_actlab'}",
     )
+    if (
+        os.environ.get("ACTLAB_LEROBOT_INSTALLED") == "1"
+    ):  # the installed actlab and plugin, not this checkout
+        del env["PYTHONPATH"]
     return env
 
 
@@ -165,7 +170,7 @@ def test_lerobot_loading_path_gives_actlabs_actions(work, sim_data, case):
     if need and not _lerobot_has(need):
         pytest.skip(
             f"{case} needs {need} in the lerobot venv "
-            "(pip install './integrations/lerobot_policy_actlab[vit]' with that venv's pip)"
+            "(pip install . './integrations/lerobot_policy_actlab[vit]' with that venv's pip)"
         )
     policy = _policy(CASES[case](), sim_data)
     export = work / f"export_{case}"

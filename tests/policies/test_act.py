@@ -249,13 +249,28 @@ def test_predict_restores_training_mode():
     assert torch.equal(a, b)  # no dropout, latent 0 at inference
 
 
+def reference_ensemble(chunks: torch.Tensor, coeff: float) -> torch.Tensor:
+    """The ACT paper's formula written out, the oracle of the tests: chunks (T, B, H, A) predicted at
+    steps 0..T-1 -> executed actions (T, B, A), each the exp(-coeff * i) average (i = 0 the oldest) of
+    every prediction made for its step."""
+    n_steps, _, horizon, _ = chunks.shape
+    out = []
+    for t in range(n_steps):
+        starts = range(max(0, t - horizon + 1), t + 1)  # oldest first
+        preds = torch.stack([chunks[s, :, t - s] for s in starts]).double()  # (n, B, A)
+        w = torch.exp(-coeff * torch.arange(len(starts), dtype=torch.float64))  # (n,)
+        out.append((preds * w[:, None, None]).sum(0) / w.sum())
+    return torch.stack(out).to(chunks.dtype)
+
+
 def test_temporal_ensembler_online_equals_offline_formula():
     g = torch.Generator().manual_seed(0)
     chunks = torch.randn(25, 2, 6, 3, generator=g)  # (T, B, H, A)
     coeff = 0.3
     ens = TemporalEnsembler(coeff, chunk_size=6)
     online = torch.stack([ens.update(chunks[t]) for t in range(25)])
-    torch.testing.assert_close(online, ensemble_offline(chunks, coeff), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(online, reference_ensemble(chunks, coeff), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(ensemble_offline(chunks, coeff), online)
     # Hand check at t = 1: predictions from chunk 0 (older, weight 1) and chunk 1 (weight e^-coeff).
     w1 = torch.exp(torch.tensor(-coeff))
     torch.testing.assert_close(online[1], (chunks[0, :, 1] + w1 * chunks[1, :, 0]) / (1 + w1))
@@ -274,7 +289,7 @@ def test_select_action_with_temporal_ensembling():
     chunks = torch.stack([policy.predict_action_chunk(o) for o in obs_seq])  # (T, B, H, A)
     policy.reset()
     online = torch.stack([policy.select_action(o) for o in obs_seq])
-    torch.testing.assert_close(online, ensemble_offline(chunks, 0.01), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(online, reference_ensemble(chunks, 0.01), rtol=1e-5, atol=1e-6)
     policy.reset()
     torch.testing.assert_close(policy.select_action(obs_seq[5]), chunks[5, :, 0])  # reset forgets the past
 

@@ -7,7 +7,8 @@ import torch
 
 from actlab.errors import ActlabError
 from actlab.policies import ACTRelativeConfig, make_policy
-from actlab.policies.rtc import ExecutionConfig, blend_weights, compare, simulate
+from actlab.policies.execution import ExecutionSpec
+from actlab.policies.rtc import ServoConfig, blend_weights, compare, simulate
 from conftest import make_features, make_stats, tiny_act
 
 # Synthetic smooth task: 3 joints follow phase-shifted sinusoids (period 120 steps); the robot reaches each
@@ -105,9 +106,10 @@ def initial_states(n: int) -> list[torch.Tensor]:
 
 
 def test_rtc_merge_has_lower_boundary_jumps_than_naive_switching(trained_policy):
-    cfg = ExecutionConfig(latency_steps=3, execution_horizon=8, n_steps=120, state_noise=NOISE, seed=0)
-    result = compare(trained_policy, initial_states(4), cfg, modes=("naive", "blend", "rtc"))
-    naive, rtc = result["naive"], result["rtc"]
+    spec = ExecutionSpec("rtc", latency=3, horizon=8)
+    servo = ServoConfig(n_steps=120, state_noise=NOISE, seed=0)
+    result = compare(trained_policy, initial_states(4), spec, servo, modes=("async", "blend", "rtc"))
+    naive, rtc = result["async"], result["rtc"]
     # Measured: naive ~0.08 mean (spike ratio ~1.6), rtc ~0.05 (~1.0) over three training seeds.
     assert rtc["mean_jump"] < 0.85 * naive["mean_jump"]
     assert rtc["max_jump"] < naive["max_jump"]
@@ -117,10 +119,10 @@ def test_rtc_merge_has_lower_boundary_jumps_than_naive_switching(trained_policy)
 
 
 def test_executed_actions_at_the_boundary_are_the_committed_ones(trained_policy):
-    cfg = ExecutionConfig(latency_steps=3, execution_horizon=8, n_steps=40)
+    servo = ServoConfig(n_steps=40)
     s0 = initial_states(1)[0]
-    naive = simulate(trained_policy, s0, cfg, "naive")
-    rtc = simulate(trained_policy, s0, cfg, "rtc")
+    naive = simulate(trained_policy, s0, ExecutionSpec("async", latency=3, horizon=8), servo)
+    rtc = simulate(trained_policy, s0, ExecutionSpec("rtc", latency=3, horizon=8), servo)
     assert rtc.committed_ok and rtc.boundaries == naive.boundaries == [11, 19, 27, 35]
     # Until the first new chunk arrives, both executed the same first chunk.
     assert (rtc.actions[:11] == naive.actions[:11]).all()
@@ -143,18 +145,22 @@ def test_blend_weights_schedule():
     assert torch.equal(none, (torch.arange(16) < 3).float())
 
 
-def test_execution_config_and_mode_errors():
-    with pytest.raises(ActlabError, match="latency_steps"):
-        ExecutionConfig(latency_steps=9, execution_horizon=8)
-    with pytest.raises(ActlabError):
-        ExecutionConfig(schedule="cosine")
+def test_servo_config_and_execution_errors():
+    with pytest.raises(ActlabError, match="tracking_gain"):
+        ServoConfig(tracking_gain=0)
+    with pytest.raises(ActlabError, match="schedule"):
+        ExecutionSpec("blend", latency=2, schedule="cosine")
+    with pytest.raises(ActlabError) as e:  # the simulator's old name for async, refused with the new one
+        ExecutionSpec("naive", latency=2)
+    assert e.value.fix == "use async"
     torch.manual_seed(0)
     act = make_policy(tiny_act(), make_features(cameras=()), make_stats())
-    with pytest.raises(ActlabError, match="cannot take a committed prefix"):
-        simulate(act, torch.zeros(6), ExecutionConfig(latency_steps=2, execution_horizon=4), "rtc")
-    with pytest.raises(ActlabError, match="too short"):
-        simulate(act, torch.zeros(6), ExecutionConfig(latency_steps=2, execution_horizon=7), "naive")
-    result = simulate(
-        act, torch.zeros(6), ExecutionConfig(latency_steps=2, execution_horizon=4, n_steps=20), "blend"
-    )
+    servo = ServoConfig(n_steps=20)
+    with pytest.raises(ActlabError, match="rtc_max_delay"):  # plain ACT takes no committed prefix
+        simulate(act, torch.zeros(6), ExecutionSpec("rtc", latency=2, horizon=4), servo)
+    with pytest.raises(ActlabError, match="runs out during the delay"):  # 7 + 2 > chunk 8
+        simulate(act, torch.zeros(6), ExecutionSpec("async", latency=2, horizon=7), servo)
+    with pytest.raises(ActlabError, match="longer than the execution horizon"):  # one inference at a time
+        simulate(act, torch.zeros(6), ExecutionSpec("async", latency=3, horizon=2), servo)
+    result = simulate(act, torch.zeros(6), ExecutionSpec("blend", latency=2, horizon=4), servo)
     assert result.actions.shape == (20, 6) and result.boundaries == [6, 10, 14, 18]

@@ -294,3 +294,45 @@ def test_a_second_stall_is_the_error(tmp_path, monkeypatch):
     finally:
         release.set()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_recorder_writes_av1_only_with_a_pyav_bundling_svt_av1_4():
+    from actlab.sim.record import AV1_MIN_AV, av_version, record_video_options
+
+    assert record_video_options((15, 1, 0)).codec == "libx264"  # lerobot 0.6.1's av (SVT-AV1 3.0)
+    assert record_video_options((16, 1, 0)).codec == "libx264"  # SVT-AV1 3.1.2: hangs measured
+    assert record_video_options((17, 0, 0)).codec == "libsvtav1"
+    assert record_video_options((19, 0, 2)).codec == "libsvtav1"
+    for version in ((15, 1, 0), (19, 0, 2)):
+        assert record_video_options(version).stall_s == 30.0  # the watchdog either way
+    assert av_version() >= AV1_MIN_AV  # actlab's own test environment resolves to the newest av
+
+
+def test_a_recording_with_the_h264_fallback_reads_back_frame_for_frame(tmp_path, monkeypatch, capsys):
+    """What `actlab sim record` writes in LeRobot's environment (av < 17): h264 holding the env's frames
+    (within compression error, the right frame of the right camera), and a note saying why on stderr."""
+    import json
+
+    import actlab.sim.record as record
+    from actlab.datasets import open_dataset
+
+    monkeypatch.setattr(record, "av_version", lambda: (15, 1, 0))
+    cfg = RecordConfig(episodes=1, seed=10, image_size=32, workers=0)
+    record_dataset(tmp_path / "h264", cfg, progress=False)
+    assert "recording h264 instead of AV1" in capsys.readouterr().err
+    info = json.loads((tmp_path / "h264" / "meta" / "info.json").read_text())
+    assert info["features"]["observation.images.top"]["info"]["video.codec"] == "h264"
+    ds = open_dataset(tmp_path / "h264")
+    env = make_env(image_size=32, terminate_on_success=False)
+    try:
+        ep = run_expert_episode(env, ExpertPolicy(env), cfg.seed)
+    finally:
+        env.close()
+    assert len(ds) == ep["length"]
+    picks = np.array([0, 1, len(ds) // 2, len(ds) - 1])
+    for cam, other in (("top", "wrist"), ("wrist", "top")):
+        decoded = ds.read_frames(f"observation.images.{cam}", picks).astype(float)
+        raw = ep["frames"][f"observation.images.{cam}"][picks].astype(float)
+        err = np.abs(decoded - raw).mean()
+        assert err < 12, (cam, err)  # h264 at crf 30 on 32 px frames, as close as AV1 (test above)
+        assert err < np.abs(decoded - ep["frames"][f"observation.images.{other}"][picks]).mean()

@@ -1,7 +1,7 @@
 import pytest
 
 from actlab.errors import ActlabError
-from actlab.utils.io import atomic_dir, atomic_write_json, read_json
+from actlab.utils.io import atomic_dir, atomic_write_json, read_json, require_file
 
 
 def test_atomic_dir_leaves_nothing_on_error(tmp_path):
@@ -42,3 +42,22 @@ def test_outputs_get_umask_permissions(tmp_path):
         os.umask(mask)
     assert (tmp_path / "p.json").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "d").stat().st_mode & 0o777 == 0o755
+
+
+def test_a_required_file_is_named_with_what_belongs_there_and_the_fix(tmp_path):
+    (tmp_path / "ok.bin").write_bytes(b"x")
+    assert require_file(tmp_path / "ok.bin", "unused", expected="x", fix="y") == tmp_path / "ok.bin"
+    with pytest.raises(ActlabError) as e:
+        require_file(tmp_path / "gone.bin", "weights missing", expected="a safetensors file", fix="re-save")
+    err = e.value
+    assert (err.problem, err.found, err.expected, err.fix) == (
+        "weights missing",
+        "missing",
+        "a safetensors file",
+        "re-save",
+    )
+    assert str(tmp_path / "gone.bin") in str(err.file)
+    (tmp_path / "adir").mkdir()  # a directory where the file belongs
+    with pytest.raises(ActlabError) as e:
+        require_file(tmp_path / "adir", "weights missing", expected="a file", fix="-")
+    assert e.value.found == "a directory"

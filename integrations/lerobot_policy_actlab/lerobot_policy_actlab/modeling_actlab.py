@@ -33,6 +33,7 @@ STATE = "observation.state"
 def _build_from_dataset(config: Any, dataset_meta: Any, dataset_stats: Any) -> Any:
     """A new actlab policy for ``lerobot-train --policy.type=...``: features and statistics from the
     LeRobot dataset (act_relative's relative-action statistics are computed over its actions)."""
+    # lazy: only lerobot-train builds fresh policies; loading an export never reads a dataset
     from actlab.lerobot.train_support import build_policy_for_dataset
 
     if dataset_meta is None:
@@ -83,6 +84,7 @@ class _ActlabPolicy(PreTrainedPolicy):
         """Load an export or a checkpoint of this type: its ``actlab_bundle/`` through actlab's loader."""
         from lerobot.configs.policies import PreTrainedConfig
 
+        # lazy: torch-heavy loader, imported when a policy is loaded, not when LeRobot scans plugins
         from actlab.policies import load_policy
 
         root = Path(pretrained_name_or_path)
@@ -99,6 +101,7 @@ class _ActlabPolicy(PreTrainedPolicy):
         return policy
 
     def _save_pretrained(self, save_directory: Path, state_dict: dict[str, Tensor] | None = None) -> None:
+        # lazy: only a save writes a bundle
         from actlab.policies.bundle import write_bundle
 
         self.config.actlab_config = _config_dict(self.model)
@@ -159,7 +162,7 @@ class _ActlabPolicy(PreTrainedPolicy):
 
 
 def _config_dict(actlab_policy: Any) -> dict[str, Any]:
-    from actlab.utils import config as cfgutil
+    from actlab.utils import config as cfgutil  # lazy: kept with the one function that uses it
 
     return cfgutil.to_dict(actlab_policy.config)
 

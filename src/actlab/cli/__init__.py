@@ -281,5 +281,40 @@ def add_json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
 
 
+# --lerobot-timeout's default and limit (seconds); actlab.lerobot.bridge's REPLY_TIMEOUT_S and
+# MAX_REPLY_TIMEOUT_S (not imported here: the bridge imports numpy and torch; a test checks they agree).
+LEROBOT_TIMEOUT_S = 600.0
+LEROBOT_TIMEOUT_MAX_S = 86400.0
+
+
+def _lerobot_timeout(text: str) -> float:
+    """Seconds in (0, LEROBOT_TIMEOUT_MAX_S]: 0 would kill every child at once, NaN never."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected seconds, e.g. {LEROBOT_TIMEOUT_S:g}, found {text!r}"
+        ) from None
+    if not 0 < value <= LEROBOT_TIMEOUT_MAX_S:
+        raise argparse.ArgumentTypeError(
+            f"expected seconds > 0 and <= {LEROBOT_TIMEOUT_MAX_S:g} (a day), found {text!r}"
+        )
+    return value
+
+
+def add_lerobot_timeout(g: argparse._ArgumentGroup) -> None:
+    """``--lerobot-timeout S`` (``args.lerobot_timeout``), shared by every command that runs the LeRobot
+    bridge (eval, policy doctor): validated here, at parse time."""
+    g.add_argument(
+        "--lerobot-timeout",
+        type=_lerobot_timeout,
+        default=LEROBOT_TIMEOUT_S,
+        metavar="S",
+        help=f"longest wait in seconds for one answer of the lerobot child, loading included "
+        f"({LEROBOT_TIMEOUT_S:g}); past it the child and every process it started are killed and the "
+        "command fails",
+    )
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from actlab.cli import add_json_flag, subcommand
+from actlab.cli import add_json_flag, add_lerobot_timeout, subcommand
 
 ORDER = 30
 
@@ -108,6 +108,7 @@ def _run(args: argparse.Namespace) -> int:
     import json
     import sys
 
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.errors import ActlabError
     from actlab.evaluation import EnvSpec, EvalConfig, resolve_paths, run_eval
 
@@ -120,6 +121,7 @@ def _run(args: argparse.Namespace) -> int:
             fix="actlab eval RUN_DIR ..., actlab eval --lerobot-policy DIR --lerobot-python PY, "
             "or actlab eval --expert",
         )
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.utils.device import resolve_device
 
     device = str(resolve_device(args.device))  # every spelling checked here; CUDA always indexed
@@ -138,6 +140,7 @@ def _run(args: argparse.Namespace) -> int:
         execution=realtime.get("execution"),
     )
     if args.expert:
+        # lazily, like every actlab import in cli: `actlab --help` never imports torch
         from actlab.evaluation.experts import expert_source
 
         sources = [expert_source(args.task)]
@@ -216,6 +219,7 @@ def _add_realtime_flags(p: argparse.ArgumentParser) -> None:
 
 def _realtime_plan(args: argparse.Namespace, spec) -> dict:
     """Parsed --execution/--latency/--horizon: one ExecutionSpec, or a grid for the sweep."""
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.evaluation.realtime import MEASURED, parse_latencies, parse_modes
     from actlab.policies.execution import ExecutionSpec
 
@@ -234,9 +238,11 @@ def _realtime_plan(args: argparse.Namespace, spec) -> dict:
 def _task_fps(spec) -> int:
     """Control rate of the task (for --latency in ms and the sweep's ms column)."""
     if not spec.is_peer:
+        # lazily, like every actlab import in cli: `actlab --help` never imports torch
         from actlab.sim.env import FPS
 
         return FPS  # every actlab sim task steps at this rate
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.evaluation.envs import env_fps, make_eval_env
 
     env = make_eval_env(spec)
@@ -260,13 +266,11 @@ def _smoothness_line(evals, execution) -> str:
 def _run_sweep(args: argparse.Namespace, sources, spec, cfg, plan: dict) -> int:
     import json
     import sys
-    import time
     from pathlib import Path
 
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.errors import ActlabError
-    from actlab.evaluation.realtime import MEASURED, plan_cells, plot_sweep, run_sweep, sweep_table
-    from actlab.evaluation.sweep import EVAL_KIND
-    from actlab.utils.io import atomic_dir, atomic_write_json, atomic_write_text, check_out_dir
+    from actlab.evaluation.realtime import SWEEP_FILES, delay_sweep, sweep_table
 
     if cfg.videos or args.whiskers:
         raise ActlabError(
@@ -275,9 +279,6 @@ def _run_sweep(args: argparse.Namespace, sources, spec, cfg, plan: dict) -> int:
             fix="run one cell (a single --execution and --latency) with --videos",
         )
     fps = plan["fps"]
-    # Every cell checked against every policy before any episode runs (a measured delay after timing).
-    fixed = [d for d in plan["latencies"] if d != MEASURED]
-    plan_cells(sources, plan["modes"], fixed, args.horizon)
 
     def say(cell) -> None:
         if not args.json:
@@ -288,44 +289,22 @@ def _run_sweep(args: argparse.Namespace, sources, spec, cfg, plan: dict) -> int:
                 file=sys.stderr,
             )
 
-    # The same output rules as one evaluation's (an input is never an --out), checked before the sweep runs.
-    inputs = [s.path or getattr(s.obj, "policy_dir", None) for s in sources]
-    if args.out:
-        check_out_dir(Path(args.out), EVAL_KIND, args.overwrite, inputs)
-    t0 = time.perf_counter()
-    cells, measured = run_sweep(
-        sources, spec, cfg, plan["modes"], plan["latencies"], args.horizon, fps, on_cell=say
+    cells, record = delay_sweep(
+        sources, spec, cfg, plan["modes"], plan["latencies"], args.horizon, fps, args.out, args.overwrite, say
     )
-    records = [c.to_dict(fps) for c in cells]
-    meta = {
-        "task": spec.task,
-        "episodes": cfg.episodes,
-        "seeds": f"{cfg.seed}..{cfg.seed + cfg.episodes - 1} (episode i uses seed + i, every cell)",
-        "fps": fps,
-        "seconds": round(time.perf_counter() - t0, 2),
-        "measured_inference": measured or None,
-    }
-    report = {**meta, "cells": records}
-    table = sweep_table(cells, fps, markdown=args.markdown)
-    if args.out:
-        with atomic_dir(Path(args.out), overwrite=args.overwrite, kind=EVAL_KIND, inputs=inputs) as tmp:
-            atomic_write_json(tmp / "sweep.json", report)
-            md = sweep_table(cells, fps, markdown=True)
-            atomic_write_text(tmp / "sweep.md", f"# actlab eval delay sweep: {spec.task}\n\n{md}\n")
-            plot_sweep(records, tmp / "sweep.png", title=f"{spec.task}: success and boundary jump vs delay")
     if args.json:
-        json.dump(report, sys.stdout, indent=2)
+        json.dump(record, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    print(table)
-    for name, m in measured.items():
+    print(sweep_table(cells, fps, markdown=args.markdown))
+    for name, m in (record["measured_inference"] or {}).items():
         print(
             f"\n{name}: inference {m['median_ms']:.1f} ms median, {m['p99_ms']:.1f} ms p99 per chunk "
             f"(batch {cfg.batch_envs}, {m['calls']} timed calls) -> delay {m['steps']} steps at {fps} fps"
         )
-    print(f"\n{cfg.episodes} episodes per cell, same seeds in every cell, {meta['seconds']:.1f} s")
+    print(f"\n{cfg.episodes} episodes per cell, same seeds in every cell, {record['seconds']:.1f} s")
     if args.out:
-        for f in ("sweep.json", "sweep.md", "sweep.png"):
+        for f in SWEEP_FILES:
             print(f"{f}: {Path(args.out) / f}")
     return 0
 
@@ -370,14 +349,7 @@ def _add_lerobot_flags(p: argparse.ArgumentParser) -> None:
         metavar="A=B",
         help="feed a policy input from another env key, e.g. observation.images.front=observation.images.top",
     )
-    g.add_argument(
-        "--lerobot-timeout",
-        type=float,
-        default=None,
-        metavar="S",
-        help="longest wait in seconds for one answer of the lerobot child, loading included (600); past it "
-        "the child is killed and the command fails",
-    )
+    add_lerobot_timeout(g)
     g.add_argument(
         "--instruction",
         metavar="TEXT",
@@ -386,6 +358,7 @@ def _add_lerobot_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _lerobot_sources(args: argparse.Namespace, spec, device: str) -> list:
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.errors import ActlabError
     from actlab.lerobot.bridge import lerobot_sources
 
@@ -398,6 +371,7 @@ def _lerobot_sources(args: argparse.Namespace, spec, device: str) -> list:
         )
     instruction = args.instruction
     if instruction is None and not spec.is_peer:
+        # lazily, like every actlab import in cli: `actlab --help` never imports torch
         from actlab.sim.env import TASK_TEXT
 
         instruction = TASK_TEXT  # the sim's dataset task string, what a policy trained on it was told
@@ -408,6 +382,6 @@ def _lerobot_sources(args: argparse.Namespace, spec, device: str) -> list:
         device=device,
         instruction=instruction,
         threads=args.threads,
-        **({"timeout_s": args.lerobot_timeout} if getattr(args, "lerobot_timeout", None) else {}),
+        timeout_s=args.lerobot_timeout,
     )
     return sources

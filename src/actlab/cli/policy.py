@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from actlab.cli import add_json_flag, add_set_flag, group, subcommand
+from actlab.cli import add_json_flag, add_lerobot_timeout, add_set_flag, group, subcommand
 
 ORDER = 30
 
@@ -71,6 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_info(args: argparse.Namespace) -> int:
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.policies.info import policy_info
     from actlab.utils.table import table
 
@@ -149,6 +150,7 @@ def _run_bench(args: argparse.Namespace) -> int:
 
     import torch
 
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.policies.bench import bench_policy
     from actlab.profiling.report import emit
     from actlab.utils.device import resolve_device
@@ -240,11 +242,13 @@ def _register_doctor(g) -> None:
         help="feed a policy input from another dataset key, e.g. "
         "observation.images.front=observation.images.top",
     )
+    add_lerobot_timeout(g)
     add_json_flag(p)
     p.set_defaults(_run=_run_doctor)
 
 
 def _run_doctor(args: argparse.Namespace) -> int:
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.datasets import parse_episodes
     from actlab.errors import ActlabError
     from actlab.evaluation.doctor import DOCTOR_KIND, DoctorConfig, doctor_bundle, render, write_report
@@ -278,6 +282,7 @@ def _run_doctor(args: argparse.Namespace) -> int:
         inputs = (args.bundle or args.lerobot_policy, args.dataset)
         check_out_dir(args.out, DOCTOR_KIND, args.overwrite, inputs)
     if args.lerobot_policy:
+        # lazily, like every actlab import in cli: `actlab --help` never imports torch
         from actlab.lerobot.doctor import doctor_lerobot
 
         if not args.lerobot_python:
@@ -288,7 +293,12 @@ def _run_doctor(args: argparse.Namespace) -> int:
                 fix="e.g. --lerobot-python ~/lerobot-venv/bin/python (docs/lerobot.md)",
             )
         result = doctor_lerobot(
-            args.lerobot_policy, args.lerobot_python, args.dataset, cfg, rename=tuple(args.rename)
+            args.lerobot_policy,
+            args.lerobot_python,
+            args.dataset,
+            cfg,
+            rename=tuple(args.rename),
+            timeout_s=args.lerobot_timeout,
         )
     elif args.rename:
         raise ActlabError("--rename applies to --lerobot-policy only", field="--rename", found=args.rename)
@@ -345,6 +355,7 @@ def _register_export(g) -> None:
 
 
 def _run_export(args: argparse.Namespace) -> int:
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.lerobot.export import export_bundle
 
     summary = export_bundle(args.bundle, args.out, overwrite=args.overwrite, lerobot_type=args.lerobot_type)
@@ -397,6 +408,7 @@ def _register_import(g) -> None:
 
 
 def _run_import(args: argparse.Namespace) -> int:
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.lerobot.import_ import import_lerobot_act
 
     summary = import_lerobot_act(args.policy_dir, args.out, overwrite=args.overwrite)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from actlab.errors import ActlabError
+from actlab.utils.io import require_file
 
 # SVT-AV1 prints a banner of ~20 lines per encoder on stderr unless told otherwise (1 = errors only).
 os.environ.setdefault("SVT_LOG", "1")
@@ -365,15 +366,13 @@ def fit_size(height: int, width: int, image_size: int | None) -> tuple[int, int,
 
 
 def _open_input(path: Path):
-    if not path.is_file():
-        raise ActlabError(
-            "video file missing",
-            file=path,
-            field="(file)",
-            expected="an mp4 file",
-            found="missing",
-            fix="restore the file or re-record the dataset",
-        )
+    require_file(
+        path,
+        "video file missing",
+        field="(file)",
+        expected="an mp4 file",
+        fix="restore the file or re-record the dataset",
+    )
     try:
         container = av.open(str(path))
     except av.error.FFmpegError as e:

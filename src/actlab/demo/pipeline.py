@@ -34,14 +34,16 @@ from typing import Any
 from actlab.demo.report import write_report
 from actlab.errors import ActlabError
 from actlab.evaluation import EnvSpec, EvalConfig, run_eval, wilson_interval
+from actlab.evaluation.realtime import plan_cells, run_sweep, write_sweep
 from actlab.evaluation.results import FAILURES
 from actlab.evaluation.seeds import DEFAULT_SEED
+from actlab.evaluation.sources import source_limits
 from actlab.evaluation.sweep import best_checkpoint, resolve_paths
 from actlab.lifecycle.metrics_log import read_metrics
 from actlab.policies.info import synthetic_features, unit_stats
 from actlab.policies.registry import make_policy
 from actlab.sim import RecordConfig, record_dataset
-from actlab.sim.env import PickPlaceConfig
+from actlab.sim.env import FPS, PickPlaceConfig
 from actlab.sim.expert import ExpertConfig
 from actlab.sim.view import render_strip
 from actlab.training import apply_train_overrides, get_preset, load_run_config, train, with_dataset
@@ -433,11 +435,6 @@ def _realtime(cfg: DemoConfig, out: Path, state: dict, evaluation: dict, log: St
     """``--realtime``: the best checkpoint on the confirmation seeds under inference delays, one cell per
     (mode, delay) as ``actlab eval --latency ... --execution ...`` runs them (the same planner and runner),
     written atomically to DIR/eval/realtime (sweep.json, sweep.md, sweep.png)."""
-    from actlab.evaluation.realtime import plot_sweep, run_sweep, sweep_table
-    from actlab.evaluation.sweep import EVAL_KIND
-    from actlab.sim.env import FPS
-    from actlab.utils.io import atomic_dir, atomic_write_text
-
     rt_dir = out / REALTIME_DIR
     # The confirmation seeds (CONFIRM_SEED): held out from the recording, and the sync cell is the
     # confirmation itself again (same checkpoint, same episodes), a check that the sweep measures the same.
@@ -475,7 +472,6 @@ def _realtime(cfg: DemoConfig, out: Path, state: dict, evaluation: dict, log: St
     cells = []
     for mode, delays in grid:  # run_sweep plans and checks its cells again: one planner for eval and demo
         cells += run_sweep([src], spec, eval_cfg, [mode], delays, None, FPS, on_cell=say)[0]
-    records = [c.to_dict(FPS) for c in cells]
     last = CONFIRM_SEED + cfg.eval_episodes - 1
     result = {
         "dir": REALTIME_DIR,
@@ -484,15 +480,12 @@ def _realtime(cfg: DemoConfig, out: Path, state: dict, evaluation: dict, log: St
         "seeds": f"{CONFIRM_SEED}..{last}",  # episode i uses seed + i, in every cell
         "fps": FPS,
         "skipped": skipped,
-        "cells": records,
+        "cells": [c.to_dict(FPS) for c in cells],
     }
     _forget_unmarked(rt_dir)
-    with atomic_dir(rt_dir, overwrite=True, kind=EVAL_KIND, inputs=[best_path]) as tmp:
-        atomic_write_json(tmp / "sweep.json", result)
-        md = sweep_table(cells, FPS, markdown=True)
-        atomic_write_text(tmp / "sweep.md", f"# actlab demo delay sweep: {evaluation['best']}\n\n{md}\n")
-        title = f"{evaluation['best']}: success and boundary jump vs delay"
-        plot_sweep(records, tmp / "sweep.png", title=title)
+    heading = f"actlab demo delay sweep: {evaluation['best']}"
+    title = f"{evaluation['best']}: success and boundary jump vs delay"
+    write_sweep(rt_dir, cells, FPS, result, heading, title, overwrite=True, inputs=[best_path])
     log.done("realtime", t0, f"{len(cells)} cells" + (f", {len(skipped)} left out" if skipped else ""))
     _finish_stage(out, state, "realtime", settings, result, log.seconds["realtime"])
     return result
@@ -502,8 +495,6 @@ def _realtime_grid(src: Any, delays: tuple[int, ...]) -> tuple[list[tuple[str, l
     """The (mode, delays) the policy can run, each cell checked by ``plan_cells`` (the rule ``actlab eval``
     applies), and the cells left out with the reason. rtc only for a policy trained on prefixes: at delay
     0 the check would pass for any chunk policy, but its prefix argument means nothing to plain ACT."""
-    from actlab.evaluation.realtime import plan_cells, source_limits
-
     limits = source_limits(src)
     grid, skipped = [], []
     for mode in REALTIME_MODES:

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from actlab.evaluation.video import write_last_frame
+from actlab.training.slowdown import SLOW_FACTOR
 from actlab.utils.io import atomic_write_json
 from actlab.viz.report import Report
 
@@ -33,8 +35,6 @@ def step_time_breakdown(
     ``slowest_step_s``), with the highest 1-minute load average recorded (``max_load_avg_1m``).
     """
     import numpy as np
-
-    from actlab.training.slowdown import SLOW_FACTOR
 
     timed = [r for r in rows if "time_step_s" in r]
     later = timed[skip_first:] or timed
@@ -144,8 +144,6 @@ def write_posters(out: Path, media: dict[str, Any]) -> dict[str, str]:
     """The last frame of each filmed rollout as a PNG beside its video: ``{video: poster}``, relative to
     ``out``. Why the last: a browser previews a video with frame 0, where every episode looks the same; the
     last frame shows how it ended (the failure's class is written on it)."""
-    from actlab.evaluation.video import write_last_frame
-
     posters = {}
     for e in media["checkpoints"][0]["episodes"]:
         if e.get("video"):

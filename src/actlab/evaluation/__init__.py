@@ -14,7 +14,7 @@ Nothing here imports torch or mujoco at import time.
 """
 
 from actlab.evaluation.envs import EnvSpec, make_eval_env
-from actlab.evaluation.harness import EvalConfig, PolicySource, as_source, evaluate, evaluate_many
+from actlab.evaluation.harness import EvalConfig, evaluate, evaluate_many
 from actlab.evaluation.results import (
     CheckpointEval,
     EpisodeResult,
@@ -23,6 +23,7 @@ from actlab.evaluation.results import (
     summarize,
     wilson_interval,
 )
+from actlab.evaluation.sources import PolicySource, as_source
 from actlab.evaluation.sweep import EvalReport, best_checkpoint, resolve_paths, run_eval
 from actlab.evaluation.taxonomy import FAILURES, OUTCOMES, PhaseRecord, classify
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from actlab.errors import ActlabError
-from actlab.evaluation.harness import PolicySource
 from actlab.evaluation.peers import is_peer_task
+from actlab.evaluation.sources import PolicySource
 from actlab.sim import ExpertPolicy
 
 

@@ -19,28 +19,36 @@ Where the episodes run:
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
 import os
 import pickle
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.evaluation.envs import EnvSpec, env_fps, make_eval_env
-from actlab.evaluation.policy_io import ObsAdapter, PolicyInputs, bundle_inputs, policy_inputs
-from actlab.evaluation.realtime import check_sources_execution
+from actlab.evaluation.policy_io import ObsAdapter, bundle_inputs, policy_inputs
 from actlab.evaluation.results import CheckpointEval, EpisodeResult, pick_video_episodes, summarize
 from actlab.evaluation.rollout import EpisodeTrace, rollout, to_result
 from actlab.evaluation.seeds import DEFAULT_SEED, check_training_seeds
+from actlab.evaluation.sources import (
+    PolicySource,
+    as_source,
+    check_sources_execution,
+    policy_device,
+    rollout_threads,
+    source_inputs,
+    spec_for_inputs,
+)
 from actlab.evaluation.video import VIDEO_HOLD_S, annotate_episode, env_frame, write_video
 from actlab.policies.contract import RolloutPolicy
 from actlab.policies.execution import ExecutionSpec
 from actlab.utils import procs
 from actlab.utils.procs import worker_pool
+from actlab.utils.threads import torch_threads
 
 VIDEO_PICKS = ("first", "failures")
 
@@ -102,72 +110,6 @@ class EvalConfig:
                 expected=f"<= episodes ({self.episodes})",
                 found=self.videos,
             )
-
-
-@dataclass(frozen=True)
-class PolicySource:
-    """One policy to evaluate: exactly one of ``path``, ``factory`` or ``obj`` is set."""
-
-    name: str  # display name in tables and video file names
-    path: str | None = None  # checkpoint bundle directory (loaded with actlab.policies.load_policy)
-    factory: Callable[[Any], RolloutPolicy] | None = None  # picklable factory(env) -> policy
-    obj: RolloutPolicy | None = None  # a policy object (runs in this process only)
-    step: int | None = None  # training step, for sweeps
-
-    def __post_init__(self) -> None:
-        if sum(x is not None for x in (self.path, self.factory, self.obj)) != 1:
-            raise ValueError("PolicySource needs exactly one of path, factory, obj")
-
-    @property
-    def in_process_only(self) -> bool:
-        return self.obj is not None
-
-
-def as_source(
-    policy: RolloutPolicy | PolicySource | str | Path | Callable[[Any], RolloutPolicy],
-    name: str | None = None,
-    step: int | None = None,
-) -> PolicySource:
-    """A policy object, a bundle path or a factory -> PolicySource."""
-    if isinstance(policy, PolicySource):
-        return policy
-    if isinstance(policy, (str, Path)):
-        p = Path(policy)
-        return PolicySource(name=name or p.name, path=str(p), step=step)
-    if hasattr(policy, "select_action"):
-        return PolicySource(name=name or type(policy).__name__, obj=policy, step=step)
-    if callable(policy):
-        return PolicySource(name=name or getattr(policy, "__name__", "policy"), factory=policy, step=step)
-    raise ActlabError(
-        "cannot evaluate this object",
-        expected="a policy (with select_action/reset), a bundle directory or a factory(env) -> policy",
-        found=type(policy).__name__,
-    )
-
-
-def source_inputs(src: PolicySource) -> PolicyInputs | None:
-    """The observation inputs a source's policy expects, where they can be known without building envs."""
-    if src.path is not None:
-        return bundle_inputs(src.path)
-    if src.obj is not None:
-        return policy_inputs(src.obj)
-    return None
-
-
-def spec_for_inputs(spec: EnvSpec, inputs: PolicyInputs | None) -> EnvSpec:
-    """Make the sim render what the policy was trained on: its cameras at its (square) image size."""
-    if inputs is None or spec.is_peer or not inputs.image_hw:
-        return spec
-    sizes = set(inputs.image_hw.values())
-    if spec.image_size is None and len(sizes) == 1:
-        (h, w) = sizes.pop()
-        if h == w:
-            spec = replace(spec, image_size=h)
-    if spec.cameras is None:
-        cams = tuple(k.rsplit(".", 1)[-1] for k in inputs.image_hw if k.startswith("observation.images."))
-        if cams:
-            spec = replace(spec, cameras=cams)
-    return spec
 
 
 # --------------------------------------------------------------------------------- one group of episodes
@@ -275,7 +217,7 @@ def run_item(item: WorkItem, cache: _Cache, policy_obj: RolloutPolicy | None = N
         return results
     policy = policy_obj if policy_obj is not None else cache.get_policy(item.source, item.device)
     inputs = policy_inputs(policy) or (bundle_inputs(item.source.path) if item.source.path else None)
-    adapter = ObsAdapter(inputs, _policy_device(policy, item.device))
+    adapter = ObsAdapter(inputs, policy_device(policy, item.device))
     envs = cache.get_envs(item.spec, len(item.indices))
     traces = rollout(
         policy,
@@ -288,16 +230,6 @@ def run_item(item: WorkItem, cache: _Cache, policy_obj: RolloutPolicy | None = N
         execution=item.execution,
     )
     return [_finish(item, i, t, env_fps(envs[0])) for i, t in zip(item.indices, traces)]
-
-
-def _policy_device(policy: RolloutPolicy, fallback: str) -> Any:
-    params = getattr(policy, "parameters", None)
-    if callable(params):
-        try:
-            return next(iter(params())).device
-        except (StopIteration, TypeError):
-            pass
-    return fallback
 
 
 # ------------------------------------------------------------------------------------------- the pool
@@ -388,7 +320,7 @@ def evaluate_many(
     local = [s for s in sources if s not in pooled]
     cache = _Cache()
     try:
-        with torch_threads(cfg.threads_per_worker):
+        with torch_threads(rollout_threads(cfg.threads_per_worker, cfg.workers, pooled=False)):
             for src in local:
                 vdir = video_root / src.name if video_root is not None else None
                 for item in _items(src, spec, cfg, vdir):
@@ -425,7 +357,7 @@ def _film(
     groups = sorted({i // batch for i in chosen})  # the first pass ran range(g * batch, ...) together
     indices = [i for g in groups for i in range(g * batch, min(cfg.episodes, (g + 1) * batch))]
     pooled = not src.in_process_only and cfg.workers > 1
-    threads = cfg.threads_per_worker or (max(1, (os.cpu_count() or 1) // cfg.workers) if pooled else None)
+    threads = rollout_threads(cfg.threads_per_worker, cfg.workers, pooled)
     filmed: dict[int, EpisodeResult] = {}
     cache = _Cache()
     try:
@@ -450,24 +382,8 @@ def _film(
     return out
 
 
-@contextlib.contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """Run a block with ``n`` torch intra-op threads (unchanged for None), restoring the count after."""
-    if n is None:
-        yield
-        return
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _run_pool(sources, spec, cfg, video_root, collect) -> None:
-    threads = cfg.threads_per_worker or max(1, (os.cpu_count() or 1) // cfg.workers)
+    threads = rollout_threads(cfg.threads_per_worker, cfg.workers)
     # Spawned workers that die with this process (SIGKILL included) and are killed when the block is left
     # by an error or a SIGTERM (actlab.utils.procs).
     with worker_pool(cfg.workers, _init_worker, (threads,)) as pool:

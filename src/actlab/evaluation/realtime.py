@@ -11,7 +11,6 @@ policy before any episode runs, and latencies are parsed (steps, milliseconds, o
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -19,8 +18,26 @@ from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
-from actlab.policies.execution import EXECUTION_MODES, ChunkLimits, ExecutionSpec, check_execution
-from actlab.utils.io import read_json
+from actlab.evaluation.envs import make_eval_env
+from actlab.evaluation.harness import evaluate_many
+from actlab.evaluation.policy_io import ObsAdapter, policy_inputs
+from actlab.evaluation.results import percentile
+from actlab.evaluation.sources import (
+    PolicySource,
+    check_sources_execution,
+    policy_device,
+    rollout_threads,
+    source_dir,
+    source_inputs,
+    source_limits,
+    spec_for_inputs,
+)
+from actlab.evaluation.sweep import EVAL_KIND
+from actlab.policies.execution import EXECUTION_MODES, RENAMED_MODES, ExecutionSpec, check_execution
+from actlab.utils.io import atomic_dir, atomic_file, atomic_write_json, atomic_write_text, check_out_dir
+from actlab.utils.table import table
+from actlab.utils.threads import torch_threads
+from actlab.viz.eval import figure
 
 MEASURED = "measured"
 # Timed inferences of a --latency measured calibration, after WARMUP_CALLS untimed ones: the first calls
@@ -30,41 +47,19 @@ MEASURE_CALLS = 20
 WARMUP_CALLS = 3
 
 
-def source_limits(src: Any) -> ChunkLimits | None:
-    """What a policy source can execute (from a bundle's config.json or the object's config); None for
-    a policy that does not predict chunks (a scripted expert, a factory)."""
-    if getattr(src, "path", None) is not None:
-        cfg = read_json(Path(src.path) / "config.json", "policy config")
-        return ChunkLimits.from_config(cfg) if "chunk_size" in cfg else None
-    obj = getattr(src, "obj", None)
-    cfg = getattr(obj, "config", None)
-    if obj is None or not hasattr(obj, "predict_action_chunk") or getattr(cfg, "chunk_size", None) is None:
-        return None
-    return ChunkLimits.from_config(cfg)
-
-
-def check_sources_execution(sources: Sequence[Any], execution: ExecutionSpec | None) -> None:
-    """Every source can run ``execution`` (an ActlabError naming the policy and the limit otherwise)."""
-    if execution is None or execution.mode == "sync":
-        return
-    for src in sources:
-        limits = source_limits(src)
-        if limits is None:
-            raise ActlabError(
-                f"{src.name}: --execution {execution.mode} needs a policy that predicts action chunks "
-                "(predict_action_chunk and a config with chunk_size)",
-                field="--execution",
-                expected="sync for this policy",
-                found=execution.mode,
-                fix="evaluate it with --execution sync (the default)",
-            )
-        check_execution(execution, limits, where=src.name)
-
-
 def parse_modes(text: str) -> list[str]:
     """``"sync,async,rtc"`` -> the modes, each checked."""
     modes = [m.strip() for m in text.split(",") if m.strip()]
     bad = [m for m in modes if m not in EXECUTION_MODES]
+    renamed = [f"{m} is now {RENAMED_MODES[m]}" for m in bad if m in RENAMED_MODES]
+    if renamed:
+        raise ActlabError(
+            "renamed execution mode",
+            field="--execution",
+            expected=" / ".join(EXECUTION_MODES),
+            found=text,
+            fix="; ".join(renamed),
+        )
     if not modes or bad:
         raise ActlabError(
             "unknown execution mode",
@@ -104,16 +99,13 @@ def parse_latencies(text: str, fps: int) -> list[int | str]:
     return list(dict.fromkeys(out))
 
 
-def measure_inference(src: Any, spec: Any, cfg: Any, fps: int) -> dict[str, float | int]:
+def measure_inference(src: PolicySource, spec: Any, cfg: Any, fps: int) -> dict[str, float | int]:
     """Time ``predict_action_chunk`` of a bundle on its device, with a batch of ``cfg.batch_envs`` real
     first observations, as the rollout workers call it (their thread count); the delay is the median
     time in control steps, rounded up. Returns median_ms, p99_ms, steps and calls."""
     import torch
 
-    from actlab.evaluation.envs import make_eval_env
-    from actlab.evaluation.harness import _policy_device, source_inputs, spec_for_inputs, torch_threads
-    from actlab.evaluation.policy_io import ObsAdapter, policy_inputs
-    from actlab.policies import load_policy
+    from actlab.policies import load_policy  # lazy: torch loads only when a latency is measured
 
     if getattr(src, "path", None) is None:
         raise ActlabError(
@@ -126,11 +118,11 @@ def measure_inference(src: Any, spec: Any, cfg: Any, fps: int) -> dict[str, floa
     env = make_eval_env(spec_for_inputs(spec, source_inputs(src)))
     try:
         obs, _ = env.reset(seed=cfg.seed)
-        adapter = ObsAdapter(policy_inputs(policy), _policy_device(policy, cfg.device))
+        adapter = ObsAdapter(policy_inputs(policy), policy_device(policy, cfg.device))
         batch = adapter([obs] * cfg.batch_envs)
     finally:
         getattr(env, "close", lambda: None)()
-    threads = cfg.threads_per_worker or max(1, (os.cpu_count() or 1) // cfg.workers)
+    threads = rollout_threads(cfg.threads_per_worker, cfg.workers)  # as the rollout workers run it
     times = []
     with torch_threads(threads), torch.inference_mode():
         for _ in range(WARMUP_CALLS + MEASURE_CALLS):
@@ -145,8 +137,6 @@ def delay_from_timings(times_ms: Sequence[float], fps: int, warmup: int = WARMUP
     """Inference times (ms, in call order) -> the delay in control steps: the median of the calls after
     the first ``warmup`` (whose one-off costs must not set the delay), rounded up; with median_ms, p99_ms
     and the number of calls timed."""
-    from actlab.evaluation.results import percentile
-
     kept = list(times_ms)[warmup:]
     if not kept:
         raise ValueError(f"no timings after {warmup} warm-up calls")
@@ -197,8 +187,8 @@ class Cell:
 
 
 def plan_cells(
-    sources: Sequence[Any], modes: Sequence[str], latencies: Sequence[int], horizon: int | None
-) -> list[tuple[Any, ExecutionSpec, int]]:
+    sources: Sequence[PolicySource], modes: Sequence[str], latencies: Sequence[int], horizon: int | None
+) -> list[tuple[PolicySource, ExecutionSpec, int]]:
     """Every cell of the grid, each checked against its policy (so a bad one fails before any episode).
     ``sync`` runs once per policy, at delay 0 (the sim waits for it, whatever the delay)."""
     cells = []
@@ -214,7 +204,7 @@ def plan_cells(
 
 
 def run_sweep(
-    sources: Sequence[Any],
+    sources: Sequence[PolicySource],
     env_spec: Any,
     cfg: Any,
     modes: Sequence[str],
@@ -224,8 +214,6 @@ def run_sweep(
     on_cell: Callable[[Cell], None] | None = None,
 ) -> tuple[list[Cell], dict[str, dict]]:
     """Evaluate every cell on the same seeds; returns the cells and the measured latencies per policy."""
-    from actlab.evaluation.harness import evaluate_many
-
     measured: dict[str, dict] = {}
     if MEASURED in latencies:
         for src in sources:
@@ -267,6 +255,71 @@ def run_sweep(
     return cells_out, measured
 
 
+# The files of a delay sweep's output directory (an ``actlab eval`` output: EVAL_KIND).
+SWEEP_FILES = ("sweep.json", "sweep.md", "sweep.png")
+
+
+def delay_sweep(
+    sources: Sequence[PolicySource],
+    env_spec: Any,
+    cfg: Any,
+    modes: Sequence[str],
+    latencies: Sequence[int | str],
+    horizon: int | None,
+    fps: int,
+    out: str | Path | None = None,
+    overwrite: bool = False,
+    on_cell: Callable[[Cell], None] | None = None,
+) -> tuple[list[Cell], dict]:
+    """``actlab eval --execution A,B --latency X,Y``: every cell checked against every policy (and ``out``
+    against the output rules) before any episode runs, then run; returns the cells and the sweep's record
+    (what sweep.json holds), written to ``out`` when given."""
+    fixed = [d for d in latencies if d != MEASURED]  # a measured delay is checked once it is timed
+    plan_cells(sources, modes, [int(d) for d in fixed], horizon)
+    inputs = [source_dir(s) for s in sources]
+    if out is not None:  # an input is never an output, checked before the sweep runs
+        check_out_dir(Path(out), EVAL_KIND, overwrite, inputs)
+    t0 = time.perf_counter()
+    cells, measured = run_sweep(sources, env_spec, cfg, modes, latencies, horizon, fps, on_cell=on_cell)
+    record = {
+        "task": env_spec.task,
+        "episodes": cfg.episodes,
+        "seeds": f"{cfg.seed}..{cfg.seed + cfg.episodes - 1} (episode i uses seed + i, every cell)",
+        "fps": fps,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "measured_inference": measured or None,
+        "cells": [c.to_dict(fps) for c in cells],
+    }
+    if out is not None:
+        heading = f"actlab eval delay sweep: {env_spec.task}"
+        title = f"{env_spec.task}: success and boundary jump vs delay"
+        write_sweep(out, cells, fps, record, heading, title, overwrite=overwrite, inputs=inputs)
+    return cells, record
+
+
+def write_sweep(
+    out: str | Path,
+    cells: Sequence[Cell],
+    fps: int,
+    record: dict,
+    heading: str,
+    title: str,
+    *,
+    overwrite: bool,
+    inputs: Sequence[str | Path | None],
+) -> list[Path]:
+    """A delay sweep's directory, written atomically (the one writer of ``actlab eval`` and ``actlab
+    demo``): sweep.json (``record``, its ``cells`` the cells' records), sweep.md (``heading`` and the
+    table) and sweep.png (``title``). Returns the files' paths."""
+    out = Path(out)
+    with atomic_dir(out, overwrite=overwrite, kind=EVAL_KIND, inputs=inputs) as tmp:
+        atomic_write_json(tmp / "sweep.json", record)
+        md = sweep_table(cells, fps, markdown=True)
+        atomic_write_text(tmp / "sweep.md", f"# {heading}\n\n{md}\n")
+        plot_sweep(record["cells"], tmp / "sweep.png", title=title)
+    return [out / f for f in SWEEP_FILES]
+
+
 SWEEP_HEADERS = (
     "policy",
     "mode",
@@ -289,8 +342,6 @@ def _f(x: float | None, digits: int = 3) -> str:
 
 def sweep_table(cells: Sequence[Cell], fps: int, markdown: bool = False) -> str:
     """One row per cell: success with its interval and the smoothness figures."""
-    from actlab.utils.table import table
-
     rows = []
     for c in cells:
         s = c.summary
@@ -316,10 +367,7 @@ def sweep_table(cells: Sequence[Cell], fps: int, markdown: bool = False) -> str:
 def plot_sweep(records: Sequence[dict], path: str | Path, title: str | None = None) -> Path:
     """PNG: success (95% interval) and mean chunk-boundary jump against delay, one line per policy+mode.
     ``sync`` (delay 0 only) is drawn as a dashed horizontal reference."""
-    from actlab.utils.io import atomic_file
-    from actlab.viz.eval import _figure
-
-    plt = _figure()
+    plt = figure()
     fig, (ax_s, ax_j) = plt.subplots(1, 2, figsize=(11, 4.2))
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in records:

@@ -22,7 +22,7 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.evaluation.envs import EnvSpec
-from actlab.evaluation.harness import EvalConfig, PolicySource, as_source, evaluate_many
+from actlab.evaluation.harness import EvalConfig, evaluate_many
 from actlab.evaluation.results import (
     CheckpointEval,
     EpisodeResult,
@@ -30,6 +30,7 @@ from actlab.evaluation.results import (
     markdown_report,
     results_table,
 )
+from actlab.evaluation.sources import PolicySource, as_source, source_dir
 from actlab.evaluation.whiskers import check_whiskers_options, whiskers_video
 from actlab.utils.io import atomic_dir, atomic_write_json, atomic_write_text, read_json
 from actlab.viz.eval import plot_success_vs_step
@@ -171,7 +172,7 @@ def run_eval(
         return EvalReport(evals, None, {}, meta)
     out_dir = Path(out_dir)
     # Never deleted by --overwrite, nor written into: the bundles, and a bridged LeRobot policy's directory.
-    inputs = [s.path or getattr(s.obj, "policy_dir", None) for s in sources]
+    inputs = [source_dir(s) for s in sources]
     with atomic_dir(out_dir, overwrite=overwrite, kind=EVAL_KIND, inputs=inputs) as tmp:
         t0 = time.perf_counter()
         evals = evaluate_many(sources, spec, cfg, tmp, on_episode)

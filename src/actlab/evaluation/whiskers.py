@@ -23,13 +23,14 @@ import numpy as np
 
 from actlab.errors import ActlabError
 from actlab.evaluation.envs import EnvSpec, env_fps, env_max_steps, make_eval_env
-from actlab.evaluation.harness import as_source, source_inputs, spec_for_inputs, torch_threads
 from actlab.evaluation.policy_io import ObsAdapter, actions_to_numpy, policy_inputs
 from actlab.evaluation.rollout import kept_info, near_goal_radius
+from actlab.evaluation.sources import as_source, source_inputs, spec_for_inputs
 from actlab.evaluation.taxonomy import PhaseRecord, classify
 from actlab.evaluation.video import VIDEO_HOLD_S, draw_text, outcome_text, write_video
 from actlab.policies.contract import RolloutPolicy
 from actlab.utils.io import write_png
+from actlab.utils.threads import torch_threads
 
 # Colours chosen against the sim's palette (grey table, blue bowl, red cube, yellow-and-black arm).
 CURRENT = (40, 255, 40)  # newest predicted path: bright green with a black outline

@@ -16,11 +16,13 @@ child gets the policy's.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+import select
 import subprocess
 import sys
 import tempfile
-import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,9 +31,10 @@ import numpy as np
 
 from actlab.datasets.hub import model_location
 from actlab.errors import ActlabError
-from actlab.evaluation.harness import PolicySource
+from actlab.evaluation.sources import PolicySource
 from actlab.lerobot.child import PROTOCOL_VERSION, ProtocolError, read_message, write_message
 from actlab.utils.io import read_json
+from actlab.utils.procs import kill_tree, start_group_kwargs
 
 CHILD_SCRIPT = Path(__file__).with_name("child.py")
 # Characters of the child's stderr quoted in an error.
@@ -40,8 +43,11 @@ STDERR_TAIL = 3000
 CLOSE_WAIT_S = 30.0
 # Default deadline for each answer of the child (seconds), the hello that follows loading the policy
 # included: a large VLA loads in a few minutes on a CPU and one step takes seconds; a child that has not
-# answered in 10 minutes is stuck (a deadlock, a blocked device), not slow.
+# answered in 10 minutes is stuck (a deadlock, a blocked device), not slow. At the deadline the child and
+# every process it started are killed (a process group of its own; utils.procs.kill_tree).
 REPLY_TIMEOUT_S = 600.0
+# The longest --lerobot-timeout accepted (seconds): a day; a larger one is a typo, not a slow policy.
+MAX_REPLY_TIMEOUT_S = 86400.0
 
 
 def parse_rename(pairs: Sequence[str]) -> list[tuple[str, str]]:
@@ -132,6 +138,60 @@ def child_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV}
 
 
+class DeadlinePassed(Exception):
+    """A :class:`DeadlinePipe` call ran past its deadline."""
+
+
+class DeadlinePipe:
+    """The child's stdin and stdout, written and read only as far as ``select`` says they can be, so no
+    call waits past its deadline: not on a child that stopped reading (a full pipe), not on one that
+    stopped answering, and not on a grandchild that keeps the pipe open after the child was killed.
+
+    ``stdin`` / ``stdout``: the unbuffered pipe ends of ``Popen(..., bufsize=0)``; stdin is made
+    non-blocking (a write then takes what fits and never blocks)."""
+
+    def __init__(self, stdin: Any, stdout: Any) -> None:
+        self._in, self._out = stdin, stdout
+        os.set_blocking(stdin.fileno(), False)
+        self._deadline = 0.0
+
+    def _wait(self, fd: int, write: bool) -> None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise DeadlinePassed
+        ready = select.select([], [fd], [], left) if write else select.select([fd], [], [], left)
+        if not any(ready):
+            raise DeadlinePassed
+
+    def send(self, header: dict[str, Any], arrays: dict[str, np.ndarray] | None, deadline: float) -> None:
+        """Write one message by ``deadline`` (time.monotonic); BrokenPipeError when the child is gone."""
+        buf = io.BytesIO()
+        write_message(buf, header, arrays)
+        data, fd, self._deadline = memoryview(buf.getvalue()), self._in.fileno(), deadline
+        while data:
+            self._wait(fd, write=True)
+            try:
+                data = data[os.write(fd, data) :]
+            except BlockingIOError:  # another writer filled it between select and write: wait again
+                continue
+
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` bytes, once some are there (b"" at EOF); read_message's stream interface."""
+        fd = self._out.fileno()
+        self._wait(fd, write=False)
+        return os.read(fd, n)
+
+    def receive(self, deadline: float) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """Read one message by ``deadline``; EOFError when the child closed its output between messages."""
+        self._deadline = deadline
+        return read_message(self)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        for stream in (self._in, self._out):
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
 class ChildSlot:
     """At most one running child among the bridges that share it (a sweep over LeRobot checkpoints keeps
     one policy in memory at a time, as actlab's workers do with bundles)."""
@@ -172,12 +232,14 @@ class LeRobotBridgePolicy:
         env: dict[str, str] | None = None,
         timeout_s: float = REPLY_TIMEOUT_S,
     ) -> None:
-        if not timeout_s > 0:
+        if not 0 < timeout_s <= MAX_REPLY_TIMEOUT_S:  # (also refuses NaN)
             raise ActlabError(
-                "the lerobot child's timeout must be > 0 s", field="--lerobot-timeout", found=timeout_s
+                "the lerobot child's timeout must be > 0 s",
+                field="--lerobot-timeout",
+                expected=f"seconds in (0, {MAX_REPLY_TIMEOUT_S:g}], e.g. {REPLY_TIMEOUT_S:g}",
+                found=timeout_s,
             )
         self.timeout_s = float(timeout_s)
-        self._timed_out = False
         self.policy_dir = Path(policy_dir)
         self.python = str(python)
         if not Path(self.python).exists():
@@ -203,6 +265,7 @@ class LeRobotBridgePolicy:
         self.env = env if env is not None else child_env()
         self.info: dict[str, Any] | None = None
         self._proc: subprocess.Popen | None = None
+        self._pipe: DeadlinePipe | None = None
         self._stderr: Any = None
 
     # ------------------------------------------------------------------------------------------ process
@@ -226,10 +289,19 @@ class LeRobotBridgePolicy:
             self._stderr.close()  # from a start that failed
         # The child's stderr goes to a file (quoted in errors): a pipe nobody reads would block the child.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
+        # Unbuffered pipes, read and written only when select says so (DeadlinePipe); a process group of
+        # its own, ended as a whole (kill_tree): the python may be a wrapper whose own child holds the pipes.
         self._proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=self.env
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=self.env,
+            bufsize=0,
+            **start_group_kwargs(),
         )
-        header, _ = self._receive("hello")
+        self._pipe = DeadlinePipe(self._proc.stdin, self._proc.stdout)
+        header, _ = self._exchange("hello", None, None, self.timeout_s)
         if header.get("protocol") != PROTOCOL_VERSION:
             self.close()
             raise ActlabError(
@@ -247,8 +319,8 @@ class LeRobotBridgePolicy:
         return self._stderr.read().decode(errors="replace")[-STDERR_TAIL:]
 
     def _fail(self, problem: str, found: Any = None, fix: str | None = None) -> ActlabError:
+        self._kill()  # first: the tail then holds everything the child and its children wrote
         tail = self._stderr_tail()
-        self._kill()
         return ActlabError(
             problem,
             file=self.policy_dir,
@@ -256,93 +328,86 @@ class LeRobotBridgePolicy:
             fix=fix or f"run the lerobot python by hand: {self.python} {self.child_script} {self.policy_dir}",
         )
 
-    def _on_deadline(self, proc: subprocess.Popen) -> None:
-        # Runs on the timer's thread: killing the child ends the main thread's blocked read with EOF.
-        self._timed_out = True
-        with contextlib.suppress(OSError):
-            proc.kill()
-
-    def _receive(self, op: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        assert self._proc is not None and self._proc.stdout is not None
-        proc = self._proc
-        self._timed_out = False
-        timer = threading.Timer(self.timeout_s, self._on_deadline, args=(proc,))
-        timer.daemon = True
-        timer.start()
+    def _exchange(
+        self,
+        op: str,
+        header: dict[str, Any] | None,
+        arrays: dict[str, np.ndarray] | None,
+        timeout_s: float,
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """Send a request (none for the hello) and read its answer, both within ``timeout_s`` seconds.
+        Past the deadline the child's whole process tree is killed and an ActlabError names it."""
+        assert self._proc is not None and self._pipe is not None
+        proc, pipe = self._proc, self._pipe
+        deadline = time.monotonic() + timeout_s
         try:
-            header, arrays = read_message(proc.stdout)
+            if header is not None:
+                pipe.send(header, arrays, deadline)
+            answer = pipe.receive(deadline)
+        except DeadlinePassed:
+            raise self._fail(
+                f"the lerobot child (pid {proc.pid}, {self.python}) did not answer {op!r} within the "
+                f"--lerobot-timeout of {timeout_s:g} s; it was killed with every process it started",
+                fix="if the policy is only slow (a large model loading on a CPU), raise --lerobot-timeout "
+                f"(seconds); otherwise run the child by hand to see where it hangs: {self.python} "
+                f"{self.child_script} {self.policy_dir}",
+            ) from None
+        except (BrokenPipeError, ConnectionResetError) as e:
+            code = proc.poll()
+            raise self._fail(f"the lerobot child is gone (exit code {code}) before {op!r}") from e
         except EOFError:
-            timer.cancel()
-            if self._timed_out:
-                raise self._fail(
-                    f"the lerobot child (pid {proc.pid}) did not answer {op!r} within {self.timeout_s:g} s "
-                    "and was killed",
-                    fix="if the policy is only slow (a large model loading on a CPU), raise "
-                    f"--lerobot-timeout; otherwise run the child by hand to see where it hangs: "
-                    f"{self.python} "
-                    f"{self.child_script} {self.policy_dir}",
-                ) from None
             try:
-                code = proc.wait(timeout=CLOSE_WAIT_S)  # its stdout closed: it is exiting
-            except subprocess.TimeoutExpired:
+                code = proc.wait(timeout=max(0.1, min(CLOSE_WAIT_S, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:  # its output closed, the process did not exit
                 code = "none: it closed its output but did not exit, killed"
             raise self._fail(f"the lerobot child exited (code {code}) before answering {op!r}") from None
         except ProtocolError as e:
-            timer.cancel()
             raise self._fail(f"the lerobot child broke the protocol while answering {op!r}: {e}") from e
-        finally:
-            timer.cancel()
-        if not header.get("ok", False):
-            error = header.get("error", "?")
+        header_in, arrays_in = answer
+        if not header_in.get("ok", False):
+            error = header_in.get("error", "?")
             if op == "hello":
-                raise self._fail(f"lerobot could not load the policy: {error}", found=header.get("traceback"))
+                raise self._fail(
+                    f"lerobot could not load the policy: {error}", found=header_in.get("traceback")
+                )
             raise ActlabError(
                 f"the LeRobot policy failed on {op!r}: {error}",
                 file=self.policy_dir,
-                found=header.get("traceback"),
+                found=header_in.get("traceback"),
                 fix="the traceback is from lerobot's side (child process); check the observation keys/shapes "
                 "against the policy's config.json input_features",
             )
-        return header, arrays
+        return header_in, arrays_in
 
     def _request(
         self, header: dict[str, Any], arrays: dict[str, np.ndarray] | None = None
     ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         self.start()
-        assert self._proc is not None and self._proc.stdin is not None
-        try:
-            write_message(self._proc.stdin, header, arrays)
-        except (BrokenPipeError, OSError) as e:
-            code = self._proc.poll()
-            raise self._fail(f"the lerobot child is gone (exit code {code})") from e
-        return self._receive(header["op"])
+        return self._exchange(header["op"], header, arrays, self.timeout_s)
 
     def _kill(self) -> None:
+        """End the child's whole process tree (also after the child exited: what it left in its group)."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.kill()
+        pipe, self._pipe = self._pipe, None
+        if proc is not None:
+            kill_tree(proc)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=CLOSE_WAIT_S)  # SIGKILL: only a process stuck in the kernel outlives it
-        for stream in (getattr(proc, "stdin", None), getattr(proc, "stdout", None)):
-            if stream is not None:
-                stream.close()
+                proc.wait(timeout=CLOSE_WAIT_S)  # reap it (SIGKILL: only a process stuck in the kernel waits)
+        if pipe is not None:
+            pipe.close()
 
     def close(self) -> None:
-        """Ask the child to exit (killed after CLOSE_WAIT_S); a no-op when it is not running."""
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            # The goodbye is read under the same deadline: a child that never answers it is killed.
-            timer = threading.Timer(CLOSE_WAIT_S, self._on_deadline, args=(proc,))
-            timer.daemon = True
-            timer.start()
+        """Ask the child to exit (its tree killed after CLOSE_WAIT_S); a no-op when it is not running."""
+        proc, pipe = self._proc, self._pipe
+        if proc is not None and pipe is not None and proc.poll() is None:
+            # The goodbye is read under its own deadline: a child that never answers it is killed.
+            deadline = time.monotonic() + CLOSE_WAIT_S
             try:
-                write_message(proc.stdin, {"op": "close"})
-                read_message(proc.stdout)
-                proc.wait(timeout=CLOSE_WAIT_S)
-            except (OSError, EOFError, ProtocolError, subprocess.TimeoutExpired):
+                pipe.send({"op": "close"}, None, deadline)
+                pipe.receive(deadline)
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except (OSError, EOFError, ProtocolError, DeadlinePassed, subprocess.TimeoutExpired):
                 pass
-            finally:
-                timer.cancel()
         self._kill()
         if self._stderr is not None:
             self._stderr.close()

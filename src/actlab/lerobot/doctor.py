@@ -20,8 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from actlab.datasets import open_dataset
 from actlab.errors import ActlabError
+from actlab.evaluation.doctor import DoctorConfig, diagnose
 from actlab.lerobot.bridge import LeRobotBridgePolicy
+from actlab.utils.io import require_file
 
 PREPROCESSOR = "policy_preprocessor.json"
 POSTPROCESSOR = "policy_postprocessor.json"
@@ -55,13 +58,13 @@ def processor_stats(policy_dir: str | Path) -> dict[str, dict[str, np.ndarray]]:
     if step is None or not step.get("state_file"):
         return {}
     state = Path(policy_dir) / step["state_file"]
-    if not state.is_file():
-        raise ActlabError(
-            "the preprocessor's normalizer state file is missing",
-            file=state,
-            field=f"{PREPROCESSOR}: steps[].state_file",
-            fix="copy the whole pretrained_model directory of the training run",
-        )
+    require_file(
+        state,
+        "the preprocessor's normalizer state file is missing",
+        field=f"{PREPROCESSOR}: steps[].state_file",
+        expected="a safetensors file of the normalizer's statistics",
+        fix="copy the whole pretrained_model directory of the training run",
+    )
     config = step.get("config") or {}
     features, modes = config.get("features") or {}, config.get("norm_map") or {}
     # a feature type normalized by IDENTITY (SmolVLA's and Pi0's images) is not normalized at all: its
@@ -161,9 +164,6 @@ def doctor_lerobot(
 ) -> Any:
     """:func:`actlab.evaluation.doctor.diagnose` of a LeRobot pretrained-policy directory run by
     ``python`` (``bridge_kwargs``: ``rename``, ``threads`` ... of :class:`LeRobotBridgePolicy`)."""
-    from actlab.datasets import open_dataset
-    from actlab.evaluation.doctor import DoctorConfig, diagnose
-
     cfg = cfg or DoctorConfig()
     args = list(bridge_kwargs.pop("child_args", ()))
     bridge = LeRobotBridgePolicy(

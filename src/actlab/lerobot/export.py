@@ -41,7 +41,9 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.policies import load_policy
+from actlab.policies.bundle import write_bundle
 from actlab.policies.configs import VIT_BACKBONES
+from actlab.utils import config as cfgutil
 from actlab.utils.io import atomic_dir, atomic_write_bytes, atomic_write_json, check_out_dir
 
 # The LeRobot release whose format this writes (and whose source the tests run against).
@@ -64,12 +66,13 @@ SHARED_FIELDS = (
     "latent_dim", "n_vae_encoder_layers", "temporal_ensemble_coeff", "dropout", "kl_weight",
 )  # fmt: skip
 # The LeRobot plugin shipped by this repository (integrations/lerobot_policy_actlab): the distribution,
-# the line that installs it into a lerobot venv (run from the repository root; docs/lerobot.md shows it),
-# the LeRobot policy type of each actlab policy type, and the export's actlab bundle folder.
+# the line that installs it with actlab (its dependency) into a lerobot venv (run from the repository
+# root; docs/lerobot.md shows it), the LeRobot policy type of each actlab policy type, and the export's
+# actlab bundle folder.
 PLUGIN_DIST = "lerobot_policy_actlab"
-PLUGIN_PIP = "pip install ./integrations/lerobot_policy_actlab"
+PLUGIN_PIP = "pip install . ./integrations/lerobot_policy_actlab"
 # ViT backbones are transformers' models, which lerobot 0.6.1 does not install: the plugin's `vit` extra
-PLUGIN_PIP_VIT = "pip install './integrations/lerobot_policy_actlab[vit]'"
+PLUGIN_PIP_VIT = "pip install . './integrations/lerobot_policy_actlab[vit]'"
 PLUGIN_TYPES = {"act": "actlab_act", "act_relative": "actlab_act_relative"}
 PLUGIN_BUNDLE = "actlab_bundle"
 # --lerobot-type choices: auto = LeRobot's own `act` where exactly equivalent, else the plugin's type.
@@ -369,8 +372,6 @@ def plugin_config(policy: Any) -> dict[str, Any]:
     cameras at their trained size), ``chunk_size`` / ``n_action_steps`` and, for act_relative, the RTC
     limit LeRobot's engine must respect.
     """
-    from actlab.utils import config as cfgutil
-
     cfg = policy.config
     inputs, outputs = lerobot_features(policy)
     return {
@@ -423,8 +424,6 @@ def export_plugin_policy(
     processors' JSON and the actlab bundle itself in ``actlab_bundle/`` (safetensors + JSON): the plugin
     runs actlab's own policy code on it, so its actions are actlab's by construction.
     """
-    from actlab.policies.bundle import write_bundle
-
     kind = policy.config.type
     if kind not in PLUGIN_TYPES:
         raise ActlabError(

@@ -33,7 +33,7 @@ from actlab.lerobot.export import (
 )
 from actlab.policies import ACTConfig, load_policy, make_policy, save_policy
 from actlab.policies.backbones import IMAGENET_MEAN, IMAGENET_STD
-from actlab.utils.io import check_out_dir, read_json
+from actlab.utils.io import check_out_dir, read_json, require_file
 
 # LeRobot range modes: (low stat, high stat).
 _RANGE_MODES = {"MIN_MAX": ("min", "max"), "QUANTILES": ("q01", "q99"), "QUANTILE10": ("q10", "q90")}
@@ -43,21 +43,24 @@ _BRIDGE_FIX = "evaluate it through the bridge instead: actlab eval --lerobot-pol
 
 def _read_json(path: Path, what: str) -> Any:
 
-    if not path.is_file():
-        raise ActlabError(
-            f"the LeRobot policy directory has no {path.name} ({what})",
-            file=path,
-            expected="a directory saved by lerobot (config.json, model.safetensors, policy_*processor.json)",
-            fix="pass a pretrained_model directory, e.g. outputs/train/RUN/checkpoints/last/pretrained_model",
-        )
+    require_file(
+        path,
+        f"the LeRobot policy directory has no {path.name} ({what})",
+        expected="a directory saved by lerobot (config.json, model.safetensors, policy_*processor.json)",
+        fix="pass a pretrained_model directory, e.g. outputs/train/RUN/checkpoints/last/pretrained_model",
+    )
     return read_json(path, what)
 
 
 def _tensors(path: Path) -> dict[str, np.ndarray]:
     from safetensors.numpy import load_file
 
-    if not path.is_file():
-        raise ActlabError("file not found", file=path, fix="the LeRobot policy directory is incomplete")
+    require_file(
+        path,
+        "file not found",
+        expected="a safetensors file",
+        fix="the LeRobot policy directory is incomplete",
+    )
     try:
         return load_file(str(path))
     except Exception as e:  # safetensors' own error types for a truncated or foreign file

@@ -63,6 +63,7 @@ def camera_to_trained(images: Any, key: str, trained: tuple[int, int, bool]) -> 
     """
     import torch
 
+    # lazy: the plugin imports this module at LeRobot start; the resize code loads with the first frame
     from actlab.evaluation.policy_io import resize_images
 
     h, w, fit_pad = trained
@@ -209,7 +210,7 @@ class SimEpisodes:
         cameras: tuple[str, ...] = ("top", "wrist"),
         signal: SimSignal | None = None,
     ) -> None:
-        from actlab.sim import make_env
+        from actlab.sim import make_env  # lazy: mujoco only when a simulated robot is built
 
         self.env = make_env(image_size=image_size, max_steps=max_steps, cameras=tuple(cameras))
         self.seed = int(seed)
@@ -254,6 +255,7 @@ class SimEpisodes:
         return applied
 
     def _finish_episode(self) -> None:
+        # lazy: the plugin imports this module at LeRobot start; evaluation loads with the first episode
         from actlab.evaluation.taxonomy import PhaseRecord, classify
 
         verdict = classify(PhaseRecord.from_infos(self._infos))

@@ -11,15 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from actlab.datasets import compute_stats, open_dataset
 from actlab.errors import ActlabError
+from actlab.policies import get_config_class, make_policy
+from actlab.utils.config import from_dict
 
 
 def build_policy_for_dataset(fields: dict[str, Any], root: str | Path, dataset_stats: Any = None) -> Any:
     """actlab policy (fresh weights) for the LeRobot v3 dataset at ``root`` from config ``fields``."""
-    from actlab.datasets import compute_stats, open_dataset
-    from actlab.policies import get_config_class, make_policy
-    from actlab.utils.config import from_dict
-
     cls = get_config_class(fields.get("type", "act"))
     cfg = from_dict(cls, {k: v for k, v in fields.items() if k != "type"}, where="policy.actlab_config")
     if getattr(cfg, "obs_state_delta_frames", None) is not None:

@@ -30,7 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
-from actlab.utils.io import _fsync_dir, atomic_write_bytes, atomic_write_json, file_sha256, read_json
+from actlab.utils.io import (
+    atomic_write_bytes,
+    atomic_write_json,
+    file_sha256,
+    fsync_dir,
+    read_json,
+    require_file,
+)
 
 STEP_DIR = re.compile(r"^step_(\d{7,})$")
 STATE_DIR = "training_state"
@@ -137,7 +144,7 @@ class Checkpoints:
             if final.exists():  # a resumed run re-reaching a step it had written before being killed
                 shutil.rmtree(final)
             os.replace(tmp, final)
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
         except BaseException as e:
             shutil.rmtree(tmp, ignore_errors=True)  # the previous checkpoints are untouched
             if isinstance(e, OSError) and (e.filename is None or str(e.filename).startswith(str(tmp))):
@@ -215,14 +222,8 @@ class Checkpoints:
     def require(self, step: int, files: Iterable[Path], what: str) -> None:
         """Refuse a checkpoint that lacks one of ``files`` (``what``: the command that writes them)."""
         for f in files:
-            if not f.is_file():
-                raise ActlabError(
-                    "checkpoint is incomplete",
-                    file=f,
-                    expected=f"a file written by {what}",
-                    found="missing",
-                    fix=self.fallback_fix(step),
-                )
+            expected = f"a file written by {what}"
+            require_file(f, "checkpoint is incomplete", expected=expected, fix=self.fallback_fix(step))
 
     def verify(self, step: int, name: str, meta: dict[str, Any]) -> Path:
         """Check file ``name`` (relative to the checkpoint directory) against the digest recorded in

@@ -87,7 +87,7 @@ def image_chw(features: dict[str, Any], key: str) -> tuple[int, int, int]:
     return c, h, w
 
 
-def _last(x: torch.Tensor, sample_ndim: int) -> torch.Tensor:
+def last_frame(x: torch.Tensor, sample_ndim: int) -> torch.Tensor:
     """(B, T, *sample) -> (B, *sample) newest frame; (B, *sample) unchanged. Static shape test only."""
     return x[:, -1] if x.ndim == sample_ndim + 2 else x
 
@@ -367,7 +367,7 @@ class ACTPolicy(nn.Module):
     def _obs_frames(self, x: torch.Tensor, sample_ndim: int, key: str) -> torch.Tensor:
         """An observation as (B*K, *sample) frames, oldest first (K = 1: the newest frame, (B, *sample))."""
         k = self.config.n_obs_steps
-        return _last(x, sample_ndim) if k == 1 else _frames(x, k, sample_ndim, key)
+        return last_frame(x, sample_ndim) if k == 1 else _frames(x, k, sample_ndim, key)
 
     def _feature_maps(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Backbone features (B*K, C', h, w) per camera: cached ones as given, the others computed."""
@@ -433,7 +433,7 @@ class ACTPolicy(nn.Module):
     # ------------------------------------------------------------------------------------------ hooks
     def _state_input(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Normalized current state (B, D)."""
-        return self.normalizer.normalize(STATE, _last(batch[STATE], 1))
+        return self.normalizer.normalize(STATE, last_frame(batch[STATE], 1))
 
     def _action_targets(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Normalized training targets (B, H, A)."""

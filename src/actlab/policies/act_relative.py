@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from actlab.errors import ActlabError
-from actlab.policies.act import ACTION, STATE, ACTPolicy, _last
+from actlab.policies.act import ACTION, STATE, ACTPolicy, last_frame
 from actlab.policies.configs import ACTRelativeConfig
 from actlab.policies.normalize import mean_std
 
@@ -135,7 +135,7 @@ class ACTRelativePolicy(ACTPolicy):
 
     # ------------------------------------------------------------------------------------------ hooks
     def _current_state(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return _last(batch[STATE], 1)  # (B, D)
+        return last_frame(batch[STATE], 1)  # (B, D)
 
     def _action_targets(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         rel = to_relative(batch[ACTION], self._current_state(batch), self.relative_mask)  # (B, H, A)

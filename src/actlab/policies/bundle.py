@@ -29,7 +29,14 @@ from actlab import __version__
 from actlab.errors import ActlabError
 from actlab.policies.registry import get_config_class, make_policy
 from actlab.utils import config as cfgutil
-from actlab.utils.io import atomic_dir, atomic_write_bytes, atomic_write_json, file_sha256, read_json
+from actlab.utils.io import (
+    atomic_dir,
+    atomic_write_bytes,
+    atomic_write_json,
+    file_sha256,
+    read_json,
+    require_file,
+)
 
 FORMAT = "actlab.policy"
 FORMAT_VERSION = 1
@@ -246,13 +253,12 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu") -> Any:
         hint = "pass the bundle directory, not a file inside it" if path.is_file() else "check the path"
         raise ActlabError("policy bundle directory not found", file=path, fix=hint)
     for name in FILES:
-        if not (path / name).is_file():
-            raise ActlabError(
-                f"the policy bundle has no {name}",
-                file=path / name,
-                expected="model.safetensors, config.json, stats.json, features.json, actlab.json",
-                fix="the bundle is incomplete; use another checkpoint or re-save it",
-            )
+        require_file(
+            path / name,
+            f"the policy bundle has no {name}",
+            expected="model.safetensors, config.json, stats.json, features.json, actlab.json",
+            fix="the bundle is incomplete; use another checkpoint or re-save it",
+        )
     meta = read_json(path / "actlab.json", "bundle metadata")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ActlabError(

@@ -1,7 +1,8 @@
 """One execution model for chunked policies: how a chunk is computed while the previous one executes.
 
 Used by the evaluation harness (``actlab eval --execution``; batched envs, each row with its own chunk
-clock) and by the toy servo simulator (``actlab.policies.rtc.simulate``); rollout code asks
+clock) and by the toy servo simulator (``actlab.policies.rtc.simulate``, which takes an
+:class:`ExecutionSpec` too: one set of mode names); rollout code asks
 :class:`ChunkExecutor` for the next action and never re-implements these rules.
 
 The model (RTC, Black et al. 2025), per row (env), with ``t`` the control steps since its episode began:
@@ -24,8 +25,9 @@ The model (RTC, Black et al. 2025), per row (env), with ``t`` the control steps 
   is ``blend``: the overlap is still blended, so it differs from ``sync``.
   ``ensemble``: temporal ensembling (ACT) under the same delay: a chunk starts every s steps (default
   ``max(1, D)``: the inference engine always busy) and the action of step u is the weighted average of
-  every arrived chunk's prediction for u, weights ``exp(-coeff * i)``, i = 0 the oldest. At D = 0 and
-  s = 1 it is ACT's temporal ensembling.
+  every arrived chunk's prediction for u, weights ``exp(-coeff * i)``, i = 0 the oldest
+  (:class:`actlab.policies.ensemble.TemporalEnsembler`, the one implementation). At D = 0 and s = 1 it is
+  ACT's temporal ensembling.
 - Rows that do not need a chunk at a step ride along in the batched call and their output is dropped:
   each row's numbers then never depend on which other rows needed one (batched matmuls may round
   differently for different batch sizes), and there is still one policy call per control step.
@@ -43,6 +45,8 @@ import numpy as np
 from actlab.errors import ActlabError
 
 EXECUTION_MODES = ("sync", "async", "ensemble", "blend", "rtc")
+# Earlier spellings (the servo simulator's own mode names), refused with the name to use instead.
+RENAMED_MODES = {"naive": "async"}
 SCHEDULES = ("exp", "linear", "none")
 # ACT's temporal-ensembling coefficient (Zhao et al. 2023): w_i = exp(-0.01 i), i = 0 the oldest prediction.
 ENSEMBLE_COEFF = 0.01
@@ -71,6 +75,8 @@ class ExecutionSpec:
                     "invalid execution setting", field=field, expected=expected, found=found, fix=fix
                 )
 
+        new = RENAMED_MODES.get(self.mode)
+        check(new is None, "execution", f"{new} (the new name of {self.mode!r})", self.mode, f"use {new}")
         check(self.mode in EXECUTION_MODES, "execution", " / ".join(EXECUTION_MODES), self.mode)
         check(isinstance(self.latency, int) and self.latency >= 0, "latency", "an integer >= 0", self.latency)
         check(
@@ -204,7 +210,7 @@ class _Row:
     chunk: Any = None  # (H, A) the chunk being executed
     start: int = 0  # step of the chunk's index 0 (when its inference started)
     pending: tuple[int, int, Any] | None = None  # (arrival step, start step, chunk) in flight
-    live: list[tuple[int, Any]] = dataclasses.field(default_factory=list)  # ensemble: (start, chunk)
+    ensemble: Any = None  # ensemble mode: the chunks that cover upcoming steps
     actions: list[np.ndarray] = dataclasses.field(default_factory=list)  # executed (A,) per step
     boundaries: list[int] = dataclasses.field(default_factory=list)  # steps that began a new chunk
     committed_ok: bool = True  # rtc: every chunk began with exactly the committed prefix
@@ -245,13 +251,21 @@ class ChunkExecutor:
         self.chunk_fn = chunk_fn or (lambda obs, prefix: policy.predict_action_chunk(obs, prefix=prefix))
         self.on_inference = on_inference
         self.weights = blend_weights(self.h, self.d, self.s, spec.schedule)  # (H,)
-        self.rows = [_Row() for _ in range(batch)]
+        self.rows = [self._new_row() for _ in range(batch)]
+
+    def _new_row(self) -> _Row:
+        if self.spec.mode != "ensemble":
+            return _Row()
+        # lazy: the ensembler imports torch; specs and limits are read without it (the harness, --help)
+        from actlab.policies.ensemble import TemporalEnsembler
+
+        return _Row(ensemble=TemporalEnsembler(self.spec.ensemble_coeff, self.h))
 
     # ------------------------------------------------------------------------------------ episodes
     def restart(self, rows: Sequence[int] | None = None) -> None:
         """Begin a new episode in ``rows`` (all by default)."""
         for b in range(len(self.rows)) if rows is None else rows:
-            self.rows[b] = _Row()
+            self.rows[b] = self._new_row()
 
     def finish(self, row: int) -> None:
         """Freeze ``row`` (its episode ended): it no longer advances; it rides along in calls."""
@@ -357,21 +371,16 @@ class ChunkExecutor:
 
     def _arrive(self, b: int, chunk: Any, start: int, boundary: bool) -> None:
         r = self.rows[b]
-        if self.spec.mode == "ensemble":
-            r.live.append((start, chunk))
+        if r.ensemble is not None:
+            r.ensemble.add(chunk, start)
         r.chunk, r.start = chunk, start
         if boundary:
             r.boundaries.append(r.t)
 
     def _action(self, r: _Row) -> Any:
-        import torch
-
-        if self.spec.mode != "ensemble":
+        if r.ensemble is None:
             return r.chunk[r.t - r.start]
-        r.live = [(st, c) for st, c in r.live if r.t - st < self.h]  # oldest first
-        preds = torch.stack([c[r.t - st] for st, c in r.live]).double()  # (n, A)
-        w = torch.exp(-self.spec.ensemble_coeff * torch.arange(len(r.live), dtype=torch.float64))
-        return ((preds * w[:, None]).sum(0) / w.sum()).float()
+        return r.ensemble.action(r.t)
 
     # ------------------------------------------------------------------------------------ results
     def executed(self, row: int) -> np.ndarray:

@@ -2,21 +2,23 @@
 
 The model of execution (REFERENCE §4, Black et al. 2025):
 
-- Control runs at one action per step. An inference starts every ``execution_horizon`` (s) steps from the
-  observation of that step and its chunk arrives ``latency_steps`` (d) steps later; meanwhile the robot
+- Control runs at one action per step. An inference starts every ``horizon`` (s) steps from the
+  observation of that step and its chunk arrives ``latency`` (d) steps later; meanwhile the robot
   keeps executing the previous chunk. The new chunk's index k is the action for (start step + k), so
   execution resumes at its index d. The first chunk is available at step 0.
 - Dynamics: the robot's joint position follows the executed (commanded) target,
   ``q <- q + tracking_gain * (a - q)`` (1.0: a position servo that reaches the target within a step).
   The observed state is ``q`` plus optional Gaussian sensor noise (``state_noise``); ``obs_fn(t, q)`` may
   add other observation entries (e.g. rendered images).
-- Merging strategies at a chunk switch:
-  ``naive``: switch to the new chunk as it is.
+- How chunks are executed is an :class:`~actlab.policies.execution.ExecutionSpec`, the one of
+  ``actlab eval --execution`` (the same mode names; ``naive`` switching is ``async``):
+  ``async``: switch to the new chunk as it is.
   ``blend``: inference-time RTC only: overlap positions are blended with the old chunk, weights 1 for
   k < d decaying to 0 at k = H - s (exponential schedule of the RTC paper, or linear).
   ``rtc``: the committed actions (old chunk, steps start..start+d-1) are passed as ``prefix`` to
   ``predict_action_chunk`` (re-expressed against the current state by act_relative) and the result is
   blended as in ``blend``.
+  ``ensemble``: temporal ensembling of every arrived chunk.
 - The rules live in ``actlab.policies.execution`` (the evaluation harness executes chunks on the SO-101
   sim with the same :class:`~actlab.policies.execution.ChunkExecutor`); this module is the servo "env".
 - Report: the jump at every chunk boundary ``||a[b] - a[b-1]||`` (L2 over action dims), mean and max, the
@@ -35,24 +37,14 @@ import torch
 from actlab.errors import ActlabError
 from actlab.policies.execution import ChunkExecutor, ChunkLimits, ExecutionSpec, blend_weights, chunk_metrics
 
-MODES = ("naive", "blend", "rtc")
-# simulate's mode names -> the execution model's (naive switching is plain asynchronous execution)
-_EXECUTION_MODE = {"naive": "async", "blend": "blend", "rtc": "rtc"}
-SCHEDULES = ("exp", "linear", "none")
-
 
 @dataclasses.dataclass(frozen=True)
-class ExecutionConfig:
-    """How the simulated robot executes chunks."""
+class ServoConfig:
+    """The simulated robot: how it follows its commands, how its sensors read, how long it runs. How it
+    executes chunks (mode, latency, horizon, blending) is an :class:`ExecutionSpec`, as in ``actlab eval``."""
 
-    # d: control steps one inference takes; the robot executes the old chunk meanwhile
-    latency_steps: int = 3
-    # s: control steps between the starts of two inferences (actions executed per chunk)
-    execution_horizon: int = 8
     # control steps to simulate
     n_steps: int = 120
-    # overlap blending for "blend"/"rtc": "exp" (RTC paper), "linear", or "none" (prefix only)
-    schedule: str = "exp"
     # first-order tracking of the commanded target: q <- q + gain * (a - q); 1.0 = reaches it in one step
     tracking_gain: float = 1.0
     # std of Gaussian sensor noise on the observed joint positions (each measurement drawn once); 0 = exact
@@ -63,18 +55,9 @@ class ExecutionConfig:
     def __post_init__(self) -> None:
         def check(ok: bool, field: str, expected: str, found: object) -> None:
             if not ok:
-                raise ActlabError("invalid execution config", field=field, expected=expected, found=found)
+                raise ActlabError("invalid servo config", field=field, expected=expected, found=found)
 
-        check(self.latency_steps >= 0, "latency_steps", ">= 0", self.latency_steps)
-        check(self.execution_horizon >= 1, "execution_horizon", ">= 1", self.execution_horizon)
-        check(
-            self.latency_steps <= self.execution_horizon,
-            "latency_steps",
-            f"<= execution_horizon ({self.execution_horizon}): one inference at a time",
-            self.latency_steps,
-        )
         check(self.n_steps >= 1, "n_steps", ">= 1", self.n_steps)
-        check(self.schedule in SCHEDULES, "schedule", " / ".join(SCHEDULES), self.schedule)
         check(0 < self.tracking_gain <= 1, "tracking_gain", "0 < gain <= 1", self.tracking_gain)
         check(self.state_noise >= 0, "state_noise", ">= 0", self.state_noise)
 
@@ -112,7 +95,7 @@ class ExecutionResult:
         }
 
 
-__all__ = ["MODES", "SCHEDULES", "ExecutionConfig", "ExecutionResult", "blend_weights", "compare", "simulate"]
+__all__ = ["ExecutionResult", "ExecutionSpec", "ServoConfig", "blend_weights", "compare", "simulate"]
 
 
 def _state_obs(policy: Any, history: list[torch.Tensor]) -> torch.Tensor:
@@ -128,37 +111,23 @@ def _state_obs(policy: Any, history: list[torch.Tensor]) -> torch.Tensor:
 def simulate(
     policy: Any,
     initial_state: torch.Tensor,
-    config: ExecutionConfig,
-    mode: str = "naive",
+    execution: ExecutionSpec,
+    servo: ServoConfig | None = None,
     obs_fn: Callable[[int, torch.Tensor], dict[str, torch.Tensor]] | None = None,
 ) -> ExecutionResult:
-    """Run ``policy`` on the simulated robot from ``initial_state`` with one merging ``mode``.
+    """Run ``policy`` on the simulated robot from ``initial_state`` under ``execution`` (an asynchronous
+    mode: async, blend, rtc or ensemble), checked against the policy as ``actlab eval`` checks it.
 
     ``initial_state`` is the current joint position (A,), or (K, A) past positions oldest first (the robot
-    already moving), which policies with a state delta read as their history.
+    already moving), which policies with a state delta read as their history (kept here, so the
+    executor's refusal of history policies does not apply).
     """
-    if mode not in MODES:
-        raise ActlabError("unknown execution mode", field="mode", expected=" / ".join(MODES), found=mode)
-    horizon = policy.config.chunk_size
-    d, s = config.latency_steps, config.execution_horizon
-    if s + d > horizon:
-        raise ActlabError(
-            "the chunk is too short for this latency and execution horizon",
-            field="execution_horizon",
-            expected=f"execution_horizon + latency_steps <= {horizon}",
-            found=s + d,
-        )
-    if mode == "rtc" and d > getattr(policy.config, "rtc_max_delay", 0):
-        raise ActlabError(
-            "this policy cannot take a committed prefix this long",
-            field="latency_steps",
-            expected=f"<= rtc_max_delay ({getattr(policy.config, 'rtc_max_delay', 0)})",
-            found=d,
-            fix="use mode 'blend', or train act_relative with a larger rtc_max_delay",
-        )
-    spec = ExecutionSpec(mode=_EXECUTION_MODE[mode], latency=d, horizon=s, schedule=config.schedule)
-    limits = ChunkLimits(horizon, s, getattr(policy.config, "rtc_max_delay", 0))
-    executor = ChunkExecutor(policy, spec, limits, batch=1)
+    config = servo or ServoConfig()
+    cfg = policy.config
+    limits = ChunkLimits(
+        cfg.chunk_size, cfg.n_action_steps or cfg.chunk_size, getattr(cfg, "rtc_max_delay", 0) or 0
+    )
+    executor = ChunkExecutor(policy, execution, limits, batch=1)
     policy.reset()
     start = initial_state.detach().float()
     gen = torch.Generator().manual_seed(config.seed)
@@ -182,7 +151,7 @@ def simulate(
         history.append(q)
         measured.append(measure(q))
     return ExecutionResult(
-        mode=mode,
+        mode=execution.mode,
         actions=executor.executed(0),
         states=torch.stack(history[n_past:]).numpy(),
         boundaries=executor.boundaries(0),
@@ -193,14 +162,17 @@ def simulate(
 def compare(
     policy: Any,
     initial_states: list[torch.Tensor],
-    config: ExecutionConfig,
-    modes: tuple[str, ...] = ("naive", "rtc"),
+    execution: ExecutionSpec,
+    servo: ServoConfig | None = None,
+    modes: tuple[str, ...] = ("async", "rtc"),
     obs_fn: Callable[[int, torch.Tensor], dict[str, torch.Tensor]] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """Boundary-jump summary per mode, pooled over runs from each initial state."""
+    """Boundary-jump summary per mode (``execution`` with each of ``modes``), pooled over runs from each
+    initial state."""
     out: dict[str, dict[str, float]] = {}
     for mode in modes:
-        runs = [simulate(policy, s0, config, mode, obs_fn) for s0 in initial_states]
+        spec = dataclasses.replace(execution, mode=mode)
+        runs = [simulate(policy, s0, spec, servo, obs_fn) for s0 in initial_states]
         jumps = np.concatenate([r.boundary_jumps for r in runs])
         steps = np.array([r.mean_step for r in runs])
         out[mode] = {

@@ -91,7 +91,8 @@ _NOT_ARCHITECTURE = ("transformers_version", "model_type", "architectures", "_na
                      "torch_dtype", "stage_names", "out_features", "out_indices")  # fmt: skip
 
 
-def _transformers():
+def load_transformers():
+    """The transformers module, or an ActlabError saying how to install it."""
     try:
         import transformers
     except ImportError as e:
@@ -117,14 +118,14 @@ def vit_config(name: str, overrides: dict[str, Any] | None = None, weights: str 
     """The transformers vision config: ``weights``' (hub id or local dir; downloads config.json once)
     when given, else the family's default size with ``overrides`` applied."""
     fam = _family(name)
-    cls = getattr(_transformers(), fam.config_class)
+    cls = getattr(load_transformers(), fam.config_class)
     if weights is not None:
         try:
             # A full CLIP / SigLIP checkpoint holds text and vision configs: the vision config class reads
             # its part (transformers' base_config_key).
             return cls.from_pretrained(weights)
         except Exception as e:  # offline, unknown id, missing file: all end the same way
-            raise _weights_error(name, weights, e) from e
+            raise weights_error(name, weights, e) from e
     fields = {**fam.default_size, **(overrides or {})}
     if name == "dinov2_vit":
         fields.setdefault("use_mask_token", False)  # the MIM mask token is never used (a dead parameter)
@@ -145,7 +146,7 @@ def recorded_config(hf_config: Any) -> dict[str, Any]:
     return {k: v for k, v in out.items() if isinstance(v, (int, float, str, bool, list, type(None)))}
 
 
-def _weights_error(name: str, weights: str, e: Exception) -> ActlabError:
+def weights_error(name: str, weights: str, e: Exception) -> ActlabError:
     return ActlabError(
         f"cannot load the {name} weights {weights!r}: {type(e).__name__}: {str(e).strip()[:300]}",
         file=weights,
@@ -169,7 +170,7 @@ class ViTBackbone(nn.Module):
         self.features = features
         self.prefix_tokens = fam.prefix_tokens
         self.mean, self.std = fam.mean, fam.std
-        self.model = getattr(_transformers(), fam.model_class)(hf_config)
+        self.model = getattr(load_transformers(), fam.model_class)(hf_config)
         self.patch_size = int(hf_config.patch_size)
         self.config_image_size = int(hf_config.image_size)
         size = input_size or self.config_image_size
@@ -210,11 +211,11 @@ class ViTBackbone(nn.Module):
     def load_pretrained(self, weights: str) -> None:
         """Copy the weights of a hub id or local directory into this model (same config)."""
         fam = _family(self.name)
-        cls = getattr(_transformers(), fam.model_class)
+        cls = getattr(load_transformers(), fam.model_class)
         try:
             src = cls.from_pretrained(weights, config=self.model.config)
         except Exception as e:
-            raise _weights_error(self.name, weights, e) from e
+            raise weights_error(self.name, weights, e) from e
         result = self.model.load_state_dict(src.state_dict(), strict=False)
         if result.missing_keys:
             raise ActlabError(

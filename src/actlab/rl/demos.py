@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
+from actlab.datasets import open_dataset
 from actlab.errors import ActlabError
 from actlab.rl.replay import ReplayBuffer, nstep_transitions
 
@@ -31,10 +33,6 @@ def demo_buffer(cfg: Any, agent: Any, progress: bool = False) -> ReplayBuffer:
     """A replay buffer holding the demonstration transitions of ``cfg.demos``. The base runs on every
     demo frame (its action is the residual's anchor) and frozen features are computed once per frame:
     minutes for 100 episodes on a 2-core CPU, so ``progress`` shows a bar per episode on stderr."""
-    from tqdm.auto import tqdm
-
-    from actlab.datasets import open_dataset
-
     if cfg.critic_privileged:
         raise ActlabError(
             "demonstrations carry no privileged sim state",

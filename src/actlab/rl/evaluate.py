@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from actlab.evaluation.envs import EnvSpec
+from actlab.evaluation.harness import EvalConfig, evaluate
+from actlab.evaluation.policy_io import ObsAdapter, inputs_from_features
 from actlab.evaluation.results import CheckpointEval, summarize
+from actlab.evaluation.rollout import rollout, to_result
+from actlab.rl.tasks import make_task_env
 
 
 def evaluate_agent(
@@ -21,18 +26,11 @@ def evaluate_agent(
     seed = cfg.eval.seed if seed is None else seed
     batch = min(episodes, 10)
     if cfg.env.task == "pick_place":
-        from actlab.evaluation.envs import EnvSpec
-        from actlab.evaluation.harness import EvalConfig, evaluate
-
         spec = EnvSpec(task="so101_pick_place", max_steps=cfg.env.max_steps)
         ecfg = EvalConfig(
             episodes=episodes, seed=seed, workers=1, batch_envs=batch, threads_per_worker=cfg.threads
         )
         return evaluate(agent, spec, ecfg, name="rl")
-    from actlab.evaluation.policy_io import ObsAdapter, inputs_from_features
-    from actlab.evaluation.rollout import rollout, to_result
-    from actlab.rl.tasks import make_task_env
-
     envs = [make_task_env(cfg.env.task, cfg.env.max_steps) for _ in range(batch)]
     adapter = ObsAdapter(inputs_from_features(agent.features), cfg.device)
     results = []

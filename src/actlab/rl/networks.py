@@ -23,6 +23,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from actlab.errors import ActlabError
+from actlab.policies.configs import VIT_DEFAULT_WEIGHTS
+from actlab.policies.vit import load_transformers, make_vit, weights_error
+
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0
 
 
@@ -160,9 +164,6 @@ class ViTFeatures(nn.Module):
 
     def __init__(self, cfg: Any, cameras: list[str]) -> None:
         super().__init__()
-        from actlab.policies.configs import VIT_DEFAULT_WEIGHTS
-        from actlab.policies.vit import make_vit
-
         weights = cfg.obs.pretrained_backbone_weights
         if weights == "imagenet":
             weights = VIT_DEFAULT_WEIGHTS[cfg.obs.vision_backbone]
@@ -215,10 +216,7 @@ class VideoFeatures(nn.Module):
 
     def __init__(self, cfg: Any, cameras: list[str]) -> None:
         super().__init__()
-        from actlab.errors import ActlabError
-        from actlab.policies.vit import _transformers, _weights_error
-
-        T = _transformers()
+        T = load_transformers()
         weights = cfg.obs.pretrained_backbone_weights
         weights = VIDEOMAE_DEFAULT_WEIGHTS if weights == "imagenet" else weights
         try:
@@ -231,7 +229,7 @@ class VideoFeatures(nn.Module):
                 hf = T.VideoMAEConfig(**fields)
         except Exception as e:
             if weights is not None:
-                raise _weights_error("videomae", weights, e) from e
+                raise weights_error("videomae", weights, e) from e
             raise ActlabError(
                 f"invalid vit_config for videomae: {e}", field="vit_config", found=cfg.obs.vit_config
             ) from e
@@ -250,7 +248,7 @@ class VideoFeatures(nn.Module):
             try:
                 src = T.VideoMAEModel.from_pretrained(weights, config=hf)
             except Exception as e:
-                raise _weights_error("videomae", weights, e) from e
+                raise weights_error("videomae", weights, e) from e
             self.model.load_state_dict(src.state_dict())
         self.model.requires_grad_(False)
         self.cameras, self.k, self.input_size = cameras, cfg.obs.frame_stack, int(hf.image_size)

@@ -18,8 +18,9 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.evaluation.envs import EnvSpec
-from actlab.evaluation.harness import EvalConfig, PolicySource, evaluate_many
+from actlab.evaluation.harness import EvalConfig, evaluate_many
 from actlab.evaluation.results import results_table
+from actlab.evaluation.sources import PolicySource
 from actlab.lifecycle.metrics_log import read_metrics
 from actlab.rl.evaluate import evaluate_agent
 from actlab.rl.train import BASE_COPY, load_agent

@@ -111,7 +111,7 @@ def train_rl(cfg: RLConfig, out: str | Path, resume: bool = False, progress: boo
             expected="a new or existing run directory",
             fix="choose another --out",
         )
-    from actlab.evaluation.harness import torch_threads  # lazy: the harness imports torch and MuJoCo
+    from actlab.utils.threads import torch_threads  # lazy: imports torch
 
     # torch threads restored afterwards: a caller's process (a test, a notebook) keeps its own setting
     with (

@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from actlab.errors import ActlabError
-from actlab.sim import ExpertConfig, ExpertPolicy, make_env, task_config
 from actlab.sim.env import PickPlaceEnv
+from actlab.sim.expert import ExpertConfig, ExpertPolicy
 from actlab.sim.record import run_expert_episode
+from actlab.sim.tasks import make_env, task_config
 
 
 def expert_success(

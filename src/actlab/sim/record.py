@@ -19,14 +19,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import av
 import numpy as np
 
 from actlab.datasets import DatasetWriter, make_features
 from actlab.datasets.format import SIM_INFO_KEY
 from actlab.datasets.video import EncoderStalled, VideoOptions
 from actlab.errors import ActlabError
-from actlab.sim import FPS, TASK_TEXT, ExpertConfig, ExpertPolicy, make_env, task_config
+from actlab.sim.env import FPS, TASK_TEXT
+from actlab.sim.expert import ExpertConfig, ExpertPolicy
 from actlab.sim.scene import JOINT_NAMES
+from actlab.sim.tasks import make_env, task_config
 from actlab.utils import procs
 from actlab.utils.disk import require_free
 from actlab.utils.procs import worker_pool
@@ -237,6 +240,31 @@ RECORD_ATTEMPTS = 2
 # (not the writer's general 120 s) still never fires on a slow machine and a deadlocked SVT-AV1 costs
 # half a minute before the recording starts over.
 RECORD_STALL_S = 30.0
+# The first PyAV whose bundled SVT-AV1 (4.x) the recorder trusts with AV1. av 15-16 (what lerobot 0.6.1's
+# `av<16` pin installs: av 15.1.0 bundles SVT-AV1 3.0) carry the SVT-AV1 3.x that deadlocks inside
+# svt_av1_enc_send_picture now and then under CPU contention (6 hangs in 2,000 recorder-sized encodes
+# with av 16.1.0, docs/benchmarks.md); with them the recorder writes h264 (libx264, bundled by every PyAV
+# wheel), which LeRobot reads as well: measured in LeRobot's environment in docs/lerobot.md.
+AV1_MIN_AV = (17,)
+
+
+def av_version() -> tuple[int, ...]:
+    """The installed PyAV's version as integers (``(15, 1, 0)``); unparsable parts end it."""
+    parts: list[int] = []
+    for part in av.__version__.split("."):
+        if not part.isdigit():
+            break
+        parts.append(int(part))
+    return tuple(parts)
+
+
+def record_video_options(version: tuple[int, ...] | None = None) -> VideoOptions:
+    """How the recorder encodes: LeRobot's AV1 settings where the PyAV ``version`` (default: the
+    installed one) bundles SVT-AV1 4.x, else h264 with the same keyframe interval and quality scale.
+    Either way the encoder watchdog stops a stalled encode after RECORD_STALL_S."""
+    if (version or av_version()) >= AV1_MIN_AV:
+        return VideoOptions(stall_s=RECORD_STALL_S)
+    return VideoOptions(codec="libx264", preset="veryfast", stall_s=RECORD_STALL_S)
 
 
 def estimate_bytes(config: RecordConfig) -> int:
@@ -283,6 +311,13 @@ def record_dataset(
     contention) leaves nothing written; the recording then starts once more from the beginning, which
     gives the same dataset (episodes are a pure function of their seeds), and a second stall is raised.
     """
+    if record_video_options().codec != VideoOptions().codec:
+        print(
+            f"note: PyAV {av.__version__} bundles SVT-AV1 3.x, which can deadlock; recording h264 instead of "
+            "AV1 (LeRobot reads both). For AV1 use av >= 17 (outside lerobot 0.6.1's environment, which "
+            "pins av < 16)",
+            file=sys.stderr,
+        )
     for attempt in range(1, RECORD_ATTEMPTS + 1):
         try:
             return _record_once(
@@ -329,7 +364,7 @@ def _record_once(
         robot_type="so101",
         overwrite=overwrite,
         estimated_bytes=need,
-        video=VideoOptions(stall_s=RECORD_STALL_S),
+        video=record_video_options(),
         kind=RECORD_KIND,
     ) as writer:
         bar = tqdm(

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 
 from actlab.errors import ActlabError
-from actlab.sim import ExpertPolicy, make_env
+from actlab.sim.expert import ExpertPolicy
 from actlab.sim.record import run_expert_episode
+from actlab.sim.tasks import make_env
 from actlab.utils.io import write_png
 
 

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from actlab.datasets import FrameStore, open_dataset
+from actlab.datasets.hub import dataset_location
 from actlab.errors import ActlabError
 from actlab.profiling.timing import synchronize
 from actlab.training.batch_size import (
@@ -36,7 +38,7 @@ from actlab.training.batch_size import (
     check_search_settings,
     search_batch_size,
 )
-from actlab.training.build import build_run
+from actlab.training.build import build_run, camera_keys
 from actlab.training.config import apply_train_overrides, config_from_dict, config_to_dict
 from actlab.training.presets import get_preset, with_dataset
 from actlab.utils.device import resolve_device
@@ -277,8 +279,6 @@ class GpuProbe:
 # ------------------------------------------------------------------------------------------- driver
 def load_config(preset: str, dataset: str, overrides: list[str] | None, device: str | None) -> Any:
     """The preset with the dataset, overrides and device applied (validated: errors name the key)."""
-    from actlab.datasets.hub import dataset_location
-
     if not dataset_location(dataset).exists():  # a path, or owner/name in LeRobot's local Hub cache
         raise ActlabError("dataset not found", file=dataset, field="--dataset", fix="check the path")
     cfg = apply_train_overrides(with_dataset(get_preset(preset), dataset), list(overrides or []))
@@ -378,9 +378,6 @@ def _cpu_frames_placement(cfg: Any) -> tuple[Any, int | None, list[str]]:
     report that not even batch 1 fits a 3 GiB limit (1.7 GiB of it the frame copy). The copy is named in a
     note instead. ``true`` is measured as asked: the copy is then counted, and named when nothing fits.
     """
-    from actlab.datasets import FrameStore, open_dataset
-    from actlab.training.build import camera_keys
-
     choice = cfg.data.frames_on_device
     try:
         ds = open_dataset(cfg.data.path)

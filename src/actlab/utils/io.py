@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
+from actlab.utils.procs import exit_on_sigterm, pid_alive, sigterm_deferred
 
 
 def _umask() -> int:
@@ -32,7 +33,8 @@ def _umask() -> int:
     return mask
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync a directory (best effort: a filesystem that cannot is left as it is)."""
     # Why: the rename itself lives in the directory entry; fsync it so a power cut keeps the new name.
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -63,7 +65,7 @@ def atomic_file(path: str | Path, mode: str = "wb") -> Iterator[Any]:
         # Why: mkstemp creates 0600 files; outputs should get the usual permissions (0666 minus umask).
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
@@ -150,8 +152,6 @@ def reclaim_leftovers(path: str | Path) -> list[int]:
     loss): only names atomic_dir makes, on this host, of a pid that no longer runs. An old output moved
     aside by a run that died before it put the new one in place is put back. Returns the live writers'
     pids (another process writing ``path`` now)."""
-    from actlab.utils.procs import pid_alive
-
     path = Path(path)
     live = []
     for entry, pid, what in _our_leftovers(path):
@@ -349,8 +349,6 @@ def atomic_dir(
     gets an error, none is lost). A SIGTERM inside the block removes the temporary directory, as an error
     does; one left by a SIGKILL is removed by the next run writing the same ``path``.
     """
-    from actlab.utils.procs import exit_on_sigterm, sigterm_deferred
-
     path = Path(path)
     before = check_out_dir(path, kind, overwrite, inputs)
     try:
@@ -370,7 +368,7 @@ def atomic_dir(
             os.chmod(tmp, 0o777 & ~_umask())  # made 0700 while it is built
             with sigterm_deferred():
                 _commit(tmp, path, before, kind, ours)
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
         except BaseException as e:
             if ours[0]:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -403,11 +401,22 @@ def file_sha256(file: str | Path) -> str:
     return h.hexdigest()
 
 
-def read_json(path: str | Path, what: str = "JSON file") -> Any:
-    """Read JSON with an error that names the file and the position of a syntax error."""
+def require_file(
+    path: str | Path, problem: str, *, expected: str, fix: str, field: str | None = None
+) -> Path:
+    """``path``, when it is a file; else the one error of a required file that is not there: ``problem``
+    with the file named, ``expected`` (what belongs there), what was found (nothing, or a directory) and
+    the ``fix``."""
     path = Path(path)
     if not path.is_file():
-        raise ActlabError(f"{what} not found", file=path, fix="check the path")
+        found = "a directory" if path.is_dir() else "missing"
+        raise ActlabError(problem, file=path, field=field, expected=expected, found=found, fix=fix)
+    return path
+
+
+def read_json(path: str | Path, what: str = "JSON file") -> Any:
+    """Read JSON with an error that names the file and the position of a syntax error."""
+    path = require_file(path, f"{what} not found", expected=f"a {what}", fix="check the path")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:

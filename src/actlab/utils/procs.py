@@ -10,7 +10,10 @@ and multiprocessing's resource tracker that waits for them, live forever (re-par
 - while a pool (or an :func:`actlab.utils.io.atomic_dir`) is open, SIGTERM raises :class:`Terminated` in
   the main thread, so ``finally`` blocks run: the pool is stopped and the temporary output removed. A
   second SIGTERM while that cleanup runs kills at once (the default action);
-- closing a pool never waits without a deadline: workers still running after it are killed.
+- closing a pool never waits without a deadline: workers still running after it are killed;
+- a child program that may start children of its own (the LeRobot bridge's ``--lerobot-python``, which can
+  be a wrapper script: ``conda run``, ``uv run``, a shell script) is started in a process group of its
+  own (:func:`start_group_kwargs`) and ended with all of it by :func:`kill_tree`.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ POOL_CLOSE_S = 30.0
 MANAGER_WAIT_S = 2.0
 # How long killed workers may take to disappear (SIGKILL is not instant for a process in the kernel).
 KILL_WAIT_S = 10.0
+# How long a killed process tree may take to disappear before kill_tree gives up waiting on it.
+TREE_KILL_WAIT_S = 10.0
 # How often a wait for a pool's result checks that its workers are still alive (see result()).
 LIVENESS_POLL_S = 1.0
 
@@ -228,3 +233,52 @@ def worker_pool(
         ok = True
     finally:
         close_pool(pool, kill=not ok)
+
+
+def start_group_kwargs() -> dict[str, Any]:
+    """``subprocess.Popen`` arguments that start a child in a session (and process group) of its own, so
+    that :func:`kill_tree` can end it together with everything it starts. (Its own session also keeps a
+    terminal's Ctrl-C away from it: the parent, which gets the KeyboardInterrupt, ends it instead.)"""
+    return {"start_new_session": True}
+
+
+def kill_tree(proc: Any, wait_s: float = TREE_KILL_WAIT_S) -> list[int]:
+    """SIGKILL a child started with :func:`start_group_kwargs` (a ``subprocess.Popen``), its process group
+    and all its descendants, also those that left the group (``setsid``); wait up to ``wait_s`` seconds
+    for them to be gone. Returns the pids still running after that (normally none). ``proc`` itself is not
+    reaped here (its ``wait()`` is the caller's).
+
+    Why the group and the descendants: a wrapper (``conda run``, a shell script) keeps its child's pipes
+    open, so killing the wrapper alone leaves the child running and a reader of the pipe waiting for ever;
+    the group covers descendants whose parent already died (re-parented, no longer anyone's descendant),
+    the walk covers those that started a session of their own. The walk runs only while ``proc`` is not
+    reaped (its pid cannot name another process then); the group is killed either way (Linux reuses no
+    pid while it names a live process group)."""
+    import psutil  # here: only the callers that end process trees need it (a dependency of actlab)
+
+    pid = proc.pid
+    family: list[psutil.Process] = []
+    if proc.returncode is None:
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(pid)
+            family = [root, *root.children(recursive=True)]
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGSTOP)  # stopped, none of them can start another meanwhile
+    for p in family:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+    def running(p: psutil.Process) -> bool:  # a zombie is dead (its parent reaps it; not done here)
+        try:
+            return p.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    deadline = time.monotonic() + wait_s
+    alive = [p for p in family if running(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = [p for p in alive if running(p)]
+    return [p.pid for p in alive]

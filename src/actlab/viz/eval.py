@@ -25,7 +25,8 @@ def _as_dict(ev: Any) -> Mapping:
     return ev.to_dict() if hasattr(ev, "to_dict") else ev
 
 
-def _figure():
+def figure():
+    """matplotlib's pyplot on the headless Agg backend (matplotlib is imported only when a plot is drawn)."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless: no display on training machines
@@ -49,7 +50,7 @@ def plot_success_vs_step(
     dict: drawn as a point of its own beside that checkpoint, with its interval and its number, so the
     figure shows both the rate the checkpoint was chosen on and the unbiased one.
     """
-    plt = _figure()
+    plt = figure()
     rows = [_as_dict(e) for e in evals]
     steps = [r["step"] if r["step"] is not None else i for i, r in enumerate(rows)]
     order = sorted(range(len(rows)), key=lambda i: steps[i])
