@@ -117,3 +117,7 @@ def test_a_planted_worse_residual_is_rolled_back_then_stopped_and_the_run_says_w
     assert torch.count_nonzero(agent["actor.mean.weight"]) == 0
     state = json.loads((tmp_path / f"run/checkpoints/step_{step:07d}/training_state/state.json").read_text())
     assert state["guard"]["rollbacks"] == 1 and state["guard"]["bound"] == pytest.approx(0.125)
+    assert state["policy_bound"] == pytest.approx(0.125)  # the rolled-back actor runs at the narrowed bound
+    from actlab.rl.train import load_agent
+
+    assert load_agent(tmp_path / f"run/checkpoints/step_{step:07d}").bound == pytest.approx(0.125)

@@ -178,6 +178,9 @@ class _Trainer:
         self.env_steps = self.episodes = self.updates = self.rounds = 0
         self.owed = 0.0
         self.evals: list[dict[str, Any]] = []
+        # (env steps, bound) of the policy the last evaluation judged: a checkpoint at that step records
+        # that bound as its policy's (the guard may widen the training bound right after the evaluation)
+        self.judged: tuple[int, float] | None = None
         if last is not None:
             self._restore(last)
         if self.guard is not None:
@@ -228,6 +231,7 @@ class _Trainer:
             "config_hash": config_hash(self.cfg),
             "evals": self.evals,
             "guard": self.guard.as_dict() if self.guard is not None else None,
+            "policy_bound": self._policy_bound(),
         }
         guard = None
         if self.guard is not None:
@@ -244,6 +248,14 @@ class _Trainer:
         )
         self._point_best()
         return path
+
+    def _policy_bound(self) -> float:
+        """The residual's bound that belongs to the checkpoint's actor as a policy (what ``load_agent``
+        and ``rl report`` run): the evaluated one when the guard kept this step's evaluated actor, else
+        the bound training continues with."""
+        if self.judged is not None and self.judged[0] == self.env_steps:
+            return self.judged[1]
+        return self.agent.bound
 
     def _point_best(self) -> None:
         """``checkpoints/best.json`` names the handed-back residual; absent while that is the base (a
@@ -429,6 +441,10 @@ class _Trainer:
             if decision.action == "rollback":
                 self.agent.actor.load_state_dict(self.good_actor or self.zero_actor)
                 self.sac.actor_opt.state.clear()  # the moments belonged to the discarded weights
+            # a kept actor is the policy just judged, at the bound it was judged with; a rolled-back one
+            # runs at the narrowed bound
+            judged_bound = row["bound"] if decision.action == "keep" else self.guard.bound
+            self.judged = (self.env_steps, judged_bound)
             self.agent.bound = self.guard.bound
         self.evals.append(row)
         self.log.log(log_row)
@@ -563,4 +579,8 @@ def load_agent(path: str | Path, device: str = "cpu") -> Any:
     # the run's own copy of the base is what the agent was trained on: no comparison with cfg.base here
     agent = Agent(cfg, _load_base(cfg, run_dir, check=False))
     agent.load_trainable_state(tensors, agent_file)
+    state_file = path / "training_state" / "state.json"
+    if cfg.residual_rl and state_file.is_file():
+        # the residual's bound of this checkpoint's policy (a run before the guard: the full bound)
+        agent.bound = float(read_json(state_file, "checkpoint state").get("policy_bound") or 1.0)
     return agent.eval()
