@@ -76,7 +76,9 @@ def _choose(run: Path) -> tuple[Path, str]:
         name = read_json(best, "best.json")["path"]
         return ckpts / name, name
     residual = (run / BASE_COPY).is_dir() or _is_residual(run)
-    return run, "base" if residual else "last"
+    last = ckpts / "last.json"
+    chosen = ckpts / read_json(last, "last.json")["path"] if last.is_file() else run
+    return chosen, "base" if residual else chosen.name
 
 
 def _is_residual(run: Path) -> bool:
