@@ -15,13 +15,13 @@ EPISODES = 20  # evaluation episodes (seeds eval_seed + i), the same for the tra
 def _returns(cfg, act) -> tuple[float, float]:
     """Mean shaped return (minus the distance per 10 cm each step, +1 on success) and success rate of
     ``act(obs) -> joint targets`` on the fixed evaluation seeds."""
-    env = make_task_env("reach", cfg.max_steps)
+    env = make_task_env("reach", cfg.env.max_steps)
     returns, successes = [], []
     try:
         for i in range(EPISODES):
-            obs, _ = env.reset(seed=cfg.eval_seed + i)
+            obs, _ = env.reset(seed=cfg.eval.seed + i)
             total, info = 0.0, {"is_success": False}
-            for _ in range(cfg.max_steps):
+            for _ in range(cfg.env.max_steps):
                 obs, _, term, trunc, info = env.step(act(obs))
                 total += task_reward("reach", "shaped", info)
                 if term or trunc:
@@ -47,7 +47,7 @@ def test_sac_learns_to_reach_from_joint_state(tmp_path):
     rng = np.random.default_rng(0)
 
     def random(obs):
-        return obs["observation.state"] + rng.uniform(-1, 1, 6) * cfg.action_scale_deg
+        return obs["observation.state"] + rng.uniform(-1, 1, 6) * cfg.env.action_scale_deg
 
     (r_trained, s_trained), (r_random, s_random) = _returns(cfg, trained), _returns(cfg, random)
     # random: about -30 (the targets stay ~8 cm away); trained: about -8 (reached in ~10 steps)

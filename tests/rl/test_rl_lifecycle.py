@@ -12,23 +12,23 @@ import pytest
 
 import procs
 from actlab.errors import ActlabError
-from actlab.rl.config import RLConfig, get_preset
+from actlab.rl.config import RLConfig, get_preset, replace_keys
+from actlab.rl.config import apply_rl_overrides as apply_overrides
 from actlab.rl.reward_model import RewardModelConfig
 from actlab.rl.train import load_agent, train_rl
-from actlab.utils.config import apply_overrides
 
 # reach, tiny networks: a round is 4 episodes x 30 steps = 120 env steps
 SETS = [
-    "checkpoint_every=120",
-    "random_steps=60",
-    "learning_starts=60",
-    "hidden=32",
-    "batch_size=32",
-    "buffer_size=2000",
-    "num_envs=4",
-    "max_steps=30",
-    "eval_episodes=2",
-    "eval_every=0",
+    "checkpoint.every=120",
+    "sac.random_steps=60",
+    "sac.learning_starts=60",
+    "sac.hidden=32",
+    "sac.batch_size=32",
+    "sac.buffer_size=2000",
+    "env.num_envs=4",
+    "env.max_steps=30",
+    "eval.episodes=2",
+    "eval.every=0",
 ]
 
 
@@ -87,11 +87,11 @@ def test_sigterm_writes_a_checkpoint_exits_143_and_resume_continues(tmp_path):
 def test_a_resume_with_a_changed_key_is_refused_naming_it(small_run, tmp_path):
     run = _copy(small_run, tmp_path)
     with pytest.raises(ActlabError, match="differs from the run being resumed") as e:
-        train_rl(_cfg("total_env_steps=480", "gamma=0.5"), run, resume=True, progress=False)
-    assert e.value.field == "gamma"
+        train_rl(_cfg("total_env_steps=480", "sac.gamma=0.5"), run, resume=True, progress=False)
+    assert e.value.field == "sac.gamma"
     assert "0.9 -> 0.5" in str(e.value)
     # budgets and cadence may change
-    summary = train_rl(_cfg("total_env_steps=360", "eval_episodes=1"), run, resume=True, progress=False)
+    summary = train_rl(_cfg("total_env_steps=360", "eval.episodes=1"), run, resume=True, progress=False)
     assert summary.env_steps >= 360 and summary.stopped == "completed"
 
 
@@ -156,7 +156,7 @@ def test_a_leftover_base_copy_that_differs_from_base_is_refused(tiny_base, tmp_p
     stats = json.loads((other / "stats.json").read_text())
     (other / "stats.json").write_text(json.dumps(stats) + "\n")  # a different file: another bundle
     shutil.copytree(other, run / "base")  # what a failed start with --base other left behind
-    cfg = RLConfig(task="pick_place", base=str(tiny_base))
+    cfg = replace_keys(RLConfig(), {"env.task": "pick_place", "base": str(tiny_base)})
     with pytest.raises(ActlabError, match="differs from --base") as e:
         _load_base(cfg, run)
     assert str(e.value.file) == str(run / "base")
@@ -169,13 +169,13 @@ def test_a_leftover_base_copy_that_differs_from_base_is_refused(tiny_base, tmp_p
 @pytest.mark.parametrize(
     "item, field, limit",
     [
-        ("lr=nan", "lr", "lr <= 1"),
-        ("lr=inf", "lr", "lr <= 1"),
+        ("sac.lr=nan", "sac.lr", "sac.lr <= 1"),
+        ("sac.lr=inf", "sac.lr", "sac.lr <= 1"),
         ("time_limit_s=-1", "time_limit_s", "0 <= time_limit_s"),
-        ("utd=1e9", "utd", "utd <= 64"),
-        ("num_envs=100000", "num_envs", "num_envs <= 256"),
-        ("gamma=1", "gamma", "gamma < 1"),
-        ("buffer_size=1000000000000", "buffer_size", "buffer_size <= 1e+08"),
+        ("sac.utd=1e9", "sac.utd", "sac.utd <= 64"),
+        ("env.num_envs=100000", "env.num_envs", "env.num_envs <= 256"),
+        ("sac.gamma=1", "sac.gamma", "sac.gamma < 1"),
+        ("sac.buffer_size=1000000000000", "sac.buffer_size", "sac.buffer_size <= 1e+08"),
     ],
 )
 def test_set_values_are_range_checked_naming_the_limit(item, field, limit):
@@ -198,7 +198,7 @@ def test_reward_model_values_are_range_checked():
 def test_rl_cli_numbers_are_refused_at_parse_time(tmp_path):
     r = procs.run_cli("rl", "report", tmp_path, "--episodes", "0", "--out", tmp_path / "o", timeout=60)
     assert r.returncode == 2 and "1 <= N <= 1000000" in r.stderr
-    r = procs.run_cli("rl", "train", "--preset", "smoke", "--out", tmp_path / "r", "--set", "utd=nan",
+    r = procs.run_cli("rl", "train", "--preset", "smoke", "--out", tmp_path / "r", "--set", "sac.utd=nan",
                       timeout=60)  # fmt: skip
     assert r.returncode == 2 and "utd" in r.stderr
     assert not (tmp_path / "r").exists()

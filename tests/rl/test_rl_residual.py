@@ -3,26 +3,28 @@ never changes the base, demonstrations enter as residual actions, and the succes
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from actlab.evaluation.policy_io import ObsAdapter, inputs_from_features
 from actlab.policies import load_policy
 from actlab.rl.agent import Agent
-from actlab.rl.config import get_preset
+from actlab.rl.config import get_preset, replace_keys
 from actlab.rl.sac import SAC
 from actlab.rl.train import load_agent, train_rl
 from actlab.sim import make_env
 
 
 def _cfg(base, demos=None, **over):
-    cfg = dataclasses.replace(get_preset("residual"), base=str(base), demos=str(demos) if demos else None)
-    small = dict(
-        num_envs=2, max_steps=30, total_env_steps=120, learning_starts=40, actor_starts=60, batch_size=32,
-        hidden=32, eval_episodes=2, eval_every=0, checkpoint_every=0, demo_episodes=2, buffer_size=1000,
-    )  # fmt: skip
-    return dataclasses.replace(cfg, **{**small, **over})
+    """The residual preset, tiny; keyword ``section__key`` sets ``section.key``."""
+    small = {
+        "base": str(base), "demos": str(demos) if demos else None, "env.num_envs": 2, "env.max_steps": 30,
+        "total_env_steps": 120, "sac.learning_starts": 40, "sac.actor_starts": 60, "sac.batch_size": 32,
+        "sac.hidden": 32, "eval.episodes": 2, "eval.every": 0, "checkpoint.every": 0,
+        "sac.demo_episodes": 2, "sac.buffer_size": 1000,
+    }  # fmt: skip
+    return replace_keys(
+        get_preset("residual"), {**small, **{k.replace("__", "."): v for k, v in over.items()}}
+    )
 
 
 def test_the_initial_residual_policy_is_the_base_exactly_and_the_base_is_in_no_optimizer(tiny_base):
@@ -69,7 +71,7 @@ def test_demo_transitions_are_residuals_against_the_base(tiny_base, rl_demos):
     acts = buf.data["action"]
     assert acts.abs().max() <= 1.0 and acts.abs().sum() > 0
     assert buf.data["reward"].sum() > 0  # the successful ends
-    assert (buf.data["discount"] == 0).sum() == 2 * cfg.n_step  # windows reaching the terminal step
+    assert (buf.data["discount"] == 0).sum() == 2 * cfg.sac.n_step  # windows reaching the terminal step
 
 
 def test_success_classifier_trains_and_tunes_its_threshold(tiny_base, rl_demos, tmp_path):

@@ -11,22 +11,22 @@ import pytest
 import procs
 from actlab.errors import ActlabError
 from actlab.lifecycle.metrics_log import read_metrics
+from actlab.rl.config import apply_rl_overrides as apply_overrides
 from actlab.rl.config import get_preset
 from actlab.rl.train import train_rl
-from actlab.utils.config import apply_overrides
 
 # A run of a few seconds that checkpoints often: reach, tiny networks.
 SETS = [
     "total_env_steps=1200",
-    "checkpoint_every=400",
-    "random_steps=200",
-    "learning_starts=200",
-    "hidden=32",
-    "batch_size=64",
-    "num_envs=4",
-    "max_steps=30",
-    "eval_episodes=4",
-    "eval_every=800",
+    "checkpoint.every=400",
+    "sac.random_steps=200",
+    "sac.learning_starts=200",
+    "sac.hidden=32",
+    "sac.batch_size=64",
+    "env.num_envs=4",
+    "env.max_steps=30",
+    "eval.episodes=4",
+    "eval.every=800",
 ]
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from actlab.errors import ActlabError
-from actlab.rl.config import RLConfig, get_preset
+from actlab.rl.config import RLConfig, get_preset, replace_keys
 from actlab.rl.networks import Actor, spatial_features
 from actlab.rl.replay import ReplayBuffer, nstep_transitions, sample_mixed
 from actlab.rl.tasks import REACH_RADIUS, ReachEnv
@@ -83,18 +83,18 @@ def test_spatial_features_find_where_a_channel_fires():
 
 
 def test_config_errors_name_the_field_and_presets_resolve():
-    with pytest.raises(ActlabError, match="unknown encoder") as e:
-        RLConfig(encoder="resnet")
-    assert "cnn" in str(e.value)
-    with pytest.raises(ActlabError, match="RL preset"):
+    with pytest.raises(ActlabError, match="unknown obs.encoder") as e:
+        replace_keys(RLConfig(), {"obs.encoder": "resnet"})
+    assert "cnn" in str(e.value) and e.value.field == "obs.encoder"
+    with pytest.raises(ActlabError, match="did you mean 'smoke'") as e:
         get_preset("smok")
+    assert "actlab rl train --list-presets" in e.value.fix
     with pytest.raises(ActlabError, match="cameras"):
-        RLConfig(encoder="cnn")
+        replace_keys(RLConfig(), {"obs.encoder": "cnn"})
     with pytest.raises(ActlabError, match="base"):
-        RLConfig(task="pick_place", encoder="frozen").check_runnable()
-    assert (
-        get_preset("smoke").critic_privileged and not RLConfig(demos="x", task="pick_place").critic_privileged
-    )
+        replace_keys(RLConfig(), {"env.task": "pick_place", "obs.encoder": "frozen"}).check_runnable()
+    pick_with_demos = replace_keys(RLConfig(), {"demos": "x", "env.task": "pick_place"})
+    assert get_preset("smoke").critic_privileged and not pick_with_demos.critic_privileged
 
 
 def test_reach_targets_are_reachable_and_seeded():
@@ -117,11 +117,12 @@ def test_a_frame_stack_cnn_run_trains_its_encoder_through_the_critic_only(tmp_pa
     """Pick-and-place from pixels: a 2-frame stack of the top camera, privileged critic, a few updates."""
     from actlab.rl.train import load_agent, train_rl
 
-    cfg = RLConfig(
-        task="pick_place", encoder="cnn", cameras=("top",), image_size=32, frame_stack=2, num_envs=2,
-        max_steps=20, total_env_steps=80, random_steps=40, learning_starts=40, batch_size=16, hidden=16,
-        buffer_size=200, eval_episodes=1, eval_every=0, checkpoint_every=0,
-    )  # fmt: skip
+    cfg = replace_keys(RLConfig(), {
+        "env.task": "pick_place", "obs.encoder": "cnn", "obs.cameras": ["top"], "obs.image_size": 32,
+        "obs.frame_stack": 2, "env.num_envs": 2, "env.max_steps": 20, "total_env_steps": 80,
+        "sac.random_steps": 40, "sac.learning_starts": 40, "sac.batch_size": 16, "sac.hidden": 16,
+        "sac.buffer_size": 200, "eval.episodes": 1, "eval.every": 0, "checkpoint.every": 0,
+    })  # fmt: skip
     summary = train_rl(cfg, tmp_path / "run", progress=False)
     assert summary.updates == 40 and summary.final_eval["episodes"] == 1
     agent = load_agent(tmp_path / "run")
@@ -130,3 +131,36 @@ def test_a_frame_stack_cnn_run_trains_its_encoder_through_the_critic_only(tmp_pa
     replay = torch.load(tmp_path / "run/checkpoints/step_0000080/training_state/replay.pt", weights_only=True)
     assert replay["img"].dtype == torch.uint8 and tuple(replay["img"].shape[1:]) == (6, 32, 32)
     assert replay["priv"].shape[1] == 12  # asymmetric critic: cube, bowl, grasp point, phase flags
+
+
+def test_flat_keys_of_the_first_layout_are_refused_naming_their_new_key_and_flat_configs_convert():
+    from actlab.rl.config import apply_rl_overrides, config_from_dict, config_to_dict
+
+    with pytest.raises(ActlabError, match="'utd' is now 'sac.utd'") as e:
+        apply_rl_overrides(get_preset("smoke"), ["utd=2"])
+    assert e.value.fix.startswith("--set sac.utd=2")
+    with pytest.raises(ActlabError, match="'eval_every' is now 'eval.every'"):
+        apply_rl_overrides(get_preset("smoke"), ["eval_every=0"])
+    assert apply_rl_overrides(get_preset("smoke"), ["sac.utd=2"]).sac.utd == 2
+    flat = {"name": "smoke", "task": "reach", "utd": 0.5, "residual_init_std": 0.2, "keep_last": 4}
+    cfg = config_from_dict(flat)  # a config.json of version 1 (no "version" key)
+    assert (cfg.env.task, cfg.sac.utd, cfg.sac.init_std, cfg.checkpoint.keep_last) == ("reach", 0.5, 0.2, 4)
+    assert cfg.residual.patience == 0  # the first runs' behaviour: no roll-back
+    assert config_from_dict(config_to_dict(cfg)) == cfg  # the sectioned layout round-trips
+    with pytest.raises(ActlabError, match="did you mean 'utd'"):
+        config_from_dict({"utdd": 1})
+
+
+def test_train_and_rl_presets_share_one_lookup_and_help():
+    from actlab.rl.config import PRESETS as RL
+    from actlab.training.presets import PRESETS as TRAIN
+    from actlab.utils.presets import PresetTable, iter_config_help
+
+    assert type(RL) is type(TRAIN) is PresetTable
+    for table, typo, fix in ((RL, "residul", "actlab rl train"), (TRAIN, "tny", "actlab train")):
+        with pytest.raises(ActlabError, match="did you mean") as e:
+            table.get(typo)
+        assert e.value.fix == f"{fix} --list-presets shows them all"
+    lines = list(iter_config_help(RL.get("residual")))
+    assert "sac.utd = 0.5" in lines and "residual.patience = 2" in lines
+    assert any("McNemar" in line for line in lines)  # the field comments are the help

@@ -1,4 +1,4 @@
-"""encoder=vit: a frozen pretrained ViT (actlab.policies.vit) as the RL encoder without a base bundle.
+"""obs.encoder=vit: a frozen pretrained ViT (actlab.policies.vit) as the RL encoder without a base bundle.
 
 Tiny random ViTs (tests/tiny_vit.py) stand in for the pretrained weights: the code path is the same
 (``make_vit`` + the family's normalization), only ``load_pretrained`` is skipped.
@@ -6,7 +6,6 @@ Tiny random ViTs (tests/tiny_vit.py) stand in for the pretrained weights: the co
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -16,7 +15,7 @@ import torch.nn.functional as F
 from actlab.errors import ActlabError
 from actlab.policies.configs import VIT_BACKBONES
 from actlab.policies.vit import FAMILIES, make_vit
-from actlab.rl.config import RLConfig
+from actlab.rl.config import RLConfig, replace_keys
 from actlab.utils.config import apply_overrides
 from tiny_vit import TINY_VIT
 
@@ -24,21 +23,24 @@ CAM = "observation.images.top"
 
 
 def _cfg(**kw) -> RLConfig:
-    base = dict(
-        task="pick_place", encoder="vit", cameras=("top",), image_size=32, vision_backbone="dinov2_vit",
-        pretrained_backbone_weights=None, vit_config=TINY_VIT, num_envs=2, max_steps=20,
-        total_env_steps=80, random_steps=40, learning_starts=40, batch_size=16, hidden=16,
-        buffer_size=200, eval_episodes=1, eval_every=0, checkpoint_every=0, frame_stack=2,
-    )  # fmt: skip
-    base.update(kw)
-    return RLConfig(**base)
+    """A tiny ViT run; keyword ``section__key`` sets ``section.key``."""
+    base = {
+        "env.task": "pick_place", "obs.encoder": "vit", "obs.cameras": ["top"], "obs.image_size": 32,
+        "obs.vision_backbone": "dinov2_vit", "obs.pretrained_backbone_weights": None,
+        "obs.vit_config": TINY_VIT,
+        "env.num_envs": 2, "env.max_steps": 20, "total_env_steps": 80, "sac.random_steps": 40,
+        "sac.learning_starts": 40, "sac.batch_size": 16, "sac.hidden": 16, "sac.buffer_size": 200,
+        "eval.episodes": 1, "eval.every": 0, "checkpoint.every": 0, "obs.frame_stack": 2,
+    }  # fmt: skip
+    base.update({k.replace("__", "."): v for k, v in kw.items()})
+    return replace_keys(RLConfig(), base)
 
 
 @pytest.mark.parametrize("name", VIT_BACKBONES)
 def test_vit_features_equal_a_direct_forward_of_the_same_backbone(name):
     from actlab.rl.networks import ViTFeatures
 
-    cfg = _cfg(vision_backbone=name, downscale_img_square=32, seed=3)
+    cfg = _cfg(obs__vision_backbone=name, obs__downscale_img_square=32, seed=3)
     rng_before = torch.random.get_rng_state()
     enc = ViTFeatures(cfg, [CAM])
     assert torch.equal(torch.random.get_rng_state(), rng_before)  # seeded apart from the global RNG
@@ -104,7 +106,7 @@ def test_a_vit_run_stores_features_and_resumes_exactly(tmp_path):
     from actlab.rl.train import load_agent, train_rl
 
     ref = train_rl(_cfg(total_env_steps=120), tmp_path / "ref", progress=False)
-    train_rl(_cfg(checkpoint_every=40), tmp_path / "run", progress=False)
+    train_rl(_cfg(checkpoint__every=40), tmp_path / "run", progress=False)
     replay = torch.load(tmp_path / "run/checkpoints/step_0000080/training_state/replay.pt", weights_only=True)
     assert "img" not in replay and tuple(replay["vec"].shape) == (80, 6 + 2 * TINY_VIT["hidden_size"])
     agent = load_agent(tmp_path / "run")
@@ -114,27 +116,27 @@ def test_a_vit_run_stores_features_and_resumes_exactly(tmp_path):
     action = agent.select_action(obs)
     assert action.shape == (1, 6)  # the checkpoint's agent rebuilds its ViT from the config alone
     resumed = train_rl(
-        _cfg(total_env_steps=120, checkpoint_every=40), tmp_path / "run", resume=True, progress=False
+        _cfg(total_env_steps=120, checkpoint__every=40), tmp_path / "run", resume=True, progress=False
     )
     assert resumed.env_steps == ref.env_steps == 120
     a = load_file(str(tmp_path / "ref/checkpoints/step_0000120/agent.safetensors"))
     b = load_file(str(tmp_path / "run/checkpoints/step_0000120/agent.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert json.loads((tmp_path / "run/config.json").read_text())["encoder"] == "vit"
+    assert json.loads((tmp_path / "run/config.json").read_text())["obs"]["encoder"] == "vit"
 
 
 def test_vit_config_errors_and_overrides():
-    cfg = apply_overrides(_cfg(), ['vit_config={"hidden_size": 64, "num_attention_heads": 4}'])
-    assert cfg.vit_config == {"hidden_size": 64, "num_attention_heads": 4}
+    cfg = apply_overrides(_cfg(), ['obs.vit_config={"hidden_size": 64, "num_attention_heads": 4}'])
+    assert cfg.obs.vit_config == {"hidden_size": 64, "num_attention_heads": 4}
     cfg.check_runnable()  # no base needed
     with pytest.raises(ActlabError, match="cameras"):
-        _cfg(cameras=())
+        _cfg(obs__cameras=[])
     with pytest.raises(ActlabError, match="vision_backbone"):
-        _cfg(vision_backbone="dinov3_vit")
+        _cfg(obs__vision_backbone="dinov3_vit")
     with pytest.raises(ActlabError, match="patch"):
         from actlab.rl.agent import Agent
 
-        Agent(dataclasses.replace(_cfg(), downscale_img_square=36))  # not a multiple of patch 8
+        Agent(_cfg(obs__downscale_img_square=36))  # not a multiple of patch 8
 
 
 def test_vit_weights_from_a_local_save_pretrained_directory(tmp_path):
@@ -145,15 +147,15 @@ def test_vit_weights_from_a_local_save_pretrained_directory(tmp_path):
     torch.manual_seed(7)
     src = make_vit("dinov2_vit", TINY_VIT, "pooled", 32).eval()
     src.model.save_pretrained(tmp_path / "dino")
-    enc = ViTFeatures(_cfg(pretrained_backbone_weights=str(tmp_path / "dino")), [CAM])
+    enc = ViTFeatures(_cfg(obs__pretrained_backbone_weights=str(tmp_path / "dino")), [CAM])
     for k, v in src.model.state_dict().items():
         assert torch.equal(enc.backbone.model.state_dict()[k], v), k
     with pytest.raises(ActlabError, match="pretrained_backbone_weights"):
-        ViTFeatures(_cfg(pretrained_backbone_weights=str(tmp_path / "missing")), [CAM])
+        ViTFeatures(_cfg(obs__pretrained_backbone_weights=str(tmp_path / "missing")), [CAM])
 
 
 def test_videomae_encodes_the_last_k_frames_once_per_step_and_a_run_stores_its_features(tmp_path):
-    """vision_backbone=videomae: the clip of the last K frames (the first frame repeated at reset) gives
+    """obs.vision_backbone=videomae: the clip of the last K frames (the first frame repeated at reset) gives
     the features a direct VideoMAE forward gives; a short SAC run stores them (no frames); a rebuilt encoder
     (resume, load_agent) has the same weights; a frame_stack other than the model's num_frames is refused."""
     import transformers
@@ -162,7 +164,7 @@ def test_videomae_encodes_the_last_k_frames_once_per_step_and_a_run_stores_its_f
     from actlab.rl.networks import VIDEOMAE_MEAN, VIDEOMAE_STD
     from actlab.rl.train import train_rl
 
-    cfg = _cfg(vision_backbone="videomae", seed=5)  # frame_stack 2 = num_frames, tubelet 2
+    cfg = _cfg(obs__vision_backbone="videomae", seed=5)  # frame_stack 2 = num_frames, tubelet 2
     agent = Agent(cfg)
     torch.manual_seed(5)
     ref = transformers.VideoMAEModel(transformers.VideoMAEConfig(num_frames=2, **TINY_VIT)).eval()
@@ -185,7 +187,7 @@ def test_videomae_encodes_the_last_k_frames_once_per_step_and_a_run_stores_its_f
     replay = torch.load(tmp_path / "run/checkpoints/step_0000080/training_state/replay.pt", weights_only=True)
     assert "img" not in replay and tuple(replay["vec"].shape) == (80, 6 + TINY_VIT["hidden_size"])
     with pytest.raises(ActlabError, match="frame_stack"):
-        Agent(_cfg(vision_backbone="videomae", frame_stack=3))
+        Agent(_cfg(obs__vision_backbone="videomae", obs__frame_stack=3))
     assert all(torch.equal(v, before[k]) for k, v in Agent(cfg).frozen.state_dict().items())
 
 
@@ -194,7 +196,7 @@ def test_vit_demo_transitions_carry_the_encoders_features(rl_demos):
     from actlab.rl.agent import Agent
     from actlab.rl.demos import demo_buffer
 
-    cfg = _cfg(demos=str(rl_demos), demo_episodes=2, privileged="off")
+    cfg = _cfg(demos=str(rl_demos), sac__demo_episodes=2, obs__privileged="off")
     buf = demo_buffer(cfg, Agent(cfg))
     # 2 episodes x 20 frames: 19 transitions each (the last frame is the final observation)
     assert len(buf) == 38 and tuple(buf.data["vec"].shape[1:]) == (6 + 2 * TINY_VIT["hidden_size"],)

@@ -294,6 +294,55 @@ def add_set_flag(p: argparse.ArgumentParser, help: str) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help)
 
 
+def add_preset_flags(p: argparse.ArgumentParser, set_example: str) -> None:
+    """The config flags ``actlab train`` and ``actlab rl train`` share: ``--preset``, ``--set``,
+    ``--list-presets``, ``--print-config`` and ``--help-config`` (read by :func:`resolve_preset_config`
+    and :func:`answer_config_flags`)."""
+    p.add_argument("--preset", metavar="NAME", help="starting config (see --list-presets)")
+    add_set_flag(p, f"override a config key, e.g. --set {set_example} (repeatable)")
+    p.add_argument("--list-presets", action="store_true", help="list the presets and exit")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
+    p.add_argument("--help-config", action="store_true", help="list every config key with its meaning")
+
+
+def resolve_preset_config(args: argparse.Namespace, presets, load_saved, help_preset: str):
+    """The starting config: ``--preset NAME``; else, with ``--resume --out DIR``, the config the run in
+    DIR was started with (``load_saved(DIR)``); else, for ``--help-config`` alone, the preset
+    ``help_preset``. Overrides are the caller's (each trainer applies its own)."""
+    if args.preset:
+        return presets.get(args.preset)
+    if getattr(args, "resume", False) and args.out:
+        return load_saved(args.out)
+    if args.help_config:
+        return presets.get(help_preset)
+    raise ActlabError(
+        "no config given",
+        field="--preset",
+        expected="--preset NAME, or --resume with an existing --out",
+        fix=f"{presets.command} --list-presets shows the presets",
+    )
+
+
+def answer_config_flags(args: argparse.Namespace, presets, resolve, as_dict) -> object | None:
+    """Answer ``--list-presets`` / ``--help-config`` / ``--print-config`` (printing, returning None), or
+    return the config ``resolve()`` builds for the command to run."""
+    import json
+
+    if args.list_presets:
+        print(presets.listing())
+        return None
+    cfg = resolve()
+    if args.help_config:
+        from actlab.utils.presets import iter_config_help  # lazy: only --help-config reads the sources
+
+        print("\n".join(iter_config_help(cfg)))
+        return None
+    if args.print_config:
+        print(json.dumps(as_dict(cfg), indent=2))
+        return None
+    return cfg
+
+
 def add_json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
 

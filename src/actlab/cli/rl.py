@@ -6,7 +6,14 @@ import argparse
 import json
 import sys
 
-from actlab.cli import add_set_flag, group, subcommand
+from actlab.cli import (
+    add_preset_flags,
+    add_set_flag,
+    answer_config_flags,
+    group,
+    resolve_preset_config,
+    subcommand,
+)
 
 ORDER = 25
 
@@ -26,14 +33,20 @@ examples:
   actlab rl train --out runs/rl_smoke --resume --set total_env_steps=800       # continue it, longer
   actlab rl train --preset residual --base runs/demo/run/checkpoints/step_0001000 \\
       --demos runs/demo/data --out runs/rl_residual_check --set total_env_steps=300 \\
-      --set learning_starts=100 --set actor_starts=100 --set num_envs=2 --set max_steps=40 \\
-      --set eval_episodes=1 --set demo_episodes=2     # residual RL on the demo's first checkpoint
+      --set sac.learning_starts=100 --set sac.actor_starts=100 --set env.num_envs=2 \\
+      --set env.max_steps=40 --set eval.episodes=2 --set sac.demo_episodes=2   # the demo's first checkpoint
   actlab rl train --list-presets
   actlab rl train --preset reach --print-config
+  actlab rl train --help-config                  # every key (section.key) with its meaning
+
+Every config key can be overridden with --set section.key=value; the flat keys of the first RL runs
+(utd=2) are refused naming their new key (sac.utd). Runs written with the flat config.json resume.
 
 The run directory holds config.json, metrics.jsonl (returns, success, Q values, entropy, updates, env
 steps/s, evaluations) and checkpoints/step_NNNNNNN/ (NNNNNNN = env steps) with last.json pointing at the
-newest. A killed run continues with --resume from its last checkpoint, exactly. docs/rl.md: the design.
+newest and, for a residual run, best.json naming the checkpoint handed back (none: the base is handed
+back, no residual was significantly better than it on the evaluation seeds). A killed run continues
+with --resume from its last checkpoint, exactly. docs/rl.md: the design.
 """
 
 
@@ -48,14 +61,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "ratio, RLPD demo sampling, twin LayerNorm critics, entropy tuning, n-step returns; with --base a "
         "bounded per-step residual on a frozen chunk policy (docs/rl.md).",
     )
-    p.add_argument("--preset", metavar="NAME", help="starting config (see --list-presets)")
+    add_preset_flags(p, "sac.utd=2")
     p.add_argument("--out", metavar="DIR", help="run directory (new, or an existing one with --resume)")
     p.add_argument("--base", metavar="BUNDLE", help="frozen base policy bundle: residual RL (sets base)")
     p.add_argument("--demos", metavar="DATASET", help="LeRobot dataset of demonstrations (sets demos)")
-    add_set_flag(p, "override a config key, e.g. --set utd=2 (repeatable)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    p.add_argument("--list-presets", action="store_true", help="list the presets and exit")
-    p.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
     p.add_argument("--json", action="store_true", help="print the run summary as JSON")
     p.set_defaults(_run=_train)
 
@@ -68,7 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     rep.add_argument(
         "run",
         metavar="RUN",
-        help="RL run directory (its last checkpoint is evaluated) or one of its checkpoints/step_N",
+        help="RL run directory (the residual it hands back, best.json, is evaluated; when it hands back "
+        "the base, its last checkpoint, marked as not handed back) or one of its checkpoints/step_N",
     )
     rep.add_argument(
         "--episodes", type=_bounded(1, 1_000_000), default=100, metavar="N", help="episodes per policy (100)"
@@ -86,7 +97,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=_bounded(0, 1000),
         default=0,
         metavar="K",
-        help="film K seeds the base failed and the residual solved",
+        help="film K seeds the residual fixed and K seeds it broke (both policies on each)",
     )
     rep.add_argument("--json", action="store_true", help="print the result as JSON")
     rep.set_defaults(_run=_report)
@@ -123,40 +134,25 @@ def _bounded(low: int, high: int):
 
 
 def _resolve(args: argparse.Namespace):
-    from pathlib import Path
-
-    from actlab.errors import ActlabError
-    from actlab.rl.config import get_preset
+    """Preset (or the saved config on --resume) + --base + --demos + --set."""
+    from actlab.rl.config import PRESETS, apply_rl_overrides
     from actlab.rl.train import load_run_config
-    from actlab.utils.config import apply_overrides
 
     sets = list(args.overrides)
     if args.base:
         sets.append(f"base={args.base}")
     if args.demos:
         sets.append(f"demos={args.demos}")
-    if args.preset:
-        return apply_overrides(get_preset(args.preset), sets)
-    if args.resume and args.out and (Path(args.out) / "config.json").is_file():
-        return apply_overrides(load_run_config(args.out), sets)
-    raise ActlabError(
-        "no config", field="--preset", fix="pass --preset NAME (see --list-presets), or --resume with --out"
-    )
+    cfg = resolve_preset_config(args, PRESETS, load_run_config, help_preset="residual")
+    return apply_rl_overrides(cfg, sets)
 
 
 def _train(args: argparse.Namespace) -> int:
     from actlab.errors import ActlabError
-    from actlab.rl.config import list_presets
+    from actlab.rl.config import PRESETS, config_to_dict
 
-    if args.list_presets:
-        for name, desc in list_presets().items():
-            print(f"{name:10s} {desc}")
-        return 0
-    cfg = _resolve(args)
-    if args.print_config:
-        from actlab.utils.config import to_dict
-
-        print(json.dumps(to_dict(cfg), indent=2))
+    cfg = answer_config_flags(args, PRESETS, lambda: _resolve(args), config_to_dict)
+    if cfg is None:
         return 0
     if not args.out:
         raise ActlabError("--out is required", field="--out", fix="pass --out DIR (a new run directory)")
@@ -181,6 +177,13 @@ def _train(args: argparse.Namespace) -> int:
             lo, hi = ev["ci95"]
             print(f"success {ev['successes']}/{ev['episodes']} (95% CI {lo:.2f}-{hi:.2f})")
         print(f"checkpoint: {summary.last_checkpoint}")
+        if summary.guard is not None:
+            base = summary.guard["base"]
+            print(f"base on the evaluation seeds: {base['successes']}/{base['episodes']}")
+            for event in summary.guard["events"]:
+                print(f"guard @ {event['step']}: {event['event']}: {event['reason']}")
+            print(f"handed back: {summary.handed_back}" + (" (no residual was significantly better)"
+                  if summary.handed_back == "base" else " (checkpoints/best.json)"))  # fmt: skip
     return 0
 
 

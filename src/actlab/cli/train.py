@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from actlab.cli import add_set_flag, subcommand
+from actlab.cli import add_preset_flags, answer_config_flags, resolve_preset_config, subcommand
 
 ORDER = 20
 
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and gathered on the training device; checkpoints are atomic, resumable bit for bit on CPU, and "
         "a disk preflight refuses runs whose checkpoints cannot fit.",
     )
-    p.add_argument("--preset", metavar="NAME", help="starting config (see --list-presets)")
+    add_preset_flags(p, "optim.lr=3e-4")
     p.add_argument("--dataset", metavar="PATH", help="LeRobot v3 dataset directory (sets data.path)")
     p.add_argument(
         "--out",
@@ -50,7 +50,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run directory: new or empty (a run that stopped before its first checkpoint starts over); "
         "an existing run needs --resume; locked while a run trains in it",
     )
-    add_set_flag(p, "override a config key, e.g. --set optim.lr=3e-4 (repeatable)")
     p.add_argument(
         "--device",
         metavar="DEV",
@@ -78,29 +77,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="fine-tune: start from this bundle's weights and policy config (e.g. an imported LeRobot ACT); "
         "normalization comes from --dataset",
     )
-    p.add_argument("--list-presets", action="store_true", help="list the presets and exit")
-    p.add_argument("--print-config", action="store_true", help="print the resolved config as JSON and exit")
-    p.add_argument("--help-config", action="store_true", help="list every config key with its meaning")
     p.add_argument("--json", action="store_true", help="print the run summary as JSON")
     p.set_defaults(_run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     from actlab.errors import ActlabError
-    from actlab.training.presets import list_presets
+    from actlab.training.config import config_to_dict
+    from actlab.training.presets import PRESETS
 
-    if args.list_presets:
-        for name, desc in list_presets().items():
-            print(f"{name:15s} {desc}")
-        return 0
-    cfg = _resolve_config(args)
-    if args.help_config:
-        _print_config_help(cfg)
-        return 0
-    if args.print_config:
-        from actlab.training.config import config_to_dict
-
-        print(json.dumps(config_to_dict(cfg), indent=2))
+    cfg = answer_config_flags(args, PRESETS, lambda: _resolve_config(args), config_to_dict)
+    if cfg is None:
         return 0
     if not args.out:
         raise ActlabError("--out is required", field="--out", fix="pass --out DIR (a new run directory)")
@@ -126,21 +113,9 @@ def _resolve_config(args: argparse.Namespace):
     from actlab.errors import ActlabError
     from actlab.training.config import apply_train_overrides
     from actlab.training.loop import load_run_config, overfit_config
-    from actlab.training.presets import get_preset, with_dataset
+    from actlab.training.presets import PRESETS, with_dataset
 
-    if args.preset:
-        cfg = get_preset(args.preset)
-    elif args.resume and args.out:
-        cfg = load_run_config(args.out)
-    elif args.help_config:
-        cfg = get_preset("tiny")
-    else:
-        raise ActlabError(
-            "no config given",
-            field="--preset",
-            expected="--preset NAME, or --resume with an existing --out",
-            fix="actlab train --list-presets shows the presets",
-        )
+    cfg = resolve_preset_config(args, PRESETS, load_run_config, help_preset="tiny")
     if args.dataset:
         cfg = with_dataset(cfg, args.dataset)
     if args.init_from:
@@ -162,15 +137,6 @@ def _resolve_config(args: argparse.Namespace):
             raise ActlabError("--overfit needs N >= 1", field="--overfit", found=args.overfit)
         cfg = overfit_config(cfg, args.overfit)
     return cfg
-
-
-def _print_config_help(cfg) -> None:
-    from actlab.training.config import describe_config
-
-    for key, value, doc in describe_config(cfg):
-        print(f"{key} = {json.dumps(value, default=str)}")
-        if doc:
-            print(f"    {doc}")
 
 
 def _print_summary(summary) -> None:

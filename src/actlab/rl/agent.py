@@ -54,44 +54,47 @@ class Agent(nn.Module):
             for p in base.parameters():
                 p.requires_grad_(False)
             base.eval()
-        vec = ACT_DIM + (3 if cfg.task == "reach" else 0) + (ACT_DIM if base is not None else 0)
+        vec = ACT_DIM + (3 if cfg.env.task == "reach" else 0) + (ACT_DIM if base is not None else 0)
         self.encoder: nn.Module | None = None
         self.frozen: FrozenFeatures | ViTFeatures | VideoFeatures | None = None
-        if cfg.encoder == "cnn":
-            self.encoder = CNNEncoder(3 * len(cfg.cameras) * cfg.frame_stack, cfg.image_size)
+        if cfg.obs.encoder == "cnn":
+            self.encoder = CNNEncoder(3 * len(cfg.obs.cameras) * cfg.obs.frame_stack, cfg.obs.image_size)
             img = self.encoder.out_dim
-        elif cfg.encoder == "frozen":
+        elif cfg.obs.encoder == "frozen":
             self.frozen = FrozenFeatures(base, self.image_keys)
             vec += self.frozen.out_dim
             img = 0
-        elif cfg.encoder == "vit" and cfg.vision_backbone == "videomae":
+        elif cfg.obs.encoder == "vit" and cfg.obs.vision_backbone == "videomae":
             self.frozen = VideoFeatures(cfg, self.image_keys)  # one clip of the last K frames per step
             vec += self.frozen.out_dim
             img = 0
-        elif cfg.encoder == "vit":
+        elif cfg.obs.encoder == "vit":
             self.frozen = ViTFeatures(cfg, self.image_keys)
-            vec += self.frozen.out_dim * cfg.frame_stack
+            vec += self.frozen.out_dim * cfg.obs.frame_stack
             img = 0
         else:
             img = 0
         self.vec_dim = vec
-        priv = privileged_dim(cfg.task) if cfg.critic_privileged else 0
-        init_log_std = math.log(cfg.residual_init_std)
+        priv = privileged_dim(cfg.env.task) if cfg.critic_privileged else 0
+        init_log_std = math.log(cfg.sac.init_std)
         self.actor = Actor(
-            vec + img, ACT_DIM, cfg.hidden, zero_init=base is not None, init_log_std=init_log_std
+            vec + img, ACT_DIM, cfg.sac.hidden, zero_init=base is not None, init_log_std=init_log_std
         )
-        self.critics = Critics(vec + img + priv, ACT_DIM, cfg.hidden, cfg.num_critics)
+        self.critics = Critics(vec + img + priv, ACT_DIM, cfg.sac.hidden, cfg.sac.num_critics)
         self.target_critics = copy.deepcopy(self.critics).requires_grad_(False)
-        self.log_alpha = nn.Parameter(torch.tensor(float(cfg.init_alpha)).log())
+        self.log_alpha = nn.Parameter(torch.tensor(float(cfg.sac.init_alpha)).log())
         self._frames: collections.deque | None = None
+        # residual RL: the residual's bound as a fraction of env.action_scale_deg (the guard widens and
+        # narrows it; 0 makes the agent the base exactly). A plain attribute, saved in the guard's state.
+        self.bound = 1.0
 
     # ------------------------------------------------------------------------------- what the env gives
     @property
     def image_keys(self) -> list[str]:
-        """Camera observation keys the agent reads: the base's cameras (frozen) or ``cfg.cameras``."""
-        if self.cfg.encoder == "frozen":
+        """Camera observation keys the agent reads: the base's cameras (frozen) or ``cfg.obs.cameras``."""
+        if self.cfg.obs.encoder == "frozen":
             return list(self.base.camera_keys)
-        return [camera_key(c) for c in self.cfg.cameras]
+        return [camera_key(c) for c in self.cfg.obs.cameras]
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
         """Every tensor a checkpoint must hold (the base is excluded: it is a file the config names)."""
@@ -128,7 +131,7 @@ class Agent(nn.Module):
         state = batch[STATE_KEY].float()  # (B, 6) deg
         parts = [state / STATE_SCALE]
         out: dict[str, torch.Tensor] = {"state": state}
-        if self.cfg.task == "reach":
+        if self.cfg.env.task == "reach":
             parts.append(batch[GOAL_KEY].float())
         if self.base is not None:
             with torch.no_grad():
@@ -139,7 +142,7 @@ class Agent(nn.Module):
             parts.append(self.frozen(self._stack(torch.cat([batch[k] for k in self.image_keys], dim=1))))
         elif self.frozen is not None:
             feats = self.frozen(batch)  # (B, F): once per env step, stored, never recomputed
-            parts.append(self._stack(feats) if self.cfg.encoder == "vit" else feats)  # (B, K*F) for a ViT
+            parts.append(self._stack(feats) if self.cfg.obs.encoder == "vit" else feats)  # (B, K*F) for a ViT
         out["vec"] = torch.cat(parts, dim=-1)
         if self.encoder is not None:
             out["img"] = self._stack(torch.cat([batch[k] for k in self.image_keys], dim=1))
@@ -148,7 +151,7 @@ class Agent(nn.Module):
     def _stack(self, frame: torch.Tensor) -> torch.Tensor:
         """(B, X, ...) of this step -> the last K steps' on axis 1 (the first repeated at reset): frames
         (B, 3*cams, H, W) for the CNN, ViT features (B, F) (each frame encoded once, when it arrives)."""
-        k = self.cfg.frame_stack
+        k = self.cfg.obs.frame_stack
         if self._frames is None or self._frames[0].shape != frame.shape:
             self._frames = collections.deque([frame] * k, maxlen=k)
         else:
@@ -173,10 +176,15 @@ class Agent(nn.Module):
             parts.append(priv)
         return torch.cat(parts, dim=-1)
 
+    def bounded(self, action: torch.Tensor) -> torch.Tensor:
+        """The actor's [-1, 1] action scaled by the residual's bound (residual RL; unchanged otherwise):
+        what is executed, stored in the replay buffer and valued by the critics."""
+        return action * self.bound if self.base is not None else action
+
     def env_action(self, obs: dict[str, torch.Tensor], action: torch.Tensor) -> torch.Tensor:
         """[-1, 1] actions (B, 6) -> joint targets (B, 6) deg: residual on the base, else a joint delta."""
         anchor = obs["base"] if "base" in obs else obs["state"]
-        return anchor + action.to(anchor.dtype) * self.cfg.action_scale_deg
+        return anchor + action.to(anchor.dtype) * self.cfg.env.action_scale_deg
 
     # ------------------------------------------------------------------------------- RolloutPolicy API
     def reset(self) -> None:
@@ -190,18 +198,18 @@ class Agent(nn.Module):
         """Deterministic (mean) action, joint targets (B, 6) deg: what evaluation runs."""
         o = self.observe(obs)
         a, _ = self.actor(self.actor_input(o["vec"], o.get("img")), deterministic=True)
-        return self.env_action(o, a)
+        return self.env_action(o, self.bounded(a))
 
     @property
     def features(self) -> dict[str, Any]:
         """The inputs evaluation must provide (LeRobot-style features; images HWC)."""
         feats: dict[str, Any] = {STATE_KEY: {"dtype": "float32", "shape": [ACT_DIM]}}
-        if self.cfg.task == "reach":
+        if self.cfg.env.task == "reach":
             feats[GOAL_KEY] = {"dtype": "float32", "shape": [3]}
         if self.base is not None:
             feats.update({k: v for k, v in self.base.features.items() if k.startswith("observation.")})
         for k in self.image_keys:
             if k not in feats:
-                s = self.cfg.image_size
+                s = self.cfg.obs.image_size
                 feats[k] = {"dtype": "video", "shape": [s, s, 3]}
         return feats

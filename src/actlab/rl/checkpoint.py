@@ -11,6 +11,8 @@ what an SAC run needs to continue exactly.
     training_state/optimizer.pt       the three Adam states (torch.save; read with weights_only=True)
     training_state/rng_rank0.pt       the run's torch generator state
     training_state/replay.pt          the online replay buffer (filled part); demos are re-read on resume
+    training_state/guard.pt           residual runs: the last good actor the guard rolls back to
+                                      (the guard's decisions are in state.json, "guard")
 
 Checkpoints are written between collection rounds (every env at an episode boundary), so a resume
 restarts exactly where the checkpoint was: nothing about a half-run episode has to be saved. Checkpoints
@@ -35,7 +37,8 @@ class RLCheckpoints(Checkpoints):
     """Save / load SAC checkpoints in ``run_dir/checkpoints`` (listing, pointers, pruning inherited)."""
 
     def __init__(self, run_dir: str | Path, keep_last: int) -> None:
-        super().__init__(run_dir, keep_last=keep_last, keep_best=False, command="actlab rl train")
+        # keep_best: the checkpoint best.json names (a residual run's handed-back policy) is never pruned
+        super().__init__(run_dir, keep_last=keep_last, keep_best=True, command="actlab rl train")
 
     def save_rl(
         self,
@@ -46,6 +49,7 @@ class RLCheckpoints(Checkpoints):
         replay: dict[str, Any],
         meta: dict[str, Any],
         config: dict[str, Any],
+        guard: dict[str, Any] | None = None,
     ) -> Path:
         """Write checkpoint ``step`` under a temporary name and rename it into place when complete."""
         from safetensors.torch import save  # lazy: safetensors.torch imports torch
@@ -56,6 +60,8 @@ class RLCheckpoints(Checkpoints):
             atomic_write_json(tmp / CONFIG_FILE, config)
 
         state = {"optimizer": {"optimizer": optimizer, "scheduler": {}}, "rng_rank0": rng, "replay": replay}
+        if guard is not None:
+            state["guard"] = guard  # a residual run's last good actor (tensors)
         return self.write(step, write_files, state, meta, None, protect=[AGENT_FILE])
 
     def load_rl(self, step: int) -> dict[str, Any]:
@@ -67,11 +73,14 @@ class RLCheckpoints(Checkpoints):
             "actlab rl train",
         )
         meta = self.meta(step)
+        recorded = meta.get("sha256") or {}
         return {
             "agent": read_tensors(self.verify(step, AGENT_FILE, meta), self),
             "optimizer": self.load_state(step, "optimizer", meta)["optimizer"],
             "rng": self.load_state(step, "rng_rank0", meta),
             "replay": self.load_state(step, "replay", meta),
+            # written by residual runs since the guard; absent from older checkpoints
+            "guard": self.load_state(step, "guard", meta) if "guard.pt" in recorded else None,
             "meta": meta,
             "path": path,
         }

@@ -1,71 +1,46 @@
-"""The config of an RL run (``actlab rl train``): one frozen dataclass, validated before anything is built,
-and named presets overridable with ``--set key=value``."""
+"""The config of an RL run (``actlab rl train``): one frozen dataclass per section, validated before
+anything is built, and named presets overridable with ``--set section.key=value`` (the mechanism of
+``actlab train``: :mod:`actlab.utils.presets`).
+
+``RLConfig`` groups the sections ``env`` (task, envs, reward, action bound), ``obs`` (what the actor sees),
+``sac`` (the learner), ``residual`` (the guard of a residual run: the base measured first, the paired
+comparison, the growing bound, the size penalty, roll-back), ``eval``, ``checkpoint`` and ``log`` with the
+run-level fields (base, demos, budget, seed, device). Runs written before the sections (a flat
+``config.json``, version 1) are converted when read: :func:`config_from_dict`.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.policies.configs import VIT_BACKBONES
+from actlab.utils import config as cfgutil
 from actlab.utils.config import unknown_name_error
+from actlab.utils.presets import Preset, PresetTable
 
 TASKS = ("reach", "pick_place")
 TRAIN_SEED_BASE = 10_000_000  # training episodes are seeded from here up (see RLConfig.seed)
 ENCODERS = ("none", "cnn", "frozen", "vit")
-# encoder="vit" backbones: actlab's per-frame ViTs, and VideoMAE (a video transformer over the last
+# obs.encoder="vit" backbones: actlab's per-frame ViTs, and VideoMAE (a video transformer over the last
 # frame_stack frames, transformers' VideoMAEModel)
 RL_VIT_BACKBONES = (*VIT_BACKBONES, "videomae")
 REWARDS = ("sparse", "shaped", "classifier")
 PRIVILEGED = ("auto", "on", "off")
-
+CONFIG_VERSION = 2  # 1: the flat layout of the first RL runs (no "version" key); 2: sections
 
 _BIG = 10_000_000_000  # env-step counts: far beyond any run (a 2-core CPU collects ~1e3 per second)
 _SEED = 2**31 - 1
 
-# (low, high, low_open, high_open) of every numeric field: NaN, inf and absurd sizes are refused when a
-# config is built (a preset, --set, a saved config.json), naming the limit. The upper limits are far
-# beyond what a run uses, low enough that a typo (utd=1e9, num_envs=1e5) is refused before it runs.
-LIMITS: dict[str, tuple[float, float, bool, bool]] = {
-    "frame_stack": (1, 64, False, False),
-    "image_size": (8, 1024, False, False),
-    "downscale_img_square": (8, 4096, False, False),
-    "num_envs": (1, 256, False, False),
-    "max_steps": (1, 100_000, False, False),
-    "total_env_steps": (1, _BIG, False, False),
-    "time_limit_s": (0, 365 * 86_400, False, False),
-    "random_steps": (0, _BIG, False, False),
-    "learning_starts": (0, _BIG, False, False),
-    "actor_starts": (0, _BIG, False, False),
-    "utd": (0, 64, True, False),
-    "batch_size": (1, 65_536, False, False),
-    "buffer_size": (1, 100_000_000, False, False),
-    "hidden": (1, 8192, False, False),
-    "num_critics": (2, 32, False, False),
-    "lr": (0, 1, True, False),
-    "gamma": (0, 1, True, True),
-    "tau": (0, 1, True, False),
-    "n_step": (1, 1000, False, False),
-    "init_alpha": (0, 100, True, False),
-    "residual_init_std": (0, 10, True, False),
-    "target_entropy_scale": (0, 10, False, False),
-    "action_scale_deg": (0, 180, True, False),
-    "demo_episodes": (1, 1_000_000, False, False),
-    "eval_every": (0, _BIG, False, False),
-    "eval_episodes": (1, 1_000_000, False, False),
-    "eval_seed": (0, _SEED, False, False),
-    "checkpoint_every": (0, _BIG, False, False),
-    "keep_last": (1, 10_000, False, False),
-    "log_every": (1, 1_000_000, False, False),
-    "seed": (0, _SEED, False, False),
-    "threads": (1, 1024, False, False),
-}
+Limits = dict[str, tuple[float, float, bool, bool]]
 
 
-def check_ranges(cfg: Any, limits: dict[str, tuple[float, float, bool, bool]]) -> None:
+def check_ranges(cfg: Any, limits: Limits, prefix: str = "") -> None:
     """Refuse a field of ``cfg`` outside its ``(low, high, low_open, high_open)`` range (NaN and inf
-    included: no comparison with NaN holds); None values are not checked (an unset optional field)."""
+    included: no comparison with NaN holds), naming it as ``prefix + name``; None values are not checked
+    (an unset optional field). The upper limits are far beyond what a run uses, low enough that a typo
+    (utd=1e9, num_envs=1e5) is refused before it runs."""
     for name, (lo, hi, lo_open, hi_open) in limits.items():
         value = getattr(cfg, name)
         if value is None:
@@ -73,24 +48,66 @@ def check_ranges(cfg: Any, limits: dict[str, tuple[float, float, bool, bool]]) -
         above = value > lo if lo_open else value >= lo
         below = value < hi if hi_open else value <= hi
         if not (above and below):
-            span = f"{lo} {'<' if lo_open else '<='} {name} {'<' if hi_open else '<='} {hi:g}"
+            key = prefix + name
+            span = f"{lo} {'<' if lo_open else '<='} {key} {'<' if hi_open else '<='} {hi:g}"
             raise ActlabError(
-                f"{name} is out of range",
-                field=name,
+                f"invalid RL config value for {key}",
+                field=key,
                 expected=span,
                 found=value,
-                fix=f"--set {name}=VALUE with {span}",
+                fix=f"--set {key}=VALUE with {span}",
             )
 
 
-@dataclasses.dataclass(frozen=True)
-class RLConfig:
-    """Everything an SAC run depends on. Env steps count transitions (one per env per control step)."""
+def _check(ok: bool, field: str, expected: str, found: object, fix: str | None = None) -> None:
+    if not ok:
+        raise ActlabError(
+            f"invalid RL config value for {field}", field=field, expected=expected, found=found, fix=fix
+        )
 
-    name: str = "custom"  # preset name (recorded in config.json)
+
+def _choice(value: str, field: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise unknown_name_error(field, value, choices)
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
     # "reach": move the grasp point to a commanded 3D target (reduced task, learnable from scratch);
     # "pick_place": the sim's SO-101 pick-and-place (with --base: residual RL on a frozen chunk policy)
     task: str = "reach"
+    # sim envs stepped in lockstep per round (one batched actor call per step)
+    num_envs: int = 4
+    # episode length limit (control steps at 30 Hz)
+    max_steps: int = 50
+    # "sparse" (success), "shaped" (phase/distance terms), "classifier" (a success classifier's output)
+    reward: str = "sparse"
+    # success-classifier directory (reward="classifier"), written by `actlab rl reward-model`
+    reward_model: str | None = None
+    # bound of an action per joint (deg): a joint delta from scratch, or the residual on the base
+    action_scale_deg: float = 5.0
+
+    LIMITS = {
+        "num_envs": (1, 256, False, False),
+        "max_steps": (1, 100_000, False, False),
+        "action_scale_deg": (0, 180, True, False),
+    }
+
+    def __post_init__(self) -> None:
+        _choice(self.task, "env.task", TASKS)
+        _choice(self.reward, "env.reward", REWARDS)
+        check_ranges(self, self.LIMITS, "env.")
+        _check(
+            self.reward != "classifier" or bool(self.reward_model),
+            "env.reward_model",
+            "a success-classifier directory with env.reward=classifier",
+            self.reward_model,
+            "train one with `actlab rl reward-model` and pass --set env.reward_model=DIR",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ObsConfig:
     # actor's image input: "none" (joint state only), "cnn" (small 2D CNN trained by the critic's loss;
     # frame_stack > 1 stacks the last K frames on the channel axis), "frozen" (the base bundle's own
     # pretrained backbone, frozen, global-average-pooled; features computed once per env step), "vit"
@@ -112,130 +129,378 @@ class RLConfig:
     # encoder="vit": side (px) frames are resized to before the ViT; null: the family's default input
     # (its config's image_size; DINOv2 at most 224 px); must be a multiple of the patch size
     downscale_img_square: int | None = None
-    cameras: tuple[str, ...] = ()  # sim cameras the actor sees (encoder != "none"); () with a base: its own
-    image_size: int = 64  # rendered camera size (px) for encoder="cnn"; a base renders at its own size
-    num_envs: int = 4  # sim envs stepped in lockstep per round (one batched actor call per step)
-    max_steps: int = 50  # episode length limit (control steps at 30 Hz)
-    total_env_steps: int = 20_000  # stop after this many transitions
-    time_limit_s: float = 0.0  # also stop after the round in which this much wall time passed (0: none)
-    random_steps: int = 1_000  # uniform random actions before the actor acts (0: actor from the start)
-    learning_starts: int = 500  # no update before this many transitions are stored
-    # no actor (and temperature) update before this many transitions: the critic first learns the value of
-    # the current policy (residual RL: the zero residual, i.e. the base), so a random critic cannot push
-    # the residual away from the base before it knows anything
-    actor_starts: int = 0
-    utd: float = 1.0  # gradient updates per transition collected (update-to-data ratio)
-    batch_size: int = 256  # transitions per update (half from demos when demos are given)
-    buffer_size: int = 100_000  # replay capacity (transitions); kept on the training device
-    hidden: int = 256  # width of the actor and critic MLPs (two hidden layers)
-    num_critics: int = 2  # critic ensemble size (twin critics = 2); the target is the min over them
-    lr: float = 3e-4  # Adam learning rate of actor, critics and temperature
-    gamma: float = 0.99  # discount per control step
-    tau: float = 0.005  # Polyak factor of the target critics
-    n_step: int = 1  # n-step returns (1: plain TD)
-    init_alpha: float = 0.1  # initial entropy temperature
-    # residual RL: the actor's initial standard deviation (pre-tanh, in units of action_scale_deg); the
-    # exploration noise the base is first run with (its mean starts at exactly zero)
-    residual_init_std: float = 0.37
-    target_entropy_scale: float = 1.0  # target entropy = -scale * action dims
-    action_scale_deg: float = 5.0  # bound of an action per joint (deg): a joint delta, or the residual
-    base: str | None = None  # frozen chunk-policy bundle; set: residual RL (the base is never updated)
-    demos: str | None = None  # LeRobot dataset of demonstrations (RLPD: half of every batch)
-    demo_episodes: int = 30  # demonstration episodes read from the dataset (the first N)
-    reward: str = "sparse"  # "sparse" (success), "shaped" (phase/distance terms), "classifier"
-    reward_model: str | None = None  # success-classifier directory (reward="classifier")
+    # sim cameras the actor sees (encoder != "none"); () with a base: its own
+    cameras: tuple[str, ...] = ()
+    # rendered camera size (px) for encoder="cnn"; a base renders at its own size
+    image_size: int = 64
     # critic input: "on" adds privileged sim state (cube, bowl and grasp positions, phase flags) to what
     # the actor sees (asymmetric actor-critic); "auto" = on unless demos are given (a LeRobot dataset has no
     # sim state); "off" gives the critic the actor's inputs
     privileged: str = "auto"
-    eval_every: int = 5_000  # evaluate through the harness every this many env steps (0: only at the end)
-    eval_episodes: int = 20  # episodes per evaluation (fixed seeds: eval_seed + i)
-    eval_seed: int = 100_000  # seed of evaluation episode 0 (kept apart from training seeds)
-    checkpoint_every: int = 5_000  # checkpoint every this many env steps (at the end of a round)
-    keep_last: int = 3  # checkpoints kept
-    log_every: int = 1  # log a metrics row every this many rounds
-    tensorboard: bool = False  # also log to run_dir/tensorboard (needs the tensorboard extra)
-    wandb: bool = False  # also log to Weights & Biases (needs the wandb extra)
-    # torch seed; training episode k is reset with TRAIN_SEED_BASE * (seed + 1) + k: away from the seeds
-    # recordings (0, 1, ...) and evaluations (eval_seed) use, so the residual is not trained on the very
-    # scenes the base policy was cloned from (a first run that was learned on them, see docs/rl.md)
-    seed: int = 0
-    device: str = "cpu"  # training device (the replay buffer lives there too)
-    threads: int = 1  # torch threads (1: best for small nets on a shared CPU)
+
+    LIMITS = {
+        "frame_stack": (1, 64, False, False),
+        "image_size": (8, 1024, False, False),
+        "downscale_img_square": (8, 4096, False, False),
+    }
 
     def __post_init__(self) -> None:
-        for name, choices in (
-            ("task", TASKS),
-            ("encoder", ENCODERS),
-            ("reward", REWARDS),
-            ("privileged", PRIVILEGED),
-        ):
-            if getattr(self, name) not in choices:
-                raise unknown_name_error(name, getattr(self, name), choices)
-        check_ranges(self, LIMITS)
-        if self.encoder in ("cnn", "vit") and not self.cameras:
-            raise ActlabError(
-                f"encoder={self.encoder} needs cameras", field="cameras", fix="--set cameras=wrist"
-            )
-        if self.vision_backbone not in RL_VIT_BACKBONES:
-            raise unknown_name_error("vision_backbone", self.vision_backbone, RL_VIT_BACKBONES)
-        if self.base is not None and self.task != "pick_place":
-            raise ActlabError("a base policy acts on pick_place", field="task", found=self.task)
-        if self.reward == "classifier" and not self.reward_model:
-            raise ActlabError(
-                "reward=classifier needs a reward model",
-                field="reward_model",
-                fix="train one with `actlab rl reward-model` and pass --set reward_model=DIR",
-            )
-        if self.reward == "classifier" and (self.encoder != "frozen" or self.base is None):
-            raise ActlabError(
+        _choice(self.encoder, "obs.encoder", ENCODERS)
+        _choice(self.privileged, "obs.privileged", PRIVILEGED)
+        _choice(self.vision_backbone, "obs.vision_backbone", RL_VIT_BACKBONES)
+        check_ranges(self, self.LIMITS, "obs.")
+        _check(
+            self.encoder not in ("cnn", "vit") or bool(self.cameras),
+            "obs.cameras",
+            f"at least one camera with obs.encoder={self.encoder}",
+            self.cameras,
+            "--set obs.cameras=wrist",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class SACConfig:
+    # uniform random actions before the actor acts (0: the actor from the start)
+    random_steps: int = 1_000
+    # no update before this many transitions are stored
+    learning_starts: int = 500
+    # no actor (and temperature) update before this many transitions: the critic first learns the value of
+    # the current policy (residual RL: the zero residual, i.e. the base), so a random critic cannot push
+    # the residual away from the base before it knows anything
+    actor_starts: int = 0
+    # gradient updates per transition collected (update-to-data ratio)
+    utd: float = 1.0
+    # transitions per update (half from demos when demos are given: RLPD)
+    batch_size: int = 256
+    # replay capacity (transitions); kept on the training device
+    buffer_size: int = 100_000
+    # demonstration episodes read from the demos dataset (the first N)
+    demo_episodes: int = 30
+    # width of the actor and critic MLPs (two hidden layers)
+    hidden: int = 256
+    # critic ensemble size (twin critics = 2); the target is the min over them
+    num_critics: int = 2
+    # Adam learning rate of actor, critics and temperature
+    lr: float = 3e-4
+    # discount per control step
+    gamma: float = 0.99
+    # Polyak factor of the target critics
+    tau: float = 0.005
+    # n-step returns (1: plain TD)
+    n_step: int = 1
+    # initial entropy temperature
+    init_alpha: float = 0.1
+    # the actor's initial standard deviation (pre-tanh, in units of env.action_scale_deg); residual RL: the
+    # exploration noise the base is first run with (its mean starts at exactly zero)
+    init_std: float = 0.37
+    # target entropy = -scale * action dims
+    target_entropy_scale: float = 1.0
+
+    LIMITS = {
+        "random_steps": (0, _BIG, False, False),
+        "learning_starts": (0, _BIG, False, False),
+        "actor_starts": (0, _BIG, False, False),
+        "utd": (0, 64, True, False),
+        "batch_size": (1, 65_536, False, False),
+        "buffer_size": (1, 100_000_000, False, False),
+        "demo_episodes": (1, 1_000_000, False, False),
+        "hidden": (1, 8192, False, False),
+        "num_critics": (2, 32, False, False),
+        "lr": (0, 1, True, False),
+        "gamma": (0, 1, True, True),
+        "tau": (0, 1, True, False),
+        "n_step": (1, 1000, False, False),
+        "init_alpha": (0, 100, True, False),
+        "init_std": (0, 10, True, False),
+        "target_entropy_scale": (0, 10, False, False),
+    }
+
+    def __post_init__(self) -> None:
+        check_ranges(self, self.LIMITS, "sac.")
+        _check(
+            self.batch_size <= self.buffer_size,
+            "sac.batch_size",
+            f"<= sac.buffer_size ({self.buffer_size})",
+            self.batch_size,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ResidualConfig:
+    """The guard of a residual run (--base): never hand back a policy worse than the base."""
+
+    # significance of the paired test (McNemar's exact test over the evaluation seeds): a residual is
+    # "better" (handed back in best.json) or "worse" only at p < alpha
+    alpha: float = 0.05
+    # the residual's bound as a fraction of env.action_scale_deg at the start (Policy Decorator's
+    # progressive widening); 1: the full bound from the start (the first runs' behaviour)
+    bound_start: float = 1.0
+    # after an evaluation where the residual is not below the base the bound is multiplied by this (capped
+    # at 1); after a roll-back it is divided by it
+    bound_growth: float = 2.0
+    # weight of the mean squared residual (in units of the bound) added to the actor's loss: keeps the
+    # residual small where the critic sees no gain (0: off)
+    penalty: float = 0.0
+    # consecutive evaluations below the base (fewer successes on the same seeds) that roll the residual
+    # back to the last one not below the base (or to zero); 0: never roll back
+    patience: int = 2
+    # roll-backs after which the run stops (stopped="regressed"); the handed-back policy stays the base
+    # unless a residual was significantly better
+    max_rollbacks: int = 2
+
+    LIMITS = {
+        "alpha": (0, 0.5, True, False),
+        "bound_start": (0, 1, True, False),
+        "bound_growth": (1, 100, False, False),
+        "penalty": (0, 1e6, False, False),
+        "patience": (0, 1000, False, False),
+        "max_rollbacks": (0, 1000, False, False),
+    }
+
+    def __post_init__(self) -> None:
+        check_ranges(self, self.LIMITS, "residual.")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    # evaluate through the harness every this many env steps (0: only at the end)
+    every: int = 5_000
+    # episodes per evaluation (fixed seeds: eval.seed + i; a residual run measures the base on them first)
+    episodes: int = 20
+    # seed of evaluation episode 0 (kept apart from training seeds)
+    seed: int = 100_000
+
+    LIMITS = {
+        "every": (0, _BIG, False, False),
+        "episodes": (1, 1_000_000, False, False),
+        "seed": (0, _SEED, False, False),
+    }
+
+    def __post_init__(self) -> None:
+        check_ranges(self, self.LIMITS, "eval.")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    # checkpoint every this many env steps (at the end of a round)
+    every: int = 5_000
+    # checkpoints kept (the one best.json names is kept besides)
+    keep_last: int = 3
+
+    LIMITS = {"every": (0, _BIG, False, False), "keep_last": (1, 10_000, False, False)}
+
+    def __post_init__(self) -> None:
+        check_ranges(self, self.LIMITS, "checkpoint.")
+
+
+@dataclasses.dataclass(frozen=True)
+class LogConfig:
+    # log a metrics row every this many rounds
+    every: int = 1
+    # also log to run_dir/tensorboard (needs the tensorboard extra)
+    tensorboard: bool = False
+    # also log to Weights & Biases (needs the wandb extra)
+    wandb: bool = False
+
+    LIMITS = {"every": (1, 1_000_000, False, False)}
+
+    def __post_init__(self) -> None:
+        check_ranges(self, self.LIMITS, "log.")
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig:
+    """Everything an SAC run depends on. Env steps count transitions (one per env per control step)."""
+
+    # preset name (recorded in config.json)
+    name: str = "custom"
+    # layout of this config (2: sections); a config.json without it is the flat layout 1, converted
+    version: int = CONFIG_VERSION
+    # frozen chunk-policy bundle; set: residual RL (the base is never updated)
+    base: str | None = None
+    # LeRobot dataset of demonstrations (RLPD: half of every batch)
+    demos: str | None = None
+    # stop after this many transitions
+    total_env_steps: int = 20_000
+    # also stop after the round in which this much wall time passed (0: none)
+    time_limit_s: float = 0.0
+    # torch seed; training episode k is reset with TRAIN_SEED_BASE * (seed + 1) + k: away from the seeds
+    # recordings (0, 1, ...) and evaluations (eval.seed) use, so the residual is not trained on the very
+    # scenes the base policy was cloned from (a first run that was learned on them, see docs/rl.md)
+    seed: int = 0
+    # training device (the replay buffer lives there too)
+    device: str = "cpu"
+    # torch threads (1: best for small nets on a shared CPU)
+    threads: int = 1
+    # task, envs, reward, action bound
+    env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
+    # what the actor (and the critic) sees
+    obs: ObsConfig = dataclasses.field(default_factory=ObsConfig)
+    # the SAC learner
+    sac: SACConfig = dataclasses.field(default_factory=SACConfig)
+    # the guard of a residual run
+    residual: ResidualConfig = dataclasses.field(default_factory=ResidualConfig)
+    # harness evaluations during training
+    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+    # checkpoint cadence and retention
+    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    # metrics logging
+    log: LogConfig = dataclasses.field(default_factory=LogConfig)
+
+    LIMITS = {
+        "total_env_steps": (1, _BIG, False, False),
+        "time_limit_s": (0, 365 * 86_400, False, False),
+        "seed": (0, _SEED, False, False),
+        "threads": (1, 1024, False, False),
+    }
+
+    def __post_init__(self) -> None:
+        _check(self.version == CONFIG_VERSION, "version", str(CONFIG_VERSION), self.version,
+               "a config.json of another layout is converted when read (config_from_dict)")  # fmt: skip
+        check_ranges(self, self.LIMITS)
+        if self.base is not None:
+            _check(self.env.task == "pick_place", "env.task", "pick_place (a base policy acts on it)",
+                   self.env.task)  # fmt: skip
+        if self.env.reward == "classifier":
+            _check(
+                self.obs.encoder == "frozen" and self.base is not None,
+                "env.reward",
                 "the success classifier reads the frozen base backbone's features",
-                field="reward",
-                fix="use it with --base BUNDLE and encoder=frozen (the residual preset)",
+                self.env.reward,
+                "use it with --base BUNDLE and obs.encoder=frozen (the residual preset)",
             )
-        if self.batch_size > self.buffer_size:
-            raise ActlabError("batch_size > buffer_size", field="batch_size", found=self.batch_size)
 
     def check_runnable(self) -> None:
         """What a preset may leave open but a run may not (checked when a run starts): a frozen encoder
         needs the base whose backbone it is."""
-        if self.encoder == "frozen" and self.base is None:
+        if self.obs.encoder == "frozen" and self.base is None:
             raise ActlabError(
-                "encoder=frozen uses the base bundle's pretrained backbone",
-                field="encoder",
-                fix="pass --base BUNDLE, or use encoder=cnn",
+                "obs.encoder=frozen uses the base bundle's pretrained backbone",
+                field="obs.encoder",
+                fix="pass --base BUNDLE, or use obs.encoder=cnn",
             )
 
     @property
-    def residual(self) -> bool:
+    def residual_rl(self) -> bool:
         """Residual RL on a frozen base policy."""
         return self.base is not None
 
     @property
     def critic_privileged(self) -> bool:
         """Whether the critic reads privileged sim state (asymmetric actor-critic)."""
-        return self.privileged == "on" or (self.privileged == "auto" and self.demos is None)
+        return self.obs.privileged == "on" or (self.obs.privileged == "auto" and self.demos is None)
+
+
+# Keys that may change when a run is resumed: budgets, cadence, sinks, and the base's path (its content is
+# checked against the run's own copy by digest instead)
+RESUMABLE = (
+    "name",
+    "total_env_steps",
+    "time_limit_s",
+    "eval.every",
+    "eval.episodes",
+    "checkpoint.",
+    "log.",
+    "base",
+)
+
+# The flat layout (version 1, the first RL runs) -> the sectioned key of each field.
+_SECTIONS = {
+    "env": ("task", "num_envs", "max_steps", "reward", "reward_model", "action_scale_deg"),
+    "obs": ("encoder", "frame_stack", "vision_backbone", "pretrained_backbone_weights", "vit_config",
+            "downscale_img_square", "cameras", "image_size", "privileged"),
+    "sac": ("random_steps", "learning_starts", "actor_starts", "utd", "batch_size", "buffer_size",
+            "demo_episodes", "hidden", "num_critics", "lr", "gamma", "tau", "n_step", "init_alpha",
+            "target_entropy_scale"),
+}  # fmt: skip
+_TOP = ("name", "base", "demos", "total_env_steps", "time_limit_s", "seed", "device", "threads")
+FLAT_KEYS: dict[str, str] = {
+    **{k: f"{section}.{k}" for section, keys in _SECTIONS.items() for k in keys},
+    **{k: k for k in _TOP},
+    "residual_init_std": "sac.init_std",
+    "eval_every": "eval.every",
+    "eval_episodes": "eval.episodes",
+    "eval_seed": "eval.seed",
+    "checkpoint_every": "checkpoint.every",
+    "keep_last": "checkpoint.keep_last",
+    "log_every": "log.every",
+    "tensorboard": "log.tensorboard",
+    "wandb": "log.wandb",
+}
+
+
+def config_to_dict(cfg: RLConfig) -> dict[str, Any]:
+    """JSON-ready dict (sections nested)."""
+    return cfgutil.to_dict(cfg)
+
+
+def config_from_dict(data: dict[str, Any], where: str = "RL config") -> RLConfig:
+    """Inverse of :func:`config_to_dict`; a flat config.json of version 1 is converted first (its fields
+    moved into their sections, the guard of a residual run at the first runs' behaviour: the full bound,
+    no penalty, no roll-back). Unknown keys fail with a did-you-mean."""
+    if not isinstance(data, dict):
+        raise ActlabError("an RL config must be a JSON object", file=where, found=type(data).__name__)
+    if "version" not in data:
+        data = from_flat(data, where)
+    return cfgutil.from_dict(RLConfig, data)
+
+
+def from_flat(flat: dict[str, Any], where: str = "RL config") -> dict[str, Any]:
+    """A version-1 (flat) config dict in the sectioned layout."""
+    out: dict[str, Any] = {"version": CONFIG_VERSION, "residual": {"patience": 0, "bound_start": 1.0}}
+    for key, value in flat.items():
+        if key not in FLAT_KEYS:
+            raise unknown_name_error(f"key of the flat (version 1) RL config {where}", key, FLAT_KEYS)
+        node = out
+        *sections, name = FLAT_KEYS[key].split(".")
+        for s in sections:
+            node = node.setdefault(s, {})
+        node[name] = value
+    return out
+
+
+def apply_rl_overrides(cfg: RLConfig, overrides: list[str]) -> RLConfig:
+    """``--set section.key=value`` overrides; a flat key of the first layout (``utd=2``) is refused naming
+    its new key (``sac.utd``)."""
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        new = FLAT_KEYS.get(key)
+        if "=" in item and new is not None and new != key:
+            raise ActlabError(
+                f"the RL config key {key!r} is now {new!r} (the config has sections)",
+                field=key,
+                expected=new,
+                found=item,
+                fix=f"--set {new}={item.split('=', 1)[1].strip()} (--help-config lists every key)",
+            )
+    return cfgutil.apply_overrides(cfg, overrides)
+
+
+def replace_keys(cfg: RLConfig, values: dict[str, Any]) -> RLConfig:
+    """``cfg`` with dotted keys replaced (``{"sac.hidden": 32}``), validated as a whole."""
+    data = config_to_dict(cfg)
+    for key, value in values.items():
+        node = data
+        *sections, name = key.split(".")
+        for s in sections:
+            node = node[s]
+        if name not in node:
+            raise unknown_name_error("config key", key, cfgutil.flatten(data))
+        node[name] = value
+    return config_from_dict(data)
 
 
 def smoke() -> RLConfig:
     """Under a minute on a CPU: SAC on joint state learns to reach most targets (scripts use it)."""
     return RLConfig(
         name="smoke",
-        task="reach",
-        num_envs=4,
-        max_steps=40,
         total_env_steps=3_000,
-        random_steps=400,
-        learning_starts=400,
-        utd=0.5,
-        batch_size=128,
-        hidden=64,
-        lr=1e-3,
-        gamma=0.9,
-        reward="shaped",
-        eval_every=0,
-        eval_episodes=20,
-        checkpoint_every=1_000,
+        env=EnvConfig(task="reach", num_envs=4, max_steps=40, reward="shaped"),
+        sac=SACConfig(
+            random_steps=400, learning_starts=400, utd=0.5, batch_size=128, hidden=64, lr=1e-3, gamma=0.9
+        ),
+        eval=EvalConfig(every=0, episodes=20),
+        checkpoint=CheckpointConfig(every=1_000),
     )
 
 
@@ -243,66 +508,66 @@ def reach() -> RLConfig:
     """From scratch, joint state only: the reach task to >= 90% success (docs/rl.md gives the CPU budget)."""
     return RLConfig(
         name="reach",
-        task="reach",
-        num_envs=8,
-        max_steps=50,
         total_env_steps=30_000,
-        random_steps=1_000,
-        learning_starts=1_000,
-        utd=0.5,
-        batch_size=256,
-        hidden=128,
-        lr=1e-3,
-        gamma=0.9,
-        reward="shaped",
-        eval_every=10_000,
-        eval_episodes=100,
-        checkpoint_every=10_000,
+        env=EnvConfig(task="reach", num_envs=8, max_steps=50, reward="shaped"),
+        sac=SACConfig(
+            random_steps=1_000, learning_starts=1_000, utd=0.5, batch_size=256, hidden=128, lr=1e-3, gamma=0.9
+        ),
+        eval=EvalConfig(every=10_000, episodes=100),
+        checkpoint=CheckpointConfig(every=10_000),
     )
 
 
 def residual() -> RLConfig:
-    """Residual SAC on a frozen chunk policy (--base) with RLPD demos (--demos): frozen base-backbone
-    features + joint state + the base action for the actor, sparse success reward."""
+    """Residual SAC on a frozen chunk policy (--base) with RLPD demos (--demos), guarded: never hands back
+    a policy worse than the base (docs/rl.md)."""
     return RLConfig(
         name="residual",
-        task="pick_place",
-        encoder="frozen",
-        num_envs=8,
-        max_steps=300,
         total_env_steps=60_000,
-        random_steps=0,
-        learning_starts=2_000,
-        actor_starts=6_000,
-        utd=0.5,
-        batch_size=128,
-        buffer_size=150_000,
-        hidden=128,  # 2-core CPU: updates are the bottleneck (docs/rl.md); 256 on a GPU
-        n_step=3,
-        lr=3e-4,
-        gamma=0.99,
-        init_alpha=0.01,
-        action_scale_deg=4.0,
-        residual_init_std=0.135,  # 0.37 cost the base many grasps in training (docs/rl.md, run 1 vs 2)
-        demo_episodes=100,
-        reward="sparse",
-        eval_every=6_000,  # = checkpoint_every: every evaluated policy is also saved
-        eval_episodes=30,
-        checkpoint_every=6_000,
-        keep_last=10,
+        env=EnvConfig(task="pick_place", num_envs=8, max_steps=300, reward="sparse", action_scale_deg=4.0),
+        obs=ObsConfig(encoder="frozen"),
+        sac=SACConfig(
+            random_steps=0,
+            learning_starts=2_000,
+            actor_starts=6_000,
+            utd=0.5,
+            batch_size=128,
+            buffer_size=150_000,
+            demo_episodes=100,
+            hidden=128,  # 2-core CPU: updates are the bottleneck (docs/rl.md); 256 on a GPU
+            n_step=3,
+            lr=3e-4,
+            gamma=0.99,
+            init_alpha=0.01,
+            init_std=0.135,  # 0.37 cost the base many grasps in training (docs/rl.md, run 1 vs 2)
+        ),
+        # the guard (docs/rl.md, "Never worse"): a quarter of the bound first, widened after each evaluation
+        # not below the base; a small size penalty; two evaluations below the base roll back, two roll-backs
+        # stop the run
+        residual=ResidualConfig(bound_start=0.25, bound_growth=2.0, penalty=0.1, patience=2, max_rollbacks=2),
+        eval=EvalConfig(every=6_000, episodes=30),  # = checkpoint.every: every evaluated policy is saved
+        checkpoint=CheckpointConfig(every=6_000, keep_last=10),
     )
 
 
-PRESETS: dict[str, Callable[[], RLConfig]] = {"smoke": smoke, "reach": reach, "residual": residual}
+PRESETS: PresetTable[RLConfig] = PresetTable(
+    "actlab rl train",
+    {
+        "smoke": Preset("SAC on joint state learns to reach most targets in under a minute on a CPU", smoke),
+        "reach": Preset("from scratch, joint state only: the reach task to >= 90% (docs/rl.md)", reach),
+        "residual": Preset(
+            "residual SAC on a frozen chunk policy (--base) with demos (--demos); never worse than the base",
+            residual,
+        ),
+    },
+)
 
 
 def list_presets() -> dict[str, str]:
-    """Preset name -> the first line of its docstring."""
-    return {name: (fn.__doc__ or "").strip().splitlines()[0] for name, fn in PRESETS.items()}
+    """Preset name -> its one-line description."""
+    return PRESETS.describe()
 
 
 def get_preset(name: str) -> RLConfig:
     """The named preset; an unknown name gets a did-you-mean."""
-    if name not in PRESETS:
-        raise unknown_name_error("RL preset", name, PRESETS, fix="actlab rl train --list-presets")
-    return PRESETS[name]()
+    return PRESETS.get(name)

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from actlab.datasets import open_dataset
 from actlab.errors import ActlabError
@@ -28,17 +29,19 @@ from actlab.rl.replay import ReplayBuffer, nstep_transitions
 STATE_KEY = "observation.state"
 
 
-def demo_buffer(cfg: Any, agent: Any) -> ReplayBuffer:
-    """A replay buffer holding the demonstration transitions of ``cfg.demos``."""
+def demo_buffer(cfg: Any, agent: Any, progress: bool = False) -> ReplayBuffer:
+    """A replay buffer holding the demonstration transitions of ``cfg.demos``. The base runs on every
+    demo frame (its action is the residual's anchor) and frozen features are computed once per frame:
+    minutes for 100 episodes on a 2-core CPU, so ``progress`` shows a bar per episode on stderr."""
     if cfg.critic_privileged:
         raise ActlabError(
             "demonstrations carry no privileged sim state",
             field="privileged",
-            found=cfg.privileged,
+            found=cfg.obs.privileged,
             fix="use privileged=auto or off with --demos",
         )
-    if cfg.task != "pick_place":
-        raise ActlabError("demonstrations are pick-and-place episodes", field="task", found=cfg.task)
+    if cfg.env.task != "pick_place":
+        raise ActlabError("demonstrations are pick-and-place episodes", field="task", found=cfg.env.task)
     ds = open_dataset(cfg.demos)
     missing = [k for k in [STATE_KEY, "action", *agent.image_keys] if k not in ds.features]
     if missing:
@@ -50,9 +53,10 @@ def demo_buffer(cfg: Any, agent: Any) -> ReplayBuffer:
             found=", ".join(sorted(ds.features)),
         )
     states, actions = ds.column(STATE_KEY), ds.column("action")
-    episodes = ds.episodes[: cfg.demo_episodes]
+    episodes = ds.episodes[: cfg.sac.demo_episodes]
     parts = []
-    for ep in episodes:
+    bar = tqdm(episodes, desc="demos -> transitions", unit="episode", disable=not progress, leave=False)
+    for ep in bar:
         idx = np.arange(ep.start, ep.stop)
         parts.append(_episode(cfg, agent, ds, idx, states[idx], actions[idx]))
     buf = ReplayBuffer(sum(len(p["reward"]) for p in parts), cfg.device)
@@ -81,9 +85,10 @@ def _episode(cfg: Any, agent: Any, ds: Any, idx: np.ndarray, states: np.ndarray,
         anchor = o["base"][0] if "base" in o else state[t]
         resid.append(
             (
-                (torch.from_numpy(np.asarray(actions[t], dtype=np.float32)) - anchor) / cfg.action_scale_deg
+                (torch.from_numpy(np.asarray(actions[t], dtype=np.float32)) - anchor)
+                / cfg.env.action_scale_deg
             ).clamp(-1, 1)
         )
     T = len(steps) - 1  # the last frame is the final observation
     rewards = [0.0] * (T - 1) + [1.0]
-    return nstep_transitions(steps[:T], steps[T], resid[:T], rewards, True, cfg.gamma, cfg.n_step)
+    return nstep_transitions(steps[:T], steps[T], resid[:T], rewards, True, cfg.sac.gamma, cfg.sac.n_step)

@@ -43,7 +43,8 @@ class VecSim:
         self.cfg, self.agent = cfg, agent
         cams = tuple(k.rsplit(".", 1)[-1] for k in agent.image_keys)
         self.envs = [
-            make_task_env(cfg.task, cfg.max_steps, cams, _image_size(agent)) for _ in range(cfg.num_envs)
+            make_task_env(cfg.env.task, cfg.env.max_steps, cams, _image_size(agent))
+            for _ in range(cfg.env.num_envs)
         ]
         self.adapter = ObsAdapter(inputs_from_features(agent.features), cfg.device)
 
@@ -58,7 +59,7 @@ class VecSim:
         if self.cfg.critic_privileged:
             import torch
 
-            f["priv"] = torch.from_numpy(privileged_state(self.cfg.task, info))
+            f["priv"] = torch.from_numpy(privileged_state(self.cfg.env.task, info))
         return f
 
     def run_round(
@@ -87,11 +88,11 @@ class VecSim:
                 eps[i].steps.append(self._fields(o, i, infos[i]))
                 eps[i].actions.append(a[i].detach().cpu())
                 obs[i], _, terminated, truncated, infos[i] = self.envs[i].step(targets[i])
-                eps[i].rewards.append(task_reward(cfg.task, cfg.reward, infos[i]))
+                eps[i].rewards.append(task_reward(cfg.env.task, cfg.env.reward, infos[i]))
                 eps[i].infos.append(
                     {k: infos[i][k] for k in ("is_success", "grasped", "lifted") if k in infos[i]}
                 )
-                if terminated or truncated or len(eps[i].steps) >= cfg.max_steps:
+                if terminated or truncated or len(eps[i].steps) >= cfg.env.max_steps:
                     eps[i].terminated = bool(terminated)
                     eps[i].success = bool(infos[i]["is_success"])
                     state[i] = "ending"

@@ -22,16 +22,16 @@ def evaluate_agent(
     agent: Any, cfg: Any, episodes: int | None = None, seed: int | None = None
 ) -> CheckpointEval:
     """Success, interval and taxonomy of the agent's deterministic policy on ``episodes`` fixed seeds."""
-    episodes = episodes or cfg.eval_episodes
-    seed = cfg.eval_seed if seed is None else seed
+    episodes = episodes or cfg.eval.episodes
+    seed = cfg.eval.seed if seed is None else seed
     batch = min(episodes, 10)
-    if cfg.task == "pick_place":
-        spec = EnvSpec(task="so101_pick_place", max_steps=cfg.max_steps)
+    if cfg.env.task == "pick_place":
+        spec = EnvSpec(task="so101_pick_place", max_steps=cfg.env.max_steps)
         ecfg = EvalConfig(
             episodes=episodes, seed=seed, workers=1, batch_envs=batch, threads_per_worker=cfg.threads
         )
         return evaluate(agent, spec, ecfg, name="rl")
-    envs = [make_task_env(cfg.task, cfg.max_steps) for _ in range(batch)]
+    envs = [make_task_env(cfg.env.task, cfg.env.max_steps) for _ in range(batch)]
     adapter = ObsAdapter(inputs_from_features(agent.features), cfg.device)
     results = []
     try:

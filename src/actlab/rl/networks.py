@@ -150,7 +150,8 @@ class FrozenFeatures(nn.Module):
 
 
 class ViTFeatures(nn.Module):
-    """A frozen pretrained ViT (``cfg.vision_backbone``) over each camera: (B, 3, H, W) uint8 per camera ->
+    """A frozen pretrained ViT (``cfg.obs.vision_backbone``) over each camera: (B, 3, H, W) uint8 per camera
+    ->
     (B, cameras * hidden) pooled features (CLIP: post-LayerNorm CLS, SigLIP: attention-pooling head,
     DINOv2: LayerNorm CLS; ``actlab.policies.vit``). Frames are scaled to [0, 1], resized to the ViT's
     input side (bilinear, antialiased, as ACT's ``_prep_images``) and normalized with the family's
@@ -163,13 +164,13 @@ class ViTFeatures(nn.Module):
 
     def __init__(self, cfg: Any, cameras: list[str]) -> None:
         super().__init__()
-        weights = cfg.pretrained_backbone_weights
+        weights = cfg.obs.pretrained_backbone_weights
         if weights == "imagenet":
-            weights = VIT_DEFAULT_WEIGHTS[cfg.vision_backbone]
+            weights = VIT_DEFAULT_WEIGHTS[cfg.obs.vision_backbone]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
             self.backbone = make_vit(
-                cfg.vision_backbone, cfg.vit_config, "pooled", cfg.downscale_img_square, weights
+                cfg.obs.vision_backbone, cfg.obs.vit_config, "pooled", cfg.obs.downscale_img_square, weights
             )
         if weights is not None:
             self.backbone.load_pretrained(weights)
@@ -216,28 +217,28 @@ class VideoFeatures(nn.Module):
     def __init__(self, cfg: Any, cameras: list[str]) -> None:
         super().__init__()
         T = load_transformers()
-        weights = cfg.pretrained_backbone_weights
+        weights = cfg.obs.pretrained_backbone_weights
         weights = VIDEOMAE_DEFAULT_WEIGHTS if weights == "imagenet" else weights
         try:
             if weights is not None:
                 hf = T.VideoMAEConfig.from_pretrained(weights)
             else:
-                fields = {"num_frames": cfg.frame_stack, **(cfg.vit_config or {})}
-                if cfg.downscale_img_square is not None:
-                    fields["image_size"] = cfg.downscale_img_square
+                fields = {"num_frames": cfg.obs.frame_stack, **(cfg.obs.vit_config or {})}
+                if cfg.obs.downscale_img_square is not None:
+                    fields["image_size"] = cfg.obs.downscale_img_square
                 hf = T.VideoMAEConfig(**fields)
         except Exception as e:
             if weights is not None:
                 raise weights_error("videomae", weights, e) from e
             raise ActlabError(
-                f"invalid vit_config for videomae: {e}", field="vit_config", found=cfg.vit_config
+                f"invalid vit_config for videomae: {e}", field="vit_config", found=cfg.obs.vit_config
             ) from e
-        if hf.num_frames != cfg.frame_stack or hf.num_frames % hf.tubelet_size:
+        if hf.num_frames != cfg.obs.frame_stack or hf.num_frames % hf.tubelet_size:
             raise ActlabError(
                 "VideoMAE takes clips of its num_frames frames",
                 field="frame_stack",
                 expected=f"{hf.num_frames} (the model's num_frames; a multiple of tubelet {hf.tubelet_size})",
-                found=cfg.frame_stack,
+                found=cfg.obs.frame_stack,
                 fix=f"--set frame_stack={hf.num_frames}",
             )
         with torch.random.fork_rng(devices=[]):
@@ -250,7 +251,7 @@ class VideoFeatures(nn.Module):
                 raise weights_error("videomae", weights, e) from e
             self.model.load_state_dict(src.state_dict())
         self.model.requires_grad_(False)
-        self.cameras, self.k, self.input_size = cameras, cfg.frame_stack, int(hf.image_size)
+        self.cameras, self.k, self.input_size = cameras, cfg.obs.frame_stack, int(hf.image_size)
         self.register_buffer("mean", torch.tensor(VIDEOMAE_MEAN).view(1, 1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(VIDEOMAE_STD).view(1, 1, 3, 1, 1), persistent=False)
         self.out_dim = len(cameras) * int(hf.hidden_size)

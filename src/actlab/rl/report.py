@@ -1,9 +1,14 @@
-"""Before / after: the base policy and the residual agent on the same fresh seeds, through the harness.
+"""Before / after: the base policy and the handed-back residual on the same fresh seeds, through the harness.
 
-Writes ``report.md`` (success with Wilson intervals and the failure-taxonomy table side by side, the seeds
-the base failed and the residual solved and the reverse, the run's evaluations along training) ,
-``report.json`` and ``learning_curve.png`` (training-episode success per round and the harness
-evaluations with their intervals, against env steps).
+Writes ``report.md`` (success with Wilson intervals and the failure-taxonomy table side by side, the
+paired verdict "better / worse / no evidence" with McNemar's exact test, the seeds the residual fixed and
+those it broke, the run's evaluations along training and the guard's decisions), ``report.json`` and
+``learning_curve.png`` (training-episode success per round, the harness evaluations with their
+intervals and the base on the same evaluation seeds as a line, against env steps).
+
+The residual evaluated is the one the run hands back (``checkpoints/best.json``); when the run hands
+back the base (no residual was significantly better than it during training), the last checkpoint is
+evaluated instead and the report says that it is *not* the policy handed back.
 """
 
 from __future__ import annotations
@@ -19,24 +24,27 @@ from actlab.evaluation.sources import PolicySource
 from actlab.lifecycle.metrics_log import read_metrics
 from actlab.rl.evaluate import evaluate_agent
 from actlab.rl.train import BASE_COPY, load_agent
-from actlab.utils.io import atomic_write_json, atomic_write_text
+from actlab.utils.io import atomic_write_json, atomic_write_text, read_json
+from actlab.utils.stats import paired_compare
 
 
 def rl_report(
     run: str | Path, episodes: int, seed: int, out: str | Path, batch_envs: int = 10, videos: int = 0
 ) -> dict[str, Any]:
-    """Evaluate the run's base (when residual) and its last agent on ``episodes`` seeds from ``seed``;
-    ``videos``: film up to that many seeds the base failed and the residual solved, both policies."""
+    """Evaluate the run's base (when residual) and its handed-back residual (else its last checkpoint)
+    on ``episodes`` seeds from ``seed``; ``videos``: film up to that many seeds the residual fixed and as
+    many it broke, both policies on each."""
 
     run, out = Path(run), Path(out)
-    agent = load_agent(run)  # a run's last checkpoint, or the checkpoint directory given
+    chosen, handed = _choose(run)
+    agent = load_agent(chosen)
     if run.parent.name == "checkpoints":
         run = run.parent.parent
     cfg = agent.cfg
     if cfg.base is None:
         evals = [evaluate_agent(agent, cfg, episodes=episodes, seed=seed)]
     else:
-        spec = EnvSpec(task="so101_pick_place", max_steps=cfg.max_steps)
+        spec = EnvSpec(task="so101_pick_place", max_steps=cfg.env.max_steps)
         ecfg = EvalConfig(
             episodes=episodes, seed=seed, workers=1, batch_envs=batch_envs, threads_per_worker=1
         )
@@ -44,16 +52,45 @@ def rl_report(
         evals = evaluate_many(sources, spec, ecfg)
     out.mkdir(parents=True, exist_ok=True)
     rows = read_metrics(run)
-    curve = plot_learning_curve(rows, out / "learning_curve.png", cfg.name)
-    result = _result(evals, rows, run, episodes, seed)
-    if videos and result.get("fixed_by_residual"):
-        result["videos"] = _film(agent, cfg, _base(run, cfg), result["fixed_by_residual"][:videos], out)
+    result = _result(evals, rows, run, episodes, seed, cfg.residual.alpha)
+    result["residual_checkpoint"] = str(chosen)
+    result["handed_back"] = handed
+    base_line = next((r["eval/base_success"] for r in rows if "eval/base_success" in r), None)
+    curve = plot_learning_curve(rows, out / "learning_curve.png", cfg.name, base_success=base_line)
+    if videos and len(evals) == 2:
+        seeds = result["fixed_by_residual"][:videos] + result["broken_by_residual"][:videos]
+        result["videos"] = _film(agent, cfg, _base(run, cfg), seeds, out) if seeds else []
     atomic_write_json(out / "report.json", result)
     atomic_write_text(out / "report.md", _markdown(evals, result, curve.name))
     return result
 
 
-def _result(evals: list, rows: list[dict], run: Path, episodes: int, seed: int) -> dict[str, Any]:
+def _choose(run: Path) -> tuple[Path, str]:
+    """The checkpoint to evaluate and what the run hands back (``"base"`` or a checkpoint name). A
+    checkpoint directory given is evaluated as it is."""
+    ckpts = run / "checkpoints"
+    if run.parent.name == "checkpoints" or not ckpts.is_dir():
+        return run, run.name
+    best = ckpts / "best.json"
+    if best.is_file():
+        name = read_json(best, "best.json")["path"]
+        return ckpts / name, name
+    residual = (run / BASE_COPY).is_dir() or _is_residual(run)
+    last = ckpts / "last.json"
+    chosen = ckpts / read_json(last, "last.json")["path"] if last.is_file() else run
+    return chosen, "base" if residual else chosen.name
+
+
+def _is_residual(run: Path) -> bool:
+    try:
+        return read_json(run / "config.json", "RL run config").get("base") is not None
+    except ActlabError:
+        return False
+
+
+def _result(
+    evals: list, rows: list[dict], run: Path, episodes: int, seed: int, alpha: float
+) -> dict[str, Any]:
     res: dict[str, Any] = {
         "run": str(run),
         "episodes": episodes,
@@ -63,10 +100,17 @@ def _result(evals: list, rows: list[dict], run: Path, episodes: int, seed: int) 
             {"env_steps": r["step"], "success": r["eval/success"]} for r in rows if "eval/success" in r
         ],
     }
+    base_rows = [r for r in rows if "eval/base_success" in r and "eval/success" not in r]
+    if base_rows:
+        res["base_during_training"] = base_rows[-1]["eval/base_success"]
     if len(evals) == 2:
-        base, resid = ({e.index: e.success for e in ev.episodes} for ev in evals)
-        res["fixed_by_residual"] = [evals[0].episodes[i].seed for i in base if resid[i] and not base[i]]
-        res["broken_by_residual"] = [evals[0].episodes[i].seed for i in base if base[i] and not resid[i]]
+        order = [sorted(ev.episodes, key=lambda e: e.index) for ev in evals]
+        base, resid = ([bool(e.success) for e in eps] for eps in order)
+        seeds = [e.seed for e in order[0]]
+        res["fixed_by_residual"] = [s for s, b, r in zip(seeds, base, resid) if r and not b]
+        res["broken_by_residual"] = [s for s, b, r in zip(seeds, base, resid) if b and not r]
+        cmp = paired_compare(base, resid, alpha)
+        res["paired_test"] = {**cmp.as_dict(), "sentence": cmp.sentence()}
     return res
 
 
@@ -78,7 +122,7 @@ def _base(run: Path, cfg: Any) -> str:
 def _film(agent: Any, cfg: Any, base: str, seeds: list[int], out: Path) -> list[str]:
     """Videos of both policies on each seed (one episode each, run again in this process with the camera
     on; the video is stamped with what that run did)."""
-    spec = EnvSpec(task="so101_pick_place", max_steps=cfg.max_steps)
+    spec = EnvSpec(task="so101_pick_place", max_steps=cfg.env.max_steps)
     paths = []
     for s in seeds:
         ecfg = EvalConfig(episodes=1, seed=s, workers=1, batch_envs=1, videos=1, threads_per_worker=1)
@@ -95,12 +139,21 @@ def _markdown(evals: list, result: dict[str, Any], curve: str) -> str:
         f"- run: {result['run']}",
         f"- {result['episodes']} episodes per policy, seeds {result['seeds'][0]}..{result['seeds'][1]} "
         "(the same for each)",
-        "",
-        results_table(evals, markdown=True),
-        "",
     ]
-    if "fixed_by_residual" in result:
+    handed = result.get("handed_back")
+    if handed == "base":
+        lines.append(
+            f"- handed back: **the base** (no residual was significantly better during training); the "
+            f"residual evaluated is the last checkpoint, {result['residual_checkpoint']}, not handed back"
+        )
+    elif handed:
+        lines.append(f"- handed back: {handed} ({result['residual_checkpoint']})")
+    lines += ["", results_table(evals, markdown=True), ""]
+    if "paired_test" in result:
         lines += [
+            f"**Verdict on these fresh seeds: {result['paired_test']['verdict']}**. "
+            f"{result['paired_test']['sentence']}.",
+            "",
             f"- base failed, residual succeeded: {len(result['fixed_by_residual'])} seeds "
             f"{result['fixed_by_residual'][:20]}",
             f"- base succeeded, residual failed: {len(result['broken_by_residual'])} seeds "
@@ -108,16 +161,22 @@ def _markdown(evals: list, result: dict[str, Any], curve: str) -> str:
             "",
         ]
     if result.get("videos"):
-        lines += ["Videos (base failed, residual solved; the same seed for both):", ""]
+        lines += ["Videos (seeds the residual fixed, then seeds it broke; the same seed for both):", ""]
         lines += [f"- {v}" for v in result["videos"]] + [""]
-    lines += ["## Evaluations during training", "", "| env steps | success |", "|---|---|"]
+    lines += ["## Evaluations during training", ""]
+    if "base_during_training" in result:
+        lines += [f"The base on the run's evaluation seeds: {result['base_during_training']:.2f}.", ""]
+    lines += ["| env steps | success |", "|---|---|"]
     lines += [f"| {e['env_steps']} | {e['success']:.2f} |" for e in result["evaluations_during_training"]]
     lines += ["", f"![learning curve]({curve})", ""]
     return "\n".join(lines)
 
 
-def plot_learning_curve(rows: list[dict[str, Any]], path: str | Path, title: str) -> Path:
-    """PNG: training-episode success per round (and its running mean) and evaluation success vs env steps."""
+def plot_learning_curve(
+    rows: list[dict[str, Any]], path: str | Path, title: str, base_success: float | None = None
+) -> Path:
+    """PNG: training-episode success per round (and its running mean), evaluation success vs env steps,
+    and ``base_success`` (the base on the same evaluation seeds) as a horizontal line."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless
@@ -138,6 +197,8 @@ def plot_learning_curve(rows: list[dict[str, Any]], path: str | Path, title: str
     if evals:
         ex, ey = np.array(evals).T
         ax.plot(ex, ey, "o-", color="#1b998b", label="harness evaluation (deterministic)")
+    if base_success is not None:
+        ax.axhline(base_success, color="#c0392b", linestyle="--", label="base on the same evaluation seeds")
     ax.set(xlabel="env steps", ylabel="success", ylim=(-0.02, 1.02), title=title)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()

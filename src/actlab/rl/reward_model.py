@@ -25,7 +25,7 @@ from actlab.errors import ActlabError
 from actlab.policies import load_policy
 from actlab.rl.agent import Agent
 from actlab.rl.checkpoint import read_tensors
-from actlab.rl.config import RLConfig, check_ranges
+from actlab.rl.config import EnvConfig, ObsConfig, RLConfig, check_ranges
 from actlab.utils.io import atomic_dir, atomic_write_json, read_json
 
 MODEL_FILE = "reward_model.safetensors"
@@ -217,12 +217,9 @@ def train_reward_model(cfg: RewardModelConfig, demos: str, base: str, out: str |
 
     torch.manual_seed(cfg.seed)
     rlcfg = RLConfig(
-        task="pick_place",
-        encoder="frozen",
         base=base,
-        num_envs=cfg.rollout_envs,
-        max_steps=cfg.max_steps,
-        privileged="off",
+        env=EnvConfig(task="pick_place", num_envs=cfg.rollout_envs, max_steps=cfg.max_steps),
+        obs=ObsConfig(encoder="frozen", privileged="off"),
     )
     agent = Agent(rlcfg, load_policy(base))
     episodes = _demo_frames(cfg, agent, demos)

@@ -17,10 +17,10 @@ class SAC:
         critic_params = list(agent.critics.parameters())
         if agent.encoder is not None:
             critic_params += list(agent.encoder.parameters())  # the critic's loss trains the encoder
-        self.critic_opt = torch.optim.Adam(critic_params, lr=cfg.lr)
-        self.actor_opt = torch.optim.Adam(agent.actor.parameters(), lr=cfg.lr)
-        self.alpha_opt = torch.optim.Adam([agent.log_alpha], lr=cfg.lr)
-        self.target_entropy = -cfg.target_entropy_scale * ACT_DIM
+        self.critic_opt = torch.optim.Adam(critic_params, lr=cfg.sac.lr)
+        self.actor_opt = torch.optim.Adam(agent.actor.parameters(), lr=cfg.sac.lr)
+        self.alpha_opt = torch.optim.Adam([agent.log_alpha], lr=cfg.sac.lr)
+        self.target_entropy = -cfg.sac.target_entropy_scale * ACT_DIM
 
     def update(self, b: dict[str, torch.Tensor], actor: bool = True) -> dict[str, torch.Tensor]:
         """One update from a batch of transitions (critics only when not ``actor``); returns 0-dim
@@ -30,6 +30,7 @@ class SAC:
         img, next_img = b.get("img"), b.get("next_img")
         with torch.no_grad():
             next_a, next_logp = ag.actor(ag.actor_input(b["next_vec"], next_img), generator=self.generator)
+            next_a = ag.bounded(next_a)
             next_x = ag.critic_input(b["next_vec"], next_img, b.get("next_priv"), grad=False)
             target_q = ag.target_critics(next_x, next_a).min(0).values - alpha * next_logp  # (B,)
             y = b["reward"] + b["discount"] * target_q  # (B,)
@@ -44,7 +45,7 @@ class SAC:
             metrics.update(self._actor_step(b, alpha))
         with torch.no_grad():
             for p, tp in zip(ag.critics.parameters(), ag.target_critics.parameters()):
-                tp.lerp_(p, cfg.tau)
+                tp.lerp_(p, cfg.sac.tau)
         return metrics
 
     def _actor_step(self, b: dict[str, torch.Tensor], alpha: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -52,8 +53,11 @@ class SAC:
         img = b.get("img")
         a, logp = ag.actor(ag.actor_input(b["vec"], img), generator=self.generator)
         x = ag.critic_input(b["vec"], img, b.get("priv"), grad=False).detach()
-        q_pi = ag.critics(x, a).min(0).values  # (B,)
+        q_pi = ag.critics(x, ag.bounded(a)).min(0).values  # (B,)
         actor_loss = (alpha * logp - q_pi).mean()
+        if ag.base is not None and ag.cfg.residual.penalty > 0:
+            # the residual's size (in units of its bound) costs: it stays small where the critics see no gain
+            actor_loss = actor_loss + ag.cfg.residual.penalty * a.pow(2).mean()
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_opt.step()

@@ -32,28 +32,14 @@ from actlab.lifecycle.rundir import (
 from actlab.lifecycle.rundir import config_hash as lifecycle_config_hash
 from actlab.lifecycle.stop import StopSignals, catch_sigterm
 from actlab.rl.checkpoint import AGENT_FILE, CONFIG_FILE, RLCheckpoints, read_tensors
-from actlab.rl.config import TRAIN_SEED_BASE, RLConfig
-from actlab.utils.config import flatten, from_dict, to_dict
+from actlab.rl.config import RESUMABLE, TRAIN_SEED_BASE, RLConfig, config_from_dict, config_to_dict
+from actlab.rl.guard import Decision, GuardState, decide, handed_back
+from actlab.utils.config import flatten
 from actlab.utils.io import atomic_dir, atomic_write_json, file_sha256, read_json
 from actlab.utils.lock import DirLock
 
 RUN_CONFIG = "config.json"
 BASE_COPY = "base"  # the run's own copy of the base bundle (run_dir/base)
-# Keys that may change when a run is resumed: budgets, cadence, sinks, and the base's path (its content is
-# checked against the run's own copy by digest instead)
-RESUMABLE = (
-    "name",
-    "total_env_steps",
-    "time_limit_s",
-    "eval_every",
-    "eval_episodes",
-    "checkpoint_every",
-    "keep_last",
-    "log_every",
-    "tensorboard",
-    "wandb",
-    "base",
-)
 
 
 @dataclass
@@ -67,8 +53,14 @@ class RLSummary:
     wall_s: float  # seconds of this invocation
     last_checkpoint: str | None  # newest checkpoint directory
     final_eval: dict[str, Any] | None  # the last evaluation's summary (success rate, interval, taxonomy)
-    # why the loop ended: "completed", "time_limit", "sigterm" (a checkpoint was written; --resume continues)
+    # why the loop ended: "completed", "time_limit", "sigterm" (a checkpoint was written; --resume
+    # continues), "regressed" (a residual run's guard stopped it: the residual fell below the base again
+    # after residual.max_rollbacks roll-backs)
     stopped: str = "completed"
+    # residual runs: "base" or the checkpoint directory handed back (best.json), and why
+    handed_back: str | None = None
+    # residual runs: the guard's state (the base on the eval seeds, roll-backs, events with their reasons)
+    guard: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -99,12 +91,12 @@ RL_RUN = RunKind(
 
 def config_hash(cfg: RLConfig) -> str:
     """Hash of the settings that must not change across a resume (everything but :data:`RESUMABLE`)."""
-    return lifecycle_config_hash(flatten(to_dict(cfg)), RESUMABLE)
+    return lifecycle_config_hash(flatten(config_to_dict(cfg)), RESUMABLE)
 
 
 def load_run_config(out: str | Path) -> RLConfig:
     """The config a run directory was started with."""
-    return from_dict(RLConfig, read_json(Path(out) / RUN_CONFIG, "RL run config"), RUN_CONFIG)
+    return config_from_dict(read_json(Path(out) / RUN_CONFIG, "RL run config"), str(Path(out) / RUN_CONFIG))
 
 
 def train_rl(cfg: RLConfig, out: str | Path, resume: bool = False, progress: bool = True) -> RLSummary:
@@ -137,10 +129,10 @@ def _start_step(cfg: RLConfig, out: Path, resume: bool, ckpts: Any) -> int | Non
         return None
     saved = load_run_config(out)
     refuse_changes(
-        resume_diff(flatten(to_dict(saved)), flatten(to_dict(cfg)), RESUMABLE),
+        resume_diff(flatten(config_to_dict(saved)), flatten(config_to_dict(cfg)), RESUMABLE),
         out / RUN_CONFIG,
         fix="resume with the saved config (omit --preset/--set for these keys); only budgets "
-        "(total_env_steps, time_limit_s), eval/checkpoint/log cadence, keep_last, the sinks and the base's "
+        "(total_env_steps, time_limit_s), eval.every/eval.episodes, checkpoint.*, log.* and the base's "
         "path may change, or start a new --out",
     )
     return step
@@ -157,7 +149,7 @@ class _Trainer:
         from actlab.rl.sac import SAC  # lazy: imports torch
 
         self.cfg, self.out, self.stop = cfg, out, stop
-        self.ckpt = RLCheckpoints(out, cfg.keep_last)
+        self.ckpt = RLCheckpoints(out, cfg.checkpoint.keep_last)
         last = _start_step(cfg, out, resume, self.ckpt)
         self.ckpt.clean_partial()
         if last is None:  # a run started over: pointers left by a run killed early name nothing
@@ -166,25 +158,34 @@ class _Trainer:
         self.gen = torch.Generator().manual_seed(cfg.seed)
         base = _load_base(cfg, out)
         self.agent = Agent(cfg, base).to(cfg.device)
+        # the guard of a residual run (actlab.rl.guard); the zero residual is the actor as built
+        self.guard = GuardState(bound=cfg.residual.bound_start) if cfg.residual_rl else None
+        self.zero_actor = {k: v.clone() for k, v in self.agent.actor.state_dict().items()}
+        self.good_actor: dict[str, Any] | None = None
         self.sac = SAC(self.agent)
         self.sac.generator = self.gen
-        self.buffer = ReplayBuffer(cfg.buffer_size, cfg.device)
+        self.buffer = ReplayBuffer(cfg.sac.buffer_size, cfg.device)
         self.demos = None
         if cfg.demos is not None:
             from actlab.rl.demos import demo_buffer  # lazy: reads a LeRobot dataset only when demos are given
 
-            self.demos = demo_buffer(cfg, self.agent)
+            self.demos = demo_buffer(cfg, self.agent, progress=progress)
         self.reward_model = None
-        if cfg.reward == "classifier":
+        if cfg.env.reward == "classifier":
             from actlab.rl.reward_model import load_reward_model  # lazy: only reward=classifier needs it
 
-            self.reward_model = load_reward_model(cfg.reward_model)
+            self.reward_model = load_reward_model(cfg.env.reward_model)
         self.env_steps = self.episodes = self.updates = self.rounds = 0
         self.owed = 0.0
         self.evals: list[dict[str, Any]] = []
+        # (env steps, bound) of the policy the last evaluation judged: a checkpoint at that step records
+        # that bound as its policy's (the guard may widen the training bound right after the evaluation)
+        self.judged: tuple[int, float] | None = None
         if last is not None:
             self._restore(last)
-        atomic_write_json(out / RUN_CONFIG, to_dict(cfg))
+        if self.guard is not None:
+            self.agent.bound = self.guard.bound
+        atomic_write_json(out / RUN_CONFIG, config_to_dict(cfg))
         from actlab.rl.envs import VecSim  # lazy: imports MuJoCo
 
         self.envs = VecSim(cfg, self.agent)
@@ -194,10 +195,10 @@ class _Trainer:
             total_steps=cfg.total_env_steps,
             start_step=self.env_steps,
             progress=progress,
-            tensorboard=cfg.tensorboard,
-            wandb=cfg.wandb,
+            tensorboard=cfg.log.tensorboard,
+            wandb=cfg.log.wandb,
             wandb_project="actlab-rl",
-            run_config=to_dict(cfg),
+            run_config=config_to_dict(cfg),
         )
         self.last_metrics: dict[str, float] = {}
 
@@ -214,6 +215,9 @@ class _Trainer:
         self.rounds = int(meta.get("rounds", 0))
         self.updates, self.owed = int(meta["updates"]), float(meta["owed"])
         self.evals = list(meta.get("evals", []))
+        if self.guard is not None and meta.get("guard") is not None:
+            self.guard = GuardState.from_dict(meta["guard"])
+            self.good_actor = (state["guard"] or {}).get("good_actor") or None
         self.ckpt.truncate_after(step)
         self.ckpt.repair_pointers(step)
 
@@ -226,16 +230,46 @@ class _Trainer:
             "owed": self.owed,
             "config_hash": config_hash(self.cfg),
             "evals": self.evals,
+            "guard": self.guard.as_dict() if self.guard is not None else None,
+            "policy_bound": self._policy_bound(),
         }
-        return self.ckpt.save_rl(
+        guard = None
+        if self.guard is not None:
+            guard = {"good_actor": self.good_actor or {}}
+        path = self.ckpt.save_rl(
             self.env_steps,
             self.agent.trainable_state(),
             self.sac.state_dict(),
             {"generator": self.gen.get_state()},
             self.buffer.state_dict(),
             meta,
-            to_dict(self.cfg),
+            config_to_dict(self.cfg),
+            guard,
         )
+        self._point_best()
+        return path
+
+    def _policy_bound(self) -> float:
+        """The residual's bound that belongs to the checkpoint's actor as a policy (what ``load_agent``
+        and ``rl report`` run): the evaluated one when the guard kept this step's evaluated actor, else
+        the bound training continues with."""
+        if self.judged is not None and self.judged[0] == self.env_steps:
+            return self.judged[1]
+        return self.agent.bound
+
+    def _point_best(self) -> None:
+        """``checkpoints/best.json`` names the handed-back residual; absent while that is the base (a
+        residual run) or always (a run from scratch has no base to beat)."""
+        best = self.guard.best if self.guard is not None else None
+        pointer = self.ckpt.root / "best.json"
+        if best is None or not self.ckpt.path(int(best["step"])).is_dir():
+            pointer.unlink(missing_ok=True)
+            return
+        atomic_write_json(
+            pointer,
+            {"step": best["step"], "path": self.ckpt.path(int(best["step"])).name, "val_loss": None,
+             "comparison_with_base": best["comparison"]},
+        )  # fmt: skip
 
     # ------------------------------------------------------------------------------------------ loop
     def run(self) -> RLSummary:
@@ -244,6 +278,8 @@ class _Trainer:
         last_ckpt = self.ckpt.last_step()
         stopped = "completed"
         try:
+            if self.guard is not None:
+                self._measure_base()
             while self.env_steps < cfg.total_env_steps:
                 # the safe point: between rounds, every env at an episode boundary
                 reason = self.stop.reason()
@@ -258,15 +294,22 @@ class _Trainer:
                 t_round = time.perf_counter()
                 stats = self._round()
                 self.rounds += 1
-                if self.rounds % cfg.log_every == 0:
+                if self.rounds % cfg.log.every == 0:
                     self._log(stats, time.perf_counter() - t_round)
-                if cfg.eval_every and _crossed(before, self.env_steps, cfg.eval_every):
-                    self._evaluate()
-                if cfg.checkpoint_every and _crossed(before, self.env_steps, cfg.checkpoint_every):
-                    self._save()
+                decision = None
+                if cfg.eval.every and _crossed(before, self.env_steps, cfg.eval.every):
+                    decision = self._evaluate()
+                due = cfg.checkpoint.every and _crossed(before, self.env_steps, cfg.checkpoint.every)
+                if due or (decision is not None and (decision.new_best or decision.action != "keep")):
+                    self._save()  # a handed-back residual, a roll-back and a stop are always saved
                     last_ckpt = self.env_steps
+                if decision is not None and decision.action == "stop":
+                    stopped = "regressed"
+                    break
             # a SIGTERM asks for a checkpoint now, not for the final evaluation
-            if stopped != "sigterm" and (not self.evals or self.evals[-1]["env_steps"] != self.env_steps):
+            if stopped not in ("sigterm", "regressed") and (
+                not self.evals or self.evals[-1]["env_steps"] != self.env_steps
+            ):
                 self._evaluate()
             # (a run stopped before its first round has nothing to save: a resume starts it over)
             if last_ckpt != self.env_steps and self.env_steps > 0:
@@ -291,6 +334,8 @@ class _Trainer:
             last_checkpoint=path,
             final_eval=self.evals[-1] if self.evals else None,
             stopped=stopped,
+            handed_back=handed_back(self.guard) if self.guard is not None else None,
+            guard=self.guard.as_dict() if self.guard is not None else None,
         )
 
     def _round(self) -> dict[str, Any]:
@@ -299,7 +344,7 @@ class _Trainer:
 
         cfg = self.cfg
         first = TRAIN_SEED_BASE * (cfg.seed + 1) + self.episodes
-        seeds = [first + i for i in range(cfg.num_envs)]
+        seeds = [first + i for i in range(cfg.env.num_envs)]
         episodes = self.envs.run_round(seeds, self._act, self._after_step)
         returns, successes, lengths = [], [], []
         for ep in episodes:
@@ -308,7 +353,7 @@ class _Trainer:
                 rewards = self.reward_model.rewards(ep)
             self.buffer.add(
                 nstep_transitions(
-                    ep.steps, ep.final, ep.actions, rewards, ep.terminated, cfg.gamma, cfg.n_step
+                    ep.steps, ep.final, ep.actions, rewards, ep.terminated, cfg.sac.gamma, cfg.sac.n_step
                 )
             )
             returns.append(float(sum(rewards)))
@@ -326,11 +371,11 @@ class _Trainer:
         import torch
 
         n = obs["vec"].shape[0]
-        if self.env_steps < self.cfg.random_steps:
-            return torch.rand((n, 6), generator=self.gen) * 2 - 1
+        if self.env_steps < self.cfg.sac.random_steps:
+            return self.agent.bounded(torch.rand((n, 6), generator=self.gen) * 2 - 1)
         with torch.no_grad():
             a, _ = self.agent.actor(self.agent.actor_input(obs["vec"], obs.get("img")), generator=self.gen)
-        return a
+        return self.agent.bounded(a)
 
     def _after_step(self, n_active: int) -> None:
         """Count the transitions of one lockstep step and run the updates they are owed."""
@@ -338,14 +383,14 @@ class _Trainer:
 
         cfg = self.cfg
         self.env_steps += n_active
-        if len(self.buffer) < max(cfg.learning_starts, cfg.batch_size):
+        if len(self.buffer) < max(cfg.sac.learning_starts, cfg.sac.batch_size):
             return
-        self.owed += n_active * cfg.utd
+        self.owed += n_active * cfg.sac.utd
         metrics = None
         while self.owed >= 1.0:
             self.owed -= 1.0
-            batch = sample_mixed(self.buffer, self.demos, cfg.batch_size, self.gen)
-            metrics = self.sac.update(batch, actor=self.env_steps >= cfg.actor_starts)
+            batch = sample_mixed(self.buffer, self.demos, cfg.sac.batch_size, self.gen)
+            metrics = self.sac.update(batch, actor=self.env_steps >= cfg.sac.actor_starts)
             self.updates += 1
         if metrics is not None:
             self._pending = metrics
@@ -356,12 +401,14 @@ class _Trainer:
         row.update({f"train/{k}": v for k, v in stats.items()})
         if pending is not None:
             row.update({f"sac/{k}": float(v) for k, v in pending.items()})  # one host sync per round
-        row["env_steps_per_s"] = round(self.cfg.num_envs * stats["len"] / max(round_s, 1e-9), 1)
+        row["env_steps_per_s"] = round(self.cfg.env.num_envs * stats["len"] / max(round_s, 1e-9), 1)
         row["round_s"] = round(round_s, 3)
         self.log.log(row)
         self.log.progress(self.env_steps, {"ret": stats["return"], "succ": stats["success"]})
 
-    def _evaluate(self) -> None:
+    def _evaluate(self) -> Decision | None:
+        """Evaluate the agent on the eval seeds; a residual run pairs it with the base and acts on the
+        guard's decision (the returned one)."""
         from actlab.rl.evaluate import evaluate_agent  # lazy: the evaluation harness and MuJoCo
 
         t = time.perf_counter()
@@ -376,11 +423,68 @@ class _Trainer:
             "outcomes": dict(s.outcomes),
             "eval_s": round(time.perf_counter() - t, 2),
         }
+        log_row = {"step": self.env_steps, "eval/success": s.success_rate, "eval/s": row["eval_s"]}
+        text = f"{s.successes}/{s.episodes} (95% CI {s.ci_low:.2f}-{s.ci_high:.2f})"
+        decision = None
+        if self.guard is not None:
+            per_seed = [bool(e.success) for e in sorted(ev.episodes, key=lambda e: e.index)]
+            row.update(per_seed=per_seed, bound=self.agent.bound)
+            decision = decide(self.guard, self.cfg, self.env_steps, per_seed)
+            row.update(vs_base=decision.comparison, guard=decision.action)
+            log_row.update(
+                {"eval/base_success": self.guard.base["success_rate"], "eval/bound": self.agent.bound}
+            )
+            log_row["eval/vs_base_p"] = decision.comparison["p"]
+            text += f"; {decision.reason}"
+            if decision.good:
+                self.good_actor = {k: v.detach().clone() for k, v in self.agent.actor.state_dict().items()}
+            if decision.action == "rollback":
+                self.agent.actor.load_state_dict(self.good_actor or self.zero_actor)
+                self.sac.actor_opt.state.clear()  # the moments belonged to the discarded weights
+            # a kept actor is the policy just judged, at the bound it was judged with; a rolled-back one
+            # runs at the narrowed bound
+            judged_bound = row["bound"] if decision.action == "keep" else self.guard.bound
+            self.judged = (self.env_steps, judged_bound)
+            self.agent.bound = self.guard.bound
         self.evals.append(row)
-        self.log.log({"step": self.env_steps, "eval/success": s.success_rate, "eval/s": row["eval_s"]})
+        self.log.log(log_row)
+        self.log.message(f"eval @ {self.env_steps} env steps: {text}")
+        if decision is not None and (decision.action != "keep" or decision.new_best):
+            event = "handed_back" if decision.action == "keep" else decision.action
+            self.log.log({"step": self.env_steps, "guard/event": event, "guard/reason": decision.reason})
+            self.log.message(f"guard: {event}: {decision.reason}")
+        return decision
+
+    def _measure_base(self) -> None:
+        """The base on the run's own evaluation seeds (the agent with its bound at 0: the base's actions
+        exactly), once per run (again when eval.episodes changed on a resume)."""
+        from actlab.rl.evaluate import evaluate_agent  # lazy: the evaluation harness and MuJoCo
+
+        cfg, base = self.cfg, self.guard.base
+        if base is not None and base["seed"] == cfg.eval.seed and base["episodes"] == cfg.eval.episodes:
+            return
+        t = time.perf_counter()
+        bound, self.agent.bound = self.agent.bound, 0.0
+        try:
+            ev = evaluate_agent(self.agent, cfg)
+        finally:
+            self.agent.bound = bound
+        s = ev.summary
+        self.guard.base = {
+            "seed": cfg.eval.seed,
+            "episodes": cfg.eval.episodes,
+            "per_seed": [bool(e.success) for e in sorted(ev.episodes, key=lambda e: e.index)],
+            "successes": s.successes,
+            "success_rate": s.success_rate,
+            "ci95": [s.ci_low, s.ci_high],
+            "outcomes": dict(s.outcomes),
+            "eval_s": round(time.perf_counter() - t, 2),
+        }
+        self.log.log({"step": self.env_steps, "eval/base_success": s.success_rate})
         self.log.message(
-            f"eval @ {self.env_steps} env steps: {s.successes}/{s.episodes} "
-            f"(95% CI {s.ci_low:.2f}-{s.ci_high:.2f})"
+            f"base on the evaluation seeds {cfg.eval.seed}..{cfg.eval.seed + cfg.eval.episodes - 1}: "
+            f"{s.successes}/{s.episodes}; the policy handed back stays the base until a residual is "
+            f"significantly better on them (McNemar exact, p < {cfg.residual.alpha:g})"
         )
 
 
@@ -460,12 +564,12 @@ def load_agent(path: str | Path, device: str = "cpu") -> Any:
             expected=f"a directory with {AGENT_FILE}",
             fix="pass a run directory",
         )
-    cfg = from_dict(RLConfig, read_json(path / CONFIG_FILE, "RL config"), CONFIG_FILE)
+    cfg = config_from_dict(read_json(path / CONFIG_FILE, "RL config"), str(path / CONFIG_FILE))
     cfg = dataclasses.replace(cfg, device=device)
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
     agent_file = path / AGENT_FILE
     if run_dir is not None and (path / "training_state" / "state.json").is_file():
-        ckpts = RLCheckpoints(run_dir, cfg.keep_last)
+        ckpts = RLCheckpoints(run_dir, cfg.checkpoint.keep_last)
         step = int(path.name.split("_")[1])
         tensors = read_tensors(ckpts.verify(step, AGENT_FILE, ckpts.meta(step)), ckpts)
     else:
@@ -475,4 +579,8 @@ def load_agent(path: str | Path, device: str = "cpu") -> Any:
     # the run's own copy of the base is what the agent was trained on: no comparison with cfg.base here
     agent = Agent(cfg, _load_base(cfg, run_dir, check=False))
     agent.load_trainable_state(tensors, agent_file)
+    state_file = path / "training_state" / "state.json"
+    if cfg.residual_rl and state_file.is_file():
+        # the residual's bound of this checkpoint's policy (a run before the guard: the full bound)
+        agent.bound = float(read_json(state_file, "checkpoint state").get("policy_bound") or 1.0)
     return agent.eval()

@@ -20,6 +20,7 @@ from actlab.policies import get_config_class
 from actlab.policies.configs import VIT_BACKBONES, VIT_DEFAULT_WEIGHTS
 from actlab.policies.contract import PolicyConfig
 from actlab.utils import config as cfgutil
+from actlab.utils import presets as presets_util
 
 
 def _check(ok: bool, field: str, expected: str, found: object) -> None:
@@ -470,17 +471,5 @@ def resume_diff(saved: TrainConfig, current: TrainConfig) -> dict[str, tuple[Any
 
 
 def describe_config(cfg: TrainConfig) -> list[tuple[str, Any, str]]:
-    """``(key, value, comment)`` for every overridable key, comments read from the dataclass sources."""
-    out: list[tuple[str, Any, str]] = []
-
-    def walk(obj: Any, prefix: str) -> None:
-        docs = cfgutil.field_docs(type(obj))
-        for f in dataclasses.fields(obj):
-            value = getattr(obj, f.name)
-            if dataclasses.is_dataclass(value):
-                walk(value, f"{prefix}{f.name}.")
-            else:
-                out.append((f"{prefix}{f.name}", cfgutil.to_dict(value), docs.get(f.name, "")))
-
-    walk(cfg, "")
-    return out
+    """``(key, value, comment)`` for every overridable key (``actlab.utils.presets.describe_config``)."""
+    return presets_util.describe_config(cfg)

@@ -18,7 +18,6 @@ did-you-mean) if a name drifts from ``actlab.policies``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 from actlab.training.config import (
@@ -33,7 +32,7 @@ from actlab.training.config import (
     ValidationConfig,
     policy_config_from_dict,
 )
-from actlab.utils.config import unknown_name_error
+from actlab.utils.presets import Preset, PresetTable
 
 # ACT defaults from the paper (Zhao et al. 2023, arXiv:2304.13705) as LeRobot 0.6 sets them in ACTConfig
 # (github.com/huggingface/lerobot, src/lerobot/policies/act/configuration_act.py), used by the full-size
@@ -236,32 +235,34 @@ def aloha_clip() -> TrainConfig:
     )
 
 
-PRESETS: dict[str, tuple[str, Callable[[], TrainConfig]]] = {
-    "tiny": ("d=32 ACT on 32 px images, 20 steps on CPU (tests)", tiny),
-    "so101_sim_cpu": ("small ACT (d=64), two 80 px cameras, ~7 min on 2 CPU cores (the demo)", so101_sim_cpu),
-    "so101_sim_cpu_rtc": (
-        "the demo's recipe as act_relative with RTC prefix training (rtc_max_delay 8), 2 CPU cores",
-        so101_sim_cpu_rtc,
-    ),
-    "so101_sim": ("full ACT (ResNet-18) on SO-101 sim data, one GPU", so101_sim),
-    "aloha": ("full ACT, 14-dim ALOHA, top camera 480x640, one GPU", aloha),
-    "aloha_clip": (
-        "14-dim bimanual .npy data, frozen CLIP ViT-B/32, fused cameras, 3 obs of context",
-        aloha_clip,
-    ),
-}
+PRESETS: PresetTable[TrainConfig] = PresetTable(
+    "actlab train",
+    {
+        "tiny": Preset("d=32 ACT on 32 px images, 20 steps on CPU (tests)", tiny),
+        "so101_sim_cpu": Preset(
+            "small ACT (d=64), two 80 px cameras, ~7 min on 2 CPU cores (the demo)", so101_sim_cpu
+        ),
+        "so101_sim_cpu_rtc": Preset(
+            "the demo's recipe as act_relative with RTC prefix training (rtc_max_delay 8), 2 CPU cores",
+            so101_sim_cpu_rtc,
+        ),
+        "so101_sim": Preset("full ACT (ResNet-18) on SO-101 sim data, one GPU", so101_sim),
+        "aloha": Preset("full ACT, 14-dim ALOHA, top camera 480x640, one GPU", aloha),
+        "aloha_clip": Preset(
+            "14-dim bimanual .npy data, frozen CLIP ViT-B/32, fused cameras, 3 obs of context", aloha_clip
+        ),
+    },
+)
 
 
 def list_presets() -> dict[str, str]:
     """Preset names with a one-line description (imports nothing heavy)."""
-    return {name: desc for name, (desc, _) in PRESETS.items()}
+    return PRESETS.describe()
 
 
 def get_preset(name: str) -> TrainConfig:
     """The named preset; an unknown name fails with a did-you-mean."""
-    if name not in PRESETS:
-        raise unknown_name_error("preset", name, PRESETS, fix="actlab train --list-presets shows them all")
-    return PRESETS[name][1]()
+    return PRESETS.get(name)
 
 
 def with_dataset(cfg: TrainConfig, path: str) -> TrainConfig:

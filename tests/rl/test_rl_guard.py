@@ -1,0 +1,123 @@
+"""The guard of a residual run: the policy handed back is the base until a residual is significantly
+better on the same seeds; a residual below the base for consecutive evaluations is rolled back, then the
+run is stopped, and the run says why (log, summary, checkpoints)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from actlab.rl.config import get_preset, replace_keys
+from actlab.rl.guard import GuardState, decide, handed_back
+from actlab.rl.train import train_rl
+
+
+def _guard(base_solved: int, n: int = 20, **residual) -> tuple[GuardState, object]:
+    cfg = replace_keys(
+        get_preset("residual"), {"base": "b", **{f"residual.{k}": v for k, v in residual.items()}}
+    )
+    state = GuardState(bound=cfg.residual.bound_start)
+    state.base = {"per_seed": [i < base_solved for i in range(n)], "successes": base_solved, "episodes": n}
+    return state, cfg
+
+
+def _solved(k: int, n: int = 20, start: int = 0) -> list[bool]:
+    return [start <= i < start + k for i in range(n)]
+
+
+def test_the_base_is_handed_back_until_a_residual_is_significantly_better():
+    state, cfg = _guard(10)
+    d = decide(state, cfg, 100, _solved(13))  # 3 gained, 0 lost: p = 0.25
+    assert d.action == "keep" and not d.new_best and d.good and handed_back(state) == "base"
+    assert state.bound == pytest.approx(0.5)  # not below the base: widened from 0.25
+    d = decide(state, cfg, 200, _solved(19))  # 9 gained: p = 0.0039
+    assert d.new_best and d.comparison["verdict"] == "better" and handed_back(state) == "step_0000200"
+    d = decide(state, cfg, 300, _solved(16))  # better than the base, but not better than step 200
+    assert not d.new_best and handed_back(state) == "step_0000200"
+    assert [e["event"] for e in state.events] == ["widened", "handed_back", "widened"]
+    assert state.bound == 1.0  # capped at the full bound
+
+
+def test_a_residual_below_the_base_is_rolled_back_then_the_run_stopped_with_the_reason():
+    state, cfg = _guard(10, patience=2, max_rollbacks=1)
+    assert decide(state, cfg, 100, _solved(10)).good  # equal: the last good residual is step 100
+    assert decide(state, cfg, 200, _solved(8)).action == "keep"  # below once: patience
+    d = decide(state, cfg, 300, _solved(7))
+    assert d.action == "rollback" and "rolled back to the residual of step 100" in d.reason
+    assert "2 consecutive evaluations below the base" in d.reason and "3 lost" in d.reason
+    assert state.bound == pytest.approx(0.25) and state.rollbacks == 1  # 0.5 after step 100, halved
+    assert decide(state, cfg, 400, _solved(9)).action == "keep"
+    d = decide(state, cfg, 500, _solved(2))
+    assert d.action == "stop" and d.reason.startswith("stopped after 1 roll-backs")
+    assert handed_back(state) == "base"
+    assert [e["event"] for e in state.events] == ["widened", "rolled_back", "stopped"]
+
+
+def _tiny(base, **keys):
+    small = {
+        "base": str(base), "env.num_envs": 2, "env.max_steps": 20, "total_env_steps": 400,
+        "sac.learning_starts": 20, "sac.actor_starts": 20, "sac.batch_size": 16, "sac.hidden": 16,
+        "sac.buffer_size": 1000, "eval.episodes": 4, "eval.every": 40, "checkpoint.every": 0,
+    }  # fmt: skip
+    return replace_keys(get_preset("residual"), {**small, **keys})
+
+
+@pytest.mark.timeout(300)
+def test_a_run_whose_residual_is_not_better_hands_back_the_base(tiny_base, tmp_path):
+    """The tiny random base solves none of the seeds, nor does its residual: no evidence, the base."""
+    from actlab.rl.report import rl_report
+
+    summary = train_rl(_tiny(tiny_base, total_env_steps=80), tmp_path / "run", progress=False)
+    assert summary.handed_back == "base" and not (tmp_path / "run/checkpoints/best.json").exists()
+    base = summary.guard["base"]
+    assert base["episodes"] == 4 and len(base["per_seed"]) == 4  # measured on the run's eval seeds first
+    rows = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    assert rows[0].get("eval/base_success") == base["success_rate"]  # before any training round
+    assert summary.final_eval["vs_base"]["verdict"] == "no evidence"
+    result = rl_report(tmp_path / "run", episodes=2, seed=7, out=tmp_path / "report", batch_envs=2)
+    assert result["handed_back"] == "base" and result["paired_test"]["verdict"] == "no evidence"
+    page = (tmp_path / "report/report.md").read_text()
+    assert "handed back: **the base**" in page and "not handed back" in page
+
+
+@pytest.mark.timeout(300)
+def test_a_planted_worse_residual_is_rolled_back_then_stopped_and_the_run_says_why(
+    tiny_base, tmp_path, monkeypatch
+):
+    """Planted: the base is recorded as solving every evaluation seed, so every residual is below it."""
+    from actlab.rl import train as train_mod
+
+    def planted_base(self):
+        n = self.cfg.eval.episodes
+        self.guard.base = {"seed": self.cfg.eval.seed, "episodes": n, "per_seed": [True] * n,
+                           "successes": n, "success_rate": 1.0}  # fmt: skip
+
+    monkeypatch.setattr(train_mod._Trainer, "_measure_base", planted_base)
+    cfg = _tiny(tiny_base, **{"residual.patience": 2, "residual.max_rollbacks": 1})
+    summary = train_rl(cfg, tmp_path / "run", progress=False)
+    assert summary.stopped == "regressed" and summary.env_steps < cfg.total_env_steps
+    assert summary.handed_back == "base"
+    events = summary.guard["events"]
+    assert [e["event"] for e in events] == ["rolled_back", "stopped"]
+    assert "rolled back to the zero residual" in events[0]["reason"]
+    assert "4 lost of 4" in events[0]["reason"] and "stopped after 1 roll-backs" in events[1]["reason"]
+    log = (tmp_path / "run/metrics.jsonl").read_text()
+    reasons = [json.loads(r) for r in log.splitlines() if "guard/event" in r]
+    assert [(r["guard/event"], r["guard/reason"]) for r in reasons] == [
+        ("rollback", events[0]["reason"]),
+        ("stop", events[1]["reason"]),
+    ]
+    # the roll-back step was checkpointed with the zero residual (the base's actions exactly)
+    from safetensors.torch import load_file
+
+    step = events[0]["step"]
+    agent = load_file(str(tmp_path / f"run/checkpoints/step_{step:07d}/agent.safetensors"))
+    assert torch.count_nonzero(agent["actor.mean.weight"]) == 0
+    state = json.loads((tmp_path / f"run/checkpoints/step_{step:07d}/training_state/state.json").read_text())
+    assert state["guard"]["rollbacks"] == 1 and state["guard"]["bound"] == pytest.approx(0.125)
+    assert state["policy_bound"] == pytest.approx(0.125)  # the rolled-back actor runs at the narrowed bound
+    from actlab.rl.train import load_agent
+
+    assert load_agent(tmp_path / f"run/checkpoints/step_{step:07d}").bound == pytest.approx(0.125)
