@@ -202,3 +202,33 @@ def test_rl_cli_numbers_are_refused_at_parse_time(tmp_path):
                       timeout=60)  # fmt: skip
     assert r.returncode == 2 and "utd" in r.stderr
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.timeout(60)
+def test_rl_report_refuses_a_directory_it_did_not_write_and_its_own_run(tmp_path, capsys):
+    from actlab.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "report.md").write_text("my notes")
+    for out, said in ((mine, "did not write: report.md"), (run / "report", "lies inside an input")):
+        assert main(["rl", "report", str(run), "--out", str(out)]) == 2
+        assert said in capsys.readouterr().err
+    assert (mine / "report.md").read_text() == "my notes" and not (run / "report").exists()
+
+
+@pytest.mark.timeout(60)
+def test_reward_model_refuses_a_directory_it_did_not_write_before_any_work(tmp_path):
+    from actlab.rl.reward_model import RewardModelConfig, train_reward_model
+
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "model.txt").write_text("mine")
+    # demos and base need not exist: the refusal comes before they are read
+    with pytest.raises(ActlabError, match="not this command's"):
+        train_reward_model(RewardModelConfig(), str(tmp_path / "demos"), str(tmp_path / "base"), mine)
+    with pytest.raises(ActlabError, match="inside an input"):
+        train_reward_model(RewardModelConfig(), str(tmp_path / "demos"), str(tmp_path), tmp_path / "rm")
+    assert (mine / "model.txt").read_text() == "mine" and not (tmp_path / "rm").exists()

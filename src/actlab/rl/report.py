@@ -24,7 +24,7 @@ from actlab.evaluation.sources import PolicySource
 from actlab.lifecycle.metrics_log import read_metrics
 from actlab.rl.evaluate import evaluate_agent
 from actlab.rl.train import BASE_COPY, load_agent
-from actlab.utils.io import atomic_write_json, atomic_write_text, read_json
+from actlab.utils.io import atomic_write_json, atomic_write_text, claim_out_dir, read_json
 from actlab.utils.stats import paired_compare
 
 
@@ -36,6 +36,10 @@ def rl_report(
     many it broke, both policies on each."""
 
     run, out = Path(run), Path(out)
+    root = run.parent.parent if run.parent.name == "checkpoints" else run
+    # refused before any evaluation: a directory of the user's files (report.md was overwritten), another
+    # command's output, or one inside the run it reports on
+    claim_out_dir(out, "actlab rl report", inputs=(root,))
     chosen, handed = _choose(run)
     agent = load_agent(chosen)
     if run.parent.name == "checkpoints":

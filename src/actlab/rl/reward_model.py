@@ -26,7 +26,7 @@ from actlab.policies import load_policy
 from actlab.rl.agent import Agent
 from actlab.rl.checkpoint import read_tensors
 from actlab.rl.config import EnvConfig, ObsConfig, RLConfig, check_ranges
-from actlab.utils.io import atomic_dir, atomic_write_json, read_json
+from actlab.utils.io import atomic_dir, atomic_write_json, check_out_dir, read_json
 
 MODEL_FILE = "reward_model.safetensors"
 META_FILE = "reward_model.json"
@@ -47,6 +47,10 @@ REWARD_MODEL_LIMITS: dict[str, tuple[float, float, bool, bool]] = {
     "test_fraction": (0, 1, True, True),
     "seed": (0, 2**31 - 1, False, False),
 }
+
+
+# The output marker's command name (utils.io.atomic_dir): a later run may replace only what this wrote.
+KIND = "actlab rl reward-model"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,6 +219,8 @@ def train_reward_model(cfg: RewardModelConfig, demos: str, base: str, out: str |
     """Train, tune and evaluate the classifier; write it to ``out`` (atomically); return its metrics."""
     from safetensors.torch import save_file
 
+    # before any work: --out may replace only an earlier reward model, never a user's directory or an input
+    check_out_dir(out, KIND, overwrite=True, inputs=(demos, base))
     torch.manual_seed(cfg.seed)
     rlcfg = RLConfig(
         base=base,
@@ -254,7 +260,7 @@ def train_reward_model(cfg: RewardModelConfig, demos: str, base: str, out: str |
         "base": str(base),
         "config": dataclasses.asdict(cfg),
     }
-    with atomic_dir(out, overwrite=True) as tmp:
+    with atomic_dir(out, overwrite=True, kind=KIND, inputs=(demos, base)) as tmp:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp / MODEL_FILE))
         atomic_write_json(tmp / META_FILE, result)
     return result
