@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from actlab.cli import build_parser
+from actlab.cli.demo import demo_config
 from actlab.demo.pipeline import DemoConfig, command_line, demo_argv, next_steps, resolve
 from actlab.training.config import resume_diff
 
@@ -16,23 +17,6 @@ REPO = Path(__file__).resolve().parents[2]
 SIM_ROBOT_CONFIG = (
     REPO / "integrations/lerobot_policy_actlab/lerobot_policy_actlab/config_actlab_so101_sim.py"
 )
-
-
-def _demo_config(args) -> DemoConfig:
-    """The DemoConfig `actlab demo` builds from parsed arguments (cli/demo.py's mapping)."""
-    return DemoConfig(
-        out=args.out,
-        device=args.device,
-        preset=args.preset,
-        episodes=args.episodes,
-        image_size=args.image_size,
-        eval_episodes=args.eval_episodes,
-        videos=args.videos,
-        workers=args.workers,
-        overrides=tuple(args.overrides),
-        fresh=args.fresh,
-        realtime=args.realtime,
-    )
 
 
 def _robot_fields() -> set[str]:
@@ -75,9 +59,9 @@ def test_every_next_step_is_a_command_that_parses_and_means_what_it_says(tmp_pat
     # The demo lines: the same settings (every stage reused), then twice the steps (a resumable change),
     # then --realtime.
     longer, realtime = by_program["actlab demo"]
-    same = _demo_config(parser.parse_args(demo_argv(cfg, plan)[1:]))
+    same = demo_config(parser.parse_args(demo_argv(cfg, plan)[1:]))
     assert resolve(same)["train"] == plan["train"] and same.episodes == 4 and same.workers == 1
-    twice = resolve(_demo_config(parser.parse_args(longer[1:])))["train"]
+    twice = resolve(demo_config(parser.parse_args(longer[1:])))["train"]
     assert twice.steps == 40 and resume_diff(plan["train"], twice) == {}
     assert parser.parse_args(realtime[1:]).realtime
 

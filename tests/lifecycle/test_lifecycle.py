@@ -99,3 +99,13 @@ def test_sigterm_sets_the_flag_and_the_time_limit_passes():
     with catch_sigterm(time_limit_s=1e-9) as stop:
         assert stop.reason() == "time_limit"
     assert EXIT_SIGTERM == 143
+
+
+def test_a_file_where_the_run_directory_goes_is_refused_for_both_trainers(tmp_path):
+    from actlab.lifecycle.rundir import check_run_path
+
+    f = tmp_path / "run"
+    f.write_text("not a run")
+    with pytest.raises(ActlabError, match="is a file, not a run directory"):
+        check_run_path(f)
+    assert check_run_path(tmp_path / "new") == tmp_path / "new"

@@ -65,12 +65,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(_run=_run)
 
 
-def _run(args: argparse.Namespace) -> int:
-    import json
+def demo_config(args: argparse.Namespace):
+    """The DemoConfig of parsed ``actlab demo`` arguments."""
+    from actlab.demo import DemoConfig
 
-    from actlab.demo import DemoConfig, run_demo
-
-    cfg = DemoConfig(
+    return DemoConfig(
         out=args.out,
         device=args.device,
         preset=args.preset,
@@ -84,6 +83,14 @@ def _run(args: argparse.Namespace) -> int:
         realtime=args.realtime,
         task=args.task,
     )
+
+
+def _run(args: argparse.Namespace) -> int:
+    import json
+
+    from actlab.demo import run_demo
+
+    cfg = demo_config(args)
     summary = run_demo(cfg)
     if args.json:
         print(json.dumps(summary, indent=2))

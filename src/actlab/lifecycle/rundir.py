@@ -50,6 +50,18 @@ class RunKind:
     article: str = "a"
 
 
+def check_run_path(out: Path) -> Path:
+    """``out`` as a run directory path: refused when a file (not a directory) is there."""
+    if out.exists() and not out.is_dir():
+        raise ActlabError(
+            "the output path is a file, not a run directory",
+            file=out,
+            expected="a new or existing run directory",
+            fix="choose another --out",
+        )
+    return out
+
+
 def is_resumable(key: str, resumable: Iterable[str]) -> bool:
     """Whether flattened key ``key`` may change on a resume (``"log."`` covers ``"log.every"``)."""
     return any(key == r or (r.endswith(".") and key.startswith(r)) for r in resumable)

@@ -25,6 +25,7 @@ from actlab.lifecycle.rundir import (
     LOCKED_FIX,
     RunKind,
     check_fresh,
+    check_run_path,
     refuse_changes,
     resume_diff,
     resume_start,
@@ -104,13 +105,7 @@ def train_rl(cfg: RLConfig, out: str | Path, resume: bool = False, progress: boo
     current collection round with a checkpoint (``stopped="sigterm"``); so does ``cfg.time_limit_s``."""
     out = Path(out)
     cfg.check_runnable()
-    if out.exists() and not out.is_dir():
-        raise ActlabError(
-            "the output path is a file, not a run directory",
-            file=out,
-            expected="a new or existing run directory",
-            fix="choose another --out",
-        )
+    check_run_path(out)
     from actlab.utils.threads import torch_threads  # lazy: imports torch
 
     # torch threads restored afterwards: a caller's process (a test, a notebook) keeps its own setting

@@ -22,7 +22,14 @@ from actlab.datasets import open_dataset
 from actlab.datasets.format import sim_seeds
 from actlab.errors import ActlabError
 from actlab.lifecycle.metrics_log import METRICS_FILE, MetricsLog, check_sinks, read_metrics
-from actlab.lifecycle.rundir import LOCKED_FIX, RunKind, check_fresh, refuse_changes, resume_start
+from actlab.lifecycle.rundir import (
+    LOCKED_FIX,
+    RunKind,
+    check_fresh,
+    check_run_path,
+    refuse_changes,
+    resume_start,
+)
 from actlab.lifecycle.stop import StopSignals, catch_sigterm
 from actlab.profiling.timing import PhaseTimer
 from actlab.training import ddp
@@ -109,13 +116,7 @@ def train(
     """
     dist = dist or ddp.dist_info_from_env()
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ActlabError(
-            "the output path is a file, not a run directory",
-            file=out,
-            expected="a new or existing run directory",
-            fix="choose another --out",
-        )
+    check_run_path(out)
     lock = DirLock(out, "run directory", fix=LOCKED_FIX) if dist.is_main else contextlib.nullcontext()
     try:
         with lock:
