@@ -143,7 +143,7 @@ def _configs() -> dict[str, object]:
         "train tiny": get_preset("tiny"),
     }
     found |= {f"policy {name}": cls() for name, cls in config_classes().items()}
-    found |= {f"rl {name}": make() for name, make in RL_PRESETS.items()}
+    found |= {f"rl {name}": RL_PRESETS.get(name) for name in RL_PRESETS.names()}
     found["rl reward-model"] = RewardModelConfig()
     return found
 
