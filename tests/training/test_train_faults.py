@@ -269,16 +269,16 @@ def test_a_batch_too_large_for_memory_names_find_batch_size_then_the_same_out_re
     import resource
 
     out = tmp_path / "run"
-    limit = 8 << 30  # address space of the child: a batch of 4M 32x32 frames needs 12 GB in uint8 alone
+    limit = 3 << 30  # address space of the child: 65536 (the ceiling) 32x32 frames as floats do not fit
 
     def cap():
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     args = ["--preset", "tiny", "--dataset", tiny_dataset, "--out", out, "--set", "log.plot=false",
             "--set", "log.progress=false", "--set", "steps=2"]  # fmt: skip
-    r = _run(_cmd(*args, "--set", "batch_size=4000000"), preexec_fn=cap)
+    r = _run(_cmd(*args, "--set", "batch_size=65536"), preexec_fn=cap)
     assert r.returncode == 2, r.stderr
-    assert "out of memory at batch_size 4000000" in r.stderr and "Traceback" not in r.stderr
+    assert "out of memory at batch_size 65536" in r.stderr and "Traceback" not in r.stderr
     assert "actlab find-batch-size --preset tiny" in r.stderr and "--memory-limit" in r.stderr
     assert (out / "config.json").is_file() and not (out / "checkpoints").exists()
     # It died before its first checkpoint: the same command with a batch that fits starts it over.

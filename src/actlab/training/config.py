@@ -56,8 +56,10 @@ _CEILINGS: dict[str, float] = {
     "num_threads": 1024,
     "data.image_size": 4096,
     "augment.shift_pad": 1024,
-    "optim.lr": 10.0,
-    "optim.backbone_lr": 10.0,
+    # a learning rate far above any that trains, yet low enough that a deliberate divergence (lr=1e4, the
+    # non-finite-loss guard's repro) still runs into that guard; 1e12 (a typo for 1e-12) is refused
+    "optim.lr": 1e4,
+    "optim.backbone_lr": 1e4,
     "optim.eps": 1.0,
     "eval.batches": 10**6,
     "overfit.samples": 10**6,
