@@ -10,6 +10,10 @@ actlab's default suite (no lerobot installed) and exists once:
 - :func:`rtc_prefix`: LeRobot's RTC call (``inference_delay``, ``prev_chunk_left_over``) -> actlab's
   committed-action prefix for ``act_relative``: the first ``d`` left-over actions, never a zero row that
   LeRobot padded in, ``d`` clamped to ``rtc_max_delay``.
+- :func:`rollout_execution`: the plugin's ``execution`` fields (``--policy.execution=blend
+  --policy.execution_latency=D ...``) -> actlab's :class:`~actlab.policies.execution.ChunkExecutor` behind
+  LeRobot's per-step ``select_action`` (:class:`RolloutExecution`): the action sequence ``actlab eval
+  --execution MODE --latency D`` executes, each inference in a worker thread while the arm moves.
 - :class:`SimEpisodes`: actlab's MuJoCo pick-and-place behind a continuous robot stream: clipped joint
   targets, episodes restarted from new seeds on success or time limit, each episode's outcome and
   failure class appended to a JSONL file and a text log under the rollout's output directory
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -173,6 +178,86 @@ def rtc_prefix(
     return RtcPrefix(prev[:, :used] if used > 0 else None, requested, used, note)
 
 
+# The plugin's config fields that choose actlab's execution in select_action, and the actlab eval flags
+# they mirror: actlab's checks name eval's flags, the plugin's errors name lerobot-rollout's.
+EXECUTION_FIELDS = {"execution": "execution", "execution_latency": "latency", "execution_horizon": "horizon"}
+_EVAL_FLAG = re.compile(r"--(execution|latency|horizon)\b( (\w+))?")
+
+
+def plugin_flag(eval_flag: str) -> str:
+    """``--latency 4`` (actlab eval) -> ``--policy.execution_latency=4`` (lerobot-rollout, the plugin)."""
+
+    def one(m: re.Match) -> str:
+        name = "execution" if m.group(1) == "execution" else f"execution_{m.group(1)}"
+        return f"--policy.{name}" + (f"={m.group(3)}" if m.group(3) else "")
+
+    return _EVAL_FLAG.sub(one, eval_flag)
+
+
+def rollout_execution(
+    policy: Any, fields: Mapping[str, Any], background: bool = True
+) -> RolloutExecution | None:
+    """The executor the plugin runs in ``select_action`` for its config ``fields`` (``execution``,
+    ``execution_latency``, ``execution_horizon``), checked against ``policy`` as ``actlab eval
+    --execution/--latency/--horizon`` checks it; None for sync (actlab's own ``select_action``). A setting
+    the policy cannot run is actlab's error with the plugin's flag names."""
+    # lazy: the plugin imports this module at LeRobot start; the execution model loads with a policy
+    from actlab.policies.execution import ChunkLimits, ExecutionSpec, check_execution
+
+    try:
+        spec = ExecutionSpec(
+            mode=fields.get("execution") or "sync",
+            latency=fields.get("execution_latency") or 0,
+            horizon=fields.get("execution_horizon"),
+        )
+        if spec.mode == "sync":
+            return None
+        check_execution(spec, ChunkLimits.from_config(policy.config))
+    except ActlabError as e:
+        field = {v: f"--policy.{k}" for k, v in EXECUTION_FIELDS.items()}.get(str(e.field).lstrip("-"))
+        raise ActlabError(
+            f"lerobot-rollout --policy.execution: {plugin_flag(e.problem)}",
+            field=field or e.field,
+            expected=plugin_flag(str(e.expected)) if e.expected is not None else None,
+            found=e.found,
+            fix=plugin_flag(e.fix) if e.fix else None,
+        ) from e
+    return RolloutExecution(policy, spec, background=background)
+
+
+class RolloutExecution:
+    """actlab's chunk executor for one robot behind LeRobot's per-step ``select_action``.
+
+    lerobot-rollout's sync engine calls ``select_action`` once per control step with that step's
+    observation; this answers with the action :class:`~actlab.policies.execution.ChunkExecutor` gives
+    for the step, so a run executes the actions ``actlab eval --execution MODE --latency D --horizon S``
+    executes on the same observations: the first chunk before the clock starts, an inference every S
+    steps from that step's observation, its chunk used from D steps later (blended, ensembled or
+    prefixed as the mode says). With ``background`` the inference runs in a worker thread while the
+    robot executes the previous chunk; its chunk is waited for at its arrival step only.
+    """
+
+    def __init__(self, policy: Any, spec: Any, background: bool = True) -> None:
+        # lazy: loads with a policy (see rollout_execution)
+        from actlab.policies.execution import ChunkExecutor, ChunkLimits
+
+        self.spec = spec
+        self.executor = ChunkExecutor(
+            policy, spec, ChunkLimits.from_config(policy.config), 1, background=background
+        )
+
+    def reset(self) -> None:
+        """A new episode: the next step computes a first chunk (an inference in flight is waited for)."""
+        self.executor.restart()
+
+    def select_action(self, obs: Mapping[str, Any]) -> Any:
+        """The action (1, A) of this control step for the batched observation ``obs`` (batch 1)."""
+        return self.executor.step(lambda: obs)
+
+    def close(self) -> None:
+        self.executor.close()
+
+
 def check_export_config(top: Mapping[str, Any], model: Mapping[str, Any], file: str | Path) -> None:
     """Refuse a LeRobot export whose ``config.json`` (``top``: its ``chunk_size``, ``n_action_steps``,
     ``n_obs_steps`` and the ``actlab_config`` it carries) disagrees with the config of the model it ships
@@ -227,6 +312,9 @@ class EpisodeResult:
     steps: int  # control steps the policy acted in this episode
     max_lift_m: float | None  # highest cube lift above its start (m)
     wall_s: float  # seconds the episode took on the wall clock
+    # mean |third difference| of the commanded joint targets (before clipping), actlab eval's "jerk" of
+    # the same episode: equal when the same actions ran (None under 4 steps)
+    jerk: float | None = None
 
     def line(self) -> str:
         lift = "-" if self.max_lift_m is None else f"{self.max_lift_m * 100:.1f} cm"
@@ -293,6 +381,7 @@ class SimEpisodes:
     def _start_episode(self) -> None:
         self._obs, _ = self.env.reset(seed=self.seed + len(self.results))
         self._infos: list[dict] = []
+        self._commanded: list[np.ndarray] = []  # (6,) per executed step, as the policy sent it
         self._hold = self.hold_steps
         self._t0 = time.perf_counter()
         if self.signal is not None:
@@ -317,6 +406,7 @@ class SimEpisodes:
             return applied
         self._obs, _, terminated, truncated, info = self.env.step(applied)
         self._infos.append(info)
+        self._commanded.append(np.asarray(action, dtype=np.float64))
         if terminated or truncated:
             self._finish_episode()
         return applied
@@ -324,8 +414,10 @@ class SimEpisodes:
     def _finish_episode(self) -> None:
         # lazy: the plugin imports this module at LeRobot start; evaluation loads with the first episode
         from actlab.evaluation.taxonomy import PhaseRecord, classify
+        from actlab.policies.execution import chunk_metrics  # lazy: with the taxonomy, as above
 
         verdict = classify(PhaseRecord.from_infos(self._infos))
+        jerk = chunk_metrics(np.stack(self._commanded), [])["jerk"] if self._commanded else None
         result = EpisodeResult(
             episode=len(self.results),
             seed=self.seed + len(self.results),
@@ -333,6 +425,7 @@ class SimEpisodes:
             steps=len(self._infos),
             max_lift_m=verdict.max_lift_m,
             wall_s=time.perf_counter() - self._t0,
+            jerk=jerk,
         )
         self.results.append(result)
         if self.log_file is not None:
@@ -452,6 +545,7 @@ __all__ = [
     "SIM_ROBOT_LIMITS",
     "SIM_SIGNAL",
     "EpisodeResult",
+    "RolloutExecution",
     "RtcPrefix",
     "SimEpisodes",
     "SimSignal",
@@ -460,7 +554,9 @@ __all__ = [
     "check_sim_robot_config",
     "default_output_dir",
     "pace",
+    "plugin_flag",
     "read_episode_log",
+    "rollout_execution",
     "rtc_prefix",
     "trained_cameras",
 ]
