@@ -36,6 +36,7 @@ from actlab.lerobot.runtime import (
     rtc_prefix,
     trained_cameras,
 )
+from actlab.policies.execution import PLUGIN_FIELDS
 from lerobot_policy_actlab.configuration_actlab import ActlabActConfig, ActlabActRelativeConfig
 
 logger = logging.getLogger(__name__)
@@ -82,9 +83,7 @@ class _ActlabPolicy(PreTrainedPolicy):
         self._said: set[str] = set()
         self._sim_epoch = SIM_SIGNAL.epoch
         self._sim_held = SIM_SIGNAL.holding
-        fields = {
-            k: getattr(config, k, None) for k in ("execution", "execution_latency", "execution_horizon")
-        }
+        fields = {k: getattr(config, k, None) for k in PLUGIN_FIELDS.values()}
         # actlab's chunk executor behind select_action (None: sync, actlab's own select_action)
         self._execution = rollout_execution(self.model, fields)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.evaluation.sources import PolicySource, source_limits
-from actlab.policies.execution import ChunkLimits
+from actlab.policies.execution import PLUGIN_FIELDS, ChunkLimits
 from actlab.sim.env import TASK_TEXT
 
 # The arm's robot flags (docs/lerobot.md); the sim robot's line runs as written after the export.
@@ -83,9 +83,8 @@ def plugin_flags(mode: str, latency: int, horizon: int) -> str:
     for sync (the plugin's select_action), else actlab's executor with the cell's delay and horizon."""
     if mode == "sync":
         return ""
-    return (
-        f"--policy.execution={mode} --policy.execution_latency={latency} --policy.execution_horizon={horizon}"
-    )
+    values = {"mode": mode, "latency": latency, "horizon": horizon}
+    return " ".join(f"--policy.{PLUGIN_FIELDS[k]}={v}" for k, v in values.items())
 
 
 def recommend(

@@ -178,46 +178,44 @@ def rtc_prefix(
     return RtcPrefix(prev[:, :used] if used > 0 else None, requested, used, note)
 
 
-# The plugin's config fields that choose actlab's execution in select_action, and the actlab eval flags
-# they mirror: actlab's checks name eval's flags, the plugin's errors name lerobot-rollout's.
-EXECUTION_FIELDS = {"execution": "execution", "execution_latency": "latency", "execution_horizon": "horizon"}
-_EVAL_FLAG = re.compile(r"--(execution|latency|horizon)\b( (\w+))?")
+def plugin_flag(text: str) -> str:
+    """actlab eval's real-time flags in ``text`` as the plugin's: ``--latency 4`` -> ``--policy.
+    execution_latency=4`` (actlab's checks name eval's flags; the plugin's errors name lerobot-rollout's)."""
+    from actlab.policies.execution import EVAL_FLAGS, PLUGIN_FIELDS  # lazy: loads with a policy
 
-
-def plugin_flag(eval_flag: str) -> str:
-    """``--latency 4`` (actlab eval) -> ``--policy.execution_latency=4`` (lerobot-rollout, the plugin)."""
-
-    def one(m: re.Match) -> str:
-        name = "execution" if m.group(1) == "execution" else f"execution_{m.group(1)}"
-        return f"--policy.{name}" + (f"={m.group(3)}" if m.group(3) else "")
-
-    return _EVAL_FLAG.sub(one, eval_flag)
+    fields = {EVAL_FLAGS[k]: PLUGIN_FIELDS[k] for k in EVAL_FLAGS}
+    pattern = "(" + "|".join(map(re.escape, fields)) + r")\b( (\w+))?"
+    return re.sub(
+        pattern, lambda m: f"--policy.{fields[m.group(1)]}" + (f"={m.group(3)}" if m.group(3) else ""), text
+    )
 
 
 def rollout_execution(
     policy: Any, fields: Mapping[str, Any], background: bool = True
 ) -> RolloutExecution | None:
-    """The executor the plugin runs in ``select_action`` for its config ``fields`` (``execution``,
-    ``execution_latency``, ``execution_horizon``), checked against ``policy`` as ``actlab eval
-    --execution/--latency/--horizon`` checks it; None for sync (actlab's own ``select_action``). A setting
-    the policy cannot run is actlab's error with the plugin's flag names."""
+    """The executor the plugin runs in ``select_action`` for its config ``fields`` (keys: the values of
+    ``PLUGIN_FIELDS``, ``execution``, ``execution_latency``, ``execution_horizon``), checked against
+    ``policy`` as ``actlab eval --execution/--latency/--horizon`` checks it; None for sync (actlab's own
+    ``select_action``). A setting the policy cannot run is actlab's error with the plugin's flag names."""
     # lazy: the plugin imports this module at LeRobot start; the execution model loads with a policy
-    from actlab.policies.execution import ChunkLimits, ExecutionSpec, check_execution
+    from actlab.policies.execution import PLUGIN_FIELDS, ChunkLimits, ExecutionSpec, check_execution
 
     try:
         spec = ExecutionSpec(
-            mode=fields.get("execution") or "sync",
-            latency=fields.get("execution_latency") or 0,
-            horizon=fields.get("execution_horizon"),
+            mode=fields.get(PLUGIN_FIELDS["mode"]) or "sync",
+            latency=fields.get(PLUGIN_FIELDS["latency"]) or 0,
+            horizon=fields.get(PLUGIN_FIELDS["horizon"]),
         )
         if spec.mode == "sync":
             return None
         check_execution(spec, ChunkLimits.from_config(policy.config))
     except ActlabError as e:
-        field = {v: f"--policy.{k}" for k, v in EXECUTION_FIELDS.items()}.get(str(e.field).lstrip("-"))
+        # ExecutionSpec names its field "execution" / "latency" / "horizon", check_execution eval's flag
+        setting = {"execution": "mode"}.get(str(e.field).lstrip("-"), str(e.field).lstrip("-"))
+        field = f"--policy.{PLUGIN_FIELDS[setting]}" if setting in PLUGIN_FIELDS else e.field
         raise ActlabError(
             f"lerobot-rollout --policy.execution: {plugin_flag(e.problem)}",
-            field=field or e.field,
+            field=field,
             expected=plugin_flag(str(e.expected)) if e.expected is not None else None,
             found=e.found,
             fix=plugin_flag(e.fix) if e.fix else None,

@@ -53,6 +53,10 @@ RENAMED_MODES = {"naive": "async"}
 SCHEDULES = ("exp", "linear", "none")
 # ACT's temporal-ensembling coefficient (Zhao et al. 2023): w_i = exp(-0.01 i), i = 0 the oldest prediction.
 ENSEMBLE_COEFF = 0.01
+# Where each setting of an ExecutionSpec is given: actlab eval's flag, and the LeRobot plugin's policy
+# config field (lerobot-rollout --policy.<field>=..., integrations/lerobot_policy_actlab) that runs the same.
+EVAL_FLAGS = {"mode": "--execution", "latency": "--latency", "horizon": "--horizon"}
+PLUGIN_FIELDS = {"mode": "execution", "latency": "execution_latency", "horizon": "execution_horizon"}
 
 
 @dataclasses.dataclass(frozen=True)
