@@ -228,6 +228,17 @@ def test_plugin_execution_runs_actlabs_executor_with_the_actions_of_actlab_eval(
             assert plugin.executor.background == (latency > 0)
         finally:
             plugin.close()
+    # lerobot-eval --eval.batch_size=2: two envs stepped together, each row with its own chunk clock
+    plugin = rollout_execution(policy, {"execution": "blend", "execution_latency": 2})
+    ref = ChunkExecutor(policy, ExecutionSpec("blend", latency=2), ChunkLimits.from_config(policy.config), 2)
+    try:
+        with torch.no_grad():
+            for obs in steps[:9]:
+                both = {k: torch.cat([v, -v if k.endswith("state") else 255 - v]) for k, v in obs.items()}
+                assert torch.equal(plugin.select_action(both), ref.step(lambda both=both: both))
+        assert plugin.batch == 2
+    finally:
+        plugin.close()
 
 
 @pytest.mark.parametrize(

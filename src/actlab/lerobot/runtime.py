@@ -224,7 +224,7 @@ def rollout_execution(
 
 
 class RolloutExecution:
-    """actlab's chunk executor for one robot behind LeRobot's per-step ``select_action``.
+    """actlab's chunk executor behind LeRobot's per-step ``select_action``.
 
     lerobot-rollout's sync engine calls ``select_action`` once per control step with that step's
     observation; this answers with the action :class:`~actlab.policies.execution.ChunkExecutor` gives
@@ -232,28 +232,42 @@ class RolloutExecution:
     executes on the same observations: the first chunk before the clock starts, an inference every S
     steps from that step's observation, its chunk used from D steps later (blended, ensembled or
     prefixed as the mode says). With ``background`` the inference runs in a worker thread while the
-    robot executes the previous chunk; its chunk is waited for at its arrival step only.
+    robot executes the previous chunk; its chunk is waited for at its arrival step only. One robot is a
+    batch of 1; ``lerobot-eval --eval.batch_size=B`` steps B envs together, each row with its own clock
+    (the executor is made for the batch size it first sees, and again when that changes).
     """
 
     def __init__(self, policy: Any, spec: Any, background: bool = True) -> None:
         # lazy: loads with a policy (see rollout_execution)
-        from actlab.policies.execution import ChunkExecutor, ChunkLimits
+        from actlab.policies.execution import ChunkLimits
 
-        self.spec = spec
-        self.executor = ChunkExecutor(
-            policy, spec, ChunkLimits.from_config(policy.config), 1, background=background
-        )
+        self.policy, self.spec, self.background = policy, spec, background
+        self.limits = ChunkLimits.from_config(policy.config)
+        self.executor: Any = None  # ChunkExecutor for self.batch rows, made at the first step
+        self.batch = 0
 
     def reset(self) -> None:
         """A new episode: the next step computes a first chunk (an inference in flight is waited for)."""
-        self.executor.restart()
+        if self.executor is not None:
+            self.executor.restart()
 
     def select_action(self, obs: Mapping[str, Any]) -> Any:
-        """The action (1, A) of this control step for the batched observation ``obs`` (batch 1)."""
+        """The action (B, A) of this control step for the batched observation ``obs``."""
+        batch = int(next(iter(obs.values())).shape[0])
+        if self.executor is None or batch != self.batch:
+            from actlab.policies.execution import ChunkExecutor  # lazy: as in __init__
+
+            self.close()
+            self.executor = ChunkExecutor(
+                self.policy, self.spec, self.limits, batch, background=self.background
+            )
+            self.batch = batch
         return self.executor.step(lambda: obs)
 
     def close(self) -> None:
-        self.executor.close()
+        """End the executor's worker thread (after an inference in flight)."""
+        if self.executor is not None:
+            self.executor.close()
 
 
 def check_export_config(top: Mapping[str, Any], model: Mapping[str, Any], file: str | Path) -> None:
