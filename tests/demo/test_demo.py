@@ -92,7 +92,6 @@ def _check_report(out: Path) -> None:
     assert f"best of the sweep below with {k0} of {n0} on other seeds" in md
 
 
-
 # Slow (76 s at a load average of 4): the default suite's demo is the killed-and-resumed one below, which
 # checks the same report; this one adds stage reuse (other workers, more steps, a relative path).
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""On a busy CPU an evaluation runs its rollouts at one torch thread, decided once (actlab.evaluation.harness)."""
+"""On a busy CPU an evaluation runs its rollouts at one torch thread, decided once (evaluation.harness)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import torch
 
 pytest.importorskip("mujoco")
 
-from actlab.evaluation.envs import EnvSpec  # noqa: E402
-from actlab.evaluation.harness import EvalConfig, evaluate  # noqa: E402
-from evalpolicies import HoldPolicy  # noqa: E402
+from evalpolicies import HoldPolicy
+
+from actlab.evaluation.envs import EnvSpec
+from actlab.evaluation.harness import EvalConfig, evaluate
 
 
 class ThreadLog(HoldPolicy):

@@ -42,7 +42,7 @@ def compiled_training_steps(type_name: str, backend: str) -> None:
     torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
 
 
-# act_relative slow (9-11 s of inductor compile): the same graph plus a prefix; act stays in the default suite.
+# act_relative slow (9-11 s of inductor compile): the same graph plus a prefix; act stays by default.
 @pytest.mark.parametrize(
     "type_name", [pytest.param(t, marks=[pytest.mark.slow] if t != "act" else []) for t in CASES]
 )
