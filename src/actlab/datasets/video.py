@@ -284,10 +284,11 @@ class EncoderThread:
                 file=self._file,
                 field="video encoder",
                 expected="a frame encoded every few milliseconds",
-                found="blocked inside the encoder library (a known SVT-AV1 deadlock); nothing was written",
-                fix="run the command again (the output was left as it was before); if it recurs, upgrade "
-                "PyAV (`pip install -U av`: av >= 17 bundles SVT-AV1 4.x) or write h264 "
-                "(VideoOptions(codec='libx264'))",
+                found=f"no frame for {self._stall_s:g} s inside the encoder library (SVT-AV1 3.x deadlocks, "
+                "and 4.x stalled on a CPU at a load average of 8); nothing was written",
+                fix="run the command again (the output was left as it was before); if it recurs, write h264 "
+                "(VideoOptions(codec='libx264'): `actlab sim record` does so itself on a busy CPU and after "
+                "a stall) or run it when the machine is less busy",
             )
         if self._stalled is not None:
             raise self._stalled
