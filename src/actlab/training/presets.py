@@ -116,7 +116,8 @@ def so101_sim_cpu() -> TrainConfig:
             type="act",
             cameras=("observation.images.top", "observation.images.wrist"),
             chunk_size=30,
-            n_action_steps=10,  # executing 10 of 30 beat executing all 30 in the sim (measured here)
+            # A small CNN policy in this sim: executing 10 of 30 beat all 30 (84 %) and ensembling (90 %).
+            n_action_steps=10,
             vision_backbone="cnn_small",
             cnn_small_channels=(16, 32, 64, 64),
             dim_model=64,
