@@ -210,7 +210,8 @@ def test_a_full_disk_while_recording_exits_2_leaves_nothing_and_can_be_run_again
     from actlab.utils.units import human_bytes
     from procs import run_cli
 
-    args = ["--image-size", "32", "--workers", "0"]
+    # AV1 chosen (the estimate's codec): "auto" writes h264 on a busy CPU, whose files are another size
+    args = ["--image-size", "32", "--workers", "0", "--codec", "av1"]
     need = estimate_bytes(RecordConfig(episodes=12, image_size=32, workers=0))
     # Room for 70% of the estimate: the preflight lets it start (it refuses below half), the disk fills.
     disk = small_fs(int(0.7 * need))
@@ -282,6 +283,19 @@ def test_a_busy_cpu_records_h264_and_says_why(tmp_path, monkeypatch, capsys):
     assert open_dataset(ds.path).features["observation.images.top"]["info"]["video.codec"] == "h264"
     err = capsys.readouterr().err
     assert "the CPUs are busy (load average 64.0 on" in err and "recording h264 instead of AV1" in err
+
+
+def test_a_chosen_codec_is_kept_whatever_the_load(tmp_path, monkeypatch, capsys):
+    from actlab.datasets import open_dataset
+    from actlab.sim import record as record_mod
+
+    monkeypatch.setattr(record_mod, "load_1m", lambda: 64.0)  # busy: "auto" would write h264
+    cfg = RecordConfig(episodes=1, image_size=16, workers=0, codec="av1")
+    ds = record_dataset(tmp_path / "ds", cfg, progress=False)
+    assert open_dataset(ds.path).features["observation.images.top"]["info"]["video.codec"] == "av1"
+    assert "recording h264" not in capsys.readouterr().err
+    with pytest.raises(ActlabError, match="unknown video codec"):
+        RecordConfig(codec="vp9")
 
 
 def test_a_second_stall_is_the_error(tmp_path, monkeypatch):

@@ -123,6 +123,13 @@ def _record(g) -> None:
         choices=("degrees", "so101_follower"),
         help="joint units: the sim's degrees, or LeRobot's real so101_follower (gripper 0-100) (degrees)",
     )
+    p.add_argument(
+        "--codec",
+        default="auto",
+        choices=("auto", "av1", "h264"),
+        help="video codec: auto = AV1 (LeRobot's default), h264 on a busy CPU (where SVT-AV1 stalled) or "
+        "with PyAV < 17; av1 or h264 to choose (auto)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     p.set_defaults(_run=_run_record)
 
@@ -140,6 +147,7 @@ def _run_record(args) -> int:
         workers=args.workers,
         expert_noise=args.noise,
         units=args.units,
+        codec=args.codec,
     )
     summary = record_dataset(args.out, cfg, overwrite=args.overwrite)
     print(summary.line())

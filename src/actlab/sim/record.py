@@ -65,8 +65,15 @@ class RecordConfig:
     # Units of observation.state and action: "degrees" (the sim's own) or "so101_follower" (the gripper
     # 0-100 like LeRobot's real so101_follower, whose recordings a policy may then be trained with).
     units: str = "degrees"
+    # Video codec: "auto" (AV1 like LeRobot, h264 on a busy CPU or an old PyAV: see
+    # record_video_options), "av1" or "h264" (kept for a second attempt after a stall too).
+    codec: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.codec not in RECORD_CODECS:
+            raise ActlabError(
+                "unknown video codec", field="--codec", expected=" or ".join(RECORD_CODECS), found=self.codec
+            )
         if self.episodes < 1:
             raise ActlabError("episodes must be at least 1", field="--episodes", found=self.episodes)
         if self.image_size < 16 or self.image_size % 2:
@@ -239,6 +246,8 @@ META_EPISODE_BYTES = 3 << 10
 EXPERT_EPISODE_STEPS = 163
 # What a recorded dataset says wrote it: --overwrite replaces only an earlier recording.
 RECORD_KIND = "actlab sim record"
+# The recorder's codec choices (RecordConfig.codec).
+RECORD_CODECS = ("auto", "av1", "h264")
 # A recording whose video encoder stalled is started over once (record_dataset).
 RECORD_ATTEMPTS = 2
 # Seconds without an encoded frame before the recorder's watchdog calls an encoder stalled. A sim camera
@@ -327,14 +336,18 @@ def record_dataset(
     contention) leaves nothing written; the recording then starts once more from the beginning, which
     gives the same dataset (episodes are a pure function of their seeds), and a second stall is raised.
     """
-    video = record_video_options(busy=_cpu_busy_now())
-    if video.codec != VideoOptions().codec:
-        why = (
-            f"PyAV {av.__version__} bundles SVT-AV1 3.x, which can deadlock"
-            if av_version() < AV1_MIN_AV
-            else f"the CPUs are busy ({format_load(load_1m(), usable_cpus())}), where SVT-AV1 stalls"
-        )
-        print(f"note: {why}; recording h264 instead of AV1 (LeRobot reads both)", file=sys.stderr)
+    chosen = (config or RecordConfig()).codec
+    if chosen == "auto":
+        video = record_video_options(busy=_cpu_busy_now())
+        if video.codec != VideoOptions().codec:
+            why = (
+                f"PyAV {av.__version__} bundles SVT-AV1 3.x, which can deadlock"
+                if av_version() < AV1_MIN_AV
+                else f"the CPUs are busy ({format_load(load_1m(), usable_cpus())}), where SVT-AV1 stalls"
+            )
+            print(f"note: {why}; recording h264 instead of AV1 (LeRobot reads both)", file=sys.stderr)
+    else:  # the user's choice, kept for a second attempt too
+        video = record_video_options((99,) if chosen == "av1" else (0,))
     for attempt in range(1, RECORD_ATTEMPTS + 1):
         try:
             return _record_once(
@@ -343,7 +356,8 @@ def record_dataset(
         except EncoderStalled as e:
             if attempt == RECORD_ATTEMPTS:
                 raise
-            video = record_video_options(busy=True)  # h264: the encoder that has never stalled
+            if chosen == "auto":
+                video = record_video_options(busy=True)  # h264: the encoder that has never stalled
             print(
                 f"warning: {e.problem} ({e.file}); nothing was written, recording again from the start "
                 f"with {video.codec} (attempt {attempt + 1} of {RECORD_ATTEMPTS})",
