@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from actlab.cli import add_json_flag, group, subcommand
+from actlab.cli import _options, add_json_flag, group, subcommand
 
 ORDER = 10
 
@@ -102,12 +102,19 @@ def _doctor(g) -> None:
     )
     p.add_argument("--report", default=None, metavar="DIR", help="also write DIR/report.md and report.html")
     add_json_flag(p)
+    _options.paths(p, outputs=("--report",), inputs=("PATH",))
     p.set_defaults(_run=_run_doctor)
+
+
+DOCTOR_REPORT_KIND = "actlab data doctor"
 
 
 def _run_doctor(args) -> int:
     from actlab.datasets.doctor import examine
+    from actlab.utils.io import claim_out_dir
 
+    if args.report:  # before the examination: a user's report.md was overwritten, now refused at once
+        claim_out_dir(args.report, DOCTOR_REPORT_KIND, inputs=(args.path,), option="--report")
     result = examine(args.path, video_samples=args.video_samples)
     if args.report:
         from actlab.viz.data_doctor import write_data_doctor_report  # viz: only when a report is asked for
@@ -361,6 +368,7 @@ def _cache(g) -> None:
         "given) instead of building; exit 2 naming damaged frames",
     )
     add_json_flag(p)
+    _options.paths(p, outputs=("--cache-dir",), inputs=("PATH",))  # frames decoded into the dataset
     p.set_defaults(_run=_run_cache)
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from actlab.cli import add_preset_flags, answer_config_flags, resolve_preset_config, subcommand
+from actlab.cli import _options, add_preset_flags, answer_config_flags, resolve_preset_config, subcommand
 
 ORDER = 20
 
@@ -78,6 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "normalization comes from --dataset",
     )
     p.add_argument("--json", action="store_true", help="print the run summary as JSON")
+    # a run inside its dataset changed the dataset's meta/ hash (the identity a resume checks) or its files
+    _options.paths(p, outputs=("--out",), inputs=("--dataset", "--init-from"))
     p.set_defaults(_run=_run)
 
 

@@ -287,13 +287,16 @@ def check_out_dir(
     )
 
 
-def claim_out_dir(path: str | Path, kind: str, inputs: Sequence[str | Path] = ()) -> Path:
+def claim_out_dir(
+    path: str | Path, kind: str, inputs: Sequence[str | Path] = (), option: str = "--out"
+) -> Path:
     """Claim an output directory that a command adds files to run after run (``data view`` writes one
     page per episode into the same ``--out``), by the same marker rule as :func:`atomic_dir`: a new or
     empty directory is created and marked as ``kind``'s; one already marked as ``kind``'s is reused (its
     files are this command's own); anything else is refused before a file is written: a directory holding
     files ``kind`` did not write (a user's report.md was overwritten), another command's output, a file,
-    or an ``--out`` that is, holds or lies inside one of ``inputs``. Returns ``path``."""
+    or an ``--out`` that is, holds or lies inside one of ``inputs``. ``option`` is the flag that named
+    ``path`` (for the fix). Returns ``path``."""
     path = Path(path)
     src = related_input(path, inputs)
     if src is not None:
@@ -316,7 +319,8 @@ def claim_out_dir(path: str | Path, kind: str, inputs: Sequence[str | Path] = ()
             file=path,
             expected=f"a new or empty directory, or one {kind} wrote before (it holds {OUTPUT_MARKER})",
             found=found,
-            fix=f"choose another --out (nothing was written: {kind} never writes over files it did not make)",
+            fix=f"choose another {option} "
+            f"(nothing was written: {kind} never writes over files it did not make)",
         )
     try:
         path.mkdir(parents=True, exist_ok=True)
