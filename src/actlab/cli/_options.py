@@ -6,6 +6,8 @@
   --cache-dir DS/meta`` decoded frames into the dataset). An ``--out`` that an output-marker command
   replaces is checked by ``actlab.utils.io.check_out_dir`` instead, which also refuses one that holds
   an input;
+- every declared output is written to once, before the command runs (a read-only disk, no permission:
+  ``monitor --plot`` on one ran the whole command and then failed);
 - :func:`needs`: an option that only means something together with another is refused without it
   (``eval --whiskers-episode 3`` without ``--whiskers`` ran and never drew a whisker).
 
@@ -81,6 +83,12 @@ def check(args: argparse.Namespace) -> None:
             )
     for outs, ins in getattr(args, "_paths", None) or []:
         _check_paths(args, outs, ins)
+        # (imported here: the rules above need nothing but argparse, and --help stays light)
+        from actlab.utils.io import check_writable
+
+        for _, dest in outs:
+            for _, raw in _pairs(getattr(args, dest, None)):
+                check_writable(raw)  # a read-only disk found before the work, not after it
 
 
 def _check_paths(args: argparse.Namespace, outs: Sequence[tuple[str, str]], ins: Sequence[tuple[str, str]]):

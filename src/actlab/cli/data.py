@@ -254,10 +254,12 @@ def _run_stats(args) -> int:
     from actlab.datasets.format import DEFAULT_FEATURES, STATS_PATH
     from actlab.datasets.stats import stats_to_json
     from actlab.errors import ActlabError
-    from actlab.utils.io import related_input
+    from actlab.utils.io import check_writable, related_input
     from actlab.utils.table import table
 
     ds = open_dataset(args.path)
+    for target in ([args.out] if args.out else []) + ([ds.root / STATS_PATH] if args.write_meta else []):
+        check_writable(target)  # a read-only disk found before the computation, not after it
     if args.out and related_input(Path(args.out), [ds.root]) is not None:  # before the computation
         raise ActlabError(
             "--out lies inside the dataset the stats are computed from",

@@ -80,7 +80,7 @@ def _run_monitor(args: argparse.Namespace) -> int:
     warmup = parse_warmup(args.warmup)
     cmd = check_command(args.cmd)
     for path, flag in ((args.out, "--out"), (args.plot, "--plot"), (args.summary_json, "--summary-json")):
-        _check_file_arg(path, flag)
+        _check_file_arg(path, flag)  # (each is also written to once before: actlab.cli._options)
     if args.plot:
         from actlab.viz.monitor import check_plot_path
 

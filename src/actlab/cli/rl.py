@@ -161,14 +161,14 @@ def _train(args: argparse.Namespace) -> int:
     from actlab.rl.train import train_rl
 
     summary = train_rl(cfg, args.out, resume=args.resume, progress=not args.json)
-    if summary.stopped == "sigterm":
-        from actlab.lifecycle.stop import EXIT_SIGTERM
+    if summary.stopped in ("sigterm", "sigint"):
+        from actlab.lifecycle.stop import EXIT_SIGINT, EXIT_SIGTERM
 
         if args.json:
             print(json.dumps(summary.as_dict(), indent=2))
-        print(f"stopped by SIGTERM after checkpoint {summary.last_checkpoint}; continue with "
-              f"actlab rl train --out {args.out} --resume", file=sys.stderr)  # fmt: skip
-        return EXIT_SIGTERM  # the run is not finished
+        print(f"stopped by {summary.stopped.upper()} after checkpoint {summary.last_checkpoint}; continue "
+              f"with actlab rl train --out {args.out} --resume", file=sys.stderr)  # fmt: skip
+        return EXIT_SIGTERM if summary.stopped == "sigterm" else EXIT_SIGINT  # the run is not finished
     if args.json:
         print(json.dumps(summary.as_dict(), indent=2))
     else:

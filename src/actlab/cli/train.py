@@ -100,10 +100,12 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(summary.as_dict(), indent=2))
     else:
         _print_summary(summary)
-    if summary.stopped == "sigterm":
-        print(f"stopped by SIGTERM after checkpoint {summary.last_checkpoint}; continue with "
-              f"actlab train --out {args.out} --resume", file=sys.stderr)  # fmt: skip
-        return 143  # 128 + SIGTERM: the run is not finished
+    if summary.stopped in ("sigterm", "sigint"):
+        from actlab.lifecycle.stop import EXIT_SIGINT, EXIT_SIGTERM
+
+        print(f"stopped by {summary.stopped.upper()} after checkpoint {summary.last_checkpoint}; continue "
+              f"with actlab train --out {args.out} --resume", file=sys.stderr)  # fmt: skip
+        return EXIT_SIGTERM if summary.stopped == "sigterm" else EXIT_SIGINT  # the run is not finished
     return 0
 
 

@@ -85,6 +85,14 @@ def resolve_paths(paths: Sequence[str | Path]) -> list[PolicySource]:
                     found="a directory without either",
                     fix="pass a bundle such as RUN/checkpoints/step_0001000, or the run directory",
                 )
+        elif p.exists():  # a file (model.safetensors itself, a results.json) was "does not exist"
+            raise ActlabError(
+                "a checkpoint is a directory, not a file",
+                file=p,
+                expected="a policy bundle directory or a run directory",
+                found="a file",
+                fix=f"pass the directory that holds it ({p.parent}) if it is a bundle's file",
+            )
         else:
             raise ActlabError("checkpoint path does not exist", file=p, fix="check the path")
         for b in bundles:

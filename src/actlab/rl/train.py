@@ -302,7 +302,7 @@ class _Trainer:
                     stopped = "regressed"
                     break
             # a SIGTERM asks for a checkpoint now, not for the final evaluation
-            if stopped not in ("sigterm", "regressed") and (
+            if stopped not in ("sigterm", "sigint", "regressed") and (
                 not self.evals or self.evals[-1]["env_steps"] != self.env_steps
             ):
                 self._evaluate()
@@ -310,9 +310,9 @@ class _Trainer:
             if last_ckpt != self.env_steps and self.env_steps > 0:
                 self._save()
                 last_ckpt = self.env_steps
-            if stopped == "sigterm" and last_ckpt is not None:
+            if stopped in ("sigterm", "sigint") and last_ckpt is not None:
                 self.log.message(
-                    f"stopped by SIGTERM at {self.env_steps} env steps after checkpoint "
+                    f"stopped by {stopped.upper()} at {self.env_steps} env steps after checkpoint "
                     f"{self.ckpt.path(last_ckpt).name}; continue with "
                     f"actlab rl train --out {self.out} --resume"
                 )

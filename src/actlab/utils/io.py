@@ -227,6 +227,25 @@ def related_input(out: Path, inputs: Sequence[str | Path]) -> Path | None:
     return None
 
 
+def check_writable(path: str | Path) -> None:
+    """Raise the OSError of an output that cannot be written (a read-only disk, no permission) now,
+    before the work: a file is made and removed in the directory the output will be written in (the
+    output directory when it exists, else the nearest existing directory above it). ``policy doctor
+    --out`` on a read-only disk ran its whole diagnosis first, ``monitor --plot`` the whole command."""
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    while not os.path.lexists(folder) and folder.parent != folder:
+        folder = folder.parent
+    if not folder.is_dir():
+        return  # a file in the way: named by the write itself (errors.from_environment)
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".actlab-probe-")
+    except OSError as e:  # name the output asked for, not the probe
+        raise OSError(e.errno, e.strerror, str(path)) from e
+    os.close(fd)
+    os.unlink(probe)
+
+
 def check_out_dir(
     path: str | Path, kind: str, overwrite: bool = False, inputs: Sequence[str | Path] = ()
 ) -> str | None:
@@ -253,6 +272,7 @@ def check_out_dir(
             fix=f"wait for pid {live[0]} to finish (or stop it), or choose another --out",
         )
     state = _state(path)
+    check_writable(path)
     if state is None or (state == "empty" and overwrite):
         return state
     marker = read_output_marker(path) if state.startswith("token:") else None
