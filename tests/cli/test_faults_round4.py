@@ -90,7 +90,7 @@ def test_every_command_with_several_paths_has_its_relations_checked():
         ins = [a.dest for a in p._actions if a.dest in IN_DESTS]
         if not outs or (len(outs) < 2 and not ins) or name in OWN_CHECK:
             continue
-        declared = {d for o, i in p.get_default("_paths") or [] for _, d in (*o, *i)}
+        declared = {d for o, i, _ in p.get_default("_paths") or [] for _, d in (*o, *i)}
         if not set(outs + ins) <= declared:
             missing.append(f"{name}: {sorted(set(outs + ins) - declared)}")
     assert not missing, missing
@@ -98,7 +98,7 @@ def test_every_command_with_several_paths_has_its_relations_checked():
 
 def _path_cases():
     for name, p in _commands():
-        for outs, ins in p.get_default("_paths") or []:
+        for outs, ins, _ in p.get_default("_paths") or []:
             for i, (la, da) in enumerate(outs):
                 for lb, db in outs[i + 1 :]:
                     yield pytest.param(name, {da: "same", db: "same"}, (la, lb), id=f"{name}:{la}={lb}")

@@ -18,6 +18,7 @@ the parsed arguments.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,12 +42,16 @@ def _add(p: argparse.ArgumentParser, key: str, rule: tuple) -> None:
     p.set_defaults(**{key: [*(p.get_default(key) or []), rule]})
 
 
-def paths(p: argparse.ArgumentParser, outputs: Sequence[str], inputs: Sequence[str] = ()) -> None:
+def paths(
+    p: argparse.ArgumentParser, outputs: Sequence[str], inputs: Sequence[str] = (), probe: bool = True
+) -> None:
     """Declare ``outputs`` (options naming a file or directory the command writes) and ``inputs``
-    (options or positionals naming what it reads; a list-valued one counts each path)."""
+    (options or positionals naming what it reads; a list-valued one counts each path). ``probe=False``
+    for a command that writes its output first thing anyway (the trainers make their run directory
+    before any work and say so in their own words)."""
     outs = [(_label(a), a.dest) for a in map(lambda n: _action(p, n), outputs)]
     ins = [(_label(a), a.dest) for a in map(lambda n: _action(p, n), inputs)]
-    _add(p, "_paths", (tuple(outs), tuple(ins)))
+    _add(p, "_paths", (tuple(outs), tuple(ins), probe))
 
 
 def needs(
@@ -81,8 +86,10 @@ def check(args: argparse.Namespace) -> None:
                 found=f"{label} {getattr(args, dest)!s}"[:200],
                 fix=f"add {what or on_label}, or leave {label} out (nothing was run)",
             )
-    for outs, ins in getattr(args, "_paths", None) or []:
+    for outs, ins, probe in getattr(args, "_paths", None) or []:
         _check_paths(args, outs, ins)
+        if not probe:
+            continue
         # (imported here: the rules above need nothing but argparse, and --help stays light)
         from actlab.utils.io import check_writable
 
@@ -123,4 +130,5 @@ def _pairs(value: Any) -> list[tuple[Path, str]]:
     if value is None:
         return []
     items = value if isinstance(value, list | tuple) else [value]
-    return [(Path(v).expanduser().resolve(), str(v)) for v in items if v not in (None, "")]
+    # realpath, not Path.resolve: a symbolic link loop is the command's to report (resolve raises)
+    return [(Path(os.path.realpath(os.path.expanduser(v))), str(v)) for v in items if v not in (None, "")]

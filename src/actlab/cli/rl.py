@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--demos", metavar="DATASET", help="LeRobot dataset of demonstrations (sets demos)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--json", action="store_true", help="print the run summary as JSON")
-    _options.paths(p, outputs=("--out",), inputs=("--base", "--demos"))
+    _options.paths(p, outputs=("--out",), inputs=("--base", "--demos"), probe=False)
     p.set_defaults(_run=_train)
 
     rep = subcommand(

@@ -79,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the run summary as JSON")
     # a run inside its dataset changed the dataset's meta/ hash (the identity a resume checks) or its files
-    _options.paths(p, outputs=("--out",), inputs=("--dataset", "--init-from"))
+    _options.paths(p, outputs=("--out",), inputs=("--dataset", "--init-from"), probe=False)
     p.set_defaults(_run=_run)
 
 

@@ -382,6 +382,7 @@ def _rebuilt_summary(out: Path, ckpts: CheckpointManager, step: int, dist: DistI
 
 def load_run_config(out: str | Path) -> TrainConfig:
     """The ``TrainConfig`` saved in a run directory."""
+    check_run_path(Path(out))  # a bundle given as the run: named as such, not "unknown config key 'type'"
     return config_from_dict(read_json(Path(out) / CONFIG_FILE, "run config"), where=str(out))
 
 

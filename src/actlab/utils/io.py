@@ -478,11 +478,14 @@ def require_file(
     return path
 
 
-def read_json(path: str | Path, what: str = "JSON file") -> Any:
-    """Read JSON with an error that names the file and the position of a syntax error."""
+def read_json(path: str | Path, what: str = "JSON file", obj: bool = True) -> Any:
+    """Read JSON with an error that names the file and the position of a syntax error. Every JSON file
+    actlab reads is an object: one that parses as anything else (``[]``, a number) is refused here, with
+    the file named (``config.json`` holding ``[]`` was "'list' object has no attribute 'get'" deep in
+    the evaluation); ``obj=False`` reads any JSON value."""
     path = require_file(path, f"{what} not found", expected=f"a {what}", fix="check the path")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ActlabError(
             f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}",
@@ -497,3 +500,12 @@ def read_json(path: str | Path, what: str = "JSON file") -> Any:
             found=f"{e.reason} at byte {e.start}",
             fix="restore the file from a copy or regenerate it",
         ) from e
+    if obj and not isinstance(data, dict):
+        raise ActlabError(
+            f"{what} is not a JSON object",
+            file=path,
+            expected="a JSON object ({...})",
+            found=f"a JSON {type(data).__name__}".replace("dict", "object").replace("NoneType", "null"),
+            fix="restore the file from a copy or regenerate it",
+        )
+    return data
