@@ -11,13 +11,19 @@ real files, real commands.
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
+import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from actlab.cli import build_parser, main
 from actlab.utils.io import read_output_marker
+from procs import cli, finish, started
 
 # Options that name a path a command writes, and options or positionals that name a path it reads.
 OUT_DESTS = {"out", "plot", "summary_json", "report", "cache_dir"}
@@ -227,3 +233,195 @@ def test_data_doctor_report_never_writes_over_a_users_files(tiny_dataset, tmp_pa
         assert main(["data", "doctor", str(tiny_dataset), "--report", str(ours)]) == 0
     assert read_output_marker(ours)["kind"] == "actlab data doctor"
     assert (ours / "report.html").is_file()
+
+
+# ------------------------------------------------------------------------------ planted-fault run 4
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, tiny_dataset) -> Path:
+    """A 2-step tiny training run on the tiny dataset (checkpoints at steps 1 and 2)."""
+    out = tmp_path_factory.mktemp("run") / "run"
+    args = ["--set", "steps=2", "--set", "checkpoint.every=1", "--set", "log.progress=false"]
+    assert main(["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(out), *args]) == 0
+    return out
+
+
+@pytest.mark.timeout(60)
+def test_an_output_on_a_read_only_disk_is_refused_before_the_work(small_fs, bundle, tiny_dataset, capsys):
+    """LOSS before: `monitor --plot RO/x.png -- CMD` ran the whole command and then failed to write the
+    plot; `policy doctor --out RO/d` ran its whole diagnosis first; `data stats --out RO/s.json` its
+    computation. Now every one is refused before the work."""
+    ro = small_fs(1 << 20, read_only=True)
+    ran = ro.parent / "ran"
+    code = main(
+        ["monitor", "--plot", str(ro / "x.png"), "--", sys.executable, "-c", f"open({str(ran)!r}, 'w')"]
+    )
+    assert code == 2 and not ran.exists()
+    assert "read-only" in capsys.readouterr().err
+    # the diagnosis never starts: a dataset that does not exist is not even looked at
+    missing = ro.parent / "no-such-dataset"
+    assert main(["policy", "doctor", str(bundle), "--dataset", str(missing), "--out", str(ro / "d")]) == 2
+    err = capsys.readouterr().err
+    assert "read-only" in err and "not found" not in err
+    assert main(["data", "stats", str(tiny_dataset), "--out", str(ro / "s.json"), "--no-cache"]) == 2
+    assert "read-only" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)
+def test_a_file_in_the_way_of_a_directory_is_named(tmp_path, bundle, capsys):
+    """UNCLEAR before: `--out FILE/x` said only "[Errno 17] File exists"; `eval FILE` "does not exist"."""
+    f = tmp_path / "notes.txt"
+    f.write_text("mine")
+    for argv in (
+        ["data", "synth", "--out", str(f / "x"), "--episodes", "1", "--frames", "4", "--image-size", "16"],
+        ["monitor", "--out", str(f / "x.csv"), "--", sys.executable, "-c", "pass"],
+        ["data", "cache", str(bundle), "--cache-dir", str(f)],
+    ):
+        capsys.readouterr()
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"a file is in the way: {f} is a file" in err or "not a dataset" in err, (argv, err)
+    assert f.read_text() == "mine"
+    assert main(["eval", str(bundle / "model.safetensors"), "--episodes", "1"]) == 2
+    assert "a checkpoint is a directory, not a file" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)
+def test_a_frame_below_the_encoders_minimum_is_named_not_blamed_on_a_damaged_file(tmp_path, capsys):
+    """UNCLEAR before: `data synth --image-size 2` said "a video file cannot be read: it is damaged"."""
+    out = tmp_path / "ds"
+    assert (
+        main(["data", "synth", "--out", str(out), "--episodes", "1", "--frames", "4", "--image-size", "2"])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "cannot encode frames this small" in err and "at least 4 px" in err and "damaged" not in err
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("record", ["[1, 2]", '{"format": "actlab.checksums", "files": {"data/x": 5}}'])
+def test_a_checksum_record_of_another_shape_is_said_not_silently_ignored(
+    tiny_dataset, tmp_path, record, capsys
+):
+    """SILENT before: a record that parsed as JSON of another shape turned every checksum check off
+    without a word (doctor 0 problems; one that was not JSON at all was a warning)."""
+    ds = tmp_path / "ds"
+    shutil.copytree(tiny_dataset, ds)
+    (ds / "meta" / "actlab_checksums.json").write_text(record)
+    assert main(["data", "doctor", str(ds), "--video-samples", "0", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)["problems"]
+    assert [(p["check"], p["severity"]) for p in found] == [("checksum", "warning")]
+    assert "unreadable" in found[0]["found"]
+
+
+@pytest.mark.timeout(60)
+def test_json_of_another_shape_is_refused_naming_the_file(run_dir, tmp_path, capsys):
+    """TRACEBACK before: a bundle's config.json holding `[]` ('list' object has no attribute 'get' in
+    eval), best.json `{}` (KeyError 'step' on resume), a metrics.jsonl line `[1, 2]` (on resume)."""
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    ckpt = run / "checkpoints" / "step_0000002"
+    (ckpt / "config.json").write_text("[]")
+    assert main(["eval", str(ckpt), "--episodes", "1", "--workers", "1", "--max-steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "config.json is not a JSON object" in err and str(ckpt / "config.json") in err
+    shutil.rmtree(run)
+    shutil.copytree(run_dir, run)
+    (run / "checkpoints" / "best.json").write_text("{}")
+    assert main(["train", "--resume", "--out", str(run), "--set", "steps=3"]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint pointer best.json is damaged" in err and "delete" in err
+    (run / "checkpoints" / "best.json").unlink()
+    (run / "metrics.jsonl").write_text('{"step": 1}\n[1, 2]\n{"step": 2}\n')
+    assert main(["train", "--resume", "--out", str(run), "--set", "steps=3"]) == 2
+    assert "metrics.jsonl line 2 is not a row of metrics" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(120)
+def test_a_directory_of_another_kind_is_named_for_what_it_is(run_dir, tiny_dataset, tmp_path, capsys):
+    """UNCLEAR before: each of these ended in an error about something else ("no checkpoint found",
+    "actlab's ACT has no counterpart for this LeRobot ACT setting", "unknown config key 'type'", "unknown
+    policy type 'None'", "dataset info not found")."""
+    ckpt = run_dir / "checkpoints" / "step_0000002"
+    export = tmp_path / "export"
+    assert main(["policy", "export", str(ckpt), "--to", "lerobot", "--out", str(export)]) == 0
+    capsys.readouterr()
+    cases = [
+        (["eval", str(export), "--episodes", "1"], "LeRobot export", f"{export}/actlab_bundle"),
+        (["eval", str(tiny_dataset), "--episodes", "1"], "no checkpoint found", "a LeRobot dataset"),
+        (["policy", "info", str(run_dir)], "not an actlab policy bundle", "an actlab training run"),
+        (["policy", "import", str(ckpt), "--out", str(tmp_path / "i")], "nothing to import", "actlab policy"),
+        (["train", "--resume", "--out", str(ckpt)], "not a run directory", "an actlab policy bundle"),
+        (
+            [
+                "train",
+                "--preset",
+                "tiny",
+                "--dataset",
+                str(tiny_dataset),
+                "--out",
+                str(tmp_path / "r"),
+                "--init-from",
+                str(run_dir),
+            ],
+            "--init-from takes an actlab policy bundle",
+            "an actlab training run",
+        ),
+        (["data", "info", str(ckpt)], "not a dataset", "an actlab policy bundle"),
+    ]
+    for argv, problem, found in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert problem in err and found in err, (argv, err)
+    assert not (tmp_path / "i").exists() and not (tmp_path / "r").exists()
+
+
+@pytest.mark.timeout(60)
+def test_a_one_step_chunk_is_refused_before_any_decoding(tiny_dataset, tmp_path, capsys):
+    """UNCLEAR before: `--set policy.chunk_size=1` decoded every frame, then failed with "the training
+    batch has no 'action_is_pad'"."""
+    out = tmp_path / "run"
+    sets = ["--set", "policy.chunk_size=1", "--set", "policy.n_action_steps=1"]
+    assert main(["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(out), *sets]) == 2
+    err = capsys.readouterr().err
+    assert "policy.chunk_size" in err and ">= 2" in err
+    assert not out.exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_first_ctrl_c_of_train_checkpoints_and_stops_with_the_resume_line(tiny_dataset, tmp_path):
+    """LOSS before: Ctrl-C ended `actlab train` at once with "interrupted": every step since the last
+    checkpoint was lost and nothing said how to go on. Now a first Ctrl-C writes a checkpoint at the
+    next step and exits 130 with the resume line (a SIGTERM already did so, exit 143)."""
+    out = tmp_path / "run"
+    sets = ["steps=100000", "checkpoint.every=100000", "log.every=1", "eval.every=0", "log.progress=false"]
+    cmd = cli(
+        "train",
+        "--preset",
+        "tiny",
+        "--dataset",
+        tiny_dataset,
+        "--out",
+        out,
+        *[arg for s in sets for arg in ("--set", s)],
+    )
+    with started(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}) as proc:
+        metrics = out / "metrics.jsonl"
+        deadline = time.monotonic() + 90
+        while not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=10)[1][
+                -2000:
+            ]
+            time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = finish(proc, 60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "stopped by SIGINT after checkpoint" in err and f"actlab train --out {out} --resume" in err
+    steps = sorted(p.name for p in (out / "checkpoints").glob("step_*"))
+    assert steps and steps[-1] >= "step_0000002", steps  # the steps it ran are kept (none was due)
