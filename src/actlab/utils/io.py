@@ -229,11 +229,12 @@ def related_input(out: Path, inputs: Sequence[str | Path]) -> Path | None:
 
 def check_writable(path: str | Path) -> None:
     """Raise the OSError of an output that cannot be written (a read-only disk, no permission) now,
-    before the work: a file is made and removed in the directory the output will be written in (the
-    output directory when it exists, else the nearest existing directory above it). ``policy doctor
-    --out`` on a read-only disk ran its whole diagnosis first, ``monitor --plot`` the whole command."""
+    before the work: a file is made and removed in the directory the output is created in (its parent,
+    or the nearest existing directory above; never inside ``path``, which may be a user's directory the
+    command goes on to refuse). ``policy doctor --out`` on a read-only disk ran its whole diagnosis
+    first, ``monitor --plot`` the whole command."""
     path = Path(path)
-    folder = path if path.is_dir() else path.parent
+    folder = path.parent
     while not os.path.lexists(folder) and folder.parent != folder:
         folder = folder.parent
     if not folder.is_dir():
