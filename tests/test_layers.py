@@ -12,6 +12,10 @@ edge goes to the module named, not to the packages above it). On that graph:
 - an actlab import inside a function without a one-line reason fails: a ``#`` comment on the import's
   line or on the line above it (above the first of a run of consecutive imports, for a block). The CLI is
   exempt (it imports lazily everywhere, by rule, so that ``actlab --help`` stays light).
+
+Beside the graph: no file of the repository points at the design notes kept outside it (a reference, an
+architecture and a style file, or a numbered section of one): a fact is said where it is used, or by
+naming a public source or a doc in docs/.
 """
 
 from __future__ import annotations
@@ -329,3 +333,47 @@ def test_test_modules_have_unique_basenames():
         seen.setdefault(f.name, []).append(str(f.relative_to(ROOT)))
     dups = {name: files for name, files in seen.items() if len(files) > 1}
     assert not dups, f"test modules sharing a basename (rename one): {dups}"
+
+
+# Pointers at notes outside the repository: one of these names followed by ".md" or by a section sign
+# (with or without a space), or the names under their shared/ folder. The examples below are spelled in
+# pieces so that this file passes its own test.
+_NOTES = "REFERENCE|ARCHITECTURE|STYLE"
+OUTSIDE_POINTER = re.compile(rf"\b(?:{_NOTES})(?:\.md\b|\s*\u00a7)|\bshared/(?:{_NOTES})")
+POINTER_SCOPE = ("src", "tests", "docs", "integrations", "README.md")
+
+
+def _pointers(text: str) -> list[int]:
+    return [n for n, line in enumerate(text.splitlines(), 1) if OUTSIDE_POINTER.search(line)]
+
+
+def test_the_pointer_rule_on_written_out_lines():
+    pointing = [
+        "see REFERENCE \u00a73",
+        "(REFERENCE\u00a71)",
+        "as STYLE" + ".md says",
+        "ARCHITECTURE" + ".md",
+    ]
+    fine = ["LEROBOT_REFERENCE_SAMPLES_PER_S = 160.0", "CODEC_PREFERENCE", "the reference figure", "/dev/shm"]
+    assert _pointers("\n".join(pointing)) == [1, 2, 3, 4]
+    assert _pointers("\n".join(fine)) == []
+    assert _pointers("shared/" + "STYLE") == [1]
+
+
+def test_no_file_points_at_notes_outside_the_repository():
+    found = []
+    for top in POINTER_SCOPE:
+        path = ROOT / top
+        files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
+        for f in files:
+            if "__pycache__" in f.parts or any(part.endswith(".egg-info") for part in f.parts):
+                continue
+            data = f.read_bytes()
+            if b"\0" in data:
+                continue  # binary (weights, images)
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            found += [f"{f.relative_to(ROOT)}:{n}" for n in _pointers(text)]
+    assert not found, f"say the fact here, or name a public source or docs/*.md, instead of: {found}"

@@ -16,7 +16,8 @@ from actlab.errors import ActlabError
 
 
 def test_window_at_episode_end_matches_lerobot_example():
-    # REFERENCE §1: last frame of a 40-frame episode, offsets 0..4 -> rows [39]*5, pad [F,T,T,T,T].
+    # LeRobot clamps to the episode: last frame of a 40-frame episode, offsets 0..4 -> rows [39]*5,
+    # pad [F,T,T,T,T].
     rows, pad = window_indices(np.array([39]), np.arange(5), np.array([0]), np.array([40]))
     assert rows.tolist() == [[39, 39, 39, 39, 39]]
     assert pad.tolist() == [[False, True, True, True, True]]

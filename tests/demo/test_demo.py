@@ -28,29 +28,10 @@ def _summary(out) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
-@pytest.mark.timeout(900)  # five demo runs: 57 s on 2 cores at a load average of 9, 440 s at 12-16
-def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, capsys, monkeypatch):
-    out = tmp_path / "demo"
-    assert _demo(out, "--set", "steps=20") == 0
+def _check_report(out: Path) -> None:
+    """Every picture and link of the demo's report in ``out`` exists, and it says what the evaluations'
+    results.json files say."""
     s = _summary(out)
-    # It said how much disk it would use before it started, and the estimate holds (within 2x).
-    err = capsys.readouterr().err
-    assert re.search(r"disk: about [\d.]+ MiB \(recording .*, frame cache .*\)", err.split("[1/4]")[0]), err
-    recorded = next(line for line in err.splitlines() if "recorded 4 episodes" in line)
-    assert len(re.findall(r"\d s\b", recorded)) == 1, recorded  # the recording time, said once
-    from actlab.demo.pipeline import DemoConfig, estimate_disk, resolve
-
-    overrides = ("checkpoint.every=10", "eval.every=10", "log.every=5", "steps=20")
-    cfg = DemoConfig(out=str(out), device="cpu", episodes=4, eval_episodes=2, videos=1, overrides=overrides)
-    estimate = sum(estimate_disk(cfg, resolve(cfg)).values())
-    used = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
-    assert estimate / 2 < used < estimate * 2, (used, estimate)
-    assert 0.0 <= s["success_rate"] <= 1.0 and s["eval_episodes"] == 2
-    assert (out / "run" / "checkpoints" / s["best_checkpoint"].rsplit("/", 1)[-1]).is_dir()
-    assert [c["step"] for c in s["checkpoints"]] == [10, 20]
-    assert s["wall_s"] > 0 and s["reused_stages"] == [] and s["dataset"]["episodes"] == 4
-    assert set(s["step_time"]) >= {"time_data_s", "time_fwd_bwd_s", "time_optim_s", "samples_per_s"}
-
     # Every picture and link of the report exists, and the pictures are real PNGs.
     md = (out / "report.md").read_text()
     # It ends with what to do next (the last heading), each command as summary.json lists it
@@ -110,6 +91,34 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     k0, n0 = best["summary"]["successes"], best["summary"]["episodes"]
     assert f"best of the sweep below with {k0} of {n0} on other seeds" in md
 
+
+# Slow (76 s at a load average of 4): the default suite's demo is the killed-and-resumed one below, which
+# checks the same report; this one adds stage reuse (other workers, more steps, a relative path).
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # five demo runs: 57 s on 2 cores at a load average of 9, 440 s at 12-16
+def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "demo"
+    assert _demo(out, "--set", "steps=20") == 0
+    s = _summary(out)
+    # It said how much disk it would use before it started, and the estimate holds (within 2x).
+    err = capsys.readouterr().err
+    assert re.search(r"disk: about [\d.]+ MiB \(recording .*, frame cache .*\)", err.split("[1/4]")[0]), err
+    recorded = next(line for line in err.splitlines() if "recorded 4 episodes" in line)
+    assert len(re.findall(r"\d s\b", recorded)) == 1, recorded  # the recording time, said once
+    from actlab.demo.pipeline import DemoConfig, estimate_disk, resolve
+
+    overrides = ("checkpoint.every=10", "eval.every=10", "log.every=5", "steps=20")
+    cfg = DemoConfig(out=str(out), device="cpu", episodes=4, eval_episodes=2, videos=1, overrides=overrides)
+    estimate = sum(estimate_disk(cfg, resolve(cfg)).values())
+    used = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    assert estimate / 2 < used < estimate * 2, (used, estimate)
+    assert 0.0 <= s["success_rate"] <= 1.0 and s["eval_episodes"] == 2
+    assert (out / "run" / "checkpoints" / s["best_checkpoint"].rsplit("/", 1)[-1]).is_dir()
+    assert [c["step"] for c in s["checkpoints"]] == [10, 20]
+    assert s["wall_s"] > 0 and s["reused_stages"] == [] and s["dataset"]["episodes"] == 4
+    assert set(s["step_time"]) >= {"time_data_s", "time_fwd_bwd_s", "time_optim_s", "samples_per_s"}
+    _check_report(out)
+
     # A second run reuses every stage, also with another number of workers (same results for any).
     capsys.readouterr()
     assert _demo(out, "--set", "steps=20", "--workers", "2") == 0
@@ -153,6 +162,10 @@ def test_killed_demo_resumes_training_where_it_stopped(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming the interrupted run from step 10" in resumed.stderr
     assert _summary(out)["reused_stages"] == ["record"]
+    # The resumed demo's report is complete: the suite's end-to-end run of the main job (record, train,
+    # a kill, resume, evaluate, report).
+    assert [c["step"] for c in _summary(out)["checkpoints"]] == [10, 20]
+    _check_report(out)
 
 
 def test_the_full_cpu_demo_disk_estimate():
@@ -237,6 +250,8 @@ def test_few_eval_episodes_film_at_most_that_many_unless_told_otherwise(tmp_path
     assert "--videos" in err and "--videos 2 or fewer" in err
 
 
+# Slow (33 s at a load average of 4): tests/evaluation/test_realtime.py covers the sweep itself.
+@pytest.mark.slow
 @pytest.mark.timeout(600)  # three demo runs, the second with a 5-cell sweep of 2 episodes each
 def test_realtime_adds_a_delay_sweep_of_the_best_checkpoint_only_when_asked(tmp_path, capsys):
     from actlab.demo.pipeline import CONFIRM_SEED, DemoConfig, run_demo

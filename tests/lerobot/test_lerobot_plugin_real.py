@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -224,7 +225,12 @@ def _rollout(work: Path, export: Path, name: str, extra: list[str], duration: in
     assert episodes and all(e["outcome"] for e in episodes)
     # One line per episode on stderr with the sim robot's own prefix (LeRobot's FPS warnings buried the
     # logger's), the same lines in episodes.log, and no log in the current directory.
-    said = [line for line in res.stderr.splitlines() if line.startswith(f"{EPISODE_PREFIX} episode ")]
+    # (the robot's first line, "episode logs -> DIR", starts with the same words: not an episode)
+    said = [
+        line
+        for line in res.stderr.splitlines()
+        if re.match(rf"{re.escape(EPISODE_PREFIX)} episode \d+ ", line)
+    ]
     assert len(said) == len(episodes), res.stderr[-3000:]
     assert (out / "episodes.log").read_text().splitlines()[: len(said)] == said
     assert not list(work.glob("*.jsonl")) and not (work / "outputs").exists()

@@ -1,5 +1,6 @@
 """What the LeRobot plugin runs on actlab's side (no lerobot needed): RTC prefix mapping, camera frames to
-the trained size, the simulated robot's episodes (real MuJoCo). The plugin inside lerobot itself is tested
+the trained size, actlab's execution modes behind select_action, the simulated robot's episodes (real
+MuJoCo). The plugin inside lerobot itself is tested
 in test_lerobot_real.py (slow)."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from actlab.lerobot.runtime import (
     SimSignal,
     camera_to_trained,
     read_episode_log,
+    rollout_execution,
     rtc_prefix,
     trained_cameras,
 )
@@ -98,11 +100,13 @@ def test_sim_robot_restarts_episodes_from_new_seeds_and_logs_each_outcome(tmp_pa
         assert np.allclose(applied, sim.high_deg) and len(sim._infos) == 0  # held: the action is ignored
         sim.act(home)
         assert not signal.holding  # the hold is over: actions are executed (and may be committed)
-        for _ in range(10):  # the rest of 2 episodes: 4 steps each, 2 held steps after the restart
-            sim.act(home)
+        for i in range(10):  # the rest of 2 episodes: 4 steps each, 2 held steps after the restart
+            sim.act(home + 0.01 * i**3)  # a cubic: every third difference is 0.06 per joint
         assert [r.seed for r in sim.results] == [7, 8] and signal.epoch == 3
         assert all(r.outcome == "timeout" or r.outcome == "never_picked_up" for r in sim.results)
         assert seen == sim.results and sim.results[0].steps == 4
+        # actlab eval's jerk of the 4 commanded targets: |(0.06, ..., 0.06)|
+        assert sim.results[0].jerk == pytest.approx(0.06 * np.sqrt(6))
         logged = read_episode_log(tmp_path / "ep.jsonl")
         assert [e["seed"] for e in logged] == [7, 8] and logged[0]["outcome"] == sim.results[0].outcome
         assert sim.summary().startswith("0/2 episodes succeeded")
@@ -166,3 +170,94 @@ def test_sim_robot_writes_its_logs_under_its_output_directory_and_says_each_epis
         assert quiet.log_file is None and quiet.text_log == tmp_path / "q" / "episodes.log"
     finally:
         quiet.close()
+
+
+def _tiny_act(tmp_path: Path, rtc_max_delay: int = 4):
+    """An untrained act_relative (chunk 12, 6 actions per chunk) on 32 px top + wrist cameras."""
+    from actlab.policies import ACTRelativeConfig, make_policy
+
+    names = [f"j{i}" for i in range(6)]
+    feats = {k: {"dtype": "float32", "shape": [6], "names": names} for k in ("observation.state", "action")}
+    cams = ("observation.images.top", "observation.images.wrist")
+    feats.update({c: {"dtype": "video", "shape": [32, 32, 3], "names": None} for c in cams})
+    std = {"mean": np.zeros(6), "std": np.full(6, 30.0)}
+    stats = {"observation.state": std, "action.relative": {**std, "mean_per_step": np.zeros((12, 6)),
+                                                          "std_per_step": np.full((12, 6), 5.0)}}  # fmt: skip
+    cfg = ACTRelativeConfig(
+        cameras=cams, chunk_size=12, n_action_steps=6, vision_backbone="cnn_small", dim_model=32, n_heads=2,
+        dim_feedforward=64, n_encoder_layers=1, n_decoder_layers=1, latent_dim=8, n_vae_encoder_layers=1,
+        rtc_max_delay=rtc_max_delay,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return make_policy(cfg, feats, stats, pretrained=False).eval()
+
+
+@pytest.mark.timeout(60)
+def test_plugin_execution_runs_actlabs_executor_with_the_actions_of_actlab_eval(tmp_path):
+    """--policy.execution=MODE: the action per step is actlab's ChunkExecutor's (what actlab eval runs),
+    the inference in a worker thread; a new episode starts a new chunk clock."""
+    from actlab.policies.execution import ChunkExecutor, ChunkLimits, ExecutionSpec
+
+    policy = _tiny_act(tmp_path)
+    assert rollout_execution(policy, {"execution": "sync"}) is None  # actlab's own select_action
+    rng = np.random.default_rng(0)
+
+    def image():
+        return torch.as_tensor(rng.integers(0, 255, (1, 3, 32, 32)), dtype=torch.uint8)
+
+    steps = [
+        {
+            "observation.state": torch.as_tensor(rng.normal(0, 20, (1, 6)), dtype=torch.float32),
+            "observation.images.top": image(),
+            "observation.images.wrist": image(),
+        }
+        for _ in range(20)
+    ]
+    for mode, latency in (("blend", 2), ("ensemble", 2), ("rtc", 3), ("async", 0)):
+        fields = {"execution": mode, "execution_latency": latency, "execution_horizon": None}
+        plugin = rollout_execution(policy, fields)
+        spec = ExecutionSpec(mode, latency=latency)
+        ref = ChunkExecutor(policy, spec, ChunkLimits.from_config(policy.config), 1)
+        try:
+            with torch.no_grad():
+                for episode in range(2):
+                    plugin.reset()
+                    ref.restart()
+                    for obs in steps[: 13 + episode]:
+                        assert torch.equal(plugin.select_action(obs), ref.step(lambda obs=obs: obs)), mode
+            assert plugin.executor.background == (latency > 0)
+        finally:
+            plugin.close()
+    # lerobot-eval --eval.batch_size=2: two envs stepped together, each row with its own chunk clock
+    plugin = rollout_execution(policy, {"execution": "blend", "execution_latency": 2})
+    ref = ChunkExecutor(policy, ExecutionSpec("blend", latency=2), ChunkLimits.from_config(policy.config), 2)
+    try:
+        with torch.no_grad():
+            for obs in steps[:9]:
+                both = {k: torch.cat([v, -v if k.endswith("state") else 255 - v]) for k, v in obs.items()}
+                assert torch.equal(plugin.select_action(both), ref.step(lambda both=both: both))
+        assert plugin.batch == 2
+    finally:
+        plugin.close()
+
+
+@pytest.mark.parametrize(
+    "fields, flag, match",
+    [
+        ({"execution": "rtc", "execution_latency": 3}, "--policy.execution_latency", "rtc_max_delay = 0"),
+        ({"execution": "blend", "execution_latency": 12}, "--policy.execution_latency", "not shorter"),
+        ({"execution": "blend", "execution_latency": 4, "execution_horizon": 10},
+         "--policy.execution_horizon", "runs out"),
+        ({"execution": "sync", "execution_horizon": 4}, "--policy.execution_horizon", "none with"),
+        ({"execution": "naive"}, "--policy.execution", "renamed|invalid"),
+    ],
+)  # fmt: skip
+def test_plugin_execution_a_policy_cannot_run_is_refused_with_lerobot_rollouts_flags(
+    tmp_path, fields, flag, match
+):
+    policy = _tiny_act(tmp_path, rtc_max_delay=0)
+    with pytest.raises(ActlabError, match=match) as e:
+        rollout_execution(policy, fields)
+    assert e.value.field == flag
+    text = str(e.value)
+    assert "--latency" not in text and "--horizon " not in text and "--execution " not in text, text

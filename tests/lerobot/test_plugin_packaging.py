@@ -36,3 +36,17 @@ def test_actlab_admits_lerobot_0_6_1s_av():
     # recorder then writes h264: actlab.sim.record.record_video_options)
     deps = _toml(REPO / "pyproject.toml")["project"]["dependencies"]
     assert "av>=15" in deps
+
+
+def test_the_plugin_config_declares_the_execution_fields_actlab_names():
+    """lerobot-rollout --policy.<field>=...: the flags the recommendation prints and the plugin reads
+    (actlab.policies.execution.PLUGIN_FIELDS) are fields of the plugin's policy config (read without
+    lerobot, from the source)."""
+    import ast
+
+    from actlab.policies.execution import PLUGIN_FIELDS
+
+    tree = ast.parse((PLUGIN.parent / "lerobot_policy_actlab" / "configuration_actlab.py").read_text())
+    shared = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "_ActlabConfig")
+    fields = {s.target.id for s in shared.body if isinstance(s, ast.AnnAssign)}
+    assert set(PLUGIN_FIELDS.values()) <= fields, fields

@@ -235,3 +235,75 @@ def test_a_delay_as_long_as_the_horizon_hands_over_the_chunk_that_just_arrived()
     # At step 8 chunk 1 (started at 4) arrives while chunk 2 starts: chunk 2's prefix is chunk 1's.
     assert np.array_equal(policy.calls[2][1][0].numpy(), a[8:12]) and a[8].tolist() == [1, 4, 4]
     assert ex.committed_ok(0)
+
+
+def _drive(ex, steps, batch=1, restart_at=None):
+    for g in range(steps):
+        if restart_at is not None and g == restart_at[1]:
+            ex.restart([restart_at[0]])
+        ex.step(lambda g=g: {"observation.state": torch.tensor([[100.0 * b + g] for b in range(batch)])})
+    return [ex.executed(b) for b in range(batch)]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        ExecutionSpec("async", latency=3),
+        ExecutionSpec("blend", latency=2),
+        ExecutionSpec("rtc", latency=3),
+        ExecutionSpec("rtc", latency=4, horizon=4),  # a chunk arrives as the next inference starts
+        ExecutionSpec("ensemble", latency=2),
+        ExecutionSpec("blend", latency=0),  # latency 0: nothing to run in the background
+    ],
+    ids=lambda s: s.label(),
+)
+def test_background_inference_executes_exactly_the_foreground_actions(spec):
+    limits = ChunkLimits.from_config(Cfg())
+    fore = ChunkExecutor(Scripted(), spec, limits, 2)
+    back = ChunkExecutor(Scripted(), spec, limits, 2, background=True)
+    try:
+        a = _drive(fore, 31, batch=2, restart_at=(1, 13))
+        b = _drive(back, 31, batch=2, restart_at=(1, 13))
+        for row in range(2):
+            assert np.array_equal(a[row], b[row])
+            assert fore.boundaries(row) == back.boundaries(row)
+            assert back.committed_ok(row)
+        assert back.background == (spec.latency > 0)
+    finally:
+        back.close()
+
+
+class Gated(Scripted):
+    """Inferences after the first block until the test opens the gate: a slow policy, on cue."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import threading
+
+        self.gate, self.entered = threading.Event(), threading.Event()
+
+    def predict_action_chunk(self, obs, prefix=None):
+        if self.calls:  # not the first chunk (computed before the clock starts)
+            self.entered.set()
+            assert self.gate.wait(timeout=30), "the test never opened the gate"
+        return super().predict_action_chunk(obs, prefix)
+
+
+@pytest.mark.timeout(60)
+def test_background_inference_lets_the_robot_move_during_the_delay():
+    d, s = 3, 5
+    policy = Gated()
+    ex = ChunkExecutor(policy, ExecutionSpec("async", latency=d), ChunkLimits.from_config(Cfg()), 1,
+                       background=True)  # fmt: skip
+    obs = lambda g: lambda: {"observation.state": torch.tensor([[float(g)]])}  # noqa: E731
+    try:
+        for g in range(s + d):  # step 5 starts an inference that blocks; steps 5..7 still get actions
+            ex.step(obs(g))
+        assert policy.entered.is_set() and len(policy.calls) == 1  # the inference is still running
+        assert ex.executed(0)[-1].tolist() == [0, s + d - 1, 0]  # the first chunk, meanwhile
+        policy.gate.set()
+        ex.step(obs(s + d))  # the arrival step waits for the chunk and executes its index d
+        assert ex.executed(0)[-1].tolist() == [1, d, s]
+    finally:
+        policy.gate.set()
+        ex.close()

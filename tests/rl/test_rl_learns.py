@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from actlab.rl.config import get_preset
@@ -33,6 +34,9 @@ def _returns(cfg, act) -> tuple[float, float]:
     return float(np.mean(returns)), float(np.mean(successes))
 
 
+# Slow (14-23 s of SAC; the residual and guard tests in tests/rl train RL in the default suite): run with
+# -m slow.
+@pytest.mark.slow
 def test_sac_learns_to_reach_from_joint_state(tmp_path):
     """The smoke preset (3,000 env steps; 14 s on the 2-core machine at load 7, 41 s at load 16): the
     trained policy's return is far above a random policy's on the same fixed seeds."""

@@ -42,6 +42,9 @@ def _weights(run):
     return last["step"], load_file(str(run / "checkpoints" / last["path"] / "agent.safetensors"))
 
 
+# Slow (20 s; the default suite resumes RL runs after SIGTERM (test_rl_lifecycle.py) and from the previous
+# code (test_old_runs.py)): run with -m slow.
+@pytest.mark.slow
 def test_kill_9_then_resume_continues_the_run_exactly(tmp_path):
     ref, run = tmp_path / "ref", tmp_path / "run"
     cfg = apply_overrides(get_preset("smoke"), SETS)

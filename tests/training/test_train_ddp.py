@@ -5,10 +5,15 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 import procs
 from actlab.lifecycle.metrics_log import read_metrics
 
 
+# Slow (14-15 s: two torchrun processes, gloo): run with -m slow; the sampler's disjoint shards per rank
+# are tested without processes in tests/datasets/test_sampler.py.
+@pytest.mark.slow
 def test_two_cpu_processes_sample_disjoint_shares_and_stay_in_sync(tiny_dataset, tmp_path):
     from actlab.datasets import FrameStore, open_dataset
 

@@ -79,6 +79,8 @@ def test_killed_run_resumes_on_the_same_loss_curve_bitwise(tiny_dataset, tmp_pat
     assert (killed / "training.png").stat().st_size > 10_000  # loss curves drawn at the end
 
 
+# Slow (13 s; the killed run that resumes bitwise on the same curve stays): run with -m slow.
+@pytest.mark.slow
 def test_a_kill_in_the_middle_of_a_logging_window_resumes_with_the_same_rows(tiny_dataset, tmp_path):
     """Logging every 4 steps, a checkpoint at step 6: the killed run's steps 5-6 are in no row yet. The
     row at step 8 of the resumed run must average steps 5-8, as the uninterrupted run's does."""
@@ -186,6 +188,8 @@ def test_overfit_mode_reaches_its_threshold_on_8_samples(tiny_dataset, tmp_path)
     assert summary["last_checkpoint"].endswith(f"step_{summary['overfit_step']:07d}")
 
 
+# Slow (8 s; the overfit mode that reaches its threshold stays): run with -m slow.
+@pytest.mark.slow
 def test_overfit_mode_fails_loudly_when_the_threshold_is_not_reached(tiny_dataset, tmp_path):
     r = run_cli(
         *_train_args(tiny_dataset, tmp_path / "o", "--preset", "tiny", "--overfit", "8"),

@@ -97,7 +97,7 @@ def test_a_busy_cpu_makes_the_trainer_time_its_first_steps_at_both_thread_counts
     err = capsys.readouterr().err
     assert "the CPUs are busy (load average 64.0" in err and "timing the first 7 steps at 2 and 1" in err
     said = re.search(
-        r"threads: median 2 threads [\d.]+ m?s, 1 thread [\d.]+ m?s: (\d) threads? .*; (\d) for the rest", err
+        r"threads: median 2 threads [\d.]+ m?s, 1 thread [\d.]+ m?s: (\d) threads? .*; (\d) from now on", err
     )
     assert said and said.group(1) == said.group(2), err
     # A count given by the user is never probed.
@@ -108,3 +108,60 @@ def test_a_busy_cpu_makes_the_trainer_time_its_first_steps_at_both_thread_counts
     finally:
         torch.set_num_threads(threads)
     assert "timing the first" not in capsys.readouterr().err
+
+
+def test_the_thread_count_is_timed_again_when_the_load_changes_and_only_then():
+    from actlab.utils.threads import AdaptiveThreads
+
+    a = AdaptiveThreads(most=2, cpus=2)
+    assert a.start(1, 0.5) is None and a.threads_for(1) == 2  # quiet: torch's own count, no probe
+    assert a.window(50, 0.08, 0.7) is None and a.window(100, 0.08, 0.9) is None  # steady, quiet
+    note = a.window(150, 0.09, 6.0)  # another job arrives: the load crosses the busy line
+    assert note is not None and "the load changed (load average 6.0 on 2 CPUs, busy now)" in note
+    assert "timing the next 7 steps at 2 and 1 torch threads" in note
+    plan = [a.threads_for(s) for s in range(151, 158)]
+    assert plan == [2, 2, 1, 2, 1, 2, 1]  # the probe starts at the step after the window
+    said = [a.record(s, n, {2: 2.0, 1: 0.4}[n]) for s, n in zip(range(151, 158), plan)]
+    assert said[:-1] == [None] * 6 and "1 from now on" in said[-1] and a.threads_for(158) == 1
+    # still busy: the choice stands, window after window
+    assert all(a.window(s, 0.4, 6.5) is None for s in (200, 250, 300, 350))
+    # a window 3x slower than the steady time at 1 thread: timed again though the load says the same
+    note = a.window(400, 1.3, 6.4)
+    assert note is not None and "the steps slowed down 3x" in note and a.threads_for(401) == 1
+    for s in range(401, 408):
+        a.record(s, a.threads_for(s), {2: 5.0, 1: 1.3}[a.threads_for(s)])
+    assert a.current == 1 and a.probe is None and a.choices == 2
+    # the other job ends: quiet again, so 2 threads get their turn and win
+    assert a.window(450, 0.09, 1.0) is None  # the first window after a choice is not judged
+    note = a.window(500, 0.09, 1.0)
+    assert note is not None and "quiet now" in note and "at 1 and 2 torch threads" in note
+    for s in range(501, 508):
+        n = a.threads_for(s)
+        a.record(s, n, {2: 0.08, 1: 0.15}[n])
+    assert a.current == 2 and a.threads_for(600) == 2
+
+
+def test_a_run_that_starts_quiet_switches_threads_when_the_machine_gets_busy(
+    tiny_dataset, tmp_path, capsys, monkeypatch
+):
+    import itertools
+
+    import actlab.training.loop as loop
+
+    # quiet for the start and two logging windows, then busy: the wiring is under test, not the machine
+    loads = itertools.chain([0.5, 0.5, 0.5], itertools.repeat(64.0))
+    monkeypatch.setattr(loop, "_load_1m", lambda: next(loads))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    argv = ["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(tmp_path / "run")]
+    argv += ["--set", "steps=24", "--set", "log.every=3", "--set", "num_threads=0", "--device", "cpu"]
+    try:
+        assert main(argv) == 0
+        assert torch.get_num_threads() == 2  # the choices do not outlive the run
+    finally:
+        torch.set_num_threads(threads)
+    err = capsys.readouterr().err
+    assert "timing the first" not in err  # quiet at the start
+    assert "the load changed (load average 64.0 on" in err and "timing the next 7 steps at 2 and 1" in err
+    assert re.search(r"threads: median 2 threads .*: (\d) threads? .*; \1 from now on", err), err
+    assert "OMP_WAIT_POLICY" not in err  # nothing to restart: the run adapted

@@ -24,6 +24,15 @@ class _ActlabConfig(PreTrainedConfig):
     chunk_size: int = 30
     # actions executed per chunk by select_action (actlab's n_action_steps)
     n_action_steps: int = 10
+    # how select_action executes chunks (lerobot-rollout's default sync engine calls it every step), as
+    # `actlab eval --execution`: sync (actlab's queue of n_action_steps) / async / ensemble / blend / rtc
+    # (the same actions as actlab eval on the same observations; each inference runs in a worker thread
+    # while the arm executes the previous chunk). Set on the command line: --policy.execution=blend
+    execution: str = "sync"
+    # control steps from an inference's start to its chunk's first use (actlab eval --latency)
+    execution_latency: int = 0
+    # control steps between inference starts (actlab eval --horizon); None: as actlab eval chooses
+    execution_horizon: int | None = None
     # LeRobot's processors do no normalization: actlab's policy normalizes inside (its statistics travel
     # in the bundle), so this mapping is informational
     normalization_mapping: dict[str, NormalizationMode] = field(

@@ -8,6 +8,11 @@ JSON and the actlab bundle in ``actlab_bundle/``; ``from_pretrained`` loads that
 Observations arrive as LeRobot makes them: images float ``[0, 1]`` ``(B, C, H, W)`` at the robot camera's
 size, raw joint state; they are resized to the trained size (:func:`actlab.lerobot.runtime.camera_to_trained`)
 and handed to actlab's policy, which normalizes inside and returns absolute actions.
+
+``--policy.execution=MODE --policy.execution_latency=D [--policy.execution_horizon=S]`` runs actlab's
+execution modes (async, ensemble, blend, rtc) in ``select_action``, the sync engine's per-step call:
+actlab's own chunk executor (:func:`actlab.lerobot.runtime.rollout_execution`), so the arm executes the
+actions ``actlab eval --execution MODE --latency D`` measured.
 """
 
 from __future__ import annotations
@@ -27,9 +32,11 @@ from actlab.lerobot.runtime import (
     SIM_SIGNAL,
     camera_to_trained,
     check_export_config,
+    rollout_execution,
     rtc_prefix,
     trained_cameras,
 )
+from actlab.policies.execution import PLUGIN_FIELDS
 from lerobot_policy_actlab.configuration_actlab import ActlabActConfig, ActlabActRelativeConfig
 
 logger = logging.getLogger(__name__)
@@ -75,13 +82,20 @@ class _ActlabPolicy(PreTrainedPolicy):
         self._cameras = trained_cameras(self.model.features, list(self.model.camera_keys))
         self._said: set[str] = set()
         self._sim_epoch = SIM_SIGNAL.epoch
+        self._sim_held = SIM_SIGNAL.holding
+        fields = {k: getattr(config, k, None) for k in PLUGIN_FIELDS.values()}
+        # actlab's chunk executor behind select_action (None: sync, actlab's own select_action)
+        self._execution = rollout_execution(self.model, fields)
 
     def _follow_sim(self) -> bool:
-        """With actlab_so101_sim in this process: reset at each of its episode starts (LeRobot does not);
-        returns whether the sim arm is holding (its actions are not executed). False without the sim."""
-        if SIM_SIGNAL.epoch != self._sim_epoch:
+        """With actlab_so101_sim in this process: reset at each of its episode starts (LeRobot does not)
+        and again when its home-pose hold ends, so the first executed action is the first of a fresh
+        chunk, as in ``actlab eval``; returns whether the sim arm is holding (its actions are not
+        executed). False without the sim."""
+        held, self._sim_held = self._sim_held, SIM_SIGNAL.holding
+        if SIM_SIGNAL.epoch != self._sim_epoch or (held and not SIM_SIGNAL.holding):
             self._sim_epoch = SIM_SIGNAL.epoch
-            self.model.reset()
+            self.reset()
         return SIM_SIGNAL.holding
 
     # ------------------------------------------------------------------------------ load / save
@@ -140,7 +154,10 @@ class _ActlabPolicy(PreTrainedPolicy):
 
     # ------------------------------------------------------------------------------ inference
     def reset(self) -> None:
-        """Clear actlab's action queue, ensembler and observation history (LeRobot calls it per episode)."""
+        """Clear actlab's action queue, ensembler and observation history, and the chunk executor's
+        clock (LeRobot calls it per episode)."""
+        if self._execution is not None:
+            self._execution.reset()  # first: waits for an inference still running in its worker
         self.model.reset()
 
     def _obs(self, batch: dict[str, Any]) -> dict[str, Tensor]:
@@ -172,8 +189,11 @@ class _ActlabPolicy(PreTrainedPolicy):
 
     @torch.no_grad()
     def select_action(self, batch: dict[str, Tensor], **kwargs: Any) -> Tensor:
-        """Next action (B, A): actlab's queue of ``n_action_steps`` (or temporal ensembling)."""
+        """Next action (B, A): actlab's queue of ``n_action_steps`` (or temporal ensembling), or with
+        ``--policy.execution`` the action actlab's chunk executor gives for this step."""
         self._follow_sim()
+        if self._execution is not None:
+            return self._execution.select_action(self._obs(batch))
         return self.model.select_action(self._obs(batch))
 
 
@@ -207,6 +227,17 @@ class ActlabActRelativePolicy(_ActlabPolicy):
     REPORT_EVERY = 30
 
     def supports_rtc(self) -> bool:
+        if self._execution is not None:  # LeRobot asks this only for --inference.type=rtc
+            raise ActlabError(
+                "two real-time engines at once: LeRobot's RTC engine calls predict_action_chunk from its "
+                f"own thread, and --policy.execution={self._execution.spec.mode} runs actlab's executor in "
+                "select_action (the sync engine)",
+                field="--inference.type",
+                expected="sync (the default) with --policy.execution, or --policy.execution=sync with rtc",
+                found="rtc",
+                fix="drop --inference.type=rtc (actlab's rtc: --policy.execution=rtc "
+                "--policy.execution_latency=D), or drop --policy.execution",
+            )
         return self.model.config.rtc_max_delay > 0
 
     @torch.no_grad()

@@ -19,7 +19,7 @@ examples:
   actlab bench data runs/demo/data --image-size 80 --batch-size 32 --action-horizon 30 --seconds 5 \\
       --baseline-seconds 15                         # the demo's sampler vs a LeRobot-style loader
   actlab bench train --preset tiny --steps 10 --rounds 10   # model-only vs full step (synthetic data)
-  actlab bench eval runs/demo/run/checkpoints/step_0005000 --episodes 8 --max-steps 100
+  actlab bench eval runs/demo/run/checkpoints/step_0002000 --episodes 8 --max-steps 100
   actlab bench encode --encodes 200                 # video-writer stress (about a minute)
 """
 
@@ -215,7 +215,7 @@ def _run_train(args) -> int:
 
 _EVAL_EPILOG = """\
 examples:
-  actlab bench eval runs/demo/run/checkpoints/step_0005000 --episodes 24 --max-steps 100
+  actlab bench eval runs/demo/run/checkpoints/step_0002000 --episodes 24 --max-steps 100
   actlab bench eval expert --episodes 16 --max-steps 200     # the scripted expert (B = 1 only)
 
 The same seeded episodes are rolled out three ways, one torch thread per process in each: serial (one

@@ -14,18 +14,18 @@ ORDER = 30
 _EPILOG = """\
 examples:
   actlab eval runs/demo/run --episodes 50 --out runs/sweep               # every checkpoint: a sweep
-  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 50 --videos 3 \\
-      --video-pick failures --out runs/eval5000    # film the failures first
-  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 5 --whiskers --out runs/whiskers
+  actlab eval runs/demo/run/checkpoints/step_0002000 --episodes 50 --videos 3 \\
+      --video-pick failures --out runs/eval2000    # film the failures first
+  actlab eval runs/demo/run/checkpoints/step_0002000 --episodes 5 --whiskers --out runs/whiskers
   actlab eval --expert --episodes 50                                     # the scripted expert, for reference
-  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 50 --perturb camera_shift=2,4 \\
+  actlab eval runs/demo/run/checkpoints/step_0002000 --episodes 50 --perturb camera_shift=2,4 \\
       --perturb lighting=0.5 --out runs/robust     # robustness: perturb.md, perturb.png (docs/evaluation.md)
-  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 20 --latency 0,4 \\
+  actlab eval runs/demo/run/checkpoints/step_0002000 --episodes 20 --latency 0,4 \\
       --execution async,ensemble --out runs/delay     # a delay sweep: table, figure, a record per cell
   actlab eval --lerobot-policy outputs/train/diffusion/checkpoints/last/pretrained_model \\
       --lerobot-python ~/lerobot-venv/bin/python --episodes 20 --videos 2 --out runs/diffusion
 
-step_0005000 is the last checkpoint of the CPU demo (`ls runs/demo/run/checkpoints` lists them all).
+step_0002000 is the last checkpoint of the CPU demo (`ls runs/demo/run/checkpoints` lists them all).
 --task gym_pusht/PushT-v0 (or another gymnasium id) evaluates in a peer environment. --lerobot-policy
 evaluates any LeRobot policy (ACT, Diffusion, SmolVLA, Pi0 ...) in its own venv; a LeRobot run directory
 sweeps its checkpoints, and a bundle given beside it is evaluated side by side on the same seeds.
@@ -130,14 +130,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 _COMPARE_EPILOG = """\
 examples:
-  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 20 --execution async --latency 4 \\
+  actlab eval runs/demo/run/checkpoints/step_0002000 --episodes 20 --execution async --latency 4 \\
       --out runs/async4
-  actlab eval runs/demo/run/checkpoints/step_0005000 --episodes 20 --out runs/sync
+  actlab eval runs/demo/run/checkpoints/step_0002000 --episodes 20 --out runs/sync
   actlab eval compare runs/sync runs/async4      # B (async at delay 4) against A (sync), seed by seed
   actlab eval compare runs/sync runs/async4 --json
 
 A and B: directories actlab eval --out wrote (results.json, or a delay sweep's sweep.json) or those
-files; PATH#NAME picks one checkpoint of a sweep over checkpoints (runs/sweep#step_0005000) or one cell
+files; PATH#NAME picks one checkpoint of a sweep over checkpoints (runs/sweep#step_0002000) or one cell
 of a delay sweep (runs/delay#async@4). Both must hold the same seeds (refused otherwise, naming them).
 Reported: per-seed agreement, the difference B - A with its paired 95% interval (Agresti-Min),
 McNemar's exact test, and the episodes a difference of that size needs (Connor 1987, power 80%).

@@ -12,7 +12,7 @@ ORDER = 30
 
 _INFO_EPILOG = """\
 examples:
-  actlab policy info runs/demo/run/checkpoints/step_0005000   # the demo's policy, as saved
+  actlab policy info runs/demo/run/checkpoints/step_0002000   # the demo's policy, as saved
   actlab policy info act                                   # 6-dim state/action, one 480x640 camera
   actlab policy info act --cameras top wrist --image-size 80 80 --set vision_backbone=cnn_small
   actlab policy info act_relative --set rtc_max_delay=10 --set obs_state_delta_frames=5
@@ -20,11 +20,11 @@ examples:
 # The group's help: the first example of each subcommand.
 _GROUP_EPILOG = """\
 examples:
-  actlab policy info runs/demo/run/checkpoints/step_0005000   # parameters per module of the demo's policy
+  actlab policy info runs/demo/run/checkpoints/step_0002000   # parameters per module of the demo's policy
   actlab policy bench act --batch-size 32 --steps 10 --cameras top wrist --image-size 80 80 \\
       --set vision_backbone=cnn_small --set dim_model=128 --set dim_feedforward=512 --set n_action_steps=10 \\
       --set chunk_size=30 --variant base: --variant frozen:cached_features=true   # small ACT, frozen or not
-  actlab policy doctor runs/demo/run/checkpoints/step_0005000 --dataset runs/demo/data
+  actlab policy doctor runs/demo/run/checkpoints/step_0002000 --dataset runs/demo/data
   actlab policy import outputs/train/act_so101/checkpoints/last/pretrained_model --out runs/lerobot_act
 
 `actlab policy export --help` shows how any bundle goes to LeRobot (its own ACT or actlab's plugin).
@@ -178,9 +178,9 @@ _DOCTOR_EPILOG = """\
 examples:
   # the demo's first and last checkpoints on the demo's data (training/held-out split from the bundle)
   actlab policy doctor runs/demo/run/checkpoints/step_0001000 --dataset runs/demo/data
-  actlab policy doctor runs/demo/run/checkpoints/step_0005000 --dataset runs/demo/data --out runs/doctor/5000
+  actlab policy doctor runs/demo/run/checkpoints/step_0002000 --dataset runs/demo/data --out runs/doctor/2000
   # a bundle without a recorded split (e.g. from `actlab policy import`): say which episodes trained it
-  actlab policy doctor runs/demo/run/checkpoints/step_0005000 --dataset runs/demo/data \\
+  actlab policy doctor runs/demo/run/checkpoints/step_0002000 --dataset runs/demo/data \\
       --train-episodes 0-2 --heldout-episodes 3 --json
   # any LeRobot policy (ACT, Diffusion, SmolVLA, Pi0 ...), run in lerobot's own environment
   actlab policy doctor --lerobot-policy outputs/train/act/checkpoints/last/pretrained_model \\
@@ -329,7 +329,7 @@ def _run_doctor(args: argparse.Namespace) -> int:
 _EXPORT_EPILOG = """\
 examples:
   # the demo's policy (small CNN, learned decoder queries): actlab's LeRobot plugin type
-  actlab policy export runs/demo/run/checkpoints/step_0005000 --to lerobot --out runs/demo_lerobot
+  actlab policy export runs/demo/run/checkpoints/step_0002000 --to lerobot --out runs/demo_lerobot
   # LeRobot's own ACT where it is exactly equivalent (a ResNet backbone, zeros into the decoder)
   actlab train --preset tiny --dataset runs/demo/data --out runs/lerobot_ready --set steps=20 \\
       --set policy.vision_backbone=resnet18 --set policy.pretrained_backbone_weights=null \\

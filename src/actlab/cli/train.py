@@ -17,7 +17,7 @@ examples:
   actlab train --out runs/cpu --resume --set steps=3000          # continue from the last checkpoint
   actlab train --preset tiny --dataset runs/demo/data --out runs/check --overfit 8
   actlab train --preset so101_sim_cpu --dataset runs/demo/data --out runs/finetune \\
-      --init-from runs/demo/run/checkpoints/step_0005000 --set data.cache_dir=runs/demo/cache \\
+      --init-from runs/demo/run/checkpoints/step_0002000 --set data.cache_dir=runs/demo/cache \\
       --set steps=500                                            # fine-tune a bundle's weights
   actlab train --preset so101_sim --dataset runs/demo/data --out runs/gpu --device cuda \\
       --set batch_size=64 --set compile=true                     # the full-size ACT on a GPU

@@ -2,7 +2,8 @@
 
 A window for key ``k`` with offsets ``d`` (T,) at frame ``i`` of an episode ``[start, stop)`` reads rows
 ``clip(i + d, start, stop - 1)``; ``k_is_pad`` is True where ``i + d`` fell outside the episode
-(LeRobot's semantics, REFERENCE §1).
+(LeRobot's ``delta_timestamps`` semantics: ``_get_query_indices`` in lerobot 0.6.1's
+``lerobot/datasets/dataset_reader.py``).
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """Normalization statistics: absolute (LeRobot's stats.json), relative actions, state deltas, images.
 
 Every stat is ``{"min","max","mean","std","count","q01","q10","q50","q90","q99"}`` of numpy arrays, per
-dimension; image stats are per channel with shape (3, 1, 1) in [0, 1] units (REFERENCE §1).
+dimension; image stats are per channel with shape (3, 1, 1) in [0, 1] units (as in LeRobot's stats.json).
 
-Relative actions (REFERENCE §4): ``rel[t, k] = action[t + k] - state[t]`` for ``k < H``. The action window
-is clamped at the episode end exactly as the sampler does, and the clamped (padded) positions are
-excluded from the statistics because the policy's loss ignores them. Dims listed in
-``absolute_action_dims`` (e.g. the gripper) keep absolute values. Stats are reported per chunk position
-(``mean_per_step`` / ``std_per_step``, shape (H, A)) and pooled per joint (shape (A,)).
+Relative actions (UMI's "relative trajectory", pi0's "delta actions"):
+``rel[t, k] = action[t + k] - state[t]`` for ``k < H``. The action window is clamped at the episode end
+exactly as the sampler does, and the clamped (padded) positions are excluded from the statistics because
+the policy's loss ignores them. Dims listed in ``absolute_action_dims`` (e.g. the gripper) keep absolute
+values. Stats are reported per chunk position (``mean_per_step`` / ``std_per_step``, shape (H, A)) and
+pooled per joint (shape (A,)).
 
 Std floor: a joint that barely moves relative to the state (or a constant feature) would normalize
 numerical noise to huge values. Relative and delta stds are raised to at least

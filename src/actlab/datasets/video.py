@@ -34,7 +34,7 @@ _CODEC_NAMES = {"libsvtav1": "av1", "libaom-av1": "av1", "libx264": "h264", "h26
 
 @dataclasses.dataclass(frozen=True)
 class VideoOptions:
-    """How the writer encodes camera streams (LeRobot's defaults, REFERENCE §1)."""
+    """How the writer encodes camera streams (LeRobot's: libsvtav1, yuv420p, gop 2, crf 30, preset 12)."""
 
     # FFmpeg encoder name: libsvtav1 (AV1, LeRobot's default) or libx264 (h264).
     codec: str = "libsvtav1"
@@ -300,10 +300,11 @@ class EncoderThread:
                 file=self._file,
                 field="video encoder",
                 expected="a frame encoded every few milliseconds",
-                found="blocked inside the encoder library (a known SVT-AV1 deadlock); nothing was written",
-                fix="run the command again (the output was left as it was before); if it recurs, upgrade "
-                "PyAV (`pip install -U av`: av >= 17 bundles SVT-AV1 4.x) or write h264 "
-                "(VideoOptions(codec='libx264'))",
+                found=f"no frame for {self._stall_s:g} s inside the encoder library (SVT-AV1 3.x deadlocks, "
+                "and 4.x stalled on a CPU at a load average of 8); nothing was written",
+                fix="run the command again (the output was left as it was before); if it recurs, write h264 "
+                "(VideoOptions(codec='libx264'): `actlab sim record` does so itself on a busy CPU and after "
+                "a stall) or run it when the machine is less busy",
             )
         if self._stalled is not None:
             raise self._stalled

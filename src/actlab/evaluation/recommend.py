@@ -1,19 +1,14 @@
 """The mode to run on the arm: the best measured execution mode of a policy and the exact
 ``lerobot-rollout`` command that runs it through actlab's LeRobot plugin.
 
-What the plugin can run (lerobot 0.6.1: ``lerobot-rollout`` has two inference engines, ``sync`` and
-``rtc``, registered in ``lerobot/rollout/inference/factory.py``):
-
-- ``sync``: every actlab policy; LeRobot calls ``select_action`` (actlab's queue of ``n_action_steps``, as
-  ``actlab eval --execution sync``) and the arm waits for each chunk. No extra flags.
-- ``rtc``: act_relative trained with ``rtc_max_delay > 0`` (the plugin's ``supports_rtc()``):
-  ``--inference.type=rtc --inference.queue_threshold=H - s``, so that a chunk is computed every ``s``
-  steps as in the measured cell (docs/lerobot.md: LeRobot computes a chunk when its queue holds at most
-  the threshold). LeRobot measures the delay itself and replaces its queue after the committed prefix;
-  actlab's rtc also blends the overlap, so the two are not yet the same schedule.
-- ``async``, ``blend``, ``ensemble`` under a delay: no engine of ``lerobot-rollout`` runs them yet
-  (:data:`NOT_IN_PLUGIN` says why, one line each); the recommendation then names the best mode that can
-  run, with McNemar's test of it against the best measured cell on the same seeds.
+Every mode ``actlab eval --execution`` measures runs through the plugin with the same actions
+(docs/lerobot.md, "actlab's execution modes"): ``sync`` is the plugin's ``select_action`` (actlab's queue
+of ``n_action_steps``; no extra flags), and ``async`` / ``ensemble`` / ``blend`` / ``rtc`` are
+``--policy.execution=MODE --policy.execution_latency=D --policy.execution_horizon=S``, actlab's own chunk
+executor behind lerobot-rollout's default (sync) inference engine, which calls ``select_action`` every
+control step: the first chunk before the clock starts, an inference every S steps from that step's
+observation in a worker thread while the arm executes the previous chunk, its chunk used from D steps
+after its start. So the recommendation is the best measured cell, whatever its mode.
 """
 
 from __future__ import annotations
@@ -25,18 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from actlab.evaluation.sources import PolicySource, source_limits
-from actlab.policies.execution import ChunkLimits
+from actlab.policies.execution import PLUGIN_FIELDS, ChunkLimits
 from actlab.sim.env import TASK_TEXT
-from actlab.utils.stats import paired_compare
 
-NOT_IN_PLUGIN = {
-    "async": "lerobot-rollout's engines are sync and rtc; none switches to each new chunk as it arrives",
-    "blend": "lerobot-rollout's engines never blend a new chunk's overlap with the old one (its rtc engine "
-    "replaces the queue after the committed prefix, for act_relative with rtc_max_delay only)",
-    "ensemble": "the plugin's temporal ensembling runs in select_action (the sync engine: an inference "
-    "every step while the arm waits), not under a delay",
-    "rtc": "the policy was not trained with rtc_max_delay > 0 (the plugin's supports_rtc() is false)",
-}
 # The arm's robot flags (docs/lerobot.md); the sim robot's line runs as written after the export.
 ARM_FLAGS = (
     "--robot.type=so101_follower --robot.port=/dev/ttyACM0 "
@@ -71,9 +57,8 @@ class Recommendation:
     export: str  # actlab policy export ... (a shell line)
     rollout_sim: str  # lerobot-rollout on the sim robot (a shell line)
     rollout_arm: str  # the same on the SO-101 follower
-    flags: str  # the inference flags of the mode ("" for sync)
-    best_measured: dict | None = None  # when the best cell cannot run through the plugin: it, why, the test
-    note: str | None = None  # what else to know about this mode through the plugin
+    flags: str  # the plugin's execution flags of the mode ("" for sync)
+    note: str | None = None  # what else to know about this mode on the arm
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -82,23 +67,10 @@ class Recommendation:
         measured = f"{self.successes}/{self.episodes} solved" if self.episodes else "not measured"
         head = f"recommendation for the arm ({self.policy}, delay {self.latency}): {self.mode}, {measured}"
         lines = [head]
-        if self.best_measured is not None:
-            b = self.best_measured
-            lines.append(
-                f"  measured best: {b['mode']} ({b['successes']}/{b['episodes']}), which cannot run through "
-                f"the plugin yet: {b['why']}. On the same seeds: {b['test']}"
-            )
         if self.note:
             lines.append(f"  note: {self.note}")
         lines += [f"  {self.export}", f"  {self.rollout_sim}", f"  on the arm: {self.rollout_arm}"]
         return "\n".join(lines)
-
-
-def runnable(mode: str, limits: ChunkLimits) -> str | None:
-    """None when ``mode`` runs through the plugin for a policy with ``limits``; else why not."""
-    if mode == "sync" or (mode == "rtc" and limits.rtc_max_delay > 0):
-        return None
-    return NOT_IN_PLUGIN[mode]
 
 
 def _rank(c: Measured) -> tuple:
@@ -106,10 +78,13 @@ def _rank(c: Measured) -> tuple:
     return (-c.successes / max(1, c.episodes), jump)
 
 
-def _flags(c: Measured, limits: ChunkLimits) -> str:
-    if c.mode == "rtc":
-        return f"--inference.type=rtc --inference.queue_threshold={limits.chunk_size - c.horizon}"
-    return ""
+def plugin_flags(mode: str, latency: int, horizon: int) -> str:
+    """The lerobot-rollout flags that run a measured (mode, delay, horizon) cell through the plugin: ""
+    for sync (the plugin's select_action), else actlab's executor with the cell's delay and horizon."""
+    if mode == "sync":
+        return ""
+    values = {"mode": mode, "latency": latency, "horizon": horizon}
+    return " ".join(f"--policy.{PLUGIN_FIELDS[k]}={v}" for k, v in values.items())
 
 
 def recommend(
@@ -119,9 +94,8 @@ def recommend(
     serve (not an actlab bundle).
 
     At ``delay`` (default: the longest measured), among the modes measured at that delay, the cell with
-    the most successes (ties: the smaller boundary jump) that the plugin can run. When none can, sync (the
-    arm waits for each chunk), from its cell when the sweep measured one, saying that the sim's sync cell
-    did not pay for the wait. At delay 0 every cell is a candidate."""
+    the most successes (ties: the smaller boundary jump); at delay 0 every cell (sync included) is a
+    candidate. With no cell at that delay: the sync cell, else the best of all."""
     limits = source_limits(src)
     if src.path is None or limits is None or not cells:
         return None
@@ -130,32 +104,7 @@ def recommend(
     sync = next((c for c in cells if c.mode == "sync"), None)
     if not at:
         at = [sync] if sync is not None else list(cells)
-    best = min(at, key=_rank)
-    ok = [c for c in at if runnable(c.mode, limits) is None]
-    if not ok and sync is None:  # only modes the plugin cannot run were measured, and no sync cell
-        return _unmeasured(src, best, limits, delay)
-    chosen = min(ok, key=_rank) if ok else sync
-    best_measured = None
-    if chosen is not best and (_rank(best) < _rank(chosen) or not ok):
-        seeds = sorted(set(best.outcomes) & set(chosen.outcomes))
-        pc = paired_compare(
-            [best.outcomes[s] == "success" for s in seeds], [chosen.outcomes[s] == "success" for s in seeds]
-        )
-        best_measured = {
-            "mode": best.mode,
-            "successes": best.successes,
-            "episodes": best.episodes,
-            "why": runnable(best.mode, limits),
-            "test": pc.sentence(chosen.mode, best.mode),
-        }
-    rec = _build(src, chosen, limits, best_measured, delay)
-    if not ok:
-        note = (
-            f"no mode measured at delay {delay} runs through the plugin yet, so sync: the arm stops for each "
-            "chunk's inference, a wait the sim's sync cell did not pay"
-        )
-        rec = Recommendation(**{**rec.to_dict(), "note": note})
-    return rec
+    return _build(src, min(at, key=_rank), limits, delay)
 
 
 def _commands(src: PolicySource, flags: str) -> tuple[str, str, str]:
@@ -169,19 +118,18 @@ def _commands(src: PolicySource, flags: str) -> tuple[str, str, str]:
     return export, sim, arm
 
 
-def _build(
-    src: PolicySource, c: Measured, limits: ChunkLimits, best: dict | None, delay: int
-) -> Recommendation:
-    flags = _flags(c, limits)
+def _build(src: PolicySource, c: Measured, limits: ChunkLimits, delay: int) -> Recommendation:
+    flags = plugin_flags(c.mode, c.latency, c.horizon)
     export, sim, arm = _commands(src, flags)
-    note = None
-    if c.mode == "rtc":
-        note = (
-            "LeRobot measures the delay itself (its maximum so far) and replaces its queue after the "
-            "committed prefix; actlab's rtc also blends the overlap"
-        )
-    elif c.mode == "sync":
+    if c.mode == "sync":
         note = "sync: the arm waits for each chunk (the sim waited too)"
+    else:
+        note = (
+            f"the plugin runs actlab's executor in select_action: an inference every {c.horizon} steps in a "
+            f"worker thread, its chunk used {c.latency} steps after it started, as measured; an inference "
+            f"slower than {c.latency} steps at the robot's fps makes the arm wait for it (time it on the "
+            "robot's computer: actlab eval --latency measured)"
+        )
     return Recommendation(
         policy=src.name,
         mode=c.mode,
@@ -192,24 +140,7 @@ def _build(
         rollout_sim=sim,
         rollout_arm=arm,
         flags=flags,
-        best_measured=best,
         note=note,
-    )
-
-
-def _unmeasured(src: PolicySource, best: Measured, limits: ChunkLimits, delay: int) -> Recommendation:
-    """Only modes the plugin cannot run were measured: say so, and give sync's commands (unmeasured)."""
-    sync = Measured(best.policy, "sync", 0, limits.n_action_steps, 0, 0, None, {})
-    rec = _build(src, sync, limits, None, delay)
-    why = runnable(best.mode, limits)
-    extra = " or rtc" if limits.rtc_max_delay > 0 else ""
-    return Recommendation(
-        **{
-            **rec.to_dict(),
-            "note": f"measured only modes the plugin cannot run yet (best: {best.mode}, {best.successes}/"
-            f"{best.episodes}: {why}); sync runs through it but was not measured here: measure sync{extra} "
-            "(--execution sync,...) to choose from numbers",
-        }
     )
 
 

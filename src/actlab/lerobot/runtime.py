@@ -10,6 +10,10 @@ actlab's default suite (no lerobot installed) and exists once:
 - :func:`rtc_prefix`: LeRobot's RTC call (``inference_delay``, ``prev_chunk_left_over``) -> actlab's
   committed-action prefix for ``act_relative``: the first ``d`` left-over actions, never a zero row that
   LeRobot padded in, ``d`` clamped to ``rtc_max_delay``.
+- :func:`rollout_execution`: the plugin's ``execution`` fields (``--policy.execution=blend
+  --policy.execution_latency=D ...``) -> actlab's :class:`~actlab.policies.execution.ChunkExecutor` behind
+  LeRobot's per-step ``select_action`` (:class:`RolloutExecution`): the action sequence ``actlab eval
+  --execution MODE --latency D`` executes, each inference in a worker thread while the arm moves.
 - :class:`SimEpisodes`: actlab's MuJoCo pick-and-place behind a continuous robot stream: clipped joint
   targets, episodes restarted from new seeds on success or time limit, each episode's outcome and
   failure class appended to a JSONL file and a text log under the rollout's output directory
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -173,6 +178,98 @@ def rtc_prefix(
     return RtcPrefix(prev[:, :used] if used > 0 else None, requested, used, note)
 
 
+def plugin_flag(text: str) -> str:
+    """actlab eval's real-time flags in ``text`` as the plugin's: ``--latency 4`` -> ``--policy.
+    execution_latency=4`` (actlab's checks name eval's flags; the plugin's errors name lerobot-rollout's)."""
+    from actlab.policies.execution import EVAL_FLAGS, PLUGIN_FIELDS  # lazy: loads with a policy
+
+    fields = {EVAL_FLAGS[k]: PLUGIN_FIELDS[k] for k in EVAL_FLAGS}
+    pattern = "(" + "|".join(map(re.escape, fields)) + r")\b( (\w+))?"
+    return re.sub(
+        pattern, lambda m: f"--policy.{fields[m.group(1)]}" + (f"={m.group(3)}" if m.group(3) else ""), text
+    )
+
+
+def rollout_execution(
+    policy: Any, fields: Mapping[str, Any], background: bool = True
+) -> RolloutExecution | None:
+    """The executor the plugin runs in ``select_action`` for its config ``fields`` (keys: the values of
+    ``PLUGIN_FIELDS``, ``execution``, ``execution_latency``, ``execution_horizon``), checked against
+    ``policy`` as ``actlab eval --execution/--latency/--horizon`` checks it; None for sync (actlab's own
+    ``select_action``). A setting the policy cannot run is actlab's error with the plugin's flag names."""
+    # lazy: the plugin imports this module at LeRobot start; the execution model loads with a policy
+    from actlab.policies.execution import PLUGIN_FIELDS, ChunkLimits, ExecutionSpec, check_execution
+
+    try:
+        spec = ExecutionSpec(
+            mode=fields.get(PLUGIN_FIELDS["mode"]) or "sync",
+            latency=fields.get(PLUGIN_FIELDS["latency"]) or 0,
+            horizon=fields.get(PLUGIN_FIELDS["horizon"]),
+        )
+        if spec.mode == "sync":
+            return None
+        check_execution(spec, ChunkLimits.from_config(policy.config))
+    except ActlabError as e:
+        # ExecutionSpec names its field "execution" / "latency" / "horizon", check_execution eval's flag
+        setting = {"execution": "mode"}.get(str(e.field).lstrip("-"), str(e.field).lstrip("-"))
+        field = f"--policy.{PLUGIN_FIELDS[setting]}" if setting in PLUGIN_FIELDS else e.field
+        raise ActlabError(
+            f"lerobot-rollout --policy.execution: {plugin_flag(e.problem)}",
+            field=field,
+            expected=plugin_flag(str(e.expected)) if e.expected is not None else None,
+            found=e.found,
+            fix=plugin_flag(e.fix) if e.fix else None,
+        ) from e
+    return RolloutExecution(policy, spec, background=background)
+
+
+class RolloutExecution:
+    """actlab's chunk executor behind LeRobot's per-step ``select_action``.
+
+    lerobot-rollout's sync engine calls ``select_action`` once per control step with that step's
+    observation; this answers with the action :class:`~actlab.policies.execution.ChunkExecutor` gives
+    for the step, so a run executes the actions ``actlab eval --execution MODE --latency D --horizon S``
+    executes on the same observations: the first chunk before the clock starts, an inference every S
+    steps from that step's observation, its chunk used from D steps later (blended, ensembled or
+    prefixed as the mode says). With ``background`` the inference runs in a worker thread while the
+    robot executes the previous chunk; its chunk is waited for at its arrival step only. One robot is a
+    batch of 1; ``lerobot-eval --eval.batch_size=B`` steps B envs together, each row with its own clock
+    (the executor is made for the batch size it first sees, and again when that changes).
+    """
+
+    def __init__(self, policy: Any, spec: Any, background: bool = True) -> None:
+        # lazy: loads with a policy (see rollout_execution)
+        from actlab.policies.execution import ChunkLimits
+
+        self.policy, self.spec, self.background = policy, spec, background
+        self.limits = ChunkLimits.from_config(policy.config)
+        self.executor: Any = None  # ChunkExecutor for self.batch rows, made at the first step
+        self.batch = 0
+
+    def reset(self) -> None:
+        """A new episode: the next step computes a first chunk (an inference in flight is waited for)."""
+        if self.executor is not None:
+            self.executor.restart()
+
+    def select_action(self, obs: Mapping[str, Any]) -> Any:
+        """The action (B, A) of this control step for the batched observation ``obs``."""
+        batch = int(next(iter(obs.values())).shape[0])
+        if self.executor is None or batch != self.batch:
+            from actlab.policies.execution import ChunkExecutor  # lazy: as in __init__
+
+            self.close()
+            self.executor = ChunkExecutor(
+                self.policy, self.spec, self.limits, batch, background=self.background
+            )
+            self.batch = batch
+        return self.executor.step(lambda: obs)
+
+    def close(self) -> None:
+        """End the executor's worker thread (after an inference in flight)."""
+        if self.executor is not None:
+            self.executor.close()
+
+
 def check_export_config(top: Mapping[str, Any], model: Mapping[str, Any], file: str | Path) -> None:
     """Refuse a LeRobot export whose ``config.json`` (``top``: its ``chunk_size``, ``n_action_steps``,
     ``n_obs_steps`` and the ``actlab_config`` it carries) disagrees with the config of the model it ships
@@ -227,6 +324,9 @@ class EpisodeResult:
     steps: int  # control steps the policy acted in this episode
     max_lift_m: float | None  # highest cube lift above its start (m)
     wall_s: float  # seconds the episode took on the wall clock
+    # mean |third difference| of the commanded joint targets (before clipping), actlab eval's "jerk" of
+    # the same episode: equal when the same actions ran (None under 4 steps)
+    jerk: float | None = None
 
     def line(self) -> str:
         lift = "-" if self.max_lift_m is None else f"{self.max_lift_m * 100:.1f} cm"
@@ -293,6 +393,7 @@ class SimEpisodes:
     def _start_episode(self) -> None:
         self._obs, _ = self.env.reset(seed=self.seed + len(self.results))
         self._infos: list[dict] = []
+        self._commanded: list[np.ndarray] = []  # (6,) per executed step, as the policy sent it
         self._hold = self.hold_steps
         self._t0 = time.perf_counter()
         if self.signal is not None:
@@ -317,6 +418,7 @@ class SimEpisodes:
             return applied
         self._obs, _, terminated, truncated, info = self.env.step(applied)
         self._infos.append(info)
+        self._commanded.append(np.asarray(action, dtype=np.float64))
         if terminated or truncated:
             self._finish_episode()
         return applied
@@ -324,8 +426,10 @@ class SimEpisodes:
     def _finish_episode(self) -> None:
         # lazy: the plugin imports this module at LeRobot start; evaluation loads with the first episode
         from actlab.evaluation.taxonomy import PhaseRecord, classify
+        from actlab.policies.execution import chunk_metrics  # lazy: with the taxonomy, as above
 
         verdict = classify(PhaseRecord.from_infos(self._infos))
+        jerk = chunk_metrics(np.stack(self._commanded), [])["jerk"] if self._commanded else None
         result = EpisodeResult(
             episode=len(self.results),
             seed=self.seed + len(self.results),
@@ -333,6 +437,7 @@ class SimEpisodes:
             steps=len(self._infos),
             max_lift_m=verdict.max_lift_m,
             wall_s=time.perf_counter() - self._t0,
+            jerk=jerk,
         )
         self.results.append(result)
         if self.log_file is not None:
@@ -452,6 +557,7 @@ __all__ = [
     "SIM_ROBOT_LIMITS",
     "SIM_SIGNAL",
     "EpisodeResult",
+    "RolloutExecution",
     "RtcPrefix",
     "SimEpisodes",
     "SimSignal",
@@ -460,7 +566,9 @@ __all__ = [
     "check_sim_robot_config",
     "default_output_dir",
     "pace",
+    "plugin_flag",
     "read_episode_log",
+    "rollout_execution",
     "rtc_prefix",
     "trained_cameras",
 ]

@@ -1,6 +1,6 @@
 """ACT: action chunking with transformers (Zhao et al. 2023), LeRobot's structure and defaults.
 
-Structure (REFERENCE §3):
+Structure (as LeRobot's ``lerobot/policies/act/modeling_act.py``):
 
 - CVAE encoder (training only) over ``[cls, state, action_1..H]`` -> latent ``z ~ N(mu, sigma)``; at
   inference ``z = 0``.

@@ -1,4 +1,4 @@
-"""ACT with relative actions, state deltas and real-time-chunking prefix conditioning (REFERENCE §4).
+"""ACT with relative actions, state deltas and real-time-chunking prefix conditioning (Black et al. 2025).
 
 - Relative actions: the model predicts ``rel[k] = a[t+k] - s[t]`` for every joint except
   ``absolute_action_dims`` (the gripper stays absolute), normalized with statistics of the relative values

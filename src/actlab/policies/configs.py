@@ -1,7 +1,10 @@
 """Policy configs: frozen dataclasses validated before anything is allocated (no torch here).
 
-``ACTConfig`` defaults are LeRobot's ACT defaults (REFERENCE §3). ``ACTRelativeConfig`` adds relative
-actions, an optional state delta and real-time-chunking prefix conditioning (REFERENCE §4).
+``ACTConfig`` defaults are LeRobot's ACT defaults (``lerobot/policies/act/configuration_act.py``: chunk_size
+100, n_action_steps 100, resnet18, dim_model 512, n_heads 8, dim_feedforward 3200, 4 encoder layers,
+1 decoder layer, VAE with latent_dim 32 and kl_weight 10, dropout 0.1). ``ACTRelativeConfig`` adds relative
+actions, an optional state delta and real-time-chunking prefix conditioning (Black et al. 2025, "Real-Time
+Execution of Action Chunking Flow Policies", in its training-time form; see ``act_relative``).
 The ``type`` field names the registry entry and is written into ``config.json`` of a bundle.
 """
 

@@ -31,6 +31,9 @@ The model (RTC, Black et al. 2025), per row (env), with ``t`` the control steps 
 - Rows that do not need a chunk at a step ride along in the batched call and their output is dropped:
   each row's numbers then never depend on which other rows needed one (batched matmuls may round
   differently for different batch sizes), and there is still one policy call per control step.
+- ``background=True`` (a real robot: actlab's LeRobot plugin) runs each inference started on the clock in
+  a worker thread while the caller keeps stepping; its chunk is waited for at its arrival step, so the
+  actions are exactly the foreground executor's (the sim's), and the robot moves during the inference.
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ RENAMED_MODES = {"naive": "async"}
 SCHEDULES = ("exp", "linear", "none")
 # ACT's temporal-ensembling coefficient (Zhao et al. 2023): w_i = exp(-0.01 i), i = 0 the oldest prediction.
 ENSEMBLE_COEFF = 0.01
+# Where each setting of an ExecutionSpec is given: actlab eval's flag, and the LeRobot plugin's policy
+# config field (lerobot-rollout --policy.<field>=..., integrations/lerobot_policy_actlab) that runs the same.
+EVAL_FLAGS = {"mode": "--execution", "latency": "--latency", "horizon": "--horizon"}
+PLUGIN_FIELDS = {"mode": "execution", "latency": "execution_latency", "horizon": "execution_horizon"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,7 +260,8 @@ class _Row:
     t: int = 0  # control steps executed in this episode
     chunk: Any = None  # (H, A) the chunk being executed
     start: int = 0  # step of the chunk's index 0 (when its inference started)
-    pending: tuple[int, int, Any] | None = None  # (arrival step, start step, chunk) in flight
+    # (arrival step, start step, the policy's chunk (H, A) or a _Later of it) of the inference in flight
+    pending: tuple[int, int, Any] | None = None
     ensemble: Any = None  # ensemble mode: the chunks that cover upcoming steps
     actions: list[np.ndarray] = dataclasses.field(default_factory=list)  # executed (A,) per step
     boundaries: list[int] = dataclasses.field(default_factory=list)  # steps that began a new chunk
@@ -270,6 +278,8 @@ class ChunkExecutor:
     computes a first chunk, before their clock starts); ``finish(row)`` freezes a row whose episode ended.
     ``chunk_fn(obs, prefix) -> (B, H, A)`` defaults to ``policy.predict_action_chunk``;
     ``on_inference(seconds)`` is told how long each call after the clock started took.
+    ``background``: inferences started on the clock (latency > 0) run in one worker thread, and
+    ``step`` waits for a chunk only at its arrival step (the same actions; ``close()`` ends the thread).
     """
 
     def __init__(
@@ -280,6 +290,7 @@ class ChunkExecutor:
         batch: int,
         chunk_fn: Callable[[Any, Any], Any] | None = None,
         on_inference: Callable[[float], None] | None = None,
+        background: bool = False,
     ) -> None:
         if spec.mode == "sync":
             raise ActlabError(
@@ -296,6 +307,9 @@ class ChunkExecutor:
         self.on_inference = on_inference
         self.weights = blend_weights(self.h, self.d, self.s, spec.schedule)  # (H,)
         self.rows = [self._new_row() for _ in range(batch)]
+        self.background = background and self.d > 0  # at latency 0 a chunk is needed at once
+        self._pool: Any = None  # the worker thread (concurrent.futures), started with the first inference
+        self._inflight: Any = None  # the Future of the inference running in it
 
     def _new_row(self) -> _Row:
         if self.spec.mode != "ensemble":
@@ -307,9 +321,24 @@ class ChunkExecutor:
 
     # ------------------------------------------------------------------------------------ episodes
     def restart(self, rows: Sequence[int] | None = None) -> None:
-        """Begin a new episode in ``rows`` (all by default)."""
+        """Begin a new episode in ``rows`` (all by default); an inference still running is waited for
+        (its chunk is dropped), so the policy is never called from two threads at once."""
+        self._wait()
         for b in range(len(self.rows)) if rows is None else rows:
             self.rows[b] = self._new_row()
+
+    def close(self) -> None:
+        """End the worker thread of a ``background`` executor (after its running inference)."""
+        self._wait()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def _wait(self) -> None:
+        # Why: the worker may still be inside the policy; a reset or a foreground call must not overlap it
+        if self._inflight is not None:
+            self._inflight.exception()  # waits; an error is raised where its chunk is used, not here
+            self._inflight = None
 
     def finish(self, row: int) -> None:
         """Freeze ``row`` (its episode ended): it no longer advances; it rides along in calls."""
@@ -326,7 +355,7 @@ class ChunkExecutor:
             if r.active and r.pending is not None and r.pending[0] == r.t:
                 _, start, chunk = r.pending
                 r.pending = None
-                self._arrive(b, chunk, start, boundary=True)
+                self._arrive(b, self._land(r, start, chunk), start, boundary=True)
         first = [b for b, r in enumerate(self.rows) if r.active and r.chunk is None]
         due = [b for b, r in enumerate(self.rows) if r.active and r.chunk is not None and r.t % self.s == 0]
         if first or due:
@@ -336,6 +365,7 @@ class ChunkExecutor:
             if first:  # before the clock starts: no prefix, executed from index 0
                 # Not timed unless it also serves due rows: it runs before the clock starts (and pays the
                 # warm-up costs, which must not pass for the policy's latency).
+                self._wait()
                 out = self._call(obs, None, timed=bool(due) and not with_prefix)
                 for b in first:
                     self._arrive(b, out[b], 0, boundary=False)
@@ -377,6 +407,12 @@ class ChunkExecutor:
             )
         return out[:, : self.h]
 
+    def _call_no_grad(self, obs: Any, prefix: Any) -> Any:
+        import torch
+
+        with torch.no_grad():  # Why: grad mode is per thread; the caller's no_grad does not reach the worker
+            return self._call(obs, prefix)
+
     def _start_inferences(self, obs: Any, due: list[int], out: Any = None) -> None:
         """Start the inferences of the rows in ``due`` (one batched call, unless ``out`` already holds
         its result; the other rows ride along)."""
@@ -388,21 +424,39 @@ class ChunkExecutor:
             # pass any D actions of their own chunk (their output is dropped): never zeros, which a
             # relative policy would read as "stay here" (a zero-padded prefix decodes to a jump).
             prefix = torch.stack([self._committed(r) for r in self.rows])  # (B, D, A)
-        if out is None:
+        if out is None and self.background:
+            self._wait()
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="actlab-inference")
+            self._inflight = self._pool.submit(self._call_no_grad, obs, prefix)
+            out = _Later(self._inflight)
+        elif out is None:
             out = self._call(obs, prefix)
         for b in due:
             r = self.rows[b]
-            new = out[b]  # (H, A)
-            if prefix is not None:
-                r.committed_ok &= bool(torch.equal(new[: self.d], prefix[b]))
-            if self.spec.mode in ("blend", "rtc"):
-                old = r.chunk[r.t - r.start :]  # (H - s, A) what the old chunk still holds
-                w = self.weights[: len(old), None]
-                new = torch.cat([w * old + (1 - w) * new[: len(old)], new[len(old) :]])
+            raw = _Later(out.future, b) if isinstance(out, _Later) else out[b]  # (H, A) or its promise
             if self.d == 0:
-                self._arrive(b, new, r.t, boundary=True)
+                self._arrive(b, self._land(r, r.t, raw), r.t, boundary=True)
             else:
-                r.pending = (r.t + self.d, r.t, new)
+                r.pending = (r.t + self.d, r.t, raw)
+
+    def _land(self, r: _Row, start: int, raw: Any) -> Any:
+        """The chunk (H, A) an inference started at step ``start`` delivers, as the row executes it: its
+        committed prefix checked (rtc) and its overlap blended with the old chunk (blend, rtc). Called at
+        its arrival, when ``r.chunk`` is still the chunk that was executing when it started."""
+        import torch
+
+        new = raw.result() if isinstance(raw, _Later) else raw  # (H, A)
+        i = start - r.start  # the old chunk's index at the inference start
+        if self.spec.mode == "rtc" and self.d > 0:
+            r.committed_ok &= bool(torch.equal(new[: self.d], r.chunk[i : i + self.d]))
+        if self.spec.mode in ("blend", "rtc"):
+            old = r.chunk[i:]  # (H - s, A) what the old chunk still holds
+            w = self.weights[: len(old), None]
+            new = torch.cat([w * old + (1 - w) * new[: len(old)], new[len(old) :]])
+        return new
 
     def _committed(self, r: _Row) -> Any:
         if r.active and r.chunk is not None and r.t % self.s == 0:
@@ -439,6 +493,18 @@ class ChunkExecutor:
     def committed_ok(self, row: int) -> bool:
         """rtc: every chunk of the row began with exactly the actions committed for it."""
         return self.rows[row].committed_ok
+
+
+@dataclasses.dataclass(frozen=True)
+class _Later:
+    """A chunk still being computed in the worker thread: row ``row`` of the Future's (B, H, A) result."""
+
+    future: Any  # concurrent.futures.Future of ChunkExecutor._call
+    row: int = -1  # -1: the whole batch
+
+    def result(self) -> Any:
+        out = self.future.result()  # waits for the inference (re-raises its error)
+        return out if self.row < 0 else out[self.row]
 
 
 def chunk_metrics(actions: np.ndarray, boundaries: Sequence[int]) -> dict[str, float | int | None]:

@@ -1,6 +1,6 @@
 """Execution simulator for chunked policies with inference latency: naive switching vs RTC merging.
 
-The model of execution (REFERENCE §4, Black et al. 2025):
+The model of execution (Black et al. 2025, "Real-Time Execution of Action Chunking Flow Policies"):
 
 - Control runs at one action per step. An inference starts every ``horizon`` (s) steps from the
   observation of that step and its chunk arrives ``latency`` (d) steps later; meanwhile the robot

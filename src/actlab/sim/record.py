@@ -34,6 +34,7 @@ from actlab.utils import procs
 from actlab.utils.disk import require_free
 from actlab.utils.procs import worker_pool
 from actlab.utils.progress import progress_bar
+from actlab.utils.threads import cpu_busy, format_load, load_1m, usable_cpus
 from actlab.utils.units import human_bytes
 
 
@@ -263,13 +264,23 @@ def av_version() -> tuple[int, ...]:
     return tuple(parts)
 
 
-def record_video_options(version: tuple[int, ...] | None = None) -> VideoOptions:
+def record_video_options(version: tuple[int, ...] | None = None, *, busy: bool = False) -> VideoOptions:
     """How the recorder encodes: LeRobot's AV1 settings where the PyAV ``version`` (default: the
-    installed one) bundles SVT-AV1 4.x, else h264 with the same keyframe interval and quality scale.
-    Either way the encoder watchdog stops a stalled encode after RECORD_STALL_S."""
-    if (version or av_version()) >= AV1_MIN_AV:
+    installed one) bundles SVT-AV1 4.x and the CPU is not ``busy`` with other work, else h264 with the
+    same keyframe interval and quality scale. Either way the encoder watchdog stops a stalled encode
+    after RECORD_STALL_S.
+
+    Why not AV1 on a busy CPU: SVT-AV1 4.x (av 18.1.0) stalled too, at a load average of 8 on 2 cores
+    (a test suite and a training run beside a 300-episode recording: no frame for 30 s, twice in a row,
+    and the demo failed); libx264 never stalled (300 recorder-sized encodes under stress, 0 hangs)."""
+    if (version or av_version()) >= AV1_MIN_AV and not busy:
         return VideoOptions(stall_s=RECORD_STALL_S)
     return VideoOptions(codec="libx264", preset="veryfast", stall_s=RECORD_STALL_S)
+
+
+def _cpu_busy_now() -> bool:
+    """Other work wants more CPUs than this machine has (the recorder's own workers not counted yet)."""
+    return cpu_busy(load_1m(), usable_cpus(), 0)
 
 
 def estimate_bytes(config: RecordConfig) -> int:
@@ -316,24 +327,26 @@ def record_dataset(
     contention) leaves nothing written; the recording then starts once more from the beginning, which
     gives the same dataset (episodes are a pure function of their seeds), and a second stall is raised.
     """
-    if record_video_options().codec != VideoOptions().codec:
-        print(
-            f"note: PyAV {av.__version__} bundles SVT-AV1 3.x, which can deadlock; recording h264 instead of "
-            "AV1 (LeRobot reads both). For AV1 use av >= 17 (outside lerobot 0.6.1's environment, which "
-            "pins av < 16)",
-            file=sys.stderr,
+    video = record_video_options(busy=_cpu_busy_now())
+    if video.codec != VideoOptions().codec:
+        why = (
+            f"PyAV {av.__version__} bundles SVT-AV1 3.x, which can deadlock"
+            if av_version() < AV1_MIN_AV
+            else f"the CPUs are busy ({format_load(load_1m(), usable_cpus())}), where SVT-AV1 stalls"
         )
+        print(f"note: {why}; recording h264 instead of AV1 (LeRobot reads both)", file=sys.stderr)
     for attempt in range(1, RECORD_ATTEMPTS + 1):
         try:
             return _record_once(
-                out_dir, config, overwrite=overwrite, progress=progress, on_episode=on_episode
+                out_dir, config, video, overwrite=overwrite, progress=progress, on_episode=on_episode
             )
         except EncoderStalled as e:
             if attempt == RECORD_ATTEMPTS:
                 raise
+            video = record_video_options(busy=True)  # h264: the encoder that has never stalled
             print(
                 f"warning: {e.problem} ({e.file}); nothing was written, recording again from the start "
-                f"(attempt {attempt + 1} of {RECORD_ATTEMPTS})",
+                f"with {video.codec} (attempt {attempt + 1} of {RECORD_ATTEMPTS})",
                 file=sys.stderr,
             )
     raise AssertionError("unreachable")  # pragma: no cover
@@ -342,6 +355,7 @@ def record_dataset(
 def _record_once(
     out_dir: str | Path,
     config: RecordConfig | None,
+    video: VideoOptions,
     *,
     overwrite: bool,
     progress: bool,
@@ -367,7 +381,7 @@ def _record_once(
         robot_type="so101",
         overwrite=overwrite,
         estimated_bytes=need,
-        video=record_video_options(),
+        video=video,
         kind=RECORD_KIND,
     ) as writer:
         bar = progress_bar(config.episodes, "recording", "ep", disable=not progress)

@@ -1,7 +1,8 @@
 """The SO-101 pick-and-place scene, written as MJCF from the arm's kinematic facts.
 
 Everything is primitive geometry (boxes, capsules, cylinders) so that software rendering on a CPU stays in
-the hundreds of frames per second (REFERENCE §5: triangle count and shadows dominate render time). The
+the hundreds of frames per second (measured on 2 CPU cores at 224x224: 7-40 frames/s with detailed meshes
+and shadows, 380-560 with few triangles and no shadows or multisampling; image size matters little). The
 kinematic chain (body offsets, joint axes and ranges) and the servo model (STS3215 position servos) follow
 the SO-101's published description; the link shapes, the jaws and the cameras are designed here.
 
@@ -337,7 +338,7 @@ def build_scene_xml(
   <!-- 7 substeps of 1/210 s make one 30 Hz control step. -->
   <option timestep="{1.0 / 210.0:.9g}" integrator="implicitfast" cone="elliptic" impratio="10"/>
   <visual>
-    <!-- fast_render: no shadows, no multisampling, coarse curved surfaces (REFERENCE §5). -->
+    <!-- fast_render: no shadows, no multisampling, coarse curved surfaces (render time on a CPU). -->
     <quality {quality}/>
     <global offwidth="{size}" offheight="{size}"/>
     <headlight ambient="0.3 0.3 0.3" diffuse="0.25 0.25 0.25" specular="0 0 0"/>

@@ -50,9 +50,7 @@ from actlab.utils.disk import write_error
 from actlab.utils.io import atomic_write_json, read_json
 from actlab.utils.lock import DirLock
 from actlab.utils.threads import (
-    ThreadProbe,
-    cpu_busy,
-    format_load,
+    AdaptiveThreads,
     torch_thread_count,
     torch_threads,
     usable_cpus,
@@ -490,19 +488,16 @@ def _load_1m() -> float | None:
         return None
 
 
-def _thread_probe(run: TrainRun) -> ThreadProbe | None:
-    """A ThreadProbe of torch's thread count against one thread, for a CPU run that leaves the count to
-    torch (``num_threads=0``) on a CPU other work keeps busy at the start; None otherwise (a GPU run, a
-    count set by the user or the preset, a quiet machine). The probe's units are the run's own first
-    steps: no extra work, and the training trajectory is the same but for the thread count."""
+def _adaptive_threads(run: TrainRun) -> AdaptiveThreads | None:
+    """An AdaptiveThreads for a CPU run that leaves the count to torch (``num_threads=0``); None otherwise
+    (a GPU run, a count set by the user or the preset, one thread only, a distributed run). Its probes
+    time the run's own steps: no extra work, and the trajectory is the same but for the thread count."""
     import torch
 
     threads = torch.get_num_threads()
     if run.device.type != "cpu" or run.cfg.num_threads or threads <= 1 or run.dist.distributed:
         return None
-    if not cpu_busy(_load_1m(), usable_cpus(), threads):
-        return None
-    return ThreadProbe(candidates=(threads, 1))
+    return AdaptiveThreads(most=threads, cpus=usable_cpus())
 
 
 def _slowdown_watch(run: TrainRun) -> SlowdownWatch | None:
@@ -549,34 +544,33 @@ class Loop:
         self.hist_n = 0
         # loop start time and step (throughput recorded with each checkpoint)
         self._t0, self._start = time.perf_counter(), 0
-        # says once when a shared CPU slows the steps down (None: not a CPU run, or the cure is applied)
-        self.slowdown = _slowdown_watch(run)
+        # keeps a CPU run on its faster thread count as the load changes (None: the count is fixed)
+        self.threads = _adaptive_threads(run)
+        # says once when a shared CPU slows a fixed-count run down (None: not a CPU run, the cure is
+        # applied, or the count follows the load anyway)
+        self.slowdown = _slowdown_watch(run) if self.threads is None else None
 
     def train_from(self, start: int) -> RunSummary:
         t0 = self._t0 = self._t_log = time.perf_counter()
         self._start = start
         kill_at = int(os.environ.get(KILL_AT_STEP_ENV) or 0)
-        probe = _thread_probe(self.run)
-        if probe is not None:
-            self.log.message(
-                f"the CPUs are busy ({format_load(_load_1m(), usable_cpus())}): timing the first "
-                f"{probe.units} steps at {' and '.join(map(str, probe.candidates))} torch threads to keep "
-                "the faster"
-            )
-        with torch_threads(torch_thread_count()):  # a probe's choice does not outlive the run
-            return self._steps(start, t0, kill_at, probe)
+        note = self.threads.start(start + 1, _load_1m()) if self.threads is not None else None
+        if note is not None:
+            self.log.message(note)
+        with torch_threads(torch_thread_count()):  # the choices made here do not outlive the run
+            return self._steps(start, t0, kill_at)
 
-    def _steps(self, start: int, t0: float, kill_at: int, probe: ThreadProbe | None) -> RunSummary:
+    def _steps(self, start: int, t0: float, kill_at: int) -> RunSummary:
         import torch
 
         cfg = self.cfg
         step, stopped, overfit_step = start, "completed", None
         for step in range(start + 1, cfg.steps + 1):
-            unit = step - start - 1
-            probing = probe is not None and probe.chosen is None
-            if probing:
-                threads = probe.threads_for(unit)
-                torch.set_num_threads(threads)
+            probing = self.threads is not None and self.threads.probe is not None
+            if self.threads is not None:
+                threads = self.threads.threads_for(step)
+                if threads != torch.get_num_threads():
+                    torch.set_num_threads(threads)
                 t_unit = time.perf_counter()
             self.timer.start()
             batch = self.run.next_batch()
@@ -584,13 +578,10 @@ class Loop:
             self._accumulate(self.run.step(batch, self.timer))
             self.timer.stop()
             if probing:
-                # CPU only (the probe is never made for a GPU run): the step's work is done here, no sync
-                chosen = probe.record(unit, threads, time.perf_counter() - t_unit)
-                if chosen is not None:
-                    torch.set_num_threads(chosen)
-                    self.log.message(f"threads: {probe.sentence()}; {chosen} for the rest of the run")
-                    if cure_applied(num_threads=chosen):
-                        self.slowdown = None  # its advice (one thread) is what runs now
+                # CPU only (never made for a GPU run): the step's work is done here, no sync
+                note = self.threads.record(step, threads, time.perf_counter() - t_unit)
+                if note is not None:
+                    self.log.message(note)
             self.log.progress(step)  # the bar's count and ETA every step; its metrics on logging steps
             if _due(step, cfg.log.every, cfg.steps):
                 self._log_train(step)
@@ -701,6 +692,10 @@ class Loop:
             row["load_avg_1m"] = load  # how busy the machine was (the demo's report says so)
         if self.slowdown is not None and self.run.dist.is_main:
             note = self.slowdown.update(step, step_time, load)
+            if note is not None:
+                self.log.message(note)
+        if self.threads is not None:
+            note = self.threads.window(step, step_time, load)
             if note is not None:
                 self.log.message(note)
         watched = {k: row[k] for k in ("loss", "grad_norm") if k in row}

@@ -38,9 +38,10 @@ def cure_applied(environ: dict[str, str] | None = None, num_threads: int | None 
 def advice() -> str:
     """What to do, in words (the same sentence in the message and the docs)."""
     return (
-        "torch's threads spin waiting for each other when other jobs share the CPUs: restart with "
-        "OMP_WAIT_POLICY=PASSIVE in the environment (or --set num_threads=1); the run resumes from its "
-        "last checkpoint"
+        "torch's threads spin waiting for each other when other jobs share the CPUs, and this run's thread "
+        "count is fixed: restart with --set num_threads=0 (the run then times its steps at each count "
+        "whenever the load changes and keeps the faster), --set num_threads=1 or OMP_WAIT_POLICY=PASSIVE in "
+        "the environment; the run resumes from its last checkpoint"
     )
 
 

@@ -128,3 +128,89 @@ def torch_thread_count() -> int:
     import torch  # lazy: utils imports without torch
 
     return torch.get_num_threads()
+
+
+# Windows (logging rows) a thread choice stands before a change of load may reopen it: a load average
+# that flickers around the busy line must not keep a run probing.
+RECHOOSE_AFTER_WINDOWS = 2
+# A window this many times slower than the steady step time at the chosen count means the load around
+# the run changed even where the 1-minute load average has not caught up yet (windows of one quiet run
+# differ by 10-30 %; the shared-CPU slowdowns seen were 5-40x).
+RECHOOSE_SLOWDOWN = 3.0
+
+
+@dataclasses.dataclass
+class AdaptiveThreads:
+    """Keeps a CPU run on its faster torch thread count while the load around it changes.
+
+    Measured on the 2-core development machine: the CPU demo's batch-32 step takes ~80 ms at 2 threads on
+    a quiet machine, 1.7-9 s at 2 threads beside other jobs (OpenMP threads spin waiting for a descheduled
+    sibling) and ~0.4-1.5 s at 1 thread. No single count is right for a whole run on a shared machine, so
+    the run times its own steps: at the start when the CPUs are busy, and again whenever the load crosses
+    the busy line or a window runs ``RECHOOSE_SLOWDOWN`` x slower than the steady time at the chosen count,
+    each time with a :class:`ThreadProbe` over the next few steps. Nothing to restart. Pure: the caller
+    feeds step numbers, step times and load averages, and applies :meth:`threads_for`.
+    """
+
+    most: int  # torch's own thread count for this process (the count a quiet machine gets)
+    cpus: int  # CPUs this process may run on
+    current: int = 0  # the count in use outside a probe (0: ``most``)
+    probe: ThreadProbe | None = None  # the probe in flight, if any
+    probe_from: int = 0  # the step its first unit ran at
+    busy_at_choice: bool = False  # whether the CPUs were busy when the current count was chosen
+    windows_since_choice: int = 0
+    steady_s: float | None = None  # fastest window at the current count since it was chosen
+    choices: int = 0  # probes completed (the start's included)
+
+    def __post_init__(self) -> None:
+        self.current = self.current or self.most
+
+    def start(self, step: int, load: float | None) -> str | None:
+        """At the run's first step: a probe when the CPUs are busy; returns what to say."""
+        if cpu_busy(load, self.cpus, self.most):
+            return self._open(step, True, f"the CPUs are busy ({format_load(load, self.cpus)})", "first")
+        return None
+
+    def threads_for(self, step: int) -> int:
+        if self.probe is not None:
+            return self.probe.threads_for(step - self.probe_from)
+        return self.current
+
+    def record(self, step: int, threads: int, seconds: float) -> str | None:
+        """One step's time (only while probing); returns the decision's sentence when it was made."""
+        if self.probe is None:
+            return None
+        chosen = self.probe.record(step - self.probe_from, threads, seconds)
+        if chosen is None:
+            return None
+        sentence = self.probe.sentence()
+        self.current, self.probe, self.choices = chosen, None, self.choices + 1
+        self.windows_since_choice, self.steady_s = 0, None
+        return f"threads: {sentence}; {chosen} from now on (timed again if the load changes)"
+
+    def window(self, step: int, step_time_s: float, load: float | None) -> str | None:
+        """A logging window's mean step time and the load; returns what to say when a new probe opens."""
+        if self.probe is not None:
+            return None
+        self.windows_since_choice += 1
+        busy = cpu_busy(load, self.cpus, self.current)
+        slow = self.steady_s is not None and step_time_s >= RECHOOSE_SLOWDOWN * self.steady_s
+        if self.windows_since_choice > 1 and step_time_s > 0:  # the first window carries the probe's steps
+            self.steady_s = step_time_s if self.steady_s is None else min(self.steady_s, step_time_s)
+        if self.windows_since_choice < RECHOOSE_AFTER_WINDOWS:
+            return None
+        if busy != self.busy_at_choice:
+            why = f"the load changed ({format_load(load, self.cpus)}, {'busy' if busy else 'quiet'} now)"
+        elif slow:
+            why = f"the steps slowed down {step_time_s / self.steady_s:.0f}x ({format_load(load, self.cpus)})"
+        else:
+            return None
+        return self._open(step + 1, busy, why, "next")
+
+    def _open(self, step: int, busy: bool, why: str, which: str) -> str:
+        others = [n for n in (self.most, 1) if n != self.current]
+        self.probe = ThreadProbe(candidates=(self.current, *others))
+        self.probe_from, self.busy_at_choice = step, busy
+        counts = " and ".join(map(str, self.probe.candidates))
+        units = self.probe.units
+        return f"{why}: timing the {which} {units} steps at {counts} torch threads to keep the faster"
