@@ -158,7 +158,27 @@ def _os_error(e: OSError) -> ActlabError:
     )
     if e.errno is None:  # a library's OSError about content (pyarrow: "Couldn't deserialize thrift")
         problem, fix = "a file is damaged or not the kind of file expected", "restore or regenerate it"
+    blocker = _file_in_the_way(file) if e.errno in (errno.EEXIST, errno.ENOTDIR) else None
+    if blocker is not None:  # `mkdir -p` through a file said only "[Errno 17] File exists"
+        problem = f"a file is in the way: {blocker} is a file where a directory is needed"
+        fix = f"move {blocker} away, or choose a path that does not pass through it"
     return ActlabError(f"{problem}", file=file, found=found, fix=f"{fix}; then run the command again")
+
+
+def _file_in_the_way(path: str | None) -> str | None:
+    """The first component of ``path`` that exists and is not a directory (``--out notes.txt/x``)."""
+    import os
+
+    if not path:
+        return None
+    parts = os.path.abspath(path).split(os.sep)
+    for i in range(2, len(parts) + 1):
+        head = os.sep.join(parts[:i])
+        if not os.path.exists(head):
+            return None
+        if not os.path.isdir(head):
+            return head
+    return None
 
 
 def _file_in_traceback(e: BaseException) -> str | None:

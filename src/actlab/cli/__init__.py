@@ -15,6 +15,7 @@ import pkgutil
 import sys
 
 from actlab import __version__
+from actlab.cli import _options
 from actlab.errors import ActlabError, Terminated, from_environment
 
 # Every example in every --help runs as written after `actlab demo --out runs/demo` (which leaves the
@@ -187,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             helper()
             code = 0 if args.command is None else 2
         else:
+            _options.check(args)  # options that contradict each other: refused before any work
             code = int(run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
         return code

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from actlab.cli import add_json_flag, add_set_flag, group, subcommand
+from actlab.cli import _options, add_json_flag, add_set_flag, group, subcommand
 
 ORDER = 50
 
@@ -81,6 +81,7 @@ def _register_data(g) -> None:
         help="FrameStore location (default: $ACTLAB_CACHE/frames, or a finished store found elsewhere)",
     )
     add_json_flag(p)
+    _options.paths(p, outputs=("--cache-dir",), inputs=("PATH",))
     p.set_defaults(_run=_run_data)
 
 

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from actlab.cli import add_json_flag, group, subcommand
+from actlab.cli import _options, add_json_flag, group, subcommand
 
 ORDER = 10
 
@@ -102,12 +102,19 @@ def _doctor(g) -> None:
     )
     p.add_argument("--report", default=None, metavar="DIR", help="also write DIR/report.md and report.html")
     add_json_flag(p)
+    _options.paths(p, outputs=("--report",), inputs=("PATH",))
     p.set_defaults(_run=_run_doctor)
+
+
+DOCTOR_REPORT_KIND = "actlab data doctor"
 
 
 def _run_doctor(args) -> int:
     from actlab.datasets.doctor import examine
+    from actlab.utils.io import claim_out_dir
 
+    if args.report:  # before the examination: a user's report.md was overwritten, now refused at once
+        claim_out_dir(args.report, DOCTOR_REPORT_KIND, inputs=(args.path,), option="--report")
     result = examine(args.path, video_samples=args.video_samples)
     if args.report:
         from actlab.viz.data_doctor import write_data_doctor_report  # viz: only when a report is asked for
@@ -247,10 +254,12 @@ def _run_stats(args) -> int:
     from actlab.datasets.format import DEFAULT_FEATURES, STATS_PATH
     from actlab.datasets.stats import stats_to_json
     from actlab.errors import ActlabError
-    from actlab.utils.io import related_input
+    from actlab.utils.io import check_writable, related_input
     from actlab.utils.table import table
 
     ds = open_dataset(args.path)
+    for target in ([args.out] if args.out else []) + ([ds.root / STATS_PATH] if args.write_meta else []):
+        check_writable(target)  # a read-only disk found before the computation, not after it
     if args.out and related_input(Path(args.out), [ds.root]) is not None:  # before the computation
         raise ActlabError(
             "--out lies inside the dataset the stats are computed from",
@@ -361,6 +370,7 @@ def _cache(g) -> None:
         "given) instead of building; exit 2 naming damaged frames",
     )
     add_json_flag(p)
+    _options.paths(p, outputs=("--cache-dir",), inputs=("PATH",))  # frames decoded into the dataset
     p.set_defaults(_run=_run_cache)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from actlab.cli import add_json_flag, add_lerobot_timeout, subcommand
+from actlab.cli import _options, add_json_flag, add_lerobot_timeout, subcommand
 
 ORDER = 30
 
@@ -117,6 +117,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     _add_realtime_flags(p)
     add_json_flag(p)
+    # each of these was accepted and did nothing without the option it belongs to
+    _options.needs(p, "--whiskers-episode", on="--whiskers")
+    _options.needs(p, "--whiskers-every", on="--whiskers")
+    _options.needs(p, "--video-pick", on="--videos", what="--videos K (K above 0)")
+    _options.needs(p, "--overwrite", on="--out")
+    for flag in ("--lerobot-python", "--rename", "--lerobot-timeout", "--instruction"):
+        _options.needs(p, flag, on="--lerobot-policy")
     p.set_defaults(_run=_run)
     _register_compare(p)
 
@@ -328,6 +335,19 @@ def _realtime_plan(args: argparse.Namespace, spec) -> dict:
     text = str(args.latency)
     fps = _task_fps(spec) if ("ms" in text or MEASURED in text or len(modes) > 1 or "," in text) else 30
     latencies = parse_latencies(text, fps)
+    if set(modes) == {"sync"} and any(d != 0 for d in latencies):
+        # lazily, like every actlab import in cli: `actlab --help` never imports torch
+        from actlab.errors import ActlabError
+
+        # sync runs at delay 0 whatever --latency says: 'measured' timed the policy and then ran sync
+        raise ActlabError(
+            "--latency has no effect with --execution sync (the sim waits for the policy: delay 0)",
+            field="--latency",
+            expected="--latency 0 with --execution sync, or a real-time mode",
+            found=f"--latency {text} --execution {args.execution}",
+            fix="add a real-time mode, e.g. --execution sync,async (sync is then the reference), "
+            "or leave --latency out (nothing was run)",
+        )
     if len(modes) * len(latencies) > 1 or MEASURED in latencies:
         return {"grid": True, "modes": modes, "latencies": latencies, "fps": fps}
     (mode,), (d,) = modes, latencies

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from actlab.cli import add_json_flag, add_lerobot_timeout, add_set_flag, group, subcommand
+from actlab.cli import _options, add_json_flag, add_lerobot_timeout, add_set_flag, group, subcommand
 
 ORDER = 30
 
@@ -251,6 +251,14 @@ def _register_doctor(g) -> None:
     )
     add_lerobot_timeout(g)
     add_json_flag(p)
+    # a --cache-dir inside --out went with the report it replaced (--overwrite); one inside the dataset
+    # or the bundle wrote into them (--out itself: check_out_dir, before the diagnosis)
+    _options.paths(
+        p, outputs=("--out", "--cache-dir"), inputs=("BUNDLE", "--dataset", "--sweep", "--lerobot-policy")
+    )
+    for flag in ("--lerobot-python", "--rename", "--lerobot-timeout"):
+        _options.needs(p, flag, on="--lerobot-policy")
+    _options.needs(p, "--overwrite", on="--out")
     p.set_defaults(_run=_run_doctor)
 
 

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from actlab.cli import add_json_flag, add_set_flag, subcommand
+from actlab.cli import _options, add_json_flag, add_set_flag, subcommand
 
 ORDER = 40
 
@@ -57,6 +57,8 @@ def _register_monitor(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--summary-json", metavar="FILE.json", help="also write the summary as JSON")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
+    # the CSV, the plot and the summary are three files: one path given twice lost all but the last
+    _options.paths(p, outputs=("--out", "--plot", "--summary-json"))
     p.set_defaults(_run=_run_monitor)
 
 
@@ -78,7 +80,7 @@ def _run_monitor(args: argparse.Namespace) -> int:
     warmup = parse_warmup(args.warmup)
     cmd = check_command(args.cmd)
     for path, flag in ((args.out, "--out"), (args.plot, "--plot"), (args.summary_json, "--summary-json")):
-        _check_file_arg(path, flag)
+        _check_file_arg(path, flag)  # (each is also written to once before: actlab.cli._options)
     if args.plot:
         from actlab.viz.monitor import check_plot_path
 

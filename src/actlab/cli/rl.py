@@ -7,6 +7,7 @@ import json
 import sys
 
 from actlab.cli import (
+    _options,
     add_preset_flags,
     add_set_flag,
     answer_config_flags,
@@ -67,6 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--demos", metavar="DATASET", help="LeRobot dataset of demonstrations (sets demos)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--json", action="store_true", help="print the run summary as JSON")
+    _options.paths(p, outputs=("--out",), inputs=("--base", "--demos"), probe=False)
     p.set_defaults(_run=_train)
 
     rep = subcommand(
@@ -159,14 +161,14 @@ def _train(args: argparse.Namespace) -> int:
     from actlab.rl.train import train_rl
 
     summary = train_rl(cfg, args.out, resume=args.resume, progress=not args.json)
-    if summary.stopped == "sigterm":
-        from actlab.lifecycle.stop import EXIT_SIGTERM
+    if summary.stopped in ("sigterm", "sigint"):
+        from actlab.lifecycle.stop import EXIT_SIGINT, EXIT_SIGTERM
 
         if args.json:
             print(json.dumps(summary.as_dict(), indent=2))
-        print(f"stopped by SIGTERM after checkpoint {summary.last_checkpoint}; continue with "
-              f"actlab rl train --out {args.out} --resume", file=sys.stderr)  # fmt: skip
-        return EXIT_SIGTERM  # the run is not finished
+        print(f"stopped by {summary.stopped.upper()} after checkpoint {summary.last_checkpoint}; continue "
+              f"with actlab rl train --out {args.out} --resume", file=sys.stderr)  # fmt: skip
+        return EXIT_SIGTERM if summary.stopped == "sigterm" else EXIT_SIGINT  # the run is not finished
     if args.json:
         print(json.dumps(summary.as_dict(), indent=2))
     else:

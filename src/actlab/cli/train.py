@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from actlab.cli import add_preset_flags, answer_config_flags, resolve_preset_config, subcommand
+from actlab.cli import _options, add_preset_flags, answer_config_flags, resolve_preset_config, subcommand
 
 ORDER = 20
 
@@ -78,6 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "normalization comes from --dataset",
     )
     p.add_argument("--json", action="store_true", help="print the run summary as JSON")
+    # a run inside its dataset changed the dataset's meta/ hash (the identity a resume checks) or its files
+    _options.paths(p, outputs=("--out",), inputs=("--dataset", "--init-from"), probe=False)
     p.set_defaults(_run=_run)
 
 
@@ -98,10 +100,12 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(summary.as_dict(), indent=2))
     else:
         _print_summary(summary)
-    if summary.stopped == "sigterm":
-        print(f"stopped by SIGTERM after checkpoint {summary.last_checkpoint}; continue with "
-              f"actlab train --out {args.out} --resume", file=sys.stderr)  # fmt: skip
-        return 143  # 128 + SIGTERM: the run is not finished
+    if summary.stopped in ("sigterm", "sigint"):
+        from actlab.lifecycle.stop import EXIT_SIGINT, EXIT_SIGTERM
+
+        print(f"stopped by {summary.stopped.upper()} after checkpoint {summary.last_checkpoint}; continue "
+              f"with actlab train --out {args.out} --resume", file=sys.stderr)  # fmt: skip
+        return EXIT_SIGTERM if summary.stopped == "sigterm" else EXIT_SIGINT  # the run is not finished
     return 0
 
 

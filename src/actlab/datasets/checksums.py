@@ -63,8 +63,16 @@ def load(root: Path, info: dict[str, Any]) -> tuple[dict[str, dict[str, Any]] | 
         data = read_json(path, "dataset checksums")
     except ActlabError as e:
         return None, f"{path} is unreadable: {e.problem}"
-    if not isinstance(data, dict) or data.get("format") != _FORMAT or not isinstance(data.get("files"), dict):
-        return None, f"{path} is not an actlab checksum record"
+    files = data.get("files") if isinstance(data, dict) else None
+    if (
+        not isinstance(data, dict)
+        or data.get("format") != _FORMAT
+        or not isinstance(files, dict)
+        or not all(isinstance(e, dict) for e in files.values())
+    ):
+        # valid JSON of another shape (`[1, 2]`, entries that are not objects) turned every check off
+        # without a word: it is said as unreadable, like a record that is not JSON at all
+        return None, f"{path} is unreadable: not an actlab checksum record (format {_FORMAT}, files by path)"
     if (data.get("total_frames"), data.get("total_episodes")) != (
         info.get("total_frames"),
         info.get("total_episodes"),

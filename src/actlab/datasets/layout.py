@@ -42,6 +42,7 @@ from actlab.datasets.records import (
 from actlab.datasets.rows import OUTLIER_SPREADS, Data, read_data
 from actlab.errors import ActlabError
 from actlab.utils.io import read_json
+from actlab.utils.kinds import describe
 
 # The names callers import from here: this module's own and those of the two it was split from.
 __all__ = [
@@ -94,6 +95,15 @@ def read_info(root: Path) -> dict[str, Any]:
         raise ActlabError("dataset directory not found", file=root, fix="check the path")
     if (root / "meta" / "episodes.jsonl").is_file() and not (root / fmt.INFO_PATH).is_file():
         raise _v21_error(root, "v2.x (meta/episodes.jsonl)")
+    kind = describe(root)
+    if kind is not None and kind != "a LeRobot dataset":  # a bundle was "dataset info not found"
+        raise ActlabError(
+            "not a dataset",
+            file=root,
+            expected=f"a LeRobot v3 dataset directory (with {fmt.INFO_PATH})",
+            found=kind,
+            fix="pass the dataset directory itself",
+        )
     info = read_json(root / fmt.INFO_PATH, "dataset info")
     if not isinstance(info, dict):
         raise _info_error(root, "info.json is not a JSON object", "(top level)", "{...}", type(info).__name__)

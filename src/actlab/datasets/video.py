@@ -82,8 +82,24 @@ class EncoderStalled(ActlabError):
     episodes are a pure function of their seeds) can tell it from other errors and try once more."""
 
 
-def check_even(height: int, width: int, pix_fmt: str, where: str) -> None:
-    """yuv420p stores chroma at half resolution, so both sides must be even."""
+# The smallest frame side each encoder opens for: SVT-AV1 refuses below 4 px ("Source Width must be at
+# least 4"), which reached the user as "a video file cannot be read: it is damaged" (data synth
+# --image-size 2).
+_MIN_SIDE = {"libsvtav1": 4}
+
+
+def check_even(height: int, width: int, pix_fmt: str, where: str, codec: str = "libsvtav1") -> None:
+    """yuv420p stores chroma at half resolution, so both sides must be even; and each side must be at
+    least what the encoder takes (:data:`_MIN_SIDE`)."""
+    least = _MIN_SIDE.get(codec, 1)
+    if min(height, width) < least:
+        raise ActlabError(
+            f"{codec} cannot encode frames this small",
+            field=where,
+            expected=f"height and width of at least {least} px",
+            found=f"{height}x{width}",
+            fix=f"record or resize to at least {least} px (nothing was written)",
+        )
     if pix_fmt == "yuv420p" and (height % 2 or width % 2):
         raise ActlabError(
             "yuv420p video needs an even frame size",
@@ -110,7 +126,7 @@ class VideoEncoder:
     """
 
     def __init__(self, path: str | Path, height: int, width: int, fps: int, options: VideoOptions) -> None:
-        check_even(height, width, options.pix_fmt, str(path))
+        check_even(height, width, options.pix_fmt, str(path), options.codec)
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.height, self.width, self.fps = height, width, fps

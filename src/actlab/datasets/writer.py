@@ -242,7 +242,8 @@ class DatasetWriter:
                         expected="[H, W, 3]",
                         found=spec["shape"],
                     )
-                check_even(spec["shape"][0], spec["shape"][1], self.video.pix_fmt, f"features.{key}.shape")
+                shape = spec["shape"]
+                check_even(shape[0], shape[1], self.video.pix_fmt, f"features.{key}.shape", self.video.codec)
                 spec["info"] = self._video_info(spec["shape"])
             elif spec["dtype"] == "string":
                 raise ActlabError("string features are not supported", field=f"features.{key}.dtype")

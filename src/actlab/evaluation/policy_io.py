@@ -69,13 +69,17 @@ def inputs_from_features(features: Mapping[str, Mapping]) -> PolicyInputs:
 
 def _read_json(f: Path) -> Any:
     try:
-        return json.loads(f.read_text(encoding="utf-8"))
+        data = json.loads(f.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         msg = f"{f.name} is not valid JSON: {e.msg}"
         raise ActlabError(msg, file=f, fix="use an intact bundle (re-save it with save_policy)") from e
     except UnicodeDecodeError as e:  # bytes overwritten in the file, or not a JSON file at all
         msg = f"{f.name} is not UTF-8 text ({e.reason} at byte {e.start})"
         raise ActlabError(msg, file=f, fix="use an intact bundle (re-save it with save_policy)") from e
+    if not isinstance(data, dict):  # `[]` was "'list' object has no attribute 'get'" later
+        msg = f"{f.name} is not a JSON object"
+        raise ActlabError(msg, file=f, found=type(data).__name__, fix="use an intact bundle (re-save it)")
+    return data
 
 
 def _only_cameras(inputs: PolicyInputs, cameras: Sequence[str] | None) -> PolicyInputs:

@@ -34,6 +34,7 @@ from actlab.evaluation.results import (
 from actlab.evaluation.sources import PolicySource, as_source, source_dir
 from actlab.evaluation.whiskers import check_whiskers_options, whiskers_video
 from actlab.utils.io import atomic_dir, atomic_write_json, atomic_write_text, read_json
+from actlab.utils.kinds import describe
 from actlab.viz.eval import plot_success_vs_step
 
 STEP_RE = re.compile(r"^step_(\d+)$")
@@ -82,9 +83,18 @@ def resolve_paths(paths: Sequence[str | Path]) -> list[PolicySource]:
                     file=p,
                     expected="a policy bundle (model.safetensors + config.json) or a run directory with "
                     "checkpoints/step_NNNNNNN/ bundles",
-                    found="a directory without either",
-                    fix="pass a bundle such as RUN/checkpoints/step_0001000, or the run directory",
+                    found=describe(p) or "a directory without either",
+                    fix="pass a bundle such as RUN/checkpoints/step_0001000, or the run directory "
+                    "(a LeRobot policy: --lerobot-policy DIR --lerobot-python PY)",
                 )
+        elif p.exists():  # a file (model.safetensors itself, a results.json) was "does not exist"
+            raise ActlabError(
+                "a checkpoint is a directory, not a file",
+                file=p,
+                expected="a policy bundle directory or a run directory",
+                found="a file",
+                fix=f"pass the directory that holds it ({p.parent}) if it is a bundle's file",
+            )
         else:
             raise ActlabError("checkpoint path does not exist", file=p, fix="check the path")
         for b in bundles:

@@ -34,6 +34,7 @@ from actlab.lerobot.export import (
 from actlab.policies import ACTConfig, load_policy, make_policy, save_policy
 from actlab.policies.backbones import IMAGENET_MEAN, IMAGENET_STD
 from actlab.utils.io import check_out_dir, read_json, require_file
+from actlab.utils.kinds import describe
 
 # LeRobot range modes: (low stat, high stat).
 _RANGE_MODES = {"MIN_MAX": ("min", "max"), "QUANTILES": ("q01", "q99"), "QUANTILE10": ("q10", "q90")}
@@ -315,6 +316,15 @@ def import_lerobot_act(policy_dir: str | Path, out: str | Path, overwrite: bool 
 
     import torch
 
+    kind = describe(policy_dir)
+    if kind is not None and kind.startswith(("an actlab", "a LeRobot dataset", "the output of")):
+        raise ActlabError(  # a bundle was "actlab's ACT has no counterpart for this LeRobot ACT setting"
+            "not a LeRobot policy directory: nothing to import",
+            file=policy_dir,
+            expected="a LeRobot pretrained_model directory (config.json, model.safetensors, processors)",
+            found=kind,
+            fix="an actlab bundle needs no import: pass it to actlab eval / train --init-from as it is",
+        )
     if Path(policy_dir).is_dir() and _plugin_type(Path(policy_dir)) is not None:
         return import_plugin_policy(policy_dir, out, overwrite=overwrite)
     act_cfg, features, stats, weights, notes = read_lerobot_act(policy_dir)

@@ -44,6 +44,25 @@ STATE_DIR = "training_state"
 STATE_FILE = "state.json"
 
 
+def read_pointer(file: str | Path) -> dict[str, Any]:
+    """``last.json`` / ``best.json``: an object whose ``step`` is a step and whose ``path`` names that
+    step's directory beside it. Anything else is refused naming the file (``{}`` was a KeyError traceback
+    of a resume, and a ``path`` of ``../..`` would have been evaluated by ``rl report``)."""
+    file = Path(file)
+    data = read_json(file, f"checkpoint pointer {file.name}")
+    step, name = data.get("step"), data.get("path")
+    is_step = isinstance(step, int) and not isinstance(step, bool) and step >= 0
+    if not is_step or name != step_dir_name(step):
+        raise ActlabError(
+            f"checkpoint pointer {file.name} is damaged",
+            file=file,
+            expected='{"step": N, "path": "step_NNNNNNN", ...} naming a checkpoint beside it',
+            found=f"step {step!r}, path {name!r}"[:200],
+            fix=f"delete {file} (a resume writes it again from the checkpoints themselves)",
+        )
+    return data
+
+
 def step_dir_name(step: int) -> str:
     return f"step_{step:07d}"
 
@@ -79,7 +98,7 @@ class Checkpoints:
     def pointer(self, which: str) -> dict[str, Any] | None:
         """Contents of ``last.json`` / ``best.json``, or None if absent."""
         p = self.root / f"{which}.json"
-        return read_json(p, f"checkpoint pointer {which}.json") if p.is_file() else None
+        return read_pointer(p) if p.is_file() else None
 
     def last_step(self) -> int | None:
         """The newest complete checkpoint. A directory only gets its ``step_`` name once complete, and

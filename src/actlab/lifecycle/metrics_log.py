@@ -34,11 +34,21 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError as e:
             if i == len(lines) - 1:  # a kill in the middle of a write leaves a partial last line
                 break
             raise ActlabError(f"metrics.jsonl line {i + 1} is not JSON", file=path, found=line[:80]) from e
+        step = row.get("step", 0) if isinstance(row, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool):  # `[1, 2]` was a traceback of a resume
+            raise ActlabError(
+                f"metrics.jsonl line {i + 1} is not a row of metrics",
+                file=path,
+                expected='a JSON object with an integer "step"',
+                found=line[:80],
+                fix="repair or delete that line (the run's checkpoints do not depend on it)",
+            )
+        rows.append(row)
     return rows
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.lifecycle.checkpoints import Checkpoints
+from actlab.utils.kinds import describe
 from actlab.utils.lock import LOCK_FILE
 
 # What to do when a run directory is locked by another process (DirLock's ``fix``; {pid}: the holder).
@@ -51,13 +52,24 @@ class RunKind:
 
 
 def check_run_path(out: Path) -> Path:
-    """``out`` as a run directory path: refused when a file (not a directory) is there."""
+    """``out`` as a run directory path: refused when a file (not a directory) is there, or a directory of
+    another kind (a bundle: ``--resume --out RUN/checkpoints/step_N`` was "unknown config key 'type'"; an
+    export; a dataset)."""
     if out.exists() and not out.is_dir():
         raise ActlabError(
             "the output path is a file, not a run directory",
             file=out,
             expected="a new or existing run directory",
             fix="choose another --out",
+        )
+    kind = describe(out)
+    if kind is not None and not kind.startswith(("an actlab training run", "the output of")):
+        raise ActlabError(
+            "the output path is not a run directory",
+            file=out,
+            expected="a new or existing run directory (the directory that holds checkpoints/)",
+            found=kind,
+            fix="pass the run directory itself (see found), or choose another --out",
         )
     return out
 

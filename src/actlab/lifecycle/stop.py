@@ -1,8 +1,11 @@
-"""When a run stops early: SIGTERM (preemption, ``kill``) and a wall-time limit.
+"""When a run stops early: SIGTERM (preemption, ``kill``), Ctrl-C (SIGINT) and a wall-time limit.
 
 A trainer checks :class:`StopSignals` at its safe points (after an optimizer step, between RL collection
 rounds), writes a checkpoint when :meth:`StopSignals.reason` says so, and stops; its command then exits
-with :data:`EXIT_SIGTERM` for a SIGTERM (the run is not finished: ``--resume`` continues it).
+with :data:`EXIT_SIGTERM` for a SIGTERM and :data:`EXIT_SIGINT` for a Ctrl-C (the run is not finished:
+``--resume`` continues it). A first Ctrl-C used to end the run at once with only "interrupted", losing
+every step since the last checkpoint; now it asks for the same checkpoint as a SIGTERM, and a second
+Ctrl-C ends the run at once.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from collections.abc import Iterator
 
 # 128 + SIGTERM: what a shell reports for a process a SIGTERM ended, and what a stopped run exits with
 EXIT_SIGTERM = 128 + signal.SIGTERM
+# 128 + SIGINT: what a shell reports for a command a Ctrl-C ended
+EXIT_SIGINT = 128 + signal.SIGINT
 
 
 class StopSignals:
@@ -23,15 +28,23 @@ class StopSignals:
         # seconds after which :meth:`reason` says "time_limit" (0: no limit)
         self.time_limit_s = time_limit_s
         self.sigterm = False
+        self.sigint = False  # a first Ctrl-C
         self._t0 = time.monotonic()
 
     def elapsed_s(self) -> float:
         return time.monotonic() - self._t0
 
+    @property
+    def signalled(self) -> bool:
+        """A SIGTERM or a Ctrl-C asked the run to checkpoint and stop."""
+        return self.sigterm or self.sigint
+
     def reason(self) -> str | None:
-        """ "sigterm", "time_limit" or None (go on)."""
+        """ "sigterm", "sigint", "time_limit" or None (go on)."""
         if self.sigterm:
             return "sigterm"
+        if self.sigint:
+            return "sigint"
         if self.time_limit_s and self.elapsed_s() > self.time_limit_s:
             return "time_limit"
         return None
@@ -39,19 +52,37 @@ class StopSignals:
 
 @contextlib.contextmanager
 def catch_sigterm(time_limit_s: float = 0.0) -> Iterator[StopSignals]:
-    """SIGTERM sets ``stop.sigterm`` instead of ending the process while the block runs (main thread
-    only; elsewhere the flag is never set); the previous handler is restored afterwards."""
+    """SIGTERM sets ``stop.sigterm`` and a first Ctrl-C ``stop.sigint`` instead of ending the process
+    while the block runs (main thread only; elsewhere the flags are never set); a second Ctrl-C raises
+    KeyboardInterrupt at once; a SIGINT that was ignored stays ignored. The previous handlers are
+    restored afterwards."""
+    import sys
+
     stop = StopSignals(time_limit_s)
 
-    def handler(signum, frame):
+    def on_term(signum, frame):
         stop.sigterm = True
 
+    def on_int(signum, frame):
+        stop.sigint = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the second Ctrl-C: at once
+        with contextlib.suppress(OSError, ValueError):
+            print(
+                "\nCtrl-C: writing a checkpoint, then stopping (Ctrl-C again to stop at once)",
+                file=sys.stderr,
+            )
+
+    previous = previous_int = None
     try:
-        previous = signal.signal(signal.SIGTERM, handler)
+        previous = signal.signal(signal.SIGTERM, on_term)
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            previous_int = signal.signal(signal.SIGINT, on_int) or signal.default_int_handler
     except ValueError:  # not the main thread
-        previous = None
+        pass
     try:
         yield stop
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if previous_int is not None:
+            signal.signal(signal.SIGINT, previous_int)

@@ -37,6 +37,7 @@ from actlab.utils.io import (
     read_json,
     require_file,
 )
+from actlab.utils.kinds import describe
 
 FORMAT = "actlab.policy"
 FORMAT_VERSION = 1
@@ -252,6 +253,15 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu") -> Any:
     if not path.is_dir():
         hint = "pass the bundle directory, not a file inside it" if path.is_file() else "check the path"
         raise ActlabError("policy bundle directory not found", file=path, fix=hint)
+    kind = describe(path)
+    if kind is not None and not kind.startswith("an actlab policy bundle"):
+        raise ActlabError(  # a run, an export, a dataset: "has no model.safetensors" said nothing of it
+            "not an actlab policy bundle",
+            file=path,
+            expected="a policy bundle directory (RUN/checkpoints/step_N)",
+            found=kind,
+            fix="pass a bundle (see found)",
+        )
     for name in FILES:
         require_file(
             path / name,

@@ -21,6 +21,7 @@ from actlab.evaluation.envs import EnvSpec
 from actlab.evaluation.harness import EvalConfig, evaluate_many
 from actlab.evaluation.results import results_table
 from actlab.evaluation.sources import PolicySource
+from actlab.lifecycle.checkpoints import read_pointer
 from actlab.lifecycle.metrics_log import read_metrics
 from actlab.rl.evaluate import evaluate_agent
 from actlab.rl.train import BASE_COPY, load_agent
@@ -77,11 +78,11 @@ def _choose(run: Path) -> tuple[Path, str]:
         return run, run.name
     best = ckpts / "best.json"
     if best.is_file():
-        name = read_json(best, "best.json")["path"]
+        name = read_pointer(best)["path"]
         return ckpts / name, name
     residual = (run / BASE_COPY).is_dir() or _is_residual(run)
     last = ckpts / "last.json"
-    chosen = ckpts / read_json(last, "last.json")["path"] if last.is_file() else run
+    chosen = ckpts / read_pointer(last)["path"] if last.is_file() else run
     return chosen, "base" if residual else chosen.name
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from actlab.errors import ActlabError
+from actlab.lifecycle.checkpoints import read_pointer
 from actlab.lifecycle.metrics_log import METRICS_FILE, MetricsLog
 from actlab.lifecycle.rundir import (
     LOCKED_FIX,
@@ -97,6 +98,7 @@ def config_hash(cfg: RLConfig) -> str:
 
 def load_run_config(out: str | Path) -> RLConfig:
     """The config a run directory was started with."""
+    check_run_path(Path(out))  # a bundle given as the run: named as such, not as a bad config
     return config_from_dict(read_json(Path(out) / RUN_CONFIG, "RL run config"), str(Path(out) / RUN_CONFIG))
 
 
@@ -302,7 +304,7 @@ class _Trainer:
                     stopped = "regressed"
                     break
             # a SIGTERM asks for a checkpoint now, not for the final evaluation
-            if stopped not in ("sigterm", "regressed") and (
+            if stopped not in ("sigterm", "sigint", "regressed") and (
                 not self.evals or self.evals[-1]["env_steps"] != self.env_steps
             ):
                 self._evaluate()
@@ -310,9 +312,9 @@ class _Trainer:
             if last_ckpt != self.env_steps and self.env_steps > 0:
                 self._save()
                 last_ckpt = self.env_steps
-            if stopped == "sigterm" and last_ckpt is not None:
+            if stopped in ("sigterm", "sigint") and last_ckpt is not None:
                 self.log.message(
-                    f"stopped by SIGTERM at {self.env_steps} env steps after checkpoint "
+                    f"stopped by {stopped.upper()} at {self.env_steps} env steps after checkpoint "
                     f"{self.ckpt.path(last_ckpt).name}; continue with "
                     f"actlab rl train --out {self.out} --resume"
                 )
@@ -551,7 +553,7 @@ def load_agent(path: str | Path, device: str = "cpu") -> Any:
 
     path = Path(path)
     if not (path / AGENT_FILE).is_file() and (path / "checkpoints" / "last.json").is_file():
-        path = path / "checkpoints" / read_json(path / "checkpoints" / "last.json", "last.json")["path"]
+        path = path / "checkpoints" / read_pointer(path / "checkpoints" / "last.json")["path"]
     if not (path / AGENT_FILE).is_file():
         raise ActlabError(
             "not an RL checkpoint",

@@ -326,6 +326,14 @@ class TrainConfig:
         )
         if self.policy is not None:
             _check_finite(self.policy, "policy.")
+            # a one-step chunk reaches the sampler as a single frame, not a window: the trainer failed
+            # after decoding every frame with "the training batch has no 'action_is_pad'"
+            _check(
+                getattr(self.policy, "chunk_size", 2) >= 2,
+                "policy.chunk_size",
+                ">= 2 to train (an action chunk; 1 is single-step behaviour cloning, not supported)",
+                getattr(self.policy, "chunk_size", None),
+            )
         _check_ceilings(self)
 
     @property

@@ -13,6 +13,7 @@ from typing import Any
 from actlab.errors import ActlabError
 from actlab.training.config import policy_config_from_dict
 from actlab.utils.io import read_json
+from actlab.utils.kinds import describe
 
 # Policy config fields that only shape training or acting, not the network: they may differ from the
 # bundle's (e.g. more dropout or another n_action_steps for the fine-tune).
@@ -35,6 +36,16 @@ def bundle_policy_config(bundle: str | Path) -> Any:
     """The policy config saved in a bundle's ``config.json`` (what ``--init-from`` trains)."""
 
     file = Path(bundle) / "config.json"
+    kind = describe(bundle)
+    if kind is not None and not kind.startswith("an actlab policy bundle"):
+        raise ActlabError(  # a run was "unknown policy type 'None'", an export "unknown ... 'actlab_act'"
+            "--init-from takes an actlab policy bundle",
+            file=bundle,
+            field="init_from",
+            expected="an actlab policy bundle (RUN/checkpoints/step_N, or what `actlab policy import` wrote)",
+            found=kind,
+            fix="pass a bundle (see found); a LeRobot checkpoint: `actlab policy import DIR --out B` first",
+        )
     if not file.is_file():
         raise ActlabError(
             "the --init-from bundle has no config.json",

@@ -85,7 +85,7 @@ class RunSummary:
     wall_s: float
     # training samples per second over the whole loop (all ranks)
     samples_per_s: float
-    # why the loop ended: "completed", "sigterm", "overfit_reached"
+    # why the loop ended: "completed", "sigterm", "sigint" (Ctrl-C), "overfit_reached"
     stopped: str = "completed"
     # overfit mode: the step at which the loss fell under the threshold
     overfit_step: int | None = None
@@ -380,6 +380,7 @@ def _rebuilt_summary(out: Path, ckpts: CheckpointManager, step: int, dist: DistI
 
 def load_run_config(out: str | Path) -> TrainConfig:
     """The ``TrainConfig`` saved in a run directory."""
+    check_run_path(Path(out))  # a bundle given as the run: named as such, not "unknown config key 'type'"
     return config_from_dict(read_json(Path(out) / CONFIG_FILE, "run config"), where=str(out))
 
 
@@ -597,7 +598,7 @@ class Loop:
             if self._stop_requested(step):
                 if self.last_ckpt != self.ckpts.path(step).name:
                     self._checkpoint(step)
-                stopped = "sigterm"
+                stopped = self.stop.reason() or "sigterm"  # (another rank's SIGTERM: "sigterm")
                 break
         wall = time.perf_counter() - t0
         samples = (step - start) * cfg.batch_size * self.run.dist.world_size
@@ -631,12 +632,12 @@ class Loop:
 
     def _stop_requested(self, step: int) -> bool:
         if not self.run.dist.distributed:
-            return self.stop.sigterm
+            return self.stop.signalled
         if step % self.cfg.log.every:  # agree across ranks only on logging steps (a collective)
             return False
         import torch
 
-        flag = torch.tensor([1.0 if self.stop.sigterm else 0.0], device=self.run.device)
+        flag = torch.tensor([1.0 if self.stop.signalled else 0.0], device=self.run.device)
         return bool(ddp.all_reduce_mean({"f": flag}, self.run.dist)["f"].item() > 0)
 
     # ---------------------------------------------------------------------------------- actions

@@ -40,10 +40,14 @@ def device_name_for(
     local_rank: int | None = None,
     distributed: bool = False,
     field: str = "device",
+    other_available: bool = False,
 ) -> str:
     """The device ``name`` stands for on a machine with ``cuda_count`` usable CUDA devices.
 
-    Returns ``"cpu"``, ``"mps"``, ``"cuda:N"`` (always indexed) or another torch device string unchanged.
+    Returns ``"cpu"``, ``"mps"``, ``"cuda:N"`` (always indexed) or another torch device string unchanged
+    when ``other_available`` says its backend is usable here (``torch.xpu.is_available()``, ...). The
+    ``meta`` device is refused: its tensors have shapes and no data, so no policy runs there and no time
+    can be measured (``eval --latency measured --device meta`` ended in a traceback).
     ``local_rank`` (torchrun's ``LOCAL_RANK``) picks the GPU when ``name`` has no index; with
     ``distributed`` it picks it for every CUDA spelling (each process trains on its own GPU).
     Raises ActlabError for an unknown spelling, CUDA on a machine without it, or an index that is not there.
@@ -54,6 +58,22 @@ def device_name_for(
             name = "cuda"
         else:
             return "mps" if mps_available else "cpu"
+    if name.split(":")[0] == "meta":
+        raise ActlabError(
+            "the meta device holds no data: nothing can be computed or timed on it",
+            field=field,
+            expected=SPELLINGS,
+            found=name,
+            fix="use device cpu, cuda or auto (nothing was run)",
+        )
+    if name not in ("cpu", "mps") and not name.startswith("cuda") and not other_available:
+        raise ActlabError(
+            "unknown device, or one this torch cannot use",
+            field=field,
+            expected=SPELLINGS,
+            found=name,
+            fix="use device cpu, cuda or auto (nothing was run)",
+        )
     if name in ("cpu", "mps") or not name.startswith("cuda"):
         if name == "mps" and not mps_available:
             raise ActlabError(
@@ -110,6 +130,8 @@ def resolve_device(
         name = str(name)
     cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     mps = getattr(torch.backends, "mps", None)
+    backend = getattr(torch, str(name).strip().lower().split(":")[0], None)  # torch.xpu, torch.mtia, ...
+    usable = getattr(backend, "is_available", None)
     chosen = device_name_for(
         name,
         cuda_count=cuda_count,
@@ -117,6 +139,7 @@ def resolve_device(
         local_rank=env_local_rank() if local_rank is None else local_rank,
         distributed=distributed,
         field=field,
+        other_available=bool(callable(usable) and usable()),
     )
     try:
         return torch.device(chosen)

@@ -227,6 +227,26 @@ def related_input(out: Path, inputs: Sequence[str | Path]) -> Path | None:
     return None
 
 
+def check_writable(path: str | Path) -> None:
+    """Raise the OSError of an output that cannot be written (a read-only disk, no permission) now,
+    before the work: a file is made and removed in the directory the output is created in (its parent,
+    or the nearest existing directory above; never inside ``path``, which may be a user's directory the
+    command goes on to refuse). ``policy doctor --out`` on a read-only disk ran its whole diagnosis
+    first, ``monitor --plot`` the whole command."""
+    path = Path(path)
+    folder = path.parent
+    while not os.path.lexists(folder) and folder.parent != folder:
+        folder = folder.parent
+    if not folder.is_dir():
+        return  # a file in the way: named by the write itself (errors.from_environment)
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".actlab-probe-")
+    except OSError as e:  # name the output asked for, not the probe
+        raise OSError(e.errno, e.strerror, str(path)) from e
+    os.close(fd)
+    os.unlink(probe)
+
+
 def check_out_dir(
     path: str | Path, kind: str, overwrite: bool = False, inputs: Sequence[str | Path] = ()
 ) -> str | None:
@@ -253,6 +273,7 @@ def check_out_dir(
             fix=f"wait for pid {live[0]} to finish (or stop it), or choose another --out",
         )
     state = _state(path)
+    check_writable(path)
     if state is None or (state == "empty" and overwrite):
         return state
     marker = read_output_marker(path) if state.startswith("token:") else None
@@ -287,13 +308,16 @@ def check_out_dir(
     )
 
 
-def claim_out_dir(path: str | Path, kind: str, inputs: Sequence[str | Path] = ()) -> Path:
+def claim_out_dir(
+    path: str | Path, kind: str, inputs: Sequence[str | Path] = (), option: str = "--out"
+) -> Path:
     """Claim an output directory that a command adds files to run after run (``data view`` writes one
     page per episode into the same ``--out``), by the same marker rule as :func:`atomic_dir`: a new or
     empty directory is created and marked as ``kind``'s; one already marked as ``kind``'s is reused (its
     files are this command's own); anything else is refused before a file is written: a directory holding
     files ``kind`` did not write (a user's report.md was overwritten), another command's output, a file,
-    or an ``--out`` that is, holds or lies inside one of ``inputs``. Returns ``path``."""
+    or an ``--out`` that is, holds or lies inside one of ``inputs``. ``option`` is the flag that named
+    ``path`` (for the fix). Returns ``path``."""
     path = Path(path)
     src = related_input(path, inputs)
     if src is not None:
@@ -316,7 +340,8 @@ def claim_out_dir(path: str | Path, kind: str, inputs: Sequence[str | Path] = ()
             file=path,
             expected=f"a new or empty directory, or one {kind} wrote before (it holds {OUTPUT_MARKER})",
             found=found,
-            fix=f"choose another --out (nothing was written: {kind} never writes over files it did not make)",
+            fix=f"choose another {option} "
+            f"(nothing was written: {kind} never writes over files it did not make)",
         )
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -454,11 +479,14 @@ def require_file(
     return path
 
 
-def read_json(path: str | Path, what: str = "JSON file") -> Any:
-    """Read JSON with an error that names the file and the position of a syntax error."""
+def read_json(path: str | Path, what: str = "JSON file", obj: bool = True) -> Any:
+    """Read JSON with an error that names the file and the position of a syntax error. Every JSON file
+    actlab reads is an object: one that parses as anything else (``[]``, a number) is refused here, with
+    the file named (``config.json`` holding ``[]`` was "'list' object has no attribute 'get'" deep in
+    the evaluation); ``obj=False`` reads any JSON value."""
     path = require_file(path, f"{what} not found", expected=f"a {what}", fix="check the path")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ActlabError(
             f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}",
@@ -473,3 +501,12 @@ def read_json(path: str | Path, what: str = "JSON file") -> Any:
             found=f"{e.reason} at byte {e.start}",
             fix="restore the file from a copy or regenerate it",
         ) from e
+    if obj and not isinstance(data, dict):
+        raise ActlabError(
+            f"{what} is not a JSON object",
+            file=path,
+            expected="a JSON object ({...})",
+            found=f"a JSON {type(data).__name__}".replace("dict", "object").replace("NoneType", "null"),
+            fix="restore the file from a copy or regenerate it",
+        )
+    return data

@@ -1,0 +1,134 @@
+"""Rules between the options of one command, declared next to the options and checked by
+:func:`actlab.cli.main` before the command runs, so a refusal costs nothing and writes nothing:
+
+- :func:`paths`: the command's output paths must be distinct (``actlab monitor --out x --plot x`` wrote the
+  CSV, then the plot over it), and none may be or lie inside one of its inputs (``data cache DS
+  --cache-dir DS/meta`` decoded frames into the dataset). An ``--out`` that an output-marker command
+  replaces is checked by ``actlab.utils.io.check_out_dir`` instead, which also refuses one that holds
+  an input;
+- every declared output is written to once, before the command runs (a read-only disk, no permission:
+  ``monitor --plot`` on one ran the whole command and then failed);
+- :func:`needs`: an option that only means something together with another is refused without it
+  (``eval --whiskers-episode 3`` without ``--whiskers`` ran and never drew a whisker).
+
+The rules are stored in the subcommand's defaults (``_paths``, ``_needs``), so checking them needs only
+the parsed arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from actlab.errors import ActlabError
+
+
+def _action(p: argparse.ArgumentParser, name: str) -> argparse.Action:
+    """The action of option ``name`` (``--out``) or positional ``name`` (its metavar or dest)."""
+    for a in p._actions:
+        if name in a.option_strings or (not a.option_strings and name in (a.metavar, a.dest)):
+            return a
+    raise KeyError(f"{p.prog} has no option {name}")  # a mistake in the declaration, found at build time
+
+
+def _label(a: argparse.Action) -> str:
+    return a.option_strings[-1] if a.option_strings else str(a.metavar or a.dest)
+
+
+def _add(p: argparse.ArgumentParser, key: str, rule: tuple) -> None:
+    p.set_defaults(**{key: [*(p.get_default(key) or []), rule]})
+
+
+def paths(
+    p: argparse.ArgumentParser, outputs: Sequence[str], inputs: Sequence[str] = (), probe: bool = True
+) -> None:
+    """Declare ``outputs`` (options naming a file or directory the command writes) and ``inputs``
+    (options or positionals naming what it reads; a list-valued one counts each path). ``probe=False``
+    for a command that writes its output first thing anyway (the trainers make their run directory
+    before any work and say so in their own words)."""
+    outs = [(_label(a), a.dest) for a in map(lambda n: _action(p, n), outputs)]
+    ins = [(_label(a), a.dest) for a in map(lambda n: _action(p, n), inputs)]
+    _add(p, "_paths", (tuple(outs), tuple(ins), probe))
+
+
+def needs(
+    p: argparse.ArgumentParser,
+    option: str,
+    on: str,
+    when: Callable[[Any], bool] | None = None,
+    what: str | None = None,
+) -> None:
+    """Declare that ``option`` has an effect only when ``on`` is given (or when ``when(args)`` holds;
+    ``what`` then says the condition, e.g. "--videos above 0")."""
+    a, b = _action(p, option), _action(p, on)
+    _add(p, "_needs", (_label(a), a.dest, a.default, _label(b), b.dest, b.default, when, what))
+
+
+def _given(value: Any, default: Any) -> bool:
+    return value not in (None, False, [], ()) and value != default
+
+
+def check(args: argparse.Namespace) -> None:
+    """Refuse the parsed ``args`` when a declared rule of their command does not hold."""
+    rules = getattr(args, "_needs", None) or []
+    for label, dest, default, on_label, on_dest, on_default, when, what in rules:
+        if not _given(getattr(args, dest, None), default):
+            continue
+        ok = when(args) if when is not None else _given(getattr(args, on_dest, None), on_default)
+        if not ok:
+            raise ActlabError(
+                f"{label} has no effect without {what or on_label}",
+                field=label,
+                expected=f"{label} together with {what or on_label}",
+                found=f"{label} {getattr(args, dest)!s}"[:200],
+                fix=f"add {what or on_label}, or leave {label} out (nothing was run)",
+            )
+    for outs, ins, probe in getattr(args, "_paths", None) or []:
+        _check_paths(args, outs, ins)
+        if not probe:
+            continue
+        # (imported here: the rules above need nothing but argparse, and --help stays light)
+        from actlab.utils.io import check_writable
+
+        for _, dest in outs:
+            for _, raw in _pairs(getattr(args, dest, None)):
+                check_writable(raw)  # a read-only disk found before the work, not after it
+
+
+def _check_paths(args: argparse.Namespace, outs: Sequence[tuple[str, str]], ins: Sequence[tuple[str, str]]):
+    given = [(label, p, raw) for label, dest in outs for p, raw in _pairs(getattr(args, dest, None))]
+    for i, (la, pa, ra) in enumerate(given):
+        for lb, pb, rb in given[i + 1 :]:
+            if pa == pb or pa in pb.parents or pb in pa.parents:
+                how = "name the same path" if pa == pb else "name paths one inside the other"
+                raise ActlabError(
+                    f"{la} and {lb} {how}: one output would replace or hold the other",
+                    file=ra if pa == pb else f"{ra} and {rb}",
+                    field=f"{la}, {lb}",
+                    expected="a path of its own for each output",
+                    found=f"{la} {ra}, {lb} {rb}",
+                    fix=f"give {la} and {lb} different paths (nothing was run or written)",
+                )
+        for label, dest in ins:
+            for pin, rin in _pairs(getattr(args, dest, None)):
+                if pa == pin or pin in pa.parents:
+                    how = "is" if pa == pin else "lies inside"
+                    raise ActlabError(
+                        f"{la} {how} an input of the command ({label}): it would write into what it reads",
+                        file=ra,
+                        field=f"{la}, {label}",
+                        expected=f"{la} apart from {label}",
+                        found=f"{la} {ra}, {label} {rin}",
+                        fix=f"choose a {la} outside {rin} (nothing was run or written)",
+                    )
+
+
+def _pairs(value: Any) -> list[tuple[Path, str]]:
+    if value is None:
+        return []
+    items = value if isinstance(value, list | tuple) else [value]
+    # realpath, not Path.resolve: a symbolic link loop is the command's to report (resolve raises)
+    return [(Path(os.path.realpath(os.path.expanduser(v))), str(v)) for v in items if v not in (None, "")]

@@ -1,0 +1,52 @@
+"""What a directory is, told by the files that mark it, for errors that refuse a directory of the wrong
+kind: ``actlab eval EXPORT`` said "no checkpoint found", ``policy import BUNDLE`` "actlab's ACT has no
+counterpart for this LeRobot ACT setting", ``train --resume --out BUNDLE`` "unknown config key 'type'",
+``train --init-from RUN`` "unknown policy type 'None'"; each now names what the directory is and what
+to pass instead. Only file names are read here (no parsing beyond the output marker), so any layer
+may call it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+# The marker files, by who writes them:
+# actlab.policies.bundle.save_policy: actlab.json beside config.json and model.safetensors
+_BUNDLE = "actlab.json"
+# actlab.lerobot.export (actlab policy export): actlab_export.json, the source bundle in actlab_bundle/
+_EXPORT = "actlab_export.json"
+# a LeRobot v3 dataset (actlab.datasets.format.INFO_PATH)
+_DATASET = "meta/info.json"
+# actlab.utils.io.OUTPUT_MARKER: the command that wrote an output directory
+_MARKER = ".actlab-output.json"
+
+
+def describe(path: str | Path) -> str | None:
+    """A phrase saying what the directory ``path`` is ("a LeRobot export written by actlab policy
+    export; its actlab bundle is P/actlab_bundle"), with what to pass instead where there is one; None
+    for a directory none of the markers describe (or not a directory)."""
+    p = Path(path)
+    if not p.is_dir():
+        return None
+    if (p / _EXPORT).is_file():
+        inner = p / "actlab_bundle"
+        there = f"; its actlab bundle is {inner}" if (inner / _BUNDLE).is_file() else ""
+        return f"a LeRobot export written by `actlab policy export` (for LeRobot, or --lerobot-policy){there}"
+    if (p / _BUNDLE).is_file():
+        return (
+            f"an actlab policy bundle (a checkpoint; its run directory is {p.parent.parent})"
+            if (p.parent.name == "checkpoints")
+            else "an actlab policy bundle"
+        )
+    if (p / "checkpoints").is_dir() and (p / "config.json").is_file():
+        return f"an actlab training run (its checkpoints are in {p / 'checkpoints'})"
+    if (p / _DATASET).is_file():
+        return "a LeRobot dataset"
+    if (p / "config.json").is_file() and (p / "model.safetensors").is_file():
+        return "a LeRobot pretrained_model directory (for --lerobot-policy, or `actlab policy import`)"
+    try:
+        kind = json.loads((p / _MARKER).read_text(encoding="utf-8")).get("kind")
+    except (OSError, ValueError, AttributeError):
+        kind = None
+    return f"the output of {kind}" if isinstance(kind, str) else None
