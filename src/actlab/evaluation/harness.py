@@ -304,7 +304,6 @@ def evaluate_many(
     names = [s.name for s in sources]
     if len(set(names)) != len(names):
         raise ActlabError("two policies have the same name", found=", ".join(names), fix="rename one")
-    cfg = threads_for_load(cfg)
     # a delay a policy cannot take fails before any episode; a horizon the executor chose is said
     for note in check_sources_execution(sources, cfg.execution):
         print(f"note: {note}", file=sys.stderr)
@@ -317,6 +316,7 @@ def evaluate_many(
         )
     first_inputs = next((i for i in map(source_inputs, sources) if i is not None), None)
     spec = spec_for_inputs(spec, first_inputs)
+    cfg = threads_for_load(cfg)  # after every refusal: a note about the load never precedes an error
     video_root = Path(out_dir) / "videos" if out_dir is not None and cfg.videos > 0 else None
     results: dict[str, list[EpisodeResult]] = {s.name: [] for s in sources}
 

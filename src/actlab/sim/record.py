@@ -337,6 +337,7 @@ def record_dataset(
     gives the same dataset (episodes are a pure function of their seeds), and a second stall is raised.
     """
     chosen = (config or RecordConfig()).codec
+    note = None
     if chosen == "auto":
         video = record_video_options(busy=_cpu_busy_now())
         if video.codec != VideoOptions().codec:
@@ -345,17 +346,18 @@ def record_dataset(
                 if av_version() < AV1_MIN_AV
                 else f"the CPUs are busy ({format_load(load_1m(), usable_cpus())}), where SVT-AV1 stalls"
             )
-            print(f"note: {why}; recording h264 instead of AV1 (LeRobot reads both)", file=sys.stderr)
+            note = f"note: {why}; recording h264 instead of AV1 (LeRobot reads both)"
     else:  # the user's choice, kept for a second attempt too
         video = record_video_options((99,) if chosen == "av1" else (0,))
     for attempt in range(1, RECORD_ATTEMPTS + 1):
         try:
             return _record_once(
-                out_dir, config, video, overwrite=overwrite, progress=progress, on_episode=on_episode
+                out_dir, config, video, note, overwrite=overwrite, progress=progress, on_episode=on_episode
             )
         except EncoderStalled as e:
             if attempt == RECORD_ATTEMPTS:
                 raise
+            note = None  # said once
             if chosen == "auto":
                 video = record_video_options(busy=True)  # h264: the encoder that has never stalled
             print(
@@ -370,6 +372,7 @@ def _record_once(
     out_dir: str | Path,
     config: RecordConfig | None,
     video: VideoOptions,
+    note: str | None,
     *,
     overwrite: bool,
     progress: bool,
@@ -384,6 +387,8 @@ def _record_once(
     need = estimate_bytes(config)
     if overwrite or not out_dir.exists():  # (else the writer refuses the existing output first)
         _check_disk(out_dir, config, need)
+    if note is not None:  # after the refusals: a note about the load never precedes an error
+        print(note, file=sys.stderr)
     start = time.perf_counter()
     attempts = successes = frames = written = 0
     failed: list[int] = []
