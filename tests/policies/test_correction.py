@@ -73,8 +73,11 @@ def test_steps_outside_the_episode_add_no_correction_loss(features, stats):
     batch = make_batch(policy, n_pad=0)
     batch["observation.state.future_is_pad"][:] = True
     batch["observation.state.future"][:] = float("nan")  # nothing of a padded step may reach the loss
-    _, metrics = policy(batch)
+    loss, metrics = policy(batch)
     assert metrics["correction_l1"] == 0 and metrics["correction_zero_l1"] == 0
+    loss.backward()
+    head = [p.grad for n, p in policy.named_parameters() if n.startswith("correction_head.")]
+    assert all(g is None or torch.isfinite(g).all() for g in head)
 
 
 def test_a_training_batch_without_the_future_states_is_refused(features, stats):

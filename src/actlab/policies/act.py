@@ -607,7 +607,10 @@ class ACTPolicy(nn.Module):
         planned_n = self.normalizer.normalize(ACTION, pick_steps(planned, k))  # (B, A)
         target = self.normalizer.normalize(ACTION, pick_steps(batch[ACTION], k)) - planned_n  # (B, A)
         target = torch.where(valid[:, None], target, torch.zeros_like(target))
-        state_n = self.normalizer.normalize(STATE, pick_steps(batch[FUTURE_STATE], k))  # (B, D)
+        state = pick_steps(batch[FUTURE_STATE], k)  # (B, D); zeroed where padded: no NaN reaches a gradient
+        state_n = self.normalizer.normalize(
+            STATE, torch.where(valid[:, None], state, torch.zeros_like(state))
+        )
         residual = self.correction_head(state_n, planned_n, k)  # (B, A)
         n_valid = valid.sum().clamp(min=1) * self.action_dim
         err = torch.where(valid[:, None], (residual - target).abs(), torch.zeros_like(residual))
