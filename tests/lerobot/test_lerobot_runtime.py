@@ -172,7 +172,7 @@ def test_sim_robot_writes_its_logs_under_its_output_directory_and_says_each_epis
         quiet.close()
 
 
-def _tiny_act(tmp_path: Path, rtc_max_delay: int = 4):
+def _tiny_act(tmp_path: Path, rtc_max_delay: int = 4, correction_head: bool = False):
     """An untrained act_relative (chunk 12, 6 actions per chunk) on 32 px top + wrist cameras."""
     from actlab.policies import ACTRelativeConfig, make_policy
 
@@ -181,12 +181,12 @@ def _tiny_act(tmp_path: Path, rtc_max_delay: int = 4):
     cams = ("observation.images.top", "observation.images.wrist")
     feats.update({c: {"dtype": "video", "shape": [32, 32, 3], "names": None} for c in cams})
     std = {"mean": np.zeros(6), "std": np.full(6, 30.0)}
-    stats = {"observation.state": std, "action.relative": {**std, "mean_per_step": np.zeros((12, 6)),
-                                                          "std_per_step": np.full((12, 6), 5.0)}}  # fmt: skip
+    rel = {**std, "mean_per_step": np.zeros((12, 6)), "std_per_step": np.full((12, 6), 5.0)}
+    stats = {"observation.state": std, "action": std, "action.relative": rel}
     cfg = ACTRelativeConfig(
         cameras=cams, chunk_size=12, n_action_steps=6, vision_backbone="cnn_small", dim_model=32, n_heads=2,
         dim_feedforward=64, n_encoder_layers=1, n_decoder_layers=1, latent_dim=8, n_vae_encoder_layers=1,
-        rtc_max_delay=rtc_max_delay,
+        rtc_max_delay=rtc_max_delay, correction_head=correction_head,
     )  # fmt: skip
     torch.manual_seed(0)
     return make_policy(cfg, feats, stats, pretrained=False).eval()
@@ -261,3 +261,47 @@ def test_plugin_execution_a_policy_cannot_run_is_refused_with_lerobot_rollouts_f
     assert e.value.field == flag
     text = str(e.value)
     assert "--latency" not in text and "--horizon " not in text and "--execution " not in text, text
+
+
+@pytest.mark.timeout(60)
+def test_plugin_execution_correct_runs_actlabs_executor_with_the_policys_head(tmp_path):
+    """--policy.execution=correct: the plugin's config value runs ChunkExecutor's correct mode (the head
+    at every step, the inference in a worker thread), the same actions as actlab eval's executor; a
+    policy without the head is refused with the fix and the plugin's flag."""
+    from actlab.policies.execution import ChunkExecutor, ChunkLimits, ExecutionSpec
+
+    policy = _tiny_act(tmp_path, correction_head=True)
+    torch.nn.init.normal_(policy.correction_head.mlp[-1].weight, std=0.1)  # a residual that is not zero
+    rng = np.random.default_rng(1)
+    steps = [
+        {
+            "observation.state": torch.as_tensor(rng.normal(0, 20, (1, 6)), dtype=torch.float32),
+            **{
+                f"observation.images.{c}": torch.as_tensor(
+                    rng.integers(0, 255, (1, 3, 32, 32)), dtype=torch.uint8
+                )
+                for c in ("top", "wrist")
+            },
+        }
+        for _ in range(14)
+    ]
+    fields = {"execution": "correct", "execution_latency": 2, "execution_horizon": None}
+    plugin = rollout_execution(policy, fields)
+    ref = ChunkExecutor(
+        policy, ExecutionSpec("correct", latency=2), ChunkLimits.from_config(policy.config), 1
+    )
+    plain = ChunkExecutor(
+        policy, ExecutionSpec("async", latency=2), ChunkLimits.from_config(policy.config), 1
+    )
+    try:
+        with torch.no_grad():
+            for obs in steps:
+                got = plugin.select_action(obs)
+                assert torch.equal(got, ref.step(lambda obs=obs: obs))
+                assert not torch.equal(got, plain.step(lambda obs=obs: obs))  # the head corrected it
+        assert plugin.executor.background and plugin.executor.correct_fn is not None
+    finally:
+        plugin.close()
+    with pytest.raises(ActlabError) as e:
+        rollout_execution(_tiny_act(tmp_path), fields)
+    assert e.value.field == "--policy.execution" and "--set policy.correction_head=true" in e.value.fix

@@ -91,7 +91,7 @@ def make_batch(policy, batch_size: int = 4, seed: int = 0, n_pad: int = 3) -> di
             if n_pad:
                 pad[0, t - n_pad :] = True
             batch["action_is_pad"] = pad
-        elif key == "observation.state":
+        elif key in ("observation.state", "observation.state.future"):
             batch[key] = torch.randn(batch_size, t, policy.state_dim, generator=g)
             batch[key + "_is_pad"] = torch.zeros(batch_size, t, dtype=torch.bool)
         else:

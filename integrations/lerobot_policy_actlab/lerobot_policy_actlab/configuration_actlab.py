@@ -25,9 +25,11 @@ class _ActlabConfig(PreTrainedConfig):
     # actions executed per chunk by select_action (actlab's n_action_steps)
     n_action_steps: int = 10
     # how select_action executes chunks (lerobot-rollout's default sync engine calls it every step), as
-    # `actlab eval --execution`: sync (actlab's queue of n_action_steps) / async / ensemble / blend / rtc
-    # (the same actions as actlab eval on the same observations; each inference runs in a worker thread
-    # while the arm executes the previous chunk). Set on the command line: --policy.execution=blend
+    # `actlab eval --execution`: sync (actlab's queue of n_action_steps) / async / ensemble / blend / rtc /
+    # correct (a policy trained with correction_head: each step's action corrected from the newest
+    # observation) (the same actions as actlab eval on the same observations; each inference runs in a
+    # worker thread while the arm executes the previous chunk). Set on the command line:
+    # --policy.execution=blend
     execution: str = "sync"
     # control steps from an inference's start to its chunk's first use (actlab eval --latency)
     execution_latency: int = 0

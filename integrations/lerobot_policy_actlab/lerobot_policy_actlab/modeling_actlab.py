@@ -10,7 +10,7 @@ size, raw joint state; they are resized to the trained size (:func:`actlab.lerob
 and handed to actlab's policy, which normalizes inside and returns absolute actions.
 
 ``--policy.execution=MODE --policy.execution_latency=D [--policy.execution_horizon=S]`` runs actlab's
-execution modes (async, ensemble, blend, rtc) in ``select_action``, the sync engine's per-step call:
+execution modes (async, ensemble, blend, rtc, correct) in ``select_action``, the sync engine's per-step call:
 actlab's own chunk executor (:func:`actlab.lerobot.runtime.rollout_execution`), so the arm executes the
 actions ``actlab eval --execution MODE --latency D`` measured.
 """

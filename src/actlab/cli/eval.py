@@ -43,7 +43,9 @@ after that an inference starts every --horizon steps from that step's observatio
 policy: today's evaluation, the default), async (switch to the new chunk as it comes), ensemble (ACT's
 temporal ensembling of every arrived chunk, a new inference as soon as the last one finished), blend
 (the new chunk's overlap blended with the old one: inference-time RTC), rtc (blend, and the committed
-actions handed to the policy as a prefix: act_relative trained with rtc_max_delay). Comma lists make a
+actions handed to the policy as a prefix: act_relative trained with rtc_max_delay), correct (async's
+chunks, each step's action corrected from the newest observation by the policy's correction head: a
+policy trained with --set policy.correction_head=true). Comma lists make a
 grid on the same seeds; every episode also reports chunk-boundary jump, spike factor, jerk and chunk
 switches of the actions it executed.
 """
@@ -306,7 +308,8 @@ def _add_realtime_flags(p: argparse.ArgumentParser) -> None:
         metavar="MODES",
         help="sync (default: the sim waits for the policy), async (switch to each new chunk as it arrives), "
         "ensemble (temporal ensembling of the arrived chunks), blend (overlap blended with the old chunk), "
-        "rtc (blend + the committed actions as the policy's prefix; act_relative with rtc_max_delay); "
+        "rtc (blend + the committed actions as the policy's prefix; act_relative with rtc_max_delay), "
+        "correct (async + the policy's correction head at every step; correction_head=true); "
         "a comma list makes a sweep",
     )
     g.add_argument(

@@ -153,6 +153,15 @@ def act_blockers(config: Any, camera_keys: list[str]) -> list[Blocker]:
                 "LeRobot's ACT does not resize images; this policy resizes every camera inside the model",
             )
         )
+    if getattr(config, "correction_head", False):
+        out.append(
+            Blocker(
+                "correction_head",
+                "false",
+                True,
+                "LeRobot's ACT has no correction head (--execution correct); actlab's plugin carries it",
+            )
+        )
     if not camera_keys:
         out.append(
             Blocker(

@@ -30,7 +30,8 @@ from torch import nn
 from actlab.errors import ActlabError
 from actlab.policies.backbones import IMAGENET_MEAN, IMAGENET_STD, load_imagenet_weights, make_backbone
 from actlab.policies.configs import VIT_BACKBONES, ACTConfig
-from actlab.policies.contract import FEATURES_SUFFIX
+from actlab.policies.contract import FEATURES_SUFFIX, FUTURE_STATE
+from actlab.policies.correction import CorrectionHead, pick_steps
 from actlab.policies.ensemble import TemporalEnsembler
 from actlab.policies.inference import GraphedInference, plan_inference_graphs
 from actlab.policies.layers import Decoder, Encoder, sinusoid_1d, sinusoid_2d
@@ -228,6 +229,10 @@ class ACTPolicy(nn.Module):
         self.encoder_1d_feature_pos_embed = nn.Embedding(1 + cfg.n_obs_steps + self.n_extra_tokens, d)
         self.decoder_pos_embed = nn.Embedding(cfg.chunk_size, d)
         self.action_head = nn.Linear(d, self.action_dim)
+        if cfg.correction_head:
+            self.correction_head = CorrectionHead(
+                self.state_dim, self.action_dim, cfg.chunk_size, cfg.correction_hidden_dim
+            )
 
     def _build_vision(self, d: int) -> None:
         """Backbone, camera fusion and the image tokens' positions (docs/policies.md "Camera fusion")."""
@@ -300,7 +305,7 @@ class ACTPolicy(nn.Module):
 
     @property
     def observation_delta_indices(self) -> dict[str, list[int]]:
-        return {k: v for k, v in self.delta_indices.items() if k != ACTION}
+        return {k: v for k, v in self.delta_indices.items() if k not in (ACTION, FUTURE_STATE)}
 
     @property
     def action_delta_indices(self) -> list[int]:
@@ -514,13 +519,20 @@ class ACTPolicy(nn.Module):
     # ------------------------------------------------------------------------------------------ training
     def _check_batch(self, batch: dict[str, torch.Tensor]) -> None:
         """Shape checks on Python ints only (static under torch.compile, no host sync)."""
-        for key in [STATE, ACTION, ACTION + "_is_pad"]:
+        needed = [STATE, ACTION, ACTION + "_is_pad"]
+        if self.config.correction_head:
+            needed += [FUTURE_STATE, FUTURE_STATE + "_is_pad"]
+        for key in needed:
             if key not in batch:
                 raise ActlabError(
                     f"the training batch has no {key!r}",
                     field=key,
                     expected=", ".join(self.delta_indices) + ", action_is_pad",
                     found=", ".join(sorted(batch)),
+                    fix="gather the batch with policy.delta_indices (actlab train does; the correction "
+                    "head's observation.state.future is the state column at its offsets)"
+                    if key.startswith(FUTURE_STATE)
+                    else None,
                 )
         act, pad = batch[ACTION], batch[ACTION + "_is_pad"]
         h, a = self.config.chunk_size, self.action_dim
@@ -569,7 +581,40 @@ class ACTPolicy(nn.Module):
         else:
             kld = torch.zeros_like(l1)
             loss = l1
-        return loss, {"l1_loss": l1.detach(), "kld_loss": kld.detach(), "loss": loss.detach()}
+        metrics = {"l1_loss": l1.detach(), "kld_loss": kld.detach()}
+        if self.config.correction_head:
+            corr, zero = self._correction_loss(batch, pred if mu is None else None, keep)
+            loss = loss + corr
+            metrics.update(correction_l1=corr.detach(), correction_zero_l1=zero.detach())
+        return loss, {**metrics, "loss": loss.detach()}
+
+    def _correction_loss(
+        self, batch: dict[str, torch.Tensor], pred: torch.Tensor | None, keep: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The correction head's L1 on ``a[t+k] - p[k]`` at one uniform ``k`` per sample (normalized action
+        units), and the L1 a zero head would have (policies/correction.py says what and why).
+
+        ``pred``: the chunk of this forward pass when it is the inference chunk (no CVAE latent), else
+        None: the chunk is then computed again with the latent at 0. Neither gets the head's gradient.
+        """
+        with torch.no_grad():
+            if pred is None:
+                pred, _, _ = self._predict_normalized(batch)  # targets None: latent 0, no RTC prefix
+            planned = self._to_actions(pred.detach(), batch)  # (B, H, A) absolute
+        b, h = planned.shape[:2]
+        k = torch.randint(0, h, (b,), device=planned.device)  # (B,) drawn on the device: no host sync
+        valid = pick_steps(keep, k) & ~pick_steps(batch[FUTURE_STATE + "_is_pad"], k)  # (B,)
+        planned_n = self.normalizer.normalize(ACTION, pick_steps(planned, k))  # (B, A)
+        target = self.normalizer.normalize(ACTION, pick_steps(batch[ACTION], k)) - planned_n  # (B, A)
+        target = torch.where(valid[:, None], target, torch.zeros_like(target))
+        state = pick_steps(batch[FUTURE_STATE], k)  # (B, D); zeroed where padded: no NaN reaches a gradient
+        state_n = self.normalizer.normalize(
+            STATE, torch.where(valid[:, None], state, torch.zeros_like(state))
+        )
+        residual = self.correction_head(state_n, planned_n, k)  # (B, A)
+        n_valid = valid.sum().clamp(min=1) * self.action_dim
+        err = torch.where(valid[:, None], (residual - target).abs(), torch.zeros_like(residual))
+        return err.sum() / n_valid, target.abs().sum() / n_valid
 
     # ------------------------------------------------------------------------------------------ inference
     def _check_prefix(self, prefix: torch.Tensor | None) -> None:
@@ -667,6 +712,32 @@ class ACTPolicy(nn.Module):
         """The tensor math of one inference call (what a CUDA graph captures): (B, H, A) absolute."""
         pred, _, _ = self._predict_normalized(obs, prefix=prefix)
         return self._to_actions(pred, obs, prefix)
+
+    @torch.no_grad()
+    def correct_actions(
+        self, obs: dict[str, torch.Tensor], planned: torch.Tensor, steps: torch.Tensor
+    ) -> torch.Tensor:
+        """The executing chunk's actions corrected from the newest observation (``--execution correct``).
+
+        ``obs``: the newest observation (its state is read); ``planned`` (B, A): each row's chunk action
+        for this step; ``steps`` (B,) int: the steps since that chunk's observation (its index in the
+        chunk). Returns ``planned + residual`` (B, A) absolute; exactly ``planned`` where the head outputs 0.
+        """
+        if not self.config.correction_head:
+            raise ActlabError(
+                f"this {self.config.type} policy has no correction head",
+                field="correction_head",
+                expected="true",
+                found=False,
+                fix="train with --set policy.correction_head=true",
+            )
+        state = last_frame(obs[STATE], 1)  # (B, D)
+        p = planned.to(device=state.device, dtype=state.dtype)  # (B, A)
+        state_n = self.normalizer.normalize(STATE, state)
+        residual_n = self.correction_head(
+            state_n, self.normalizer.normalize(ACTION, p), steps.to(state.device)
+        )
+        return p + residual_n.to(p.dtype) * self.normalizer.get(ACTION).std  # (B, A)
 
     def use_cuda_graphs(self, mode: bool | str = "auto") -> str | None:
         """Replay ``predict_action_chunk`` (and so ``select_action``) from CUDA graphs.

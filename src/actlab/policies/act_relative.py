@@ -101,6 +101,8 @@ class ACTRelativePolicy(ACTPolicy):
         keys = [STATE, REL]
         if self.config.obs_state_delta_frames is not None:
             keys.append(DELTA)
+        if self.config.correction_head:
+            keys.append(ACTION)  # the head's residuals are in absolute action units
         if self.config.image_norm == "dataset":
             keys += self.camera_keys
         return keys
@@ -117,6 +119,10 @@ class ACTRelativePolicy(ACTPolicy):
             entries[REL] = mean_std(stats, REL, (a,), cfg.std_floor)
         if cfg.obs_state_delta_frames is not None:
             entries[DELTA] = mean_std(stats, DELTA, (self.state_dim,), cfg.std_floor)
+        if cfg.correction_head:
+            # The correction head reads and writes absolute actions (the executing chunk's), normalized
+            # with the dataset's absolute action stats, whatever the chunk's own (relative) units.
+            entries[ACTION] = mean_std(stats, ACTION, (self.action_dim,), cfg.std_floor)
         entries.update(self._image_entries(stats))
         return entries
 

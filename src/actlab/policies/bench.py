@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 import torch
 
-from actlab.policies.contract import FEATURES_SUFFIX
+from actlab.policies.contract import FEATURES_SUFFIX, FUTURE_STATE
 from actlab.policies.info import synthetic_features, unit_stats
 from actlab.policies.registry import apply_config_overrides, get_config_class, make_policy
 from actlab.utils.device import resolve_device
@@ -43,6 +43,9 @@ def _batch(
         elif key == "observation.state":
             shape = (batch_size, policy.state_dim) if t == 1 else (batch_size, t, policy.state_dim)
             batch[key] = torch.randn(*shape, generator=gen)
+        elif key == FUTURE_STATE:  # a correction head's states over the chunk
+            batch[key] = torch.randn(batch_size, t, policy.state_dim, generator=gen)
+            batch[key + "_is_pad"] = torch.zeros(batch_size, t, dtype=torch.bool)
         else:
             batch[key] = torch.randint(
                 0, 256, (batch_size, *policy.image_shapes[key]), generator=gen, dtype=torch.uint8

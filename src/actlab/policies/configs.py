@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any, ClassVar
 
 from actlab.errors import ActlabError
-from actlab.policies.contract import FEATURES_SUFFIX
+from actlab.policies.contract import FEATURES_SUFFIX, FUTURE_STATE
 from actlab.utils.config import did_you_mean
 
 RESNETS = ("resnet18", "resnet34")
@@ -62,6 +62,7 @@ _CEILINGS: dict[str, float] = {
     "downscale_img_square": 4096,
     "rtc_max_delay": 10000,
     "obs_state_delta_frames": 10000,
+    "correction_hidden_dim": 8192,
 }
 
 
@@ -170,6 +171,13 @@ class ACTConfig:
     n_vae_encoder_layers: int = 4
     # weight of the KL term in the loss (L1 + kl_weight * KL)
     kl_weight: float = 10.0
+
+    # --- correction head (actlab eval --execution correct; policies/correction.py) ---
+    # a small per-step MLP that corrects the executing chunk's action from the newest state (A2C2, arXiv
+    # 2509.23224), trained with the policy on its own loss (the chunk's training is unchanged)
+    correction_head: bool = False
+    # hidden width of the correction head's MLP
+    correction_hidden_dim: int = 128
 
     # --- normalization ---
     # state/action/relative/delta dims whose std is at or below this never moved in the data: they are
@@ -291,6 +299,20 @@ class ACTConfig:
             f"{self.camera_fusion!r}{did_you_mean(self.camera_fusion, CAMERA_FUSIONS)}",
         )
         _check(
+            isinstance(self.correction_head, bool),
+            name,
+            "correction_head",
+            "true or false",
+            self.correction_head,
+        )
+        _check(
+            isinstance(self.correction_hidden_dim, int) and self.correction_hidden_dim >= 1,
+            name,
+            "correction_hidden_dim",
+            "an integer >= 1",
+            self.correction_hidden_dim,
+        )
+        _check(
             isinstance(self.n_obs_steps, int) and self.n_obs_steps >= 1,
             name,
             "n_obs_steps",
@@ -382,6 +404,10 @@ class ACTConfig:
         for key in camera_keys:
             out[key] = self.obs_offsets()
         out["action"] = list(range(self.chunk_size))
+        if self.correction_head:
+            # the state at every step of the chunk: the correction head's training input (never read at
+            # inference, where the newest observation is the state)
+            out[FUTURE_STATE] = list(range(self.chunk_size))
         return out
 
     def stats_request(self) -> dict[str, Any]:

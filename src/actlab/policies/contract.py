@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 # ``batch[camera + FEATURES_SUFFIX]`` ((B, [1,] C', h, w), from ``encode_images``) may replace
 # ``batch[camera]``. The one spelling of it: policies read it, the trainer writes it.
 FEATURES_SUFFIX = ".features"
+# Batch key of ``observation.state`` at the offsets a policy asks for under this name in its
+# ``delta_indices`` (a training input only, never an observation): a policy with a correction head reads
+# the state at every step of its chunk. The trainer gathers it from the ``observation.state`` column.
+FUTURE_STATE = "observation.state.future"
 
 
 @runtime_checkable

@@ -28,6 +28,12 @@ The model (RTC, Black et al. 2025), per row (env), with ``t`` the control steps 
   every arrived chunk's prediction for u, weights ``exp(-coeff * i)``, i = 0 the oldest
   (:class:`actlab.policies.ensemble.TemporalEnsembler`, the one implementation). At D = 0 and s = 1 it is
   ACT's temporal ensembling.
+  ``correct``: ``async``'s chunks, and at every step the executing chunk's action is corrected from the
+  newest observation by the policy's correction head (A2C2; ``policy.correct_actions(obs, planned, k)``,
+  k = the steps since the chunk's observation, ``actlab.policies.correction``): one small MLP call per
+  step, in the control thread (with ``background`` it runs while the next chunk is being computed). A
+  head that outputs zero executes exactly ``async``'s actions. Needs a policy trained with
+  ``correction_head`` (refused otherwise, with that fix).
 - Rows that do not need a chunk at a step ride along in the batched call and their output is dropped:
   each row's numbers then never depend on which other rows needed one (batched matmuls may round
   differently for different batch sizes), and there is still one policy call per control step.
@@ -47,7 +53,7 @@ import numpy as np
 
 from actlab.errors import ActlabError
 
-EXECUTION_MODES = ("sync", "async", "ensemble", "blend", "rtc")
+EXECUTION_MODES = ("sync", "async", "ensemble", "blend", "rtc", "correct")
 # Earlier spellings (the servo simulator's own mode names), refused with the name to use instead.
 RENAMED_MODES = {"naive": "async"}
 SCHEDULES = ("exp", "linear", "none")
@@ -63,7 +69,7 @@ PLUGIN_FIELDS = {"mode": "execution", "latency": "execution_latency", "horizon":
 class ExecutionSpec:
     """How chunks are executed while the next one is computed (one cell of a delay sweep)."""
 
-    # sync / async / ensemble / blend / rtc (module docstring)
+    # sync / async / ensemble / blend / rtc / correct (module docstring)
     mode: str = "sync"
     # D: control steps one inference takes; the previous chunk is executed meanwhile
     latency: int = 0
@@ -99,7 +105,7 @@ class ExecutionSpec:
             "latency",
             "0 with --execution sync (the sim waits for the policy)",
             self.latency,
-            "use --execution async, ensemble, blend or rtc for a latency",
+            "use --execution async, ensemble, blend, rtc or correct for a latency",
         )
         check(  # sync executes the policy's own n_action_steps: a horizon there was ignored without a word
             self.mode != "sync" or self.horizon is None,
@@ -139,6 +145,7 @@ class ChunkLimits:
     n_action_steps: int  # actions executed per chunk when run synchronously
     rtc_max_delay: int = 0  # longest committed prefix the policy was trained to continue (0: none)
     history: bool = False  # the policy keeps an observation history in select_action (n_obs_steps, deltas)
+    correction_head: bool = False  # the policy has a correction head (correct_actions: --execution correct)
 
     @classmethod
     def from_config(cls, cfg: Any) -> ChunkLimits:
@@ -153,6 +160,7 @@ class ChunkLimits:
             n_action_steps=int(get("n_action_steps") or h),
             rtc_max_delay=int(get("rtc_max_delay") or 0),
             history=int(get("n_obs_steps") or 1) > 1 or get("obs_state_delta_frames") is not None,
+            correction_head=get("correction_head") is True,
         )
 
 
@@ -160,6 +168,16 @@ def check_execution(spec: ExecutionSpec, limits: ChunkLimits, where: str = "poli
     """Raise an ActlabError naming the limit if ``spec`` cannot run on a policy with ``limits``; return s."""
     if spec.mode == "sync":
         return limits.n_action_steps
+    if spec.mode == "correct" and not limits.correction_head:
+        raise ActlabError(
+            f"{where}: --execution correct corrects each step's action with the policy's correction head, "
+            "and this policy has none",
+            field="--execution",
+            expected="a policy trained with correction_head = true",
+            found="correction_head false (or absent)",
+            fix="train with --set policy.correction_head=true, or use --execution async (the same chunks, "
+            "uncorrected)",
+        )
     s, d, h = spec.resolved_horizon(limits.n_action_steps, limits.chunk_size), spec.latency, limits.chunk_size
     if d >= h:
         raise ActlabError(
@@ -278,6 +296,9 @@ class ChunkExecutor:
     computes a first chunk, before their clock starts); ``finish(row)`` freezes a row whose episode ended.
     ``chunk_fn(obs, prefix) -> (B, H, A)`` defaults to ``policy.predict_action_chunk``;
     ``on_inference(seconds)`` is told how long each call after the clock started took.
+    ``correct`` mode: ``correct_fn(obs, planned (B, A), steps (B,)) -> (B, A)`` (default
+    ``policy.correct_actions``) corrects every step's actions from ``observe()``, called at every step;
+    ``on_correction(seconds)`` is told how long each of those calls took.
     ``background``: inferences started on the clock (latency > 0) run in one worker thread, and
     ``step`` waits for a chunk only at its arrival step (the same actions; ``close()`` ends the thread).
     """
@@ -291,12 +312,14 @@ class ChunkExecutor:
         chunk_fn: Callable[[Any, Any], Any] | None = None,
         on_inference: Callable[[float], None] | None = None,
         background: bool = False,
+        correct_fn: Callable[[Any, Any, Any], Any] | None = None,
+        on_correction: Callable[[float], None] | None = None,
     ) -> None:
         if spec.mode == "sync":
             raise ActlabError(
                 "ChunkExecutor runs the asynchronous modes; sync is select_action",
                 field="mode",
-                expected="async / ensemble / blend / rtc",
+                expected="async / ensemble / blend / rtc / correct",
                 found=spec.mode,
             )
         self.spec, self.limits = spec, limits
@@ -304,6 +327,10 @@ class ChunkExecutor:
         self.d = spec.latency
         self.h = limits.chunk_size
         self.chunk_fn = chunk_fn or (lambda obs, prefix: policy.predict_action_chunk(obs, prefix=prefix))
+        self.correct_fn = None  # correct mode only: (obs, planned (B, A), steps (B,)) -> (B, A)
+        if spec.mode == "correct":
+            self.correct_fn = correct_fn or policy.correct_actions
+        self.on_correction = on_correction
         self.on_inference = on_inference
         self.weights = blend_weights(self.h, self.d, self.s, spec.schedule)  # (H,)
         self.rows = [self._new_row() for _ in range(batch)]
@@ -358,8 +385,9 @@ class ChunkExecutor:
                 self._arrive(b, self._land(r, start, chunk), start, boundary=True)
         first = [b for b, r in enumerate(self.rows) if r.active and r.chunk is None]
         due = [b for b, r in enumerate(self.rows) if r.active and r.chunk is not None and r.t % self.s == 0]
+        obs = observe() if self.correct_fn is not None else None  # correct: the newest, at every step
         if first or due:
-            obs = observe()
+            obs = observe() if obs is None else obs
             with_prefix = self.spec.mode == "rtc" and self.d > 0
             out = None
             if first:  # before the clock starts: no prefix, executed from index 0
@@ -373,16 +401,48 @@ class ChunkExecutor:
                 # One call serves both unless due rows need a prefix: a first chunk never gets one (a
                 # zero-padded prefix would decode to a jump, lerobot #2541), so rtc then calls twice.
                 self._start_inferences(obs, due, None if with_prefix else out)
+        corrected = self._corrected(obs) if self.correct_fn is not None else None
         actions = []
-        for r in self.rows:
+        for b, r in enumerate(self.rows):
             if r.active:
-                a = self._action(r)
+                a = self._action(r) if corrected is None else corrected[b]
                 r.actions.append(a.detach().float().cpu().numpy())
                 r.t += 1
             else:
                 a = torch.as_tensor(r.actions[-1]) if r.actions else torch.zeros(self._action_dim())
             actions.append(a.float().cpu())
         return torch.stack(actions)  # (B, A)
+
+    def _corrected(self, obs: Any) -> Any:
+        """correct mode: every row's planned action of this step corrected by ``correct_fn`` from ``obs``
+        (B, A); one batched call, rows that are not active ride along (their output is dropped)."""
+        import time
+
+        import torch
+
+        planned, steps = [], []
+        for r in self.rows:
+            if r.chunk is None:  # a finished row that never got a chunk: any action rides along
+                planned.append(torch.zeros(self._action_dim()))
+                steps.append(0)
+                continue
+            i = min(r.t - r.start, self.h - 1)
+            planned.append(r.chunk[i])
+            steps.append(i)
+        t0 = time.perf_counter()
+        with torch.no_grad():  # Why: the plugin's select_action may run with gradients on
+            out = self.correct_fn(obs, torch.stack(planned), torch.tensor(steps, dtype=torch.int64))
+        out = torch.as_tensor(out).detach().float().cpu()  # (B, A); the env needs numbers: one sync a step
+        if self.on_correction is not None:
+            self.on_correction(time.perf_counter() - t0)
+        if tuple(out.shape) != (len(self.rows), len(planned[0])):
+            raise ActlabError(
+                "the correction head returned actions of the wrong shape",
+                field="correct_actions output",
+                expected=f"(B={len(self.rows)}, A={len(planned[0])})",
+                found=tuple(out.shape),
+            )
+        return out
 
     def _action_dim(self) -> int:
         return next(r.chunk.shape[-1] for r in self.rows if r.chunk is not None)

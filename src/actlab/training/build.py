@@ -27,7 +27,7 @@ from actlab.datasets.doctor import warnings_line
 from actlab.datasets.framestore import stored_features
 from actlab.errors import ActlabError
 from actlab.policies import make_policy
-from actlab.policies.contract import FEATURES_SUFFIX, TrainablePolicy
+from actlab.policies.contract import FEATURES_SUFFIX, FUTURE_STATE, TrainablePolicy
 from actlab.training import ddp, preflight
 from actlab.training.augment import prepare_images
 from actlab.training.capture import GraphPlan, announce_fallback, plan_cuda_graphs
@@ -568,6 +568,13 @@ def _device_data(ds, store, policy: TrainablePolicy, cfg: TrainConfig, device) -
         override = precompute_features(policy, store, camera_keys(ds, cfg), device, _amp_on(cfg, device))
         deltas = {
             (k + FEATURES_SUFFIX if k + FEATURES_SUFFIX in override else k): v for k, v in deltas.items()
+        }
+    if FUTURE_STATE in deltas:
+        # the state column again, at the offsets the policy asks for under this name (a correction head's
+        # states over its chunk), beside observation.state's own window
+        override = {
+            **(override or {}),
+            FUTURE_STATE: np.asarray(ds.column("observation.state"), dtype=np.float32),
         }
     return DeviceData(ds, store, deltas, device, frames_on_device=on_device, feature_override=override)
 
