@@ -20,11 +20,11 @@ from actlab.errors import ActlabError, Terminated, from_environment
 
 # Every example in every --help runs as written after `actlab demo --out runs/demo` (which leaves the
 # recorded dataset in runs/demo/data, the training run in runs/demo/run with checkpoints/step_NNNNNNN/
-# up to step_0002000 on CPU, and the decoded frames in runs/demo/cache), or uses only paths an example
+# up to step_0005000 on CPU, and the decoded frames in runs/demo/cache), or uses only paths an example
 # before it in the same block creates: tests/cli/test_help_examples.py runs them all.
 _EPILOG = """\
 examples:
-  actlab demo --out runs/demo                  # record, train, evaluate, report (CPU: ~6 min, ~2 GB)
+  actlab demo --out runs/demo                  # record, train, evaluate, report (CPU: ~10 min, ~2 GB)
   actlab data info runs/demo/data              # the dataset the demo recorded
   actlab eval runs/demo/run/checkpoints/step_0002000 --episodes 20 --videos 2 --out runs/eval2000
   actlab train --preset so101_sim_cpu --dataset runs/demo/data --out runs/cpu \\

@@ -25,7 +25,7 @@ examples:
   actlab eval --lerobot-policy outputs/train/diffusion/checkpoints/last/pretrained_model \\
       --lerobot-python ~/lerobot-venv/bin/python --episodes 20 --videos 2 --out runs/diffusion
 
-step_0002000 is the last checkpoint of the CPU demo (`ls runs/demo/run/checkpoints` lists them all).
+step_0002000 is the CPU demo's best checkpoint (of 5; `ls runs/demo/run/checkpoints` lists them all).
 --task gym_pusht/PushT-v0 (or another gymnasium id) evaluates in a peer environment. --lerobot-policy
 evaluates any LeRobot policy (ACT, Diffusion, SmolVLA, Pi0 ...) in its own venv; a LeRobot run directory
 sweeps its checkpoints, and a bundle given beside it is evaluated side by side on the same seeds.
