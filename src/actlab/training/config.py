@@ -465,9 +465,20 @@ def _switch_policy_type(old: PolicyConfig | None, items: list[str]) -> PolicyCon
     return cfgutil.from_dict(cls, data, where="policy")
 
 
+# Fields added after runs were written, at the value that changes nothing (the run of a config without the
+# field trains the same): hashed as if absent, so an earlier run's config_hash stays what it wrote.
+ADDED_FIELD_DEFAULTS: dict[str, Any] = {"policy.correction_head": False, "policy.correction_hidden_dim": 128}
+
+
 def config_hash(cfg: TrainConfig) -> str:
-    """Hash of everything that must match for a bitwise resume (RESUMABLE_CHANGES excluded)."""
-    return rundir.config_hash(flatten_config(cfg), RESUMABLE_CHANGES)
+    """Hash of everything that must match for a bitwise resume (RESUMABLE_CHANGES excluded; an added field
+    at its no-op default as if absent)."""
+    flat = {
+        k: v
+        for k, v in flatten_config(cfg).items()
+        if k not in ADDED_FIELD_DEFAULTS or ADDED_FIELD_DEFAULTS[k] != v
+    }
+    return rundir.config_hash(flat, RESUMABLE_CHANGES)
 
 
 def flatten_config(cfg: TrainConfig) -> dict[str, Any]:
