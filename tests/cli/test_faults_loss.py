@@ -40,21 +40,6 @@ def _env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory) -> Path:
-    """A tiny untrained ACT bundle for the sim's two 16 px cameras (made in-process: no training)."""
-    from actlab.policies import save_policy
-    from actlab.policies.info import synthetic_features, unit_stats
-    from actlab.policies.registry import make_policy
-    from actlab.training import get_preset
-
-    cfg = get_preset("tiny").policy
-    feats = synthetic_features(6, 6, ("top", "wrist"), (16, 16))
-    path = tmp_path_factory.mktemp("bundle") / "policy"
-    save_policy(make_policy(cfg, feats, unit_stats(cfg, feats), pretrained=False), path)
-    return path
-
-
 def _leftovers(out: Path) -> list[str]:
     return sorted(p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}."))
 

@@ -174,21 +174,6 @@ def test_an_option_that_means_nothing_without_another_is_refused(command, rule, 
     assert not any(tmp_path.iterdir())
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory) -> Path:
-    """A tiny untrained ACT bundle for the sim's two 16 px cameras (made in-process: no training)."""
-    from actlab.policies import save_policy
-    from actlab.policies.info import synthetic_features, unit_stats
-    from actlab.policies.registry import make_policy
-    from actlab.training import get_preset
-
-    cfg = get_preset("tiny").policy
-    feats = synthetic_features(6, 6, ("top", "wrist"), (16, 16))
-    path = tmp_path_factory.mktemp("bundle") / "policy"
-    save_policy(make_policy(cfg, feats, unit_stats(cfg, feats), pretrained=False), path)
-    return path
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("device", ["meta", "xla", "banana"])
 def test_a_device_nothing_can_run_on_is_refused_before_any_work(bundle, tmp_path, device, capsys):

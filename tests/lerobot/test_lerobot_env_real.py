@@ -12,8 +12,6 @@ All slow; skipped without the lerobot venv ($ACTLAB_LEROBOT_PYTHON) or without t
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,22 +19,10 @@ from test_lerobot_plugin_real import BIN, LEROBOT_PYTHON, lerobot_env
 
 from procs import run, run_cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("lerobot_plugin")]
 SEED = 100_000
 EPISODES = 2
 STEPS = 40  # episode length: enough to show the outcomes agree, cheap on a CPU
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _needs_plugin() -> None:
-    # asked of the lerobot venv's own python, as test_lerobot_plugin_real.py does
-    code = "import importlib.metadata as m; m.distribution('lerobot_policy_actlab')"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    if (
-        not os.path.exists(LEROBOT_PYTHON)
-        or subprocess.run([LEROBOT_PYTHON, "-c", code], env=env, timeout=120).returncode
-    ):
-        pytest.skip("no lerobot venv with the plugin (pip install ./integrations/lerobot_policy_actlab)")
 
 
 def tiny_policy(data: Path):

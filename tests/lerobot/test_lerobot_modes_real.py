@@ -17,16 +17,14 @@ test_lerobot_plugin_real.py).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from test_lerobot_plugin_real import BIN, LEROBOT_PYTHON, _base, _policy, _relative, lerobot_env
+from test_lerobot_plugin_real import BIN, _base, _policy, _relative, lerobot_env
 
 from procs import run, run_cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("lerobot_plugin")]
 SEED = 100_000
 EPISODES = 3  # compared: the episodes lerobot-rollout finished within DURATION, at most these
 STEPS = 40  # episode length: enough for several chunks in every mode, cheap on a CPU
@@ -40,18 +38,6 @@ CELLS = [
     ("act", "blend", LATENCY),
     ("rel", "rtc", LATENCY),
 ]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _needs_plugin() -> None:
-    # asked of the lerobot venv's own python, as test_lerobot_plugin_real.py does
-    code = "import importlib.metadata as m; m.distribution('lerobot_policy_actlab')"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    if (
-        not os.path.exists(LEROBOT_PYTHON)
-        or subprocess.run([LEROBOT_PYTHON, "-c", code], env=env, timeout=120).returncode
-    ):
-        pytest.skip("no lerobot venv with the plugin (pip install . ./integrations/lerobot_policy_actlab)")
 
 
 @pytest.fixture(scope="module")

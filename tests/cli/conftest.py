@@ -1,0 +1,22 @@
+"""Fixtures shared by the fault tests of the command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    """A tiny untrained ACT bundle for the sim's two 16 px cameras (made in-process: no training)."""
+    from actlab.policies import save_policy
+    from actlab.policies.info import synthetic_features, unit_stats
+    from actlab.policies.registry import make_policy
+    from actlab.training import get_preset
+
+    cfg = get_preset("tiny").policy
+    feats = synthetic_features(6, 6, ("top", "wrist"), (16, 16))
+    path = tmp_path_factory.mktemp("bundle") / "policy"
+    save_policy(make_policy(cfg, feats, unit_stats(cfg, feats), pretrained=False), path)
+    return path
