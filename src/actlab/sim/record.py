@@ -282,7 +282,13 @@ def record_video_options(version: tuple[int, ...] | None = None, *, busy: bool =
     Why not AV1 on a busy CPU: SVT-AV1 4.x (av 18.1.0) stalled too, at a load average of 8 on 2 cores
     (a test suite and a training run beside a 300-episode recording: no frame for 30 s, twice in a row,
     and the demo failed); libx264 never stalled (300 recorder-sized encodes under stress, 0 hangs)."""
-    if (version or av_version()) >= AV1_MIN_AV and not busy:
+    return codec_video_options("av1" if (version or av_version()) >= AV1_MIN_AV and not busy else "h264")
+
+
+def codec_video_options(codec: str) -> VideoOptions:
+    """The recorder's settings for ``codec`` ("av1": LeRobot's; "h264": libx264 with the same keyframe
+    interval and quality scale), with the recorder's encoder watchdog."""
+    if codec == "av1":
         return VideoOptions(stall_s=RECORD_STALL_S)
     return VideoOptions(codec="libx264", preset="veryfast", stall_s=RECORD_STALL_S)
 
@@ -348,7 +354,7 @@ def record_dataset(
             )
             note = f"note: {why}; recording h264 instead of AV1 (LeRobot reads both)"
     else:  # the user's choice, kept for a second attempt too
-        video = record_video_options((99,) if chosen == "av1" else (0,))
+        video = codec_video_options(chosen)
     for attempt in range(1, RECORD_ATTEMPTS + 1):
         try:
             return _record_once(
@@ -359,7 +365,7 @@ def record_dataset(
                 raise
             note = None  # said once
             if chosen == "auto":
-                video = record_video_options(busy=True)  # h264: the encoder that has never stalled
+                video = codec_video_options("h264")  # the encoder that has never stalled
             print(
                 f"warning: {e.problem} ({e.file}); nothing was written, recording again from the start "
                 f"with {video.codec} (attempt {attempt + 1} of {RECORD_ATTEMPTS})",
