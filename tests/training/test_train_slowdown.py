@@ -43,7 +43,7 @@ def test_training_on_a_busy_cpu_says_what_to_do(tiny_dataset, tmp_path, capsys, 
     import actlab.training.loop as loop
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    monkeypatch.setattr(loop, "_load_1m", lambda: 64.0)  # the real value varies; the wiring is under test
+    monkeypatch.setattr(loop, "load_1m", lambda: 64.0)  # the real value varies; the wiring is under test
     threads = torch.get_num_threads()
     argv = ["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(tmp_path / "run")]
     argv += ["--set", "steps=6", "--set", "log.every=2", "--set", "num_threads=2", "--device", "cpu"]
@@ -84,7 +84,7 @@ def test_a_busy_cpu_makes_the_trainer_time_its_first_steps_at_both_thread_counts
 ):
     import actlab.training.loop as loop
 
-    monkeypatch.setattr(loop, "_load_1m", lambda: 64.0)  # busy: the wiring is under test, not the machine
+    monkeypatch.setattr(loop, "load_1m", lambda: 64.0)  # busy: the wiring is under test, not the machine
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     argv = ["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(tmp_path / "run")]
@@ -150,7 +150,7 @@ def test_a_run_that_starts_quiet_switches_threads_when_the_machine_gets_busy(
 
     # quiet for the start and two logging windows, then busy: the wiring is under test, not the machine
     loads = itertools.chain([0.5, 0.5, 0.5], itertools.repeat(64.0))
-    monkeypatch.setattr(loop, "_load_1m", lambda: next(loads))
+    monkeypatch.setattr(loop, "load_1m", lambda: next(loads))
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     argv = ["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(tmp_path / "run")]

@@ -51,6 +51,7 @@ from actlab.utils.io import atomic_write_json, read_json
 from actlab.utils.lock import DirLock
 from actlab.utils.threads import (
     AdaptiveThreads,
+    load_1m,
     torch_thread_count,
     torch_threads,
     usable_cpus,
@@ -480,14 +481,6 @@ def _min_none(*values: float | None) -> float | None:
     return min(present) if present else None
 
 
-def _load_1m() -> float | None:
-    """The 1-minute load average (None where the OS has none)."""
-    try:
-        return os.getloadavg()[0]
-    except (OSError, AttributeError):
-        return None
-
-
 def _adaptive_threads(run: TrainRun) -> AdaptiveThreads | None:
     """An AdaptiveThreads for a CPU run that leaves the count to torch (``num_threads=0``); None otherwise
     (a GPU run, a count set by the user or the preset, one thread only, a distributed run). Its probes
@@ -507,8 +500,7 @@ def _slowdown_watch(run: TrainRun) -> SlowdownWatch | None:
     threads = torch.get_num_threads()
     if run.device.type != "cpu" or cure_applied(num_threads=threads):
         return None
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return SlowdownWatch(cpus=cpus, threads=threads)
+    return SlowdownWatch(cpus=usable_cpus(), threads=threads)
 
 
 def _due(step: int, every: int, total: int) -> bool:
@@ -554,7 +546,7 @@ class Loop:
         t0 = self._t0 = self._t_log = time.perf_counter()
         self._start = start
         kill_at = int(os.environ.get(KILL_AT_STEP_ENV) or 0)
-        note = self.threads.start(start + 1, _load_1m()) if self.threads is not None else None
+        note = self.threads.start(start + 1, load_1m()) if self.threads is not None else None
         if note is not None:
             self.log.message(note)
         with torch_threads(torch_thread_count()):  # the choices made here do not outlive the run
@@ -687,7 +679,7 @@ class Loop:
                 / max(1, self.run.split.train_frames),
             }
         )
-        load = _load_1m()
+        load = load_1m()
         if load is not None:
             row["load_avg_1m"] = load  # how busy the machine was (the demo's report says so)
         if self.slowdown is not None and self.run.dist.is_main:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from actlab.utils.threads import cpu_busy
+
 # A window this many times slower than the run's fastest is not noise (windows of one run differ by
 # 10-30 % on a quiet machine; the shared-CPU slowdowns seen were 5-40x).
 SLOW_FACTOR = 3.0
@@ -82,7 +84,7 @@ class SlowdownWatch:
         )
 
     def _busy(self, step: int, load_1m: float | None) -> str | None:
-        if load_1m is None or load_1m - min(self.threads, self.cpus) <= self.cpus:
+        if not cpu_busy(load_1m, self.cpus, self.threads):
             return None
         return (
             f"the CPUs are busy with other work at step {step}{self._load_words(load_1m)}, of which this "
