@@ -67,7 +67,7 @@ def _actlab_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def make_dataset():
     """Factory: ``make_dataset(tmp_path, episodes=3, length=40, cameras={"top": (32, 32)}, state_dim=6,
-    action_dim=6, fps=30, seed=0, lengths=None, video=None)`` -> Path of a real LeRobot v3 dataset written
+    action_dim=6, fps=30, seed=0, lengths=None, video="av1")`` -> Path of a real LeRobot v3 dataset written
     by ``DatasetWriter`` (AV1 video). Images show a square at state dims 0/1 and a bar sized by dim 2;
     actions lead the state by 3 frames (``actlab.datasets.synth``)."""
     return _make_dataset

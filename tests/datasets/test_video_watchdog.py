@@ -166,3 +166,71 @@ def test_watchdog_does_not_fire_on_slow_progress(tmp_path, monkeypatch, threaded
 def test_stall_seconds_must_be_positive():
     with pytest.raises(ActlabError, match="stall_s"):
         VideoOptions(stall_s=0)
+
+
+def _write_synth(tmp_path, out, codec):
+    from actlab.datasets.synth import synth_dataset
+
+    synth_dataset(out, episodes=2, length=12, cameras=CAMS, video=codec)
+
+
+def _write_convert(tmp_path, out, codec):
+    from actlab.datasets.npy_import import convert_npy
+
+    src = tmp_path / "npy"
+    if not src.exists():
+        rng = np.random.default_rng(0)
+        src.mkdir()
+        np.save(
+            src / "observations.npy",
+            {
+                "image_wrist": rng.integers(0, 255, (20, 16, 24, 3), np.uint8),
+                "state": rng.normal(size=(20, 4)).astype(np.float32),
+            },
+            allow_pickle=True,
+        )
+        np.save(src / "actions.npy", rng.normal(size=(20, 4)).astype(np.float32))
+        np.save(src / "rollout_length.npy", np.array([12, 8]))
+    convert_npy(src, out, video=codec)
+
+
+def _write_curate(tmp_path, out, codec):
+    from actlab.datasets.curate import CurateSpec, curate
+    from actlab.datasets.synth import synth_dataset
+
+    src = tmp_path / "source"
+    if not src.exists():
+        synth_dataset(src, episodes=3, length=12, cameras=CAMS, video=VideoOptions(codec="libx264"))
+    curate(src, out, CurateSpec(drop=(1,), video_samples=0), video=codec)
+
+
+@pytest.mark.parametrize("write", [_write_synth, _write_convert, _write_curate], ids=lambda f: f.__name__)
+def test_every_writing_command_writes_once_more_after_a_stall(
+    tmp_path, stall_once, monkeypatch, capsys, write
+):
+    """data synth, convert and curate (sim record: tests/sim/test_record.py) run their whole atomic write
+    again after a stalled encoder, in h264 for "auto", and give the dataset a clean run gives."""
+    monkeypatch.setattr(video_mod, "STALL_S", 0.5)  # the watchdog: 0.5 s, not 120
+    monkeypatch.setattr(video_mod, "load_1m", lambda: 0.0)  # a quiet machine: "auto" starts with AV1
+    write(tmp_path, tmp_path / "clean", "h264")
+    stall_once.armed.set()
+    write(tmp_path, tmp_path / "retried", "auto")
+    assert stall_once.entered.is_set()
+    err = capsys.readouterr().err
+    assert "made no progress for 0.5 s" in err and "again from the start with libx264 (attempt 2 of 2)" in err
+    clean, again = open_dataset(tmp_path / "clean"), open_dataset(tmp_path / "retried")
+    cams = [k for k, f in again.features.items() if f.get("dtype") == "video"]
+    assert cams and {again.features[k]["info"]["video.codec"] for k in cams} == {"h264"}
+    assert len(clean) == len(again)
+    np.testing.assert_array_equal(clean.column("action"), again.column("action"))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary directory left
+
+
+def test_the_cli_codec_choices_are_the_video_modules():
+    import argparse
+
+    from actlab.cli import add_codec_flag
+
+    p = argparse.ArgumentParser()
+    add_codec_flag(p)
+    assert tuple(p._option_string_actions["--codec"].choices) == video_mod.CODEC_CHOICES

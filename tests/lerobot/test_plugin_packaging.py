@@ -33,7 +33,7 @@ def test_the_plugin_requires_this_version_of_actlab_and_packages_only_its_adapte
 
 def test_actlab_admits_lerobot_0_6_1s_av():
     # lerobot 0.6.1 pins av>=15,<16; actlab's floor must let both install into one environment (the
-    # recorder then writes h264: actlab.sim.record.record_video_options)
+    # recorder then writes h264: actlab.datasets.video.auto_video_options)
     deps = _toml(REPO / "pyproject.toml")["project"]["dependencies"]
     assert "av>=15" in deps
 

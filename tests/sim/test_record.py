@@ -276,24 +276,24 @@ def test_a_stalled_encoder_is_recorded_again_and_gives_the_same_dataset(tmp_path
 
 def test_a_busy_cpu_records_h264_and_says_why(tmp_path, monkeypatch, capsys):
     from actlab.datasets import open_dataset
-    from actlab.sim import record as record_mod
+    from actlab.datasets import video as video_mod
 
-    monkeypatch.setattr(record_mod, "load_1m", lambda: 64.0)  # the wiring is under test, not the machine
+    monkeypatch.setattr(video_mod, "load_1m", lambda: 64.0)  # the wiring is under test, not the machine
     ds = record_dataset(tmp_path / "ds", RecordConfig(episodes=1, image_size=16, workers=0), progress=False)
     assert open_dataset(ds.path).features["observation.images.top"]["info"]["video.codec"] == "h264"
     err = capsys.readouterr().err
-    assert "the CPUs are busy (load average 64.0 on" in err and "recording h264 instead of AV1" in err
+    assert "the CPUs are busy (load average 64.0 on" in err and "the videos are h264 instead of AV1" in err
 
 
 def test_a_chosen_codec_is_kept_whatever_the_load(tmp_path, monkeypatch, capsys):
     from actlab.datasets import open_dataset
-    from actlab.sim import record as record_mod
+    from actlab.datasets import video as video_mod
 
-    monkeypatch.setattr(record_mod, "load_1m", lambda: 64.0)  # busy: "auto" would write h264
+    monkeypatch.setattr(video_mod, "load_1m", lambda: 64.0)  # busy: "auto" would write h264
     cfg = RecordConfig(episodes=1, image_size=16, workers=0, codec="av1")
     ds = record_dataset(tmp_path / "ds", cfg, progress=False)
     assert open_dataset(ds.path).features["observation.images.top"]["info"]["video.codec"] == "av1"
-    assert "recording h264" not in capsys.readouterr().err
+    assert "h264 instead" not in capsys.readouterr().err
     with pytest.raises(ActlabError, match="unknown video codec"):
         RecordConfig(codec="vp9")
 
@@ -324,16 +324,16 @@ def test_a_second_stall_is_the_error(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_recorder_writes_av1_only_with_a_pyav_bundling_svt_av1_4():
-    from actlab.sim.record import AV1_MIN_AV, av_version, record_video_options
+def test_auto_writes_av1_only_with_a_pyav_bundling_svt_av1_4():
+    from actlab.datasets.video import AV1_MIN_AV, auto_video_options, av_version
 
-    assert record_video_options((15, 1, 0)).codec == "libx264"  # lerobot 0.6.1's av (SVT-AV1 3.0)
-    assert record_video_options((16, 1, 0)).codec == "libx264"  # SVT-AV1 3.1.2: hangs measured
-    assert record_video_options((17, 0, 0)).codec == "libsvtav1"
-    assert record_video_options((19, 0, 2)).codec == "libsvtav1"
-    assert record_video_options((19, 0, 2), busy=True).codec == "libx264"  # SVT-AV1 4.x stalled under load
+    assert auto_video_options((15, 1, 0)).codec == "libx264"  # lerobot 0.6.1's av (SVT-AV1 3.0)
+    assert auto_video_options((16, 1, 0)).codec == "libx264"  # SVT-AV1 3.1.2: hangs measured
+    assert auto_video_options((17, 0, 0)).codec == "libsvtav1"
+    assert auto_video_options((19, 0, 2)).codec == "libsvtav1"
+    assert auto_video_options((19, 0, 2), busy=True).codec == "libx264"  # SVT-AV1 4.x stalled under load
     for version in ((15, 1, 0), (19, 0, 2)):
-        assert record_video_options(version).stall_s == 30.0  # the watchdog either way
+        assert auto_video_options(version, stall_s=30.0).stall_s == 30.0  # the watchdog either way
     assert av_version() >= AV1_MIN_AV  # actlab's own test environment resolves to the newest av
 
 
@@ -342,13 +342,13 @@ def test_a_recording_with_the_h264_fallback_reads_back_frame_for_frame(tmp_path,
     (within compression error, the right frame of the right camera), and a note saying why on stderr."""
     import json
 
-    import actlab.sim.record as record
     from actlab.datasets import open_dataset
+    from actlab.datasets import video as video_mod
 
-    monkeypatch.setattr(record, "av_version", lambda: (15, 1, 0))
+    monkeypatch.setattr(video_mod, "av_version", lambda: (15, 1, 0))
     cfg = RecordConfig(episodes=1, seed=10, image_size=32, workers=0)
     record_dataset(tmp_path / "h264", cfg, progress=False)
-    assert "recording h264 instead of AV1" in capsys.readouterr().err
+    assert "the videos are h264 instead of AV1" in capsys.readouterr().err
     info = json.loads((tmp_path / "h264" / "meta" / "info.json").read_text())
     assert info["features"]["observation.images.top"]["info"]["video.codec"] == "h264"
     ds = open_dataset(tmp_path / "h264")

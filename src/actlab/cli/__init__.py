@@ -349,6 +349,18 @@ def add_json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
 
 
+def add_codec_flag(p: argparse.ArgumentParser) -> None:
+    """--codec of a command that writes video (actlab.datasets.video.CODEC_CHOICES: not imported here,
+    the video module imports PyAV; a test checks they agree)."""
+    p.add_argument(
+        "--codec",
+        default="auto",
+        choices=("auto", "av1", "h264"),
+        help="video codec: auto = AV1 (LeRobot's default), h264 on a busy CPU (where SVT-AV1 stalled) or "
+        "with PyAV < 17; av1 or h264 to choose (auto)",
+    )
+
+
 # --lerobot-timeout's default and limit (seconds); actlab.lerobot.bridge's REPLY_TIMEOUT_S and
 # MAX_REPLY_TIMEOUT_S (not imported here: the bridge imports numpy and torch; a test checks they agree).
 LEROBOT_TIMEOUT_S = 600.0

@@ -375,7 +375,7 @@ def _run_encode(args) -> int:
     from actlab.datasets.video import VideoOptions
     from actlab.profiling.report import emit
 
-    video = VideoOptions(codec=args.codec, preset="veryfast" if args.codec == "libx264" else "12")
+    video = VideoOptions(codec=args.codec)
     cfg = EncodeStressConfig(
         encodes=args.encodes,
         workers=args.workers,

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from actlab.cli import _options, add_json_flag, group, subcommand
+from actlab.cli import _options, add_codec_flag, add_json_flag, group, subcommand
 
 ORDER = 10
 
@@ -169,6 +169,7 @@ def _curate(g) -> None:
         metavar="N",
         help="the doctor's video samples for the score rules (default 4)",
     )
+    add_codec_flag(p)
     add_json_flag(p)
     p.set_defaults(_run=_run_curate)
 
@@ -184,7 +185,7 @@ def _run_curate(args) -> int:
         drop_flagged=args.drop_flagged,
         video_samples=args.video_samples,
     )
-    summary = curate(args.path, args.out, spec, overwrite=args.overwrite)
+    summary = curate(args.path, args.out, spec, overwrite=args.overwrite, video=args.codec)
     if args.json:
         _print_json(summary)
     else:
@@ -333,6 +334,7 @@ def _convert(g) -> None:
     p.add_argument("--task", default="task", help="task description stored with every episode")
     p.add_argument("--robot-type", default=None, help="robot_type written to info.json")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    add_codec_flag(p)
     add_json_flag(p)
     p.set_defaults(_run=_run_convert)
 
@@ -341,7 +343,13 @@ def _run_convert(args) -> int:
     from actlab.datasets.npy_import import convert_npy
 
     summary = convert_npy(
-        args.src, args.out, fps=args.fps, task=args.task, robot_type=args.robot_type, overwrite=args.overwrite
+        args.src,
+        args.out,
+        fps=args.fps,
+        task=args.task,
+        robot_type=args.robot_type,
+        overwrite=args.overwrite,
+        video=args.codec,
     )
     if args.json:
         _print_json(summary)
@@ -453,9 +461,7 @@ def _run_view(args) -> int:
 
 
 def _synth(g) -> None:
-    p = _parser(
-        g, "synth", "write a synthetic LeRobot v3 dataset (AV1) of moving shapes, e.g. for benchmarks"
-    )
+    p = _parser(g, "synth", "write a synthetic LeRobot v3 dataset of moving shapes, e.g. for benchmarks")
     p.add_argument("--out", required=True, help="new dataset directory")
     p.add_argument("--episodes", type=int, default=20, help="episodes (default 20)")
     p.add_argument(
@@ -468,6 +474,7 @@ def _synth(g) -> None:
     p.add_argument("--fps", type=int, default=30, help="frames per second (default 30)")
     p.add_argument("--seed", type=int, default=0, help="seed of the shapes' motion (default 0)")
     p.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    add_codec_flag(p)
     p.set_defaults(_run=_run_synth)
 
 
@@ -489,6 +496,7 @@ def _run_synth(args) -> int:
         seed=args.seed,
         overwrite=args.overwrite,
         length=None,
+        video=args.codec,
     )
     print(
         f"wrote {args.episodes} episodes, {args.frames} frames to {path} ({time.perf_counter() - t0:.1f} s)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from actlab.cli import add_json_flag, group, subcommand
+from actlab.cli import add_codec_flag, add_json_flag, group, subcommand
 
 ORDER = 15
 
@@ -123,13 +123,7 @@ def _record(g) -> None:
         choices=("degrees", "so101_follower"),
         help="joint units: the sim's degrees, or LeRobot's real so101_follower (gripper 0-100) (degrees)",
     )
-    p.add_argument(
-        "--codec",
-        default="auto",
-        choices=("auto", "av1", "h264"),
-        help="video codec: auto = AV1 (LeRobot's default), h264 on a busy CPU (where SVT-AV1 stalled) or "
-        "with PyAV < 17; av1 or h264 to choose (auto)",
-    )
+    add_codec_flag(p)
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out directory")
     p.set_defaults(_run=_run_record)
 

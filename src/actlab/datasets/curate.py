@@ -22,7 +22,7 @@ from actlab.datasets import format as fmt
 from actlab.datasets import layout, rows
 from actlab.datasets.doctor import VIDEO_SAMPLES, examine
 from actlab.datasets.records import Layout, Report
-from actlab.datasets.video import VideoDecoder
+from actlab.datasets.video import EncoderStalled, VideoDecoder, VideoOptions, write_video_with_retry
 from actlab.datasets.writer import DatasetWriter
 from actlab.errors import ActlabError
 from actlab.utils.io import check_out_dir
@@ -131,9 +131,17 @@ def _plan(lay: Layout, spec: CurateSpec, root: Path) -> tuple[dict[int, str], di
     return dropped, trims
 
 
-def curate(src: str | Path, out: str | Path, spec: CurateSpec, overwrite: bool = False) -> dict[str, Any]:
+def curate(
+    src: str | Path,
+    out: str | Path,
+    spec: CurateSpec,
+    overwrite: bool = False,
+    video: VideoOptions | str = "av1",
+) -> dict[str, Any]:
     """Write the curated copy of ``src`` to ``out`` (a new directory; ``overwrite`` replaces only an
-    earlier output of this command, never the input); returns a summary with the output's doctor counts."""
+    earlier output of this command, never the input); returns a summary with the output's doctor counts.
+    ``video``: the settings or a codec name ("auto" chooses for this machine); a stalled encoder curates
+    everything once more."""
     root = layout.resolve_root(src)
     check_out_dir(out, KIND, overwrite=overwrite, inputs=[root])
     report = Report(root, strict=True)
@@ -165,57 +173,65 @@ def curate(src: str | Path, out: str | Path, spec: CurateSpec, overwrite: bool =
     numeric = [k for k, f in user.items() if fmt.is_numeric(f)]
     kept = [e for e in lay.episodes if e.index not in dropped]
     fps = int(lay.info["fps"])
-    decoders: dict[Path, VideoDecoder] = {}
-    episode_map = []
-    total = 0
-    try:
-        with DatasetWriter(
-            out,
-            fps,
-            user,
-            robot_type=lay.info.get("robot_type"),
-            overwrite=overwrite,
-            kind=KIND,
-            inputs=[root],
-        ) as w:
-            for e in kept:
-                start, stop = trims.get(e.index, {}).get("kept_frames", (0, e.length))
-                frames: dict[str, np.ndarray] = {}
-                for k in numeric:
-                    frames[k] = data.columns[k][e.start + start : e.start + stop]
-                for k in cams:
-                    path, lo, _ = e.videos[k]
-                    if root / path not in decoders:  # one open decoder per video file
-                        decoders[root / path] = VideoDecoder(root / path)
-                    dec = decoders[root / path]
-                    ts = [lo + i / fps for i in range(start, stop)]
-                    frames[k] = np.stack(dec.frames_at(ts, fmt.TIMESTAMP_TOLERANCE_S))
-                try:
-                    w.add_episode(frames, task=(e.tasks or ("",))[0] or "task")
-                except ActlabError as err:
-                    raise ActlabError(
-                        f"episode {e.index} cannot be written: {err.problem}",
-                        file=root / e.data_file,
-                        field=err.field,
-                        expected=err.expected,
-                        found=err.found,
-                        fix=f"drop it (--drop-episodes {e.index}) or trim the bad frames (--trim)",
-                    ) from err
-                episode_map.append(e.index)
-                total += stop - start
-            w.add_info(
-                INFO_KEY,
-                {
-                    "source": str(root),
-                    "source_episodes": len(lay.episodes),
-                    "episodes_from_source": episode_map,
-                    "removed": [{"episode": ep, "why": why} for ep, why in sorted(dropped.items())],
-                    "trimmed": [trims[ep] for ep in sorted(trims)],
-                },
-            )
-    finally:
-        for dec in decoders.values():
-            dec.close()
+
+    def write(options: VideoOptions) -> int:
+        decoders: dict[Path, VideoDecoder] = {}
+        episode_map: list[int] = []
+        total = 0
+        try:
+            with DatasetWriter(
+                out,
+                fps,
+                user,
+                robot_type=lay.info.get("robot_type"),
+                video=options,
+                overwrite=overwrite,
+                kind=KIND,
+                inputs=[root],
+            ) as w:
+                for e in kept:
+                    start, stop = trims.get(e.index, {}).get("kept_frames", (0, e.length))
+                    frames: dict[str, np.ndarray] = {}
+                    for k in numeric:
+                        frames[k] = data.columns[k][e.start + start : e.start + stop]
+                    for k in cams:
+                        path, lo, _ = e.videos[k]
+                        if root / path not in decoders:  # one open decoder per video file
+                            decoders[root / path] = VideoDecoder(root / path)
+                        dec = decoders[root / path]
+                        ts = [lo + i / fps for i in range(start, stop)]
+                        frames[k] = np.stack(dec.frames_at(ts, fmt.TIMESTAMP_TOLERANCE_S))
+                    try:
+                        w.add_episode(frames, task=(e.tasks or ("",))[0] or "task")
+                    except EncoderStalled:  # not this episode's fault: the whole write runs again
+                        raise
+                    except ActlabError as err:
+                        raise ActlabError(
+                            f"episode {e.index} cannot be written: {err.problem}",
+                            file=root / e.data_file,
+                            field=err.field,
+                            expected=err.expected,
+                            found=err.found,
+                            fix=f"drop it (--drop-episodes {e.index}) or trim the bad frames (--trim)",
+                        ) from err
+                    episode_map.append(e.index)
+                    total += stop - start
+                w.add_info(
+                    INFO_KEY,
+                    {
+                        "source": str(root),
+                        "source_episodes": len(lay.episodes),
+                        "episodes_from_source": episode_map,
+                        "removed": [{"episode": ep, "why": why} for ep, why in sorted(dropped.items())],
+                        "trimmed": [trims[ep] for ep in sorted(trims)],
+                    },
+                )
+        finally:
+            for dec in decoders.values():
+                dec.close()
+        return total
+
+    total = write_video_with_retry(write, video, what="curating")
     result = examine(out, spec.video_samples)
     return {
         "out": str(Path(out).resolve()),

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from actlab.datasets.format import camera_feature, vector_feature
+from actlab.datasets.video import VideoOptions, write_video_with_retry
 from actlab.datasets.writer import DatasetWriter
 from actlab.errors import ActlabError
 
@@ -196,9 +197,12 @@ def convert_npy(
     task: str = "task",
     robot_type: str | None = None,
     overwrite: bool = False,
-    video: Any = None,
+    video: VideoOptions | str = "av1",
 ) -> dict[str, Any]:
-    """Convert a .npy episode directory into a LeRobot v3.0 dataset at ``out`` (atomic)."""
+    """Convert a .npy episode directory into a LeRobot v3.0 dataset at ``out`` (atomic).
+
+    ``video``: the settings, or a codec name ("auto" chooses for this machine); a stalled encoder
+    converts everything once more."""
     episodes, summary = read_npy_episodes(src)
     first = episodes[0]
     features: dict[str, Any] = {}
@@ -207,17 +211,21 @@ def convert_npy(
             features[key] = camera_feature(arr.shape[1], arr.shape[2], fps)
         else:
             features[key] = vector_feature(arr.shape[1])
-    with DatasetWriter(
-        out,
-        fps,
-        features,
-        robot_type=robot_type,
-        video=video,
-        overwrite=overwrite,
-        kind="actlab data convert",
-        inputs=[src],
-    ) as w:
-        for ep in episodes:
-            w.add_episode(ep, task=task)
+
+    def write(options: VideoOptions) -> None:
+        with DatasetWriter(
+            out,
+            fps,
+            features,
+            robot_type=robot_type,
+            video=options,
+            overwrite=overwrite,
+            kind="actlab data convert",
+            inputs=[src],
+        ) as w:
+            for ep in episodes:
+                w.add_episode(ep, task=task)
+
+    write_video_with_retry(write, video, what="converting")
     summary["out"] = str(out)
     return summary

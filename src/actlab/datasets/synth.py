@@ -14,9 +14,12 @@ from pathlib import Path
 import numpy as np
 
 from actlab.datasets.format import make_features
-from actlab.datasets.video import VideoOptions
+from actlab.datasets.video import VideoOptions, write_video_with_retry
 from actlab.datasets.writer import DatasetWriter
 from actlab.errors import ActlabError
+
+# What a synthetic dataset says wrote it: --overwrite replaces only an earlier one.
+SYNTH_KIND = "actlab data synth"
 
 ACTION_LEAD = 3  # frames the action leads the state
 
@@ -106,13 +109,15 @@ def synth_dataset(
     seed: int = 0,
     frames: int | None = None,
     lengths: Sequence[int] | None = None,
-    video: VideoOptions | None = None,
+    video: VideoOptions | str = "av1",
     overwrite: bool = False,
     task: str = "move the square",
 ) -> Path:
-    """Write a real LeRobot v3 dataset (AV1 video) of synthetic episodes; returns its path.
+    """Write a real LeRobot v3 dataset of synthetic episodes; returns its path.
 
     ``frames`` (total) overrides ``length``; ``lengths`` gives each episode's length explicitly.
+    ``video``: the settings, or a codec name (actlab.datasets.video.CODEC_CHOICES; "auto" chooses for
+    this machine); a stalled encoder writes everything once more (the episodes follow from ``seed``).
     """
     cameras = {"top": (32, 32)} if cameras is None else dict(cameras)
     _check_sizes(episodes, state_dim, action_dim, cameras)
@@ -124,11 +129,15 @@ def synth_dataset(
             expected="frames >= episodes >= 1",
             found=f"episode lengths {lens[:5]}{'...' if len(lens) > 5 else ''}",
         )
-    rng = np.random.default_rng(seed)
     features = make_features(state_dim, action_dim, cameras, fps)
-    with DatasetWriter(
-        out, fps, features, robot_type="synthetic", video=video, overwrite=overwrite, kind="actlab data synth"
-    ) as w:
-        for n in lens:
-            w.add_episode(synth_episode(rng, n, state_dim, action_dim, cameras, fps), task=task)
-    return Path(out)
+
+    def write(options: VideoOptions) -> Path:
+        rng = np.random.default_rng(seed)
+        with DatasetWriter(
+            out, fps, features, robot_type="synthetic", video=options, overwrite=overwrite, kind=SYNTH_KIND
+        ) as w:
+            for n in lens:
+                w.add_episode(synth_episode(rng, n, state_dim, action_dim, cameras, fps), task=task)
+        return Path(out)
+
+    return write_video_with_retry(write, video, what="writing")

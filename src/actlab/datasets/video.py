@@ -12,16 +12,18 @@ import heapq
 import itertools
 import os
 import queue
+import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from actlab.errors import ActlabError
 from actlab.utils.io import require_file
+from actlab.utils.threads import cpu_busy, format_load, load_1m, usable_cpus
 
 # SVT-AV1 prints a banner of ~20 lines per encoder on stderr unless told otherwise (1 = errors only).
 os.environ.setdefault("SVT_LOG", "1")
@@ -30,6 +32,8 @@ import av
 from av.video.reformatter import VideoReformatter
 
 _CODEC_NAMES = {"libsvtav1": "av1", "libaom-av1": "av1", "libx264": "h264", "h264": "h264"}
+# VideoOptions.preset when none is given: SVT-AV1's fastest; libx264's "veryfast" (its presets are names).
+_DEFAULT_PRESET = {"libsvtav1": "12", "libx264": "veryfast"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +48,9 @@ class VideoOptions:
     gop: int = 2
     # Constant rate factor: quality (lower = better, bigger files).
     crf: int = 30
-    # Encoder speed preset: 12 is SVT-AV1's fastest (libx264 takes names such as "veryfast").
-    preset: str = "12"
+    # Encoder speed preset; "" is the codec's own default here: 12 (SVT-AV1's fastest) for AV1,
+    # "veryfast" for libx264 (which takes names, not numbers).
+    preset: str = ""
     # Let recording overlap encoding (up to 4 episodes queued per camera); False waits for each episode.
     # Either way the encoder runs on a watched thread (see EncoderThread).
     threaded: bool = True
@@ -57,6 +62,8 @@ class VideoOptions:
             raise ActlabError(
                 "unsupported video codec", field="codec", expected=", ".join(_CODEC_NAMES), found=self.codec
             )
+        if not self.preset:
+            object.__setattr__(self, "preset", _DEFAULT_PRESET.get(self.codec, ""))
         if self.gop < 1:
             raise ActlabError("gop must be >= 1", field="gop", expected=">= 1", found=self.gop)
         if not 0 <= self.crf <= 63:
@@ -72,7 +79,10 @@ class VideoOptions:
         return _CODEC_NAMES[self.codec]
 
     def encoder_options(self) -> dict[str, str]:
-        return {"g": str(self.gop), "crf": str(self.crf), "preset": str(self.preset)}
+        options = {"g": str(self.gop), "crf": str(self.crf)}
+        if self.preset:
+            options["preset"] = str(self.preset)
+        return options
 
 
 class EncoderStalled(ActlabError):
@@ -80,6 +90,116 @@ class EncoderStalled(ActlabError):
 
     Its own class so that a caller that can redo its work from the start (the sim recorder, whose
     episodes are a pure function of their seeds) can tell it from other errors and try once more."""
+
+
+# The codecs a command that writes video takes (``--codec``): "auto" chooses per machine
+# (:func:`auto_video_options`), "av1" and "h264" are kept whatever the machine.
+CODEC_CHOICES = ("auto", "av1", "h264")
+# The first PyAV whose bundled SVT-AV1 (4.x) "auto" trusts with AV1. av 15-16 (what lerobot 0.6.1's
+# `av<16` pin installs: av 15.1.0 bundles SVT-AV1 3.0) carry the SVT-AV1 3.x that deadlocks inside
+# svt_av1_enc_send_picture now and then under CPU contention (6 hangs in 2,000 recorder-sized encodes
+# with av 16.1.0, `actlab bench encode`); with them "auto" writes h264 (libx264, bundled by every PyAV
+# wheel), which LeRobot reads as well.
+AV1_MIN_AV = (17,)
+# A write whose encoder stalled is run once more from the start (write_video_with_retry).
+VIDEO_ATTEMPTS = 2
+# The watchdog's period for the commands that write video (write_video_with_retry's default): a frame
+# takes milliseconds to encode, so two minutes without one is a stall, however loaded the machine.
+STALL_S = 120.0
+
+T = TypeVar("T")
+
+
+def av_version() -> tuple[int, ...]:
+    """The installed PyAV's version as integers (``(15, 1, 0)``); unparsable parts end it."""
+    parts: list[int] = []
+    for part in av.__version__.split("."):
+        if not part.isdigit():
+            break
+        parts.append(int(part))
+    return tuple(parts)
+
+
+def codec_video_options(codec: str, stall_s: float = 120.0) -> VideoOptions:
+    """The settings for ``codec``: "av1" is LeRobot's (libsvtav1, crf 30, preset 12, gop 2); "h264" is
+    libx264 with the same keyframe interval and quality scale."""
+    if codec not in CODEC_CHOICES[1:]:
+        raise ActlabError(
+            "unknown video codec", field="--codec", expected=" or ".join(CODEC_CHOICES), found=codec
+        )
+    if codec == "av1":
+        return VideoOptions(stall_s=stall_s)
+    return VideoOptions(codec="libx264", stall_s=stall_s)
+
+
+def cpu_busy_now() -> bool:
+    """Other work wants more CPUs than this machine has (the caller's own workers not counted yet)."""
+    return cpu_busy(load_1m(), usable_cpus(), 0)
+
+
+def auto_video_options(
+    version: tuple[int, ...] | None = None, *, busy: bool = False, stall_s: float = 120.0
+) -> VideoOptions:
+    """What "auto" writes: LeRobot's AV1 settings where the PyAV ``version`` (default: the installed one)
+    bundles SVT-AV1 4.x and the CPU is not ``busy`` with other work, else h264.
+
+    Why not AV1 on a busy CPU: SVT-AV1 4.x (av 18.1.0) stalls there too: at a load average of 8 on 2
+    cores (a test suite and a training run beside a 300-episode recording: no frame for 30 s, twice in a
+    row), and once in a CI run of the test suite on 2 cores (64 px noise frames: no frame for 120 s);
+    libx264 never stalled (300 recorder-sized encodes under stress, 0 hangs)."""
+    trusted = (version or av_version()) >= AV1_MIN_AV
+    return codec_video_options("av1" if trusted and not busy else "h264", stall_s)
+
+
+def write_video_with_retry(
+    write: Callable[[VideoOptions], T],
+    codec: str | VideoOptions = "auto",
+    *,
+    stall_s: float | None = None,
+    what: str = "writing",
+) -> T:
+    """Run ``write(video)``, a whole atomic write of a dataset (nothing is left of it when it raises),
+    with the ``codec`` chosen ("auto": :func:`auto_video_options` for this machine now; settings given
+    as VideoOptions are used as they are).
+
+    A stalled encoder (the watchdog's :class:`EncoderStalled`: rare, seen under CPU contention) leaves
+    nothing written, so the write runs once more from the start, in h264 for "auto" (the encoder that
+    has never stalled; a chosen codec is kept), and a second stall is the error. Where "auto" chose h264
+    the user is told why, after the write (a note never comes before an error). ``stall_s``: the
+    watchdog's period (default :data:`STALL_S`)."""
+    stall_s = STALL_S if stall_s is None else stall_s
+    if codec == "auto":
+        video = auto_video_options(busy=cpu_busy_now(), stall_s=stall_s)
+        note = None
+        if video.codec != VideoOptions().codec:
+            why = (
+                f"PyAV {av.__version__} bundles SVT-AV1 3.x, which can deadlock"
+                if av_version() < AV1_MIN_AV
+                else f"the CPUs are busy ({format_load(load_1m(), usable_cpus())}), where SVT-AV1 stalls"
+            )
+            note = f"note: {why}; the videos are h264 instead of AV1 (LeRobot reads both)"
+    elif isinstance(codec, VideoOptions):
+        video, note = codec, None
+    else:
+        video, note = codec_video_options(codec, stall_s), None
+    for attempt in range(1, VIDEO_ATTEMPTS + 1):
+        try:
+            result = write(video)
+        except EncoderStalled as e:
+            if attempt == VIDEO_ATTEMPTS:
+                raise
+            if codec == "auto":
+                video, note = codec_video_options("h264", stall_s), None
+            print(
+                f"warning: {e.problem} ({e.file}); nothing was written, {what} again from the start "
+                f"with {video.codec} (attempt {attempt + 1} of {VIDEO_ATTEMPTS})",
+                file=sys.stderr,
+            )
+            continue
+        if note is not None:
+            print(note, file=sys.stderr)
+        return result
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 # The smallest frame side each encoder opens for: SVT-AV1 refuses below 4 px ("Source Width must be at

@@ -13,18 +13,16 @@ import collections
 import concurrent.futures as cf
 import dataclasses
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import av
 import numpy as np
 
 from actlab.datasets import DatasetWriter, make_features
 from actlab.datasets.format import SIM_INFO_KEY
-from actlab.datasets.video import EncoderStalled, VideoOptions
+from actlab.datasets.video import CODEC_CHOICES, VideoOptions, write_video_with_retry
 from actlab.errors import ActlabError
 from actlab.sim.env import FPS
 from actlab.sim.expert import ExpertConfig, ExpertPolicy
@@ -34,7 +32,6 @@ from actlab.utils import procs
 from actlab.utils.disk import require_free
 from actlab.utils.procs import worker_pool
 from actlab.utils.progress import progress_bar
-from actlab.utils.threads import cpu_busy, format_load, load_1m, usable_cpus
 from actlab.utils.units import human_bytes
 
 
@@ -66,13 +63,14 @@ class RecordConfig:
     # 0-100 like LeRobot's real so101_follower, whose recordings a policy may then be trained with).
     units: str = "degrees"
     # Video codec: "auto" (AV1 like LeRobot, h264 on a busy CPU or an old PyAV: see
-    # record_video_options), "av1" or "h264" (kept for a second attempt after a stall too).
+    # actlab.datasets.video.auto_video_options), "av1" or "h264" (kept for a second attempt after a
+    # stall too).
     codec: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.codec not in RECORD_CODECS:
+        if self.codec not in CODEC_CHOICES:
             raise ActlabError(
-                "unknown video codec", field="--codec", expected=" or ".join(RECORD_CODECS), found=self.codec
+                "unknown video codec", field="--codec", expected=" or ".join(CODEC_CHOICES), found=self.codec
             )
         if self.episodes < 1:
             raise ActlabError("episodes must be at least 1", field="--episodes", found=self.episodes)
@@ -246,56 +244,11 @@ META_EPISODE_BYTES = 3 << 10
 EXPERT_EPISODE_STEPS = 163
 # What a recorded dataset says wrote it: --overwrite replaces only an earlier recording.
 RECORD_KIND = "actlab sim record"
-# The recorder's codec choices (RecordConfig.codec).
-RECORD_CODECS = ("auto", "av1", "h264")
-# A recording whose video encoder stalled is started over once (record_dataset).
-RECORD_ATTEMPTS = 2
 # Seconds without an encoded frame before the recorder's watchdog calls an encoder stalled. A sim camera
 # frame (64-480 px) takes milliseconds to encode, and well under a second at a load average of 20, so 30 s
 # (not the writer's general 120 s) still never fires on a slow machine and a deadlocked SVT-AV1 costs
 # half a minute before the recording starts over.
 RECORD_STALL_S = 30.0
-# The first PyAV whose bundled SVT-AV1 (4.x) the recorder trusts with AV1. av 15-16 (what lerobot 0.6.1's
-# `av<16` pin installs: av 15.1.0 bundles SVT-AV1 3.0) carry the SVT-AV1 3.x that deadlocks inside
-# svt_av1_enc_send_picture now and then under CPU contention (6 hangs in 2,000 recorder-sized encodes
-# with av 16.1.0, docs/benchmarks.md); with them the recorder writes h264 (libx264, bundled by every PyAV
-# wheel), which LeRobot reads as well: measured in LeRobot's environment in docs/lerobot.md.
-AV1_MIN_AV = (17,)
-
-
-def av_version() -> tuple[int, ...]:
-    """The installed PyAV's version as integers (``(15, 1, 0)``); unparsable parts end it."""
-    parts: list[int] = []
-    for part in av.__version__.split("."):
-        if not part.isdigit():
-            break
-        parts.append(int(part))
-    return tuple(parts)
-
-
-def record_video_options(version: tuple[int, ...] | None = None, *, busy: bool = False) -> VideoOptions:
-    """How the recorder encodes: LeRobot's AV1 settings where the PyAV ``version`` (default: the
-    installed one) bundles SVT-AV1 4.x and the CPU is not ``busy`` with other work, else h264 with the
-    same keyframe interval and quality scale. Either way the encoder watchdog stops a stalled encode
-    after RECORD_STALL_S.
-
-    Why not AV1 on a busy CPU: SVT-AV1 4.x (av 18.1.0) stalled too, at a load average of 8 on 2 cores
-    (a test suite and a training run beside a 300-episode recording: no frame for 30 s, twice in a row,
-    and the demo failed); libx264 never stalled (300 recorder-sized encodes under stress, 0 hangs)."""
-    return codec_video_options("av1" if (version or av_version()) >= AV1_MIN_AV and not busy else "h264")
-
-
-def codec_video_options(codec: str) -> VideoOptions:
-    """The recorder's settings for ``codec`` ("av1": LeRobot's; "h264": libx264 with the same keyframe
-    interval and quality scale), with the recorder's encoder watchdog."""
-    if codec == "av1":
-        return VideoOptions(stall_s=RECORD_STALL_S)
-    return VideoOptions(codec="libx264", preset="veryfast", stall_s=RECORD_STALL_S)
-
-
-def _cpu_busy_now() -> bool:
-    """Other work wants more CPUs than this machine has (the recorder's own workers not counted yet)."""
-    return cpu_busy(load_1m(), usable_cpus(), 0)
 
 
 def estimate_bytes(config: RecordConfig) -> int:
@@ -342,43 +295,20 @@ def record_dataset(
     contention) leaves nothing written; the recording then starts once more from the beginning, which
     gives the same dataset (episodes are a pure function of their seeds), and a second stall is raised.
     """
-    chosen = (config or RecordConfig()).codec
-    note = None
-    if chosen == "auto":
-        video = record_video_options(busy=_cpu_busy_now())
-        if video.codec != VideoOptions().codec:
-            why = (
-                f"PyAV {av.__version__} bundles SVT-AV1 3.x, which can deadlock"
-                if av_version() < AV1_MIN_AV
-                else f"the CPUs are busy ({format_load(load_1m(), usable_cpus())}), where SVT-AV1 stalls"
-            )
-            note = f"note: {why}; recording h264 instead of AV1 (LeRobot reads both)"
-    else:  # the user's choice, kept for a second attempt too
-        video = codec_video_options(chosen)
-    for attempt in range(1, RECORD_ATTEMPTS + 1):
-        try:
-            return _record_once(
-                out_dir, config, video, note, overwrite=overwrite, progress=progress, on_episode=on_episode
-            )
-        except EncoderStalled as e:
-            if attempt == RECORD_ATTEMPTS:
-                raise
-            note = None  # said once
-            if chosen == "auto":
-                video = codec_video_options("h264")  # the encoder that has never stalled
-            print(
-                f"warning: {e.problem} ({e.file}); nothing was written, recording again from the start "
-                f"with {video.codec} (attempt {attempt + 1} of {RECORD_ATTEMPTS})",
-                file=sys.stderr,
-            )
-    raise AssertionError("unreachable")  # pragma: no cover
+    return write_video_with_retry(
+        lambda video: _record_once(
+            out_dir, config, video, overwrite=overwrite, progress=progress, on_episode=on_episode
+        ),
+        (config or RecordConfig()).codec,
+        stall_s=RECORD_STALL_S,
+        what="recording",
+    )
 
 
 def _record_once(
     out_dir: str | Path,
     config: RecordConfig | None,
     video: VideoOptions,
-    note: str | None,
     *,
     overwrite: bool,
     progress: bool,
@@ -393,8 +323,6 @@ def _record_once(
     need = estimate_bytes(config)
     if overwrite or not out_dir.exists():  # (else the writer refuses the existing output first)
         _check_disk(out_dir, config, need)
-    if note is not None:  # after the refusals: a note about the load never precedes an error
-        print(note, file=sys.stderr)
     start = time.perf_counter()
     attempts = successes = frames = written = 0
     failed: list[int] = []
