@@ -57,6 +57,18 @@ def _make_dataset(
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _codec_choice_ignores_the_load():
+    """A test's output never depends on how busy the machine running the suite is: `--codec auto` sees
+    a quiet CPU (AV1) unless the test says otherwise (tests of the busy choice patch load_1m
+    themselves). Commands run as subprocesses still choose by the real load."""
+    from actlab.datasets import video
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(video, "load_1m", lambda: 0.0)
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _actlab_cache(tmp_path_factory):
     """Keep FrameStores and cached stats of the test run out of ~/.cache (ACTLAB_CACHE -> a temp dir)."""
     with pytest.MonkeyPatch.context() as mp:
