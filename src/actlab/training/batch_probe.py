@@ -145,13 +145,17 @@ class CpuProbe:
         proc = self._ctx.Process(target=_cpu_trial, args=(cfg_dict, self.steps, child), daemon=True)
         proc.start()
         child.close()
-        watched = psutil.Process(proc.pid)
+        try:
+            watched: psutil.Process | None = psutil.Process(proc.pid)
+        except psutil.Error:  # it has ended already (a crash at start): the verdict below says how
+            watched = None
         seen, msg, killed, built = 0, None, False, None
         deadline = time.monotonic() + _TRIAL_TIMEOUT_S
         try:
             while msg is None and proc.is_alive():
-                with contextlib.suppress(psutil.Error):  # the trial may exit between two checks
-                    seen = max(seen, watched.memory_info().rss)
+                if watched is not None:
+                    with contextlib.suppress(psutil.Error):  # the trial may exit between two checks
+                        seen = max(seen, watched.memory_info().rss)
                 if seen > self.limit_bytes:
                     proc.kill()  # over the limit: it cannot fit, and it must not take the machine down
                     killed = True
