@@ -6,8 +6,9 @@ import os
 
 # Headless rendering for MuJoCo; set before anything imports mujoco.
 os.environ.setdefault("MUJOCO_GL", "egl")
-# Two cores on CI: keep torch from oversubscribing when tests run subprocesses.
-os.environ.setdefault("OMP_NUM_THREADS", "2")
+# Two cores on CI: keep torch from oversubscribing when tests run subprocesses; one thread in each of
+# pytest-xdist's workers (`-n 2`: two workers at two threads each spun for each other on 2 cores).
+os.environ.setdefault("OMP_NUM_THREADS", "1" if os.environ.get("PYTEST_XDIST_WORKER") else "2")
 
 import faulthandler
 import itertools

@@ -42,20 +42,14 @@ from actlab.evaluation.sources import (
     rollout_threads,
     source_inputs,
     spec_for_inputs,
+    threads_for_load,
 )
 from actlab.evaluation.video import VIDEO_HOLD_S, annotate_episode, env_frame, write_video
 from actlab.policies.contract import RolloutPolicy
 from actlab.policies.execution import ExecutionSpec
 from actlab.utils import procs
 from actlab.utils.procs import worker_pool
-from actlab.utils.threads import (
-    cpu_busy,
-    format_load,
-    load_1m,
-    torch_thread_count,
-    torch_threads,
-    usable_cpus,
-)
+from actlab.utils.threads import torch_threads
 
 VIDEO_PICKS = ("first", "failures")
 
@@ -348,29 +342,6 @@ def evaluate_many(
         seen = len(trained_on.get(src.name, {}).get("seeds", ()))
         out.append(CheckpointEval(src.name, src.path, src.step, summarize(eps), eps, training_scenes=seen))
     return out
-
-
-def threads_for_load(cfg: EvalConfig) -> EvalConfig:
-    """``cfg`` with one torch thread a rollout process when the CPUs are busy and the count was left to
-    actlab; decided once per evaluation, so the pass that films episodes again runs them at the count of
-    their first run (the same numbers, the same outcome).
-
-    Why one: on a CPU other jobs keep busy, torch's OpenMP threads spin waiting for a descheduled sibling;
-    the demo's policy took 1.5 s a training step at 1 thread and 9.0 s at 2 at a load average of 10-13 on
-    2 cores (`actlab bench threads`), and its inference is the same kernels. Busy: the load beyond this
-    process's own threads above the CPU count. Pooled workers on a 2-core machine already get 1 each."""
-    if cfg.threads_per_worker is not None:
-        return cfg
-    own = rollout_threads(None, cfg.workers) if cfg.workers > 1 else torch_thread_count()
-    load, cpus = load_1m(), usable_cpus()
-    if own is None or own <= 1 or not cpu_busy(load, cpus, own):
-        return cfg
-    print(
-        f"note: the CPUs are busy ({format_load(load, cpus)}): rollouts run at 1 torch thread a process "
-        f"instead of {own} (threads spin waiting for each other on a busy CPU); --threads N sets the count",
-        file=sys.stderr,
-    )
-    return replace(cfg, threads_per_worker=1)
 
 
 def _film(

@@ -32,6 +32,7 @@ from actlab.evaluation.sources import (
     source_inputs,
     source_limits,
     spec_for_inputs,
+    threads_for_load,
 )
 from actlab.evaluation.sweep import EVAL_KIND
 from actlab.policies.execution import (
@@ -130,7 +131,8 @@ def measure_inference(src: PolicySource, spec: Any, cfg: Any, fps: int) -> dict[
         batch = adapter([obs] * cfg.batch_envs)
     finally:
         getattr(env, "close", lambda: None)()
-    threads = rollout_threads(cfg.threads_per_worker, cfg.workers)  # as the rollout workers run it
+    # as the rollout workers run it (one thread on a busy CPU, as evaluate_many decides for them)
+    threads = rollout_threads(threads_for_load(cfg, note=False).threads_per_worker, cfg.workers)
     times = []
     with torch_threads(threads), torch.inference_mode():
         for _ in range(WARMUP_CALLS + MEASURE_CALLS):

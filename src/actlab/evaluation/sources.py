@@ -6,12 +6,14 @@ rl) describes a policy with a :class:`PolicySource` and asks the questions here,
   (:func:`spec_for_inputs`);
 - which device its tensors live on (:func:`policy_device`);
 - which chunk execution it can take (:func:`source_limits`, :func:`check_sources_execution`);
-- how many torch threads one rollout process gets (:func:`rollout_threads`).
+- how many torch threads one rollout process gets (:func:`rollout_threads`, and one on a busy CPU:
+  :func:`threads_for_load`).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,6 +25,7 @@ from actlab.evaluation.policy_io import PolicyInputs, bundle_inputs, policy_inpu
 from actlab.policies.contract import RolloutPolicy
 from actlab.policies.execution import ChunkLimits, ExecutionSpec, check_execution, horizon_note
 from actlab.utils.io import read_json
+from actlab.utils.threads import cpu_busy, format_load, load_1m, torch_thread_count, usable_cpus
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,33 @@ def rollout_threads(threads_per_worker: int | None, workers: int, pooled: bool =
     if not pooled:
         return None
     return max(1, (os.cpu_count() or 1) // workers)
+
+
+def threads_for_load(cfg: Any, note: bool = True) -> Any:
+    """``cfg`` (an EvalConfig) with one torch thread a rollout process when the CPUs are busy and the
+    count was left to actlab. The harness decides once per evaluation (``note``: saying so on stderr), so
+    the pass that films episodes again runs them at the count of their first run (the same numbers, the
+    same outcome); the passes beside it (whiskers, the real-time sweep's latency) apply the same rule.
+
+    Why one: on a CPU other jobs keep busy, torch's OpenMP threads spin waiting for a descheduled sibling;
+    the demo's policy took 1.5 s a training step at 1 thread and 9.0 s at 2 at a load average of 10-13 on
+    2 cores (`actlab bench threads`), and its inference is the same kernels (a whiskers pass at 2 threads
+    beside a test run: 1 step/s, against 35 quiet). Busy: the load beyond this process's own threads
+    above the CPU count. Pooled workers on a 2-core machine already get 1 each."""
+    if cfg.threads_per_worker is not None:
+        return cfg
+    own = rollout_threads(None, cfg.workers) if cfg.workers > 1 else torch_thread_count()
+    load, cpus = load_1m(), usable_cpus()
+    if own is None or own <= 1 or not cpu_busy(load, cpus, own):
+        return cfg
+    if note:
+        print(
+            f"note: the CPUs are busy ({format_load(load, cpus)}): rollouts run at 1 torch thread a process "
+            f"instead of {own} (threads spin waiting for each other on a busy CPU); --threads N sets the "
+            "count",
+            file=sys.stderr,
+        )
+    return replace(cfg, threads_per_worker=1)
 
 
 def source_dir(src: PolicySource) -> str | None:

@@ -25,7 +25,7 @@ from actlab.errors import ActlabError
 from actlab.evaluation.envs import EnvSpec, env_fps, env_max_steps, make_eval_env
 from actlab.evaluation.policy_io import ObsAdapter, actions_to_numpy, policy_inputs
 from actlab.evaluation.rollout import kept_info, near_goal_radius
-from actlab.evaluation.sources import as_source, source_inputs, spec_for_inputs
+from actlab.evaluation.sources import as_source, source_inputs, spec_for_inputs, threads_for_load
 from actlab.evaluation.taxonomy import PhaseRecord, classify
 from actlab.evaluation.video import VIDEO_HOLD_S, draw_text, outcome_text, write_video
 from actlab.policies.contract import RolloutPolicy
@@ -165,7 +165,7 @@ def _build_policy(source: Any, env: Any, device: str) -> RolloutPolicy:
 def whiskers_video(
     source: Any,
     spec: EnvSpec,
-    cfg: Any,
+    cfg: Any,  # an EvalConfig (seed, device, execution, threads_per_worker, workers)
     path: str | Path,
     episode: int = 0,
     every: int = 1,
@@ -183,7 +183,9 @@ def whiskers_video(
     where the grasp point really was one step later: 0 when the executed action is the chunk's first
     action (the forward simulation is exact), larger when the policy executes an older chunk's actions.
     """
-    with torch_threads(getattr(cfg, "threads_per_worker", None)):
+    # the rollouts' rule: one thread on a busy CPU (said by the evaluation this pass belongs to)
+    threads = threads_for_load(cfg, note=False).threads_per_worker
+    with torch_threads(threads):
         info = _whiskers_video(source, spec, cfg, path, episode, every, style, still)
     return info
 
