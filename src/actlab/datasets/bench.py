@@ -25,6 +25,7 @@ from actlab.datasets.framestore import FrameStore
 from actlab.datasets.reader import LeRobotV3Dataset, open_dataset
 from actlab.datasets.sampler import EpisodeSampler
 from actlab.errors import ActlabError
+from actlab.utils import procs
 
 # lerobot-train's loader measured on a 2-core CPU (224x224 AV1, 1 camera, ACT chunk 100, batch 8, 2 workers,
 # pyav or torchcodec): about 160 samples/s. Used when no baseline runs.
@@ -157,16 +158,25 @@ def bench_lerobot(
     cmd = [python, str(probe), "bench", str(path), "--batch-size", str(batch_size)]
     cmd += ["--action-horizon", str(action_horizon), "--seconds", str(seconds), "--workers", str(workers)]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=seconds * 10 + 300)
-    if out.returncode != 0:
+    limit = seconds * 10 + 300
+    try:
+        code, stdout, stderr = procs.run_tree(cmd, timeout=limit, env=env, field="--lerobot-python")
+    except subprocess.TimeoutExpired:
+        raise ActlabError(
+            f"lerobot's data loader did not finish in {limit:.0f} s (its processes were ended)",
+            field="--lerobot-python",
+            found=python,
+            fix="check that this python runs lerobot 0.6.1, or give fewer --seconds",
+        ) from None
+    if code != 0:
         raise ActlabError(
             "lerobot benchmark failed",
             field="--lerobot-python",
             expected="a Python with lerobot 0.6.1 installed",
-            found=(out.stderr.strip().splitlines() or ["no output"])[-1],
+            found=(stderr.strip().splitlines() or ["no output"])[-1],
             fix="see docs/datasets.md (checking with real LeRobot)",
         )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def bench_data(

@@ -8,15 +8,14 @@ cannot be mapped is said in the notes, never silently changed.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
+from actlab.utils import procs
 
 # lerobot-train's default DataLoader workers (lerobot 0.6.1 TrainPipelineConfig.num_workers).
 LEROBOT_DEFAULT_WORKERS = 4
@@ -80,14 +79,11 @@ def run_lerobot_step(
            "--warmup", str(warmup), "--device", device, "--threads", str(threads)]  # fmt: skip
     cmd += ["--amp"] if amp else []
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)  # fmt: skip
     try:
-        out, err = proc.communicate(timeout=timeout_s)
+        code, out, err = procs.run_tree(
+            cmd, timeout=timeout_s, env=env, field="--lerobot-python"
+        )  # the DataLoader workers too
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the DataLoader workers too
-        with contextlib.suppress(subprocess.TimeoutExpired):  # a grandchild outside the group may hold a pipe
-            proc.communicate(timeout=30)
         raise ActlabError(
             f"lerobot's training step did not finish in {timeout_s:.0f} s",
             field="--lerobot-python",
@@ -95,7 +91,7 @@ def run_lerobot_step(
             fix="use fewer --lerobot-steps",
         ) from None
     lines = [ln for ln in out.strip().splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
+    if code != 0 or not lines:
         raise ActlabError(
             "lerobot's training step failed",
             field="--lerobot-python",

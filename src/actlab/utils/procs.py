@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from actlab.errors import Terminated
+from actlab.errors import ActlabError, Terminated
 
 # prctl(2) option: the signal a process gets when the thread that created it exits.
 PR_SET_PDEATHSIG = 1
@@ -282,3 +282,40 @@ def kill_tree(proc: Any, wait_s: float = TREE_KILL_WAIT_S) -> list[int]:
         time.sleep(0.02)
         alive = [p for p in alive if running(p)]
     return [p.pid for p in alive]
+
+
+def run_tree(
+    cmd: Sequence[str], timeout: float, env: dict[str, str] | None = None, field: str = "command"
+) -> tuple[int, str, str]:
+    """Run ``cmd`` to its end in a process group of its own and return ``(returncode, stdout, stderr)``
+    (text). Past ``timeout`` seconds the whole tree is killed (:func:`kill_tree`: a wrapper script's child
+    and a DataLoader's workers too, which would otherwise hold the pipes open) and
+    ``subprocess.TimeoutExpired`` is raised; an interrupt of the caller ends the tree as well. A command
+    that cannot start is an ActlabError naming ``field`` (the option that gave it)."""
+    import subprocess  # here: only the commands that run another interpreter need it
+
+    try:
+        proc = subprocess.Popen(
+            list(cmd),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            **start_group_kwargs(),
+        )
+    except OSError as e:  # missing, not executable, a directory
+        raise ActlabError(
+            f"cannot start {cmd[0]}",
+            field=field,
+            expected="an executable file",
+            found=e.strerror or str(e),
+            fix=f"check the path given to {field}",
+        ) from e
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:  # the timeout, or Ctrl-C / SIGTERM of the caller
+        kill_tree(proc)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # a descendant that escaped may hold a pipe
+            proc.communicate(timeout=TREE_KILL_WAIT_S)
+        raise
+    return proc.returncode, out, err
