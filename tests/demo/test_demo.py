@@ -301,3 +301,24 @@ def test_realtime_adds_a_delay_sweep_of_the_best_checkpoint_only_when_asked(tmp_
     run_demo(DemoConfig(**base, realtime=True, realtime_delays=(0, 4)))
     assert _summary(out)["reused_stages"] == ["record", "train", "eval", "realtime"]
     assert "reusing the delay sweep" in capsys.readouterr().err
+
+
+def test_the_demo_records_with_the_codec_asked_for(tmp_path):
+    """--codec pins the recording's codec (auto writes h264 on a busy CPU: two runs on differently loaded
+    machines would train on differently compressed frames), and it is a setting of the record stage."""
+    import io
+
+    from actlab.cli import build_parser
+    from actlab.cli.demo import demo_config
+    from actlab.datasets import open_dataset
+    from actlab.demo.pipeline import StageLog, _record, resolve
+
+    args = build_parser().parse_args(["demo", "--out", str(tmp_path), "--episodes", "2", "--image-size", "16",
+                                      "--workers", "1", "--device", "cpu", "--codec", "h264"])  # fmt: skip
+    cfg = demo_config(args)
+    state: dict = {}
+    _record(cfg, resolve(cfg), tmp_path, state, StageLog(stream=io.StringIO()))
+    info = open_dataset(tmp_path / "data").features["observation.images.top"]["info"]
+    assert info["video.codec"] == "h264" and state["record"]["settings"]["codec"] == "h264"
+    auto = demo_config(build_parser().parse_args(["demo", "--episodes", "2"]))
+    assert auto.codec == "auto"

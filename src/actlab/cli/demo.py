@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from actlab.cli import add_set_flag, subcommand
+from actlab.cli import add_codec_flag, add_set_flag, subcommand
 
 ORDER = 0
 
@@ -53,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="rollout videos of the best checkpoint (3, or --eval-episodes when that is fewer)",
     )
     p.add_argument("--workers", type=int, default=2, help="simulation and rollout processes (2)")
+    add_codec_flag(p)
     add_set_flag(p, "training config override, as in actlab train (repeatable)")
     p.add_argument("--fresh", action="store_true", help="discard previous results in --out and start over")
     p.add_argument(
@@ -82,6 +83,7 @@ def demo_config(args: argparse.Namespace):
         fresh=args.fresh,
         realtime=args.realtime,
         task=args.task,
+        codec=args.codec,
     )
 
 

@@ -130,6 +130,9 @@ class DemoConfig:
     realtime_delays: tuple[int, ...] = REALTIME_DELAYS
     # the sim task to record, train on and evaluate (actlab sim tasks lists them)
     task: str = DEFAULT_TASK
+    # the recording's video codec (sim record's --codec): "auto" writes h264 on a busy CPU, so two runs
+    # on differently loaded machines train on differently compressed frames; "av1" or "h264" pins it
+    codec: str = "auto"
 
     def __post_init__(self) -> None:
         task_config(self.task)  # an unknown task name fails here, with a did-you-mean
@@ -288,12 +291,17 @@ def _finish_stage(out: Path, state: dict, stage: str, settings: dict, result: di
 def _record(cfg: DemoConfig, plan: dict, out: Path, state: dict, log: StageLog) -> dict:
     data = out / "data"
     rec = RecordConfig(
-        task=cfg.task, episodes=cfg.episodes, image_size=plan["image_size"], workers=cfg.workers
+        task=cfg.task,
+        episodes=cfg.episodes,
+        image_size=plan["image_size"],
+        workers=cfg.workers,
+        codec=cfg.codec,
     )
     settings = json.loads(json.dumps(dataclasses.asdict(rec)))
     del settings["workers"]  # the recording is identical for any number of workers: not a reason to redo
-    if settings.get("units") == "degrees":  # default units: a demo recorded before units existed is current
-        del settings["units"]
+    for key, default in (("units", "degrees"), ("codec", "auto")):  # a demo recorded before they existed
+        if settings.get(key) == default:  # is current
+            del settings[key]
     t0 = log.start("record", f"recording {cfg.episodes} scripted-expert demonstrations -> {data}")
     if _stage_current(state, "record", settings, [data / "meta" / "info.json"]):
         log.reuse("record", f"the dataset in {data}", state["record"])
