@@ -45,7 +45,7 @@ def stall_once(monkeypatch, tmp_path):
         # Only this test's encoders: the thread that the previous test abandoned in its stall is released
         # at that test's end and encodes its remaining frames through this patch too. Were it allowed to,
         # it would take this stall and leave this test's encoder running freely ("DID NOT RAISE" for
-        # threaded=False after threaded=True, now and then: the flaky failure of issue 12).
+        # threaded=False after threaded=True, now and then: a flaky failure seen before this check).
         mine = tmp_path in self.path.parents
         if mine and "wrist" in str(self.path) and stall.armed.is_set() and not stall.entered.is_set():
             stall.entered.set()

@@ -1,4 +1,4 @@
-"""The bridge's deadline ends the lerobot child's whole process tree (issue 36's HANG rows).
+"""The bridge's deadline ends the lerobot child's whole process tree (the third fault run's HANG rows, docs/faults.md).
 
 Before: the deadline killed only the direct child. A ``--lerobot-python`` that is a wrapper (``conda run``,
 ``uv run``, a shell script) keeps the pipe open through its own child, so the bridge's read never ended and

@@ -1,4 +1,4 @@
-"""The LeRobot plugin is a distribution of its own that depends on actlab (issue 32): no copy of actlab's
+"""The LeRobot plugin is a distribution of its own that depends on actlab: no copy of actlab's
 files in its wheel (two distributions owning the same files break each other on uninstall), and its actlab
 requirement names this repository's version, so an export meets the actlab it was made with."""
 

@@ -1,6 +1,6 @@
 """utils.procs.run_tree: a child interpreter run to its end, or ended as a whole tree at its deadline.
 
-The class (issue 36): a deadline that kills only the direct child leaves a wrapper script's child (conda
+The class (the third fault run's HANG rows, docs/faults.md): a deadline that kills only the direct child leaves a wrapper script's child (conda
 run, a shell script) or a DataLoader's workers holding the pipes, and the reader waits for ever. Used by
 `actlab bench data --lerobot-python` and `actlab bench train --lerobot-python`."""
 
