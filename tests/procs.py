@@ -219,3 +219,27 @@ def cli(*args: str) -> list[str]:
 def run_cli(*args: str, timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run ``actlab ARGS`` in a fresh process (see :func:`run`)."""
     return run(cli(*args), timeout=timeout, env=env)
+
+
+# A python that forks a grandchild (which with "setsid" leaves the process group) and both sleep holding
+# the pipes they inherited, never answering: what a wrapper's child does when it hangs.
+_HANG = """
+import os, sys, time
+if sys.argv[1] == "setsid" and os.fork() == 0:
+    os.setsid()
+elif sys.argv[1] != "setsid":
+    os.fork()
+time.sleep(100000)
+"""
+
+
+def hanging_wrapper(directory, mode: str = "group"):
+    """An executable shell script (e.g. a ``--lerobot-python``, as ``conda run`` or a venv wrapper would
+    be) that runs a python child (not exec) and waits; the child and its grandchild hang (:data:`_HANG`).
+    ``mode`` "setsid": the grandchild leaves the process group."""
+    import stat
+
+    script = directory / f"hanging-python-{mode}"
+    script.write_text(f"#!/bin/sh\n\"{sys.executable}\" -c '{_HANG}' {mode}\nwait\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return script

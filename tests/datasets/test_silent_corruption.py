@@ -1,5 +1,6 @@
-"""Damaged inputs that used to give wrong results without a word (the second fault run's "silently wrong" rows, docs/faults.md): each is planted
-in a real dataset file and must now be an error of the doctor and a refusal of the trainer."""
+"""Damaged inputs that used to give wrong results without a word (the second fault run's "silently
+wrong" rows, docs/faults.md): each is planted in a real dataset file and must now be an error of the
+doctor and a refusal of the trainer."""
 
 from __future__ import annotations
 

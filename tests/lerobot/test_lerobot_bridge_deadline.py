@@ -1,4 +1,5 @@
-"""The bridge's deadline ends the lerobot child's whole process tree (the third fault run's HANG rows, docs/faults.md).
+"""The bridge's deadline ends the lerobot child's whole process tree (the third fault run's HANG rows,
+docs/faults.md).
 
 Before: the deadline killed only the direct child. A ``--lerobot-python`` that is a wrapper (``conda run``,
 ``uv run``, a shell script) keeps the pipe open through its own child, so the bridge's read never ended and
@@ -24,30 +25,11 @@ import pytest
 import actlab.lerobot.child as child
 from actlab.errors import ActlabError
 from actlab.lerobot.bridge import MAX_REPLY_TIMEOUT_S, REPLY_TIMEOUT_S, LeRobotBridgePolicy, child_env
-from procs import clock, marked, run_cli, wait_gone
+from procs import clock, hanging_wrapper, marked, run_cli, wait_gone
 
 FAKE = Path(__file__).with_name("fake_lerobot_child.py")
 # The child tree's marker variable (its value is one uuid per test).
 MARK = "ACTLAB_TEST_HANGING_CHILD"
-
-# The wrapper's python child: forks a grandchild (which with "setsid" leaves the process group), and both
-# sleep holding the bridge's pipes, never answering.
-_HANG = """
-import os, sys, time
-if sys.argv[1] == "setsid" and os.fork() == 0:
-    os.setsid()
-elif sys.argv[1] != "setsid":
-    os.fork()
-time.sleep(100000)
-"""
-
-
-def _wrapper(tmp_path: Path, mode: str = "group") -> Path:
-    """An executable shell script used as --lerobot-python: it runs python (not exec) and waits."""
-    script = tmp_path / f"lerobot-python-{mode}"
-    script.write_text(f"#!/bin/sh\n\"{sys.executable}\" -c '{_HANG}' {mode}\nwait\n")
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    return script
 
 
 def _policy_dir(tmp_path: Path) -> Path:
@@ -73,7 +55,10 @@ def _tree(token: str, since: float) -> list:
 def test_a_wrapper_whose_child_never_answers_is_ended_as_a_tree_at_the_deadline(tmp_path, mode):
     token, since = uuid.uuid4().hex, clock()
     bridge = LeRobotBridgePolicy(
-        _policy_dir(tmp_path), _wrapper(tmp_path, mode), timeout_s=3.0, env={**child_env(), MARK: token}
+        _policy_dir(tmp_path),
+        hanging_wrapper(tmp_path, mode),
+        timeout_s=3.0,
+        env={**child_env(), MARK: token},
     )
     t0 = time.monotonic()
     with pytest.raises(ActlabError) as e:
@@ -150,7 +135,7 @@ def test_eval_and_doctor_end_within_the_deadline_with_no_process_left(tmp_path, 
     # The issue's case: a --lerobot-python script forking a child that never answers. run_cli fails the
     # test if anything the command started (the whole tree carries run_cli's marker) outlives it.
     deadline = 4
-    wrapper, policy = _wrapper(tmp_path), _policy_dir(tmp_path)
+    wrapper, policy = hanging_wrapper(tmp_path), _policy_dir(tmp_path)
     common = ["--lerobot-policy", policy, "--lerobot-python", wrapper, "--lerobot-timeout", str(deadline)]
     if command == "eval":
         argv = ["eval", *common, "--episodes", "1", "--max-steps", "5", "--workers", "1"]

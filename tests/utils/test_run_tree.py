@@ -1,13 +1,13 @@
 """utils.procs.run_tree: a child interpreter run to its end, or ended as a whole tree at its deadline.
 
-The class (the third fault run's HANG rows, docs/faults.md): a deadline that kills only the direct child leaves a wrapper script's child (conda
-run, a shell script) or a DataLoader's workers holding the pipes, and the reader waits for ever. Used by
-`actlab bench data --lerobot-python` and `actlab bench train --lerobot-python`."""
+The class (the third fault run's HANG rows, docs/faults.md): a deadline that kills only the direct
+child leaves a wrapper script's child (conda run, a shell script) or a DataLoader's workers holding the
+pipes, and the reader waits for ever. Used by `actlab bench data --lerobot-python` and `actlab bench
+train --lerobot-python`."""
 
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 import sys
 import time
@@ -18,26 +18,9 @@ import pytest
 from actlab.datasets.bench import bench_lerobot
 from actlab.errors import ActlabError
 from actlab.utils.procs import run_tree
-from procs import clock, marked, wait_gone
+from procs import clock, hanging_wrapper, marked, wait_gone
 
 MARK = "ACTLAB_TEST_RUN_TREE"
-# A python that forks a grandchild (one that leaves the process group with "setsid") and both sleep
-# holding stdout and stderr.
-_HANG = """
-import os, sys, time
-if sys.argv[1] == "setsid" and os.fork() == 0:
-    os.setsid()
-elif sys.argv[1] != "setsid":
-    os.fork()
-time.sleep(100000)
-"""
-
-
-def _wrapper(tmp_path, mode):
-    script = tmp_path / f"python-{mode}"
-    script.write_text(f"#!/bin/sh\n\"{sys.executable}\" -c '{_HANG}' {mode}\nwait\n")
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    return script
 
 
 @pytest.mark.timeout(60)
@@ -46,7 +29,7 @@ def test_a_wrapper_whose_child_hangs_is_ended_as_a_tree_at_the_deadline(tmp_path
     token, since = uuid.uuid4().hex, clock()
     t0 = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired):
-        run_tree([str(_wrapper(tmp_path, mode))], timeout=1.0, env={**os.environ, MARK: token})
+        run_tree([str(hanging_wrapper(tmp_path, mode))], timeout=1.0, env={**os.environ, MARK: token})
     assert time.monotonic() - t0 < 1.0 + 10  # the deadline plus the tree's kill, not for ever
     assert wait_gone(marked(MARK, token, since), 5.0) == []  # nothing of the tree is left
 
