@@ -423,8 +423,9 @@ class EncoderThread:
                 found=f"no frame for {self._stall_s:g} s inside the encoder library (SVT-AV1 3.x deadlocks, "
                 "and 4.x stalled on a CPU at a load average of 8); nothing was written",
                 fix="run the command again (the output was left as it was before); if it recurs, write h264 "
-                "(VideoOptions(codec='libx264'): `actlab sim record` does so itself on a busy CPU and after "
-                "a stall) or run it when the machine is less busy",
+                "(--codec h264, or VideoOptions(codec='libx264'); with --codec auto the commands that write "
+                "video do so themselves on a busy CPU and after a stall) or run it when the machine is less "
+                "busy",
             )
         if self._stalled is not None:
             raise self._stalled
