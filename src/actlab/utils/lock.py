@@ -129,3 +129,26 @@ def _mkdirs(path: Path) -> list[Path]:
         except FileExistsError:
             pass
     return created
+
+
+def holder(path: str | Path) -> str | None:
+    """The pid (as written into :data:`LOCK_FILE`) of the live process that holds ``path``'s lock now, or
+    None: no lock file, or nobody holds it (a file left by a killed holder). Reads, never takes it."""
+    file = Path(path) / LOCK_FILE
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                with contextlib.suppress(OSError):
+                    return os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+                return "unknown"
+            return None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
