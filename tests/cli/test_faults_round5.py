@@ -250,3 +250,16 @@ def test_a_checkpoint_pruned_by_the_trainer_that_holds_the_run_is_said_as_such(r
     assert main(["eval", str(gone), "--episodes", "1"]) == 2  # nobody holds the run: the error as it was
     err = capsys.readouterr().err
     assert "being trained" not in err and "does not exist" in err
+
+
+@pytest.mark.timeout(60)
+def test_a_resume_of_an_rl_run_that_has_its_steps_says_nothing_is_trained(rl_run, tmp_path, capsys):
+    """SILENT before: `rl train --out RUN --resume --set total_env_steps=100` on a run of 400+ steps
+    printed its summary and exited 0 without a word that the budget asked for was already spent."""
+    rl = tmp_path / "rl"
+    shutil.copytree(rl_run, rl)
+    before = sorted(p.name for p in (rl / "checkpoints").glob("step_*"))
+    assert main(["rl", "train", "--out", str(rl), "--resume", "--set", "total_env_steps=100"]) == 0
+    said = "".join(capsys.readouterr())
+    assert "nothing to train; raise total_env_steps to continue it" in said
+    assert sorted(p.name for p in (rl / "checkpoints").glob("step_*")) == before

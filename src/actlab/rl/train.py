@@ -309,6 +309,11 @@ class _Trainer:
         last_ckpt = self.ckpt.last_step()
         stopped = "completed"
         disk_checked = False
+        if self.env_steps >= cfg.total_env_steps:  # a resume of a run that got there: said, as train does
+            self.log.message(
+                f"the run already has {self.env_steps} env steps (total_env_steps {cfg.total_env_steps}): "
+                "nothing to train; raise total_env_steps to continue it"
+            )
         try:
             if self.guard is not None:
                 self._measure_base()
