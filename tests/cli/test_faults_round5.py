@@ -263,3 +263,25 @@ def test_a_resume_of_an_rl_run_that_has_its_steps_says_nothing_is_trained(rl_run
     said = "".join(capsys.readouterr())
     assert "nothing to train; raise total_env_steps to continue it" in said
     assert sorted(p.name for p in (rl / "checkpoints").glob("step_*")) == before
+
+
+@pytest.mark.timeout(60)
+def test_a_lock_file_that_is_a_directory_is_named_as_actlabs_own(run_dir, tiny_dataset, tmp_path, capsys):
+    """UNCLEAR before: a run's .actlab.lock (or a FrameStore's .KEY.lock) that is a directory was "pass
+    the file, not its directory": the user passed neither."""
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    (run / ".actlab.lock").unlink(missing_ok=True)
+    (run / ".actlab.lock").mkdir()
+    assert main(["train", "--out", str(run), "--resume", "--set", "steps=3"]) == 2
+    err = capsys.readouterr().err
+    assert "the lock file of this run directory is a directory" in err and f"rmdir {run}" in err
+    cache = tmp_path / "cache"
+    assert main(["data", "cache", str(tiny_dataset), "--cache-dir", str(cache)]) == 0
+    store = next(p for p in cache.iterdir() if p.is_dir() and not p.name.startswith(("stats", ".")))
+    shutil.rmtree(store)
+    (cache / f".{store.name}.lock").mkdir()
+    capsys.readouterr()
+    assert main(["data", "cache", str(tiny_dataset), "--cache-dir", str(cache)]) == 2
+    err = capsys.readouterr().err
+    assert "if actlab makes this file itself (a .lock, a cache entry), move the directory away" in err

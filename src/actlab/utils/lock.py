@@ -48,7 +48,18 @@ class DirLock:
             return self
         self._created = _mkdirs(self.path)
         while True:
-            fd = os.open(self.file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            try:
+                fd = os.open(self.file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            except IsADirectoryError:  # "pass the file, not its directory": the user passed neither
+                self._release_dirs()
+                raise ActlabError(
+                    f"the lock file of this {self.what} is a directory",
+                    file=self.file,
+                    expected=f"{LOCK_FILE}: a file actlab makes and locks there itself (or nothing)",
+                    found="a directory",
+                    fix=f"remove it (`rmdir {self.file}`, or move it away if it holds files) and run the "
+                    "command again",
+                ) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
