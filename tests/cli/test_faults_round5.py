@@ -285,3 +285,15 @@ def test_a_lock_file_that_is_a_directory_is_named_as_actlabs_own(run_dir, tiny_d
     assert main(["data", "cache", str(tiny_dataset), "--cache-dir", str(cache)]) == 2
     err = capsys.readouterr().err
     assert "if actlab makes this file itself (a .lock, a cache entry), move the directory away" in err
+
+
+@pytest.mark.timeout(60)
+def test_a_copy_of_a_finished_run_reports_its_own_paths(run_dir, tmp_path, capsys):
+    """UNCLEAR before: `train --out COPY --resume` of a copied finished run said "already finished" and
+    printed the original's run directory and checkpoints (summary.json is copied with the run)."""
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    assert main(["train", "--out", str(copy), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert f"run directory:   {copy}" in out and f"last checkpoint: {copy}/checkpoints/step_0000002" in out
+    assert str(run_dir) not in out

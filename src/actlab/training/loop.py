@@ -233,7 +233,13 @@ def _finished_summary(out: Path, step: int) -> RunSummary | None:
         summary = RunSummary(**{f.name: saved[f.name] for f in dataclasses.fields(RunSummary)})
     except (ActlabError, KeyError, TypeError):
         return None
-    return summary if summary.step == step and summary.stopped == "completed" else None
+    if summary.step != step or summary.stopped != "completed":
+        return None
+    # the paths of this directory, not of the one the summary was written in: a copy of a finished run
+    # ("already finished") named the original's run directory and checkpoints
+    ckpt = {k: getattr(summary, k) for k in ("best_checkpoint", "last_checkpoint")}
+    moved = {k: str(out / "checkpoints" / Path(v).name) for k, v in ckpt.items() if v}
+    return dataclasses.replace(summary, run_dir=str(out), **moved)
 
 
 def overfit_config(cfg: TrainConfig, samples: int) -> TrainConfig:
