@@ -114,7 +114,10 @@ def train_rl(cfg: RLConfig, out: str | Path, resume: bool = False, progress: boo
 
     # a device this torch cannot use (`--set device=cuda` on a CPU build was an AssertionError traceback
     # from torch.cuda) is refused before the run directory is touched; "auto" becomes the device chosen
-    cfg = dataclasses.replace(cfg, device=str(resolve_device(cfg.device, field="device")))
+    # (any other name is kept as written: "cuda" saved as "cuda:0" would refuse the resume of a run)
+    device = resolve_device(cfg.device, field="device")
+    if cfg.device == "auto":
+        cfg = dataclasses.replace(cfg, device=str(device))
     from actlab.utils.threads import torch_threads  # lazy: imports torch
 
     # torch threads restored afterwards: a caller's process (a test, a notebook) keeps its own setting
