@@ -145,7 +145,13 @@ def _os_error(e: OSError) -> ActlabError:
         errno.EROFS: ("the filesystem is read-only", f"write to a writable disk (`findmnt -T {folder}`)"),
         errno.EIO: ("I/O error: the disk is failing", "copy what matters off the disk; check `dmesg`"),
         errno.ENOENT: ("file or directory not found", "check the path"),
-        errno.EISDIR: ("a directory where a file was expected", "pass the file, not its directory"),
+        # (a lock file or cache entry actlab makes itself can be in the way too: the user passed neither)
+        errno.EISDIR: (
+            "a directory where a file was expected",
+            "if you gave this path, pass the file, not "
+            "its directory; if actlab makes this file itself (a .lock, a cache entry), move the "
+            "directory away",
+        ),
         errno.ENOTDIR: ("a file where a directory was expected", "pass the directory, not a file"),
         errno.ENOEXEC: ("not an executable program", "pass the path of the program itself"),
         errno.ENOMEM: ("out of memory", "close other programs or make the job smaller"),

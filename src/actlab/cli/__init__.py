@@ -13,6 +13,7 @@ import importlib
 import os
 import pkgutil
 import sys
+from pathlib import Path
 
 from actlab import __version__
 from actlab.cli import _options
@@ -262,9 +263,40 @@ def _stdout_closed() -> int:
 
 
 def _refused(e: ActlabError) -> int:
+    e = _while_training(e)
     with contextlib.suppress(BrokenPipeError, ValueError):  # stderr closed too: the status alone tells
         print(f"error: {e.render()}", file=sys.stderr)
     return 2
+
+
+def _while_training(e: ActlabError) -> ActlabError:
+    """``e`` about a file of a checkpoint that vanished while the command read it, because a trainer that
+    holds the run's lock now pruned it: said as such. `actlab eval RUN` beside `actlab train --out RUN`
+    said "config.json missing, check the path" of the checkpoint it had just chosen."""
+    if not e.file:
+        return e
+    for step_dir in (Path(e.file), *Path(e.file).parents):
+        if step_dir.parent.name == "checkpoints" and step_dir.name.startswith("step_"):
+            break
+    else:
+        return e
+    run = step_dir.parent.parent
+    if step_dir.exists():
+        return e
+    # (imported here: only a refusal about a vanished checkpoint gets this far)
+    from actlab.utils.lock import holder
+
+    pid = holder(run)
+    if pid is None:
+        return e
+    return ActlabError(
+        f"checkpoint {step_dir.name} is not there (any more): the run is being trained now (pid {pid}), "
+        "which keeps only its newest checkpoints and removes older ones as it goes",
+        file=step_dir,
+        found=e.problem,
+        fix=f"evaluate a copy (`cp -r {run}/checkpoints/step_N COPY` of a checkpoint it keeps), or wait for "
+        f"pid {pid} to finish",
+    )
 
 
 def group(sub, name: str, help: str, epilog: str | None = None) -> argparse._SubParsersAction:

@@ -99,31 +99,13 @@ def check(args: argparse.Namespace) -> None:
 
 
 def _check_paths(args: argparse.Namespace, outs: Sequence[tuple[str, str]], ins: Sequence[tuple[str, str]]):
-    given = [(label, p, raw) for label, dest in outs for p, raw in _pairs(getattr(args, dest, None))]
-    for i, (la, pa, ra) in enumerate(given):
-        for lb, pb, rb in given[i + 1 :]:
-            if pa == pb or pa in pb.parents or pb in pa.parents:
-                how = "name the same path" if pa == pb else "name paths one inside the other"
-                raise ActlabError(
-                    f"{la} and {lb} {how}: one output would replace or hold the other",
-                    file=ra if pa == pb else f"{ra} and {rb}",
-                    field=f"{la}, {lb}",
-                    expected="a path of its own for each output",
-                    found=f"{la} {ra}, {lb} {rb}",
-                    fix=f"give {la} and {lb} different paths (nothing was run or written)",
-                )
-        for label, dest in ins:
-            for pin, rin in _pairs(getattr(args, dest, None)):
-                if pa == pin or pin in pa.parents:
-                    how = "is" if pa == pin else "lies inside"
-                    raise ActlabError(
-                        f"{la} {how} an input of the command ({label}): it would write into what it reads",
-                        file=ra,
-                        field=f"{la}, {label}",
-                        expected=f"{la} apart from {label}",
-                        found=f"{la} {ra}, {label} {rin}",
-                        fix=f"choose a {la} outside {rin} (nothing was run or written)",
-                    )
+    # (imported here: --help stays light; the rule itself is shared with the trainers' config paths)
+    from actlab.utils.io import refuse_overlapping_paths
+
+    refuse_overlapping_paths(
+        [(label, raw) for label, dest in outs for _, raw in _pairs(getattr(args, dest, None))],
+        [(label, raw) for label, dest in ins for _, raw in _pairs(getattr(args, dest, None))],
+    )
 
 
 def _pairs(value: Any) -> list[tuple[Path, str]]:

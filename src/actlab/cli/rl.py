@@ -162,12 +162,12 @@ def _train(args: argparse.Namespace) -> int:
 
     summary = train_rl(cfg, args.out, resume=args.resume, progress=not args.json)
     if summary.stopped in ("sigterm", "sigint"):
-        from actlab.lifecycle.stop import EXIT_SIGINT, EXIT_SIGTERM
+        from actlab.lifecycle.stop import EXIT_SIGINT, EXIT_SIGTERM, stopped_line
 
         if args.json:
             print(json.dumps(summary.as_dict(), indent=2))
-        print(f"stopped by {summary.stopped.upper()} after checkpoint {summary.last_checkpoint}; continue "
-              f"with actlab rl train --out {args.out} --resume", file=sys.stderr)  # fmt: skip
+        resume = f"actlab rl train --out {args.out} --resume"
+        print(stopped_line(summary.stopped, summary.last_checkpoint, resume), file=sys.stderr)
         return EXIT_SIGTERM if summary.stopped == "sigterm" else EXIT_SIGINT  # the run is not finished
     if args.json:
         print(json.dumps(summary.as_dict(), indent=2))

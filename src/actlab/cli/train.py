@@ -101,10 +101,10 @@ def _run(args: argparse.Namespace) -> int:
     else:
         _print_summary(summary)
     if summary.stopped in ("sigterm", "sigint"):
-        from actlab.lifecycle.stop import EXIT_SIGINT, EXIT_SIGTERM
+        from actlab.lifecycle.stop import EXIT_SIGINT, EXIT_SIGTERM, stopped_line
 
-        print(f"stopped by {summary.stopped.upper()} after checkpoint {summary.last_checkpoint}; continue "
-              f"with actlab train --out {args.out} --resume", file=sys.stderr)  # fmt: skip
+        resume = f"actlab train --out {args.out} --resume"
+        print(stopped_line(summary.stopped, summary.last_checkpoint, resume), file=sys.stderr)
         return EXIT_SIGTERM if summary.stopped == "sigterm" else EXIT_SIGINT  # the run is not finished
     return 0
 

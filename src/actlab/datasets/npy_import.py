@@ -149,7 +149,17 @@ def read_npy_episodes(src: str | Path) -> tuple[list[dict[str, np.ndarray]], dic
     if actions.ndim != 2:
         raise ActlabError("actions must be (T, A)", file=act_path, field="actions", found=actions.shape)
     total = len(actions)
-    if int(lengths.sum()) != total or (lengths <= 0).any():
+    bad = np.flatnonzero(lengths <= 0)
+    if bad.size:  # said first: [25, -5] adds up to 20 frames and was blamed on the sum
+        raise ActlabError(
+            "a rollout length is zero or negative",
+            file=len_path,
+            field="rollout_length",
+            expected="a positive number of frames per rollout",
+            found=", ".join(f"rollout {i}: {int(lengths[i])}" for i in bad[:5]),
+            fix="fix rollout_length.npy: one positive length per rollout, in order",
+        )
+    if int(lengths.sum()) != total:
         raise ActlabError(
             "rollout lengths do not add up to the number of frames",
             file=len_path,

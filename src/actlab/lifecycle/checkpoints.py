@@ -123,8 +123,16 @@ class Checkpoints:
                     shutil.rmtree(p, ignore_errors=True)
 
     def meta(self, step: int) -> dict[str, Any]:
-        """``training_state/state.json`` of checkpoint ``step``."""
-        return read_json(self.path(step) / STATE_DIR / STATE_FILE, "checkpoint state")
+        """``training_state/state.json`` of checkpoint ``step``; refused when the step it records is not
+        the directory's (an edited ``env_steps`` resumed an RL run at step 99 from ``step_0003000`` and
+        wrote its checkpoints under the wrong numbers, exit 0)."""
+        file = self.path(step) / STATE_DIR / STATE_FILE
+        meta = read_json(file, "checkpoint state")
+        counters = {k: meta[k] for k in ("step", "env_steps") if k in meta}  # env_steps: an RL run's step
+        if any(v != step for v in counters.values()):
+            found = ", ".join(f"{k} {v!r}" for k, v in counters.items())
+            raise self.damaged(step, file, f"it records {found}, not the step of its directory")
+        return meta
 
     # ------------------------------------------------------------------------------------------ saving
     def write(
@@ -289,9 +297,10 @@ class Checkpoints:
         if not earlier:
             return f"no earlier checkpoint in {self.root}: start a new run (or restore {self.path(step)})"
         return (
-            f"move the damaged checkpoint out of the way (`{aside}`) and run the same `{self.command} "
-            f"--resume` again: it continues from {step_dir_name(earlier[-1])}, the previous checkpoint "
-            "(never load the file with weights_only=False: that runs whatever code it holds)"
+            f"move the damaged checkpoint out of the way (`{aside}`) and run the same command again: it "
+            f"takes {step_dir_name(earlier[-1])}, the previous checkpoint (`{self.command} --resume` "
+            "continues from it; a report or an evaluation of the run directory reads it) (never load the "
+            "file with weights_only=False: that runs whatever code it holds)"
         )
 
 

@@ -86,3 +86,15 @@ def catch_sigterm(time_limit_s: float = 0.0) -> Iterator[StopSignals]:
             signal.signal(signal.SIGTERM, previous)
         if previous_int is not None:
             signal.signal(signal.SIGINT, previous_int)
+
+
+def stopped_line(reason: str, last_checkpoint: str | None, resume_command: str) -> str:
+    """What a trainer's command prints when a SIGTERM or a Ctrl-C stopped its run: the checkpoint kept and
+    the resume line, or, for a run stopped before its first checkpoint, that nothing was kept (a Ctrl-C
+    in the first seconds printed "after checkpoint None" under "writing a checkpoint")."""
+    if last_checkpoint is None:
+        return (
+            f"stopped by {reason.upper()} before the first checkpoint: nothing was trained that could be "
+            f"kept; run the same command again, or {resume_command} (it starts the run over)"
+        )
+    return f"stopped by {reason.upper()} after checkpoint {last_checkpoint}; continue with {resume_command}"

@@ -78,7 +78,9 @@ class ReplayBuffer:
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The filled part, in ring order (for a checkpoint)."""
-        out = {k: v[: self.size].cpu() for k, v in self.data.items()}
+        # clone: torch.save writes a view's whole storage, so a slice saved every row of the preallocated
+        # ring (15.2 MB for 3000 transitions of 152 B: the capacity of 100000) into every checkpoint
+        out = {k: v[: self.size].clone().cpu() for k, v in self.data.items()}
         out["_meta"] = torch.tensor([self.ptr, self.size, self.capacity])
         return out
 

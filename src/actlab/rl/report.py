@@ -24,7 +24,7 @@ from actlab.evaluation.sources import PolicySource
 from actlab.lifecycle.checkpoints import read_pointer
 from actlab.lifecycle.metrics_log import read_metrics
 from actlab.rl.evaluate import evaluate_agent
-from actlab.rl.train import BASE_COPY, load_agent
+from actlab.rl.train import BASE_COPY, load_agent, newest_checkpoint
 from actlab.utils.io import atomic_write_json, atomic_write_text, claim_out_dir, read_json
 from actlab.utils.stats import paired_compare
 
@@ -77,12 +77,11 @@ def _choose(run: Path) -> tuple[Path, str]:
     if run.parent.name == "checkpoints" or not ckpts.is_dir():
         return run, run.name
     best = ckpts / "best.json"
-    if best.is_file():
+    if best.is_file() and (ckpts / read_pointer(best)["path"]).is_dir():
         name = read_pointer(best)["path"]
         return ckpts / name, name
     residual = (run / BASE_COPY).is_dir() or _is_residual(run)
-    last = ckpts / "last.json"
-    chosen = ckpts / read_pointer(last)["path"] if last.is_file() else run
+    chosen = newest_checkpoint(run)
     return chosen, "base" if residual else chosen.name
 
 

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from actlab.errors import ActlabError
-from actlab.lifecycle.checkpoints import read_pointer
 from actlab.lifecycle.metrics_log import METRICS_FILE, MetricsLog
 from actlab.lifecycle.rundir import (
     LOCKED_FIX,
@@ -37,7 +36,7 @@ from actlab.rl.checkpoint import AGENT_FILE, CONFIG_FILE, RLCheckpoints, read_te
 from actlab.rl.config import RESUMABLE, TRAIN_SEED_BASE, RLConfig, config_from_dict, config_to_dict
 from actlab.rl.guard import Decision, GuardState, decide, handed_back
 from actlab.utils.config import flatten
-from actlab.utils.io import atomic_dir, atomic_write_json, file_sha256, read_json
+from actlab.utils.io import atomic_dir, atomic_write_json, file_sha256, read_json, refuse_overlapping_paths
 from actlab.utils.lock import DirLock
 
 RUN_CONFIG = "config.json"
@@ -108,6 +107,17 @@ def train_rl(cfg: RLConfig, out: str | Path, resume: bool = False, progress: boo
     out = Path(out)
     cfg.check_runnable()
     check_run_path(out)
+    # the config's paths too (``--set base=B --out B/x`` is not an option the parser can check)
+    inputs = [("base", cfg.base), ("demos", cfg.demos), ("env.reward_model", cfg.env.reward_model)]
+    refuse_overlapping_paths([("--out", out)], inputs)
+    from actlab.utils.device import resolve_device  # lazy: imports torch
+
+    # a device this torch cannot use (`--set device=cuda` on a CPU build was an AssertionError traceback
+    # from torch.cuda) is refused before the run directory is touched; "auto" becomes the device chosen
+    # (any other name is kept as written: "cuda" saved as "cuda:0" would refuse the resume of a run)
+    device = resolve_device(cfg.device, field="device")
+    if cfg.device == "auto":
+        cfg = dataclasses.replace(cfg, device=str(device))
     from actlab.utils.threads import torch_threads  # lazy: imports torch
 
     # torch threads restored afterwards: a caller's process (a test, a notebook) keeps its own setting
@@ -246,6 +256,33 @@ class _Trainer:
         self._point_best()
         return path
 
+    def _check_disk(self) -> None:
+        """Refuse to go on when the checkpoints cannot fit: each holds the agent, its Adam state and the
+        filled replay (up to ``min(total_env_steps, buffer_size)`` rows), and ``keep_last`` of them (+ the
+        one being written, + a residual run's best) live at once. A run on a small disk trained to its
+        end and then failed writing its only checkpoint ("the disk is full"): every step lost."""
+        from actlab.utils.disk import require_free  # lazy: only a run that collects gets here
+        from actlab.utils.units import human_bytes  # lazy: as above
+
+        cfg = self.cfg
+        row = sum(v[0].numel() * v.element_size() for v in self.buffer.data.values())
+        rows = min(cfg.total_env_steps, cfg.sac.buffer_size)
+        agent = sum(v.numel() * v.element_size() for v in self.agent.trainable_state().values())
+        one = rows * row + 3 * agent + (1 << 20)  # weights + two Adam moments; configs, RNG state
+        alive = cfg.checkpoint.keep_last + 1 + (1 if self.guard is not None else 0)
+        need = max(one, one * alive - self.ckpt.bytes_on_disk())
+        require_free(
+            need,
+            self.out,
+            problem="not enough disk space for this RL run's checkpoints; refusing to go on rather than fail "
+            "at the first checkpoint",
+            field="checkpoint.keep_last",
+            expected=f"{human_bytes(need)} = {alive} checkpoints alive x {human_bytes(one)} (replay of "
+            f"{rows} transitions x {human_bytes(row)} + agent and Adam state {human_bytes(3 * agent)})",
+            fix="free disk space, choose an --out on a larger disk, or lower sac.buffer_size, "
+            "total_env_steps or checkpoint.keep_last",
+        )
+
     def _policy_bound(self) -> float:
         """The residual's bound that belongs to the checkpoint's actor as a policy (what ``load_agent``
         and ``rl report`` run): the evaluated one when the guard kept this step's evaluated actor, else
@@ -274,6 +311,12 @@ class _Trainer:
         t0 = time.perf_counter()
         last_ckpt = self.ckpt.last_step()
         stopped = "completed"
+        disk_checked = False
+        if self.env_steps >= cfg.total_env_steps:  # a resume of a run that got there: said, as train does
+            self.log.message(
+                f"the run already has {self.env_steps} env steps (total_env_steps {cfg.total_env_steps}): "
+                "nothing to train; raise total_env_steps to continue it"
+            )
         try:
             if self.guard is not None:
                 self._measure_base()
@@ -291,6 +334,9 @@ class _Trainer:
                 t_round = time.perf_counter()
                 stats = self._round()
                 self.rounds += 1
+                if not disk_checked:  # the first round of this process: the replay's rows are known now
+                    self._check_disk()
+                    disk_checked = True
                 if self.rounds % cfg.log.every == 0:
                     self._log(stats, time.perf_counter() - t_round)
                 decision = None
@@ -546,14 +592,31 @@ def _load_base(cfg: RLConfig, run_dir: Path | None, check: bool = True) -> Any:
     return load_policy(path, device=cfg.device)
 
 
+def newest_checkpoint(run: Path) -> Path:
+    """The newest complete checkpoint of RL run ``run``, as a resume picks it: the newest ``step_N``
+    directory, not ``last.json`` (which a kill or an edit can leave naming nothing; ``rl report`` said
+    "not an RL checkpoint, pass a run directory" of a run directory without it)."""
+    ckpts = RLCheckpoints(run, keep_last=1)
+    steps = ckpts.steps()
+    if not steps:
+        raise ActlabError(
+            "the RL run has no complete checkpoint",
+            file=ckpts.root,
+            expected="checkpoints/step_N/ as actlab rl train writes them",
+            fix=f"the run stopped before its first checkpoint: `actlab rl train --out {run} --resume` starts "
+            "it over; or pass another run",
+        )
+    return ckpts.path(steps[-1])
+
+
 def load_agent(path: str | Path, device: str = "cpu") -> Any:
     """The agent of a checkpoint directory (``checkpoints/step_N``) or of a run's last checkpoint, loaded
     strictly (every tensor of the agent its config builds; the digest recorded at save checked)."""
     from actlab.rl.agent import Agent  # lazy: imports torch
 
     path = Path(path)
-    if not (path / AGENT_FILE).is_file() and (path / "checkpoints" / "last.json").is_file():
-        path = path / "checkpoints" / read_pointer(path / "checkpoints" / "last.json")["path"]
+    if not (path / AGENT_FILE).is_file() and (path / "checkpoints").is_dir():
+        path = newest_checkpoint(path)
     if not (path / AGENT_FILE).is_file():
         raise ActlabError(
             "not an RL checkpoint",

@@ -107,6 +107,9 @@ class DataConfig:
         _check(
             self.max_samples is None or self.max_samples >= 1, "data.max_samples", ">= 1", self.max_samples
         )
+        # "" is not "unset": it was the current directory, where the frames were then decoded
+        _check(self.cache_dir is None or str(self.cache_dir).strip() != "", "data.cache_dir",
+               "a directory, or null for the default location", self.cache_dir)  # fmt: skip
         _check(0.0 <= self.val_fraction < 1.0, "data.val_fraction", "0 <= x < 1", self.val_fraction)
         _check(len(set(self.episodes)) == len(self.episodes), "data.episodes", "no repeats", self.episodes)
         _check(self.frames_on_device in (True, False, "auto"), "data.frames_on_device", "auto, true or false",

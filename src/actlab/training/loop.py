@@ -47,7 +47,7 @@ from actlab.training.ddp import DistInfo
 from actlab.training.schedule import sync_lr
 from actlab.training.slowdown import SlowdownWatch, cure_applied
 from actlab.utils.disk import write_error
-from actlab.utils.io import atomic_write_json, read_json
+from actlab.utils.io import atomic_write_json, read_json, refuse_overlapping_paths
 from actlab.utils.lock import DirLock
 from actlab.utils.threads import (
     AdaptiveThreads,
@@ -116,6 +116,13 @@ def train(
     dist = dist or ddp.dist_info_from_env()
     out = Path(out_dir)
     check_run_path(out)
+    # the config's paths, however they were given (--dataset, --set data.path=, --set data.cache_dir=):
+    # neither the run nor the frame cache may be written into the dataset or the bundle it starts from
+    refuse_overlapping_paths(
+        [("--out", out), ("data.cache_dir", cfg.data.cache_dir)],
+        [("data.path", cfg.data.path), ("init_from", cfg.init_from)],
+        distinct_outputs=False,  # a frame cache inside the run directory is the run's own
+    )
     lock = DirLock(out, "run directory", fix=LOCKED_FIX) if dist.is_main else contextlib.nullcontext()
     try:
         with lock:
@@ -226,7 +233,13 @@ def _finished_summary(out: Path, step: int) -> RunSummary | None:
         summary = RunSummary(**{f.name: saved[f.name] for f in dataclasses.fields(RunSummary)})
     except (ActlabError, KeyError, TypeError):
         return None
-    return summary if summary.step == step and summary.stopped == "completed" else None
+    if summary.step != step or summary.stopped != "completed":
+        return None
+    # the paths of this directory, not of the one the summary was written in: a copy of a finished run
+    # ("already finished") named the original's run directory and checkpoints
+    ckpt = {k: getattr(summary, k) for k in ("best_checkpoint", "last_checkpoint")}
+    moved = {k: str(out / "checkpoints" / Path(v).name) for k, v in ckpt.items() if v}
+    return dataclasses.replace(summary, run_dir=str(out), **moved)
 
 
 def overfit_config(cfg: TrainConfig, samples: int) -> TrainConfig:
@@ -331,6 +344,15 @@ def _check_same_dataset(cfg: TrainConfig, ckpt: Path) -> None:
     written before identities were recorded is compared by its episode and frame counts, and says so."""
     meta = read_json(ckpt / "actlab.json", "checkpoint bundle metadata")
     saved = ((meta.get("extra") or {}).get("train") or {}).get("dataset") or {}
+    if not cfg.data.path:  # `--preset P --resume`: the preset's empty path was the current directory
+        raise ActlabError(
+            "no dataset given for the resume",
+            field="data.path",
+            expected=f"the dataset of {ckpt.name} (recorded as {saved.get('path', '?')})",
+            found="--preset replaced the run's saved config, and a preset names no dataset",
+            fix="leave --preset out (a resume takes the run's saved config, its dataset included), or pass "
+            "--dataset PATH",
+        )
     now = open_dataset(cfg.data.path).identity
     expected = saved.get("identity")
     if not isinstance(expected, dict):

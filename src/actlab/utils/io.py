@@ -227,6 +227,49 @@ def related_input(out: Path, inputs: Sequence[str | Path]) -> Path | None:
     return None
 
 
+def _real(value: str | Path) -> Path:
+    # realpath, not Path.resolve: a symbolic link loop is the command's to report (resolve raises)
+    return Path(os.path.realpath(os.path.expanduser(str(value))))
+
+
+def refuse_overlapping_paths(
+    outputs: Sequence[tuple[str, str | Path | None]],
+    inputs: Sequence[tuple[str, str | Path | None]] = (),
+    distinct_outputs: bool = True,
+) -> None:
+    """Refuse, before any work, an output path (``(label, path)``: an option ``--out`` or a config key
+    ``data.cache_dir``) that is or lies inside an input (``data.path``, ``init_from``), and, with
+    ``distinct_outputs``, two outputs on one path or one inside the other. Unset paths (None, "") are
+    skipped. The options of a command are checked from the parser (``actlab.cli._options.paths``); the
+    config keys of the trainers here, since ``--set data.cache_dir=DATASET/c`` decoded frames into the
+    dataset and ``--set data.path=DS --out DS/run`` trained into it (fifth fault run)."""
+    given = [(label, _real(raw), str(raw)) for label, raw in outputs if raw not in (None, "")]
+    sources = [(label, _real(raw), str(raw)) for label, raw in inputs if raw not in (None, "")]
+    for i, (la, pa, ra) in enumerate(given):
+        for lb, pb, rb in given[i + 1 :] if distinct_outputs else ():
+            if pa == pb or pa in pb.parents or pb in pa.parents:
+                how = "name the same path" if pa == pb else "name paths one inside the other"
+                raise ActlabError(
+                    f"{la} and {lb} {how}: one output would replace or hold the other",
+                    file=ra if pa == pb else f"{ra} and {rb}",
+                    field=f"{la}, {lb}",
+                    expected="a path of its own for each output",
+                    found=f"{la} {ra}, {lb} {rb}",
+                    fix=f"give {la} and {lb} different paths (nothing was run or written)",
+                )
+        for label, pin, rin in sources:
+            if pa == pin or pin in pa.parents:
+                how = "is" if pa == pin else "lies inside"
+                raise ActlabError(
+                    f"{la} {how} an input of the command ({label}): it would write into what it reads",
+                    file=ra,
+                    field=f"{la}, {label}",
+                    expected=f"{la} apart from {label}",
+                    found=f"{la} {ra}, {label} {rin}",
+                    fix=f"choose a {la} outside {rin} (nothing was run or written)",
+                )
+
+
 def check_writable(path: str | Path) -> None:
     """Raise the OSError of an output that cannot be written (a read-only disk, no permission) now,
     before the work: a file is made and removed in the directory the output is created in (its parent,

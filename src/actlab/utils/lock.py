@@ -48,7 +48,18 @@ class DirLock:
             return self
         self._created = _mkdirs(self.path)
         while True:
-            fd = os.open(self.file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            try:
+                fd = os.open(self.file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            except IsADirectoryError:  # "pass the file, not its directory": the user passed neither
+                self._release_dirs()
+                raise ActlabError(
+                    f"the lock file of this {self.what} is a directory",
+                    file=self.file,
+                    expected=f"{LOCK_FILE}: a file actlab makes and locks there itself (or nothing)",
+                    found="a directory",
+                    fix=f"remove it (`rmdir {self.file}`, or move it away if it holds files) and run the "
+                    "command again",
+                ) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
@@ -129,3 +140,26 @@ def _mkdirs(path: Path) -> list[Path]:
         except FileExistsError:
             pass
     return created
+
+
+def holder(path: str | Path) -> str | None:
+    """The pid (as written into :data:`LOCK_FILE`) of the live process that holds ``path``'s lock now, or
+    None: no lock file, or nobody holds it (a file left by a killed holder). Reads, never takes it."""
+    file = Path(path) / LOCK_FILE
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                with contextlib.suppress(OSError):
+                    return os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+                return "unknown"
+            return None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
