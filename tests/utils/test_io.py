@@ -61,3 +61,21 @@ def test_a_required_file_is_named_with_what_belongs_there_and_the_fix(tmp_path):
     with pytest.raises(ActlabError) as e:
         require_file(tmp_path / "adir", "weights missing", expected="a file", fix="-")
     assert e.value.found == "a directory"
+
+
+def test_an_oserror_whose_filename_is_read_only_is_still_named_and_keeps_its_errno(tmp_path):
+    """PyAV's av.error.OSError makes ``filename`` read-only: a full disk while muxing a video inside an
+    atomic directory was an AttributeError traceback (seen in a `sim record` onto a full disk), not "the
+    disk is full"."""
+    import errno
+
+    import av
+
+    from actlab.utils.io import atomic_dir
+
+    out = tmp_path / "ds"
+    with pytest.raises(OSError) as e, atomic_dir(out, overwrite=False, kind="test") as tmp:
+        raise av.error.OSError(errno.ENOSPC, "No space left on device", str(tmp / "videos" / "file-000.mp4"))
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(out / "videos" / "file-000.mp4")
+    assert isinstance(e.value.__cause__, av.error.OSError)  # the original is chained
+    assert list(tmp_path.iterdir()) == []  # the temporary directory went with it

@@ -35,6 +35,7 @@ from actlab.utils.io import (
     atomic_write_json,
     file_sha256,
     fsync_dir,
+    name_file,
     read_json,
     require_file,
 )
@@ -175,14 +176,14 @@ class Checkpoints:
         except BaseException as e:
             shutil.rmtree(tmp, ignore_errors=True)  # the previous checkpoints are untouched
             if isinstance(e, OSError) and (e.filename is None or str(e.filename).startswith(str(tmp))):
-                e.filename = str(final)  # a failed write() names no file, or a temporary one: the checkpoint
+                name_file(e, str(final))  # a failed write() names no file, or a temporary one
             raise
         try:
             self._update_pointers(step, val_loss)
             self.prune()
         except OSError as e:  # e.g. a full disk: the new checkpoint is complete, resume repairs the rest
             if e.filename is None:
-                e.filename = str(self.root / "last.json")
+                name_file(e, str(self.root / "last.json"))
             raise
         return final
 

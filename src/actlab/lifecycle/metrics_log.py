@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
-from actlab.utils.io import atomic_write_text
+from actlab.utils.io import atomic_write_text, name_file
 from actlab.utils.progress import progress_bar
 
 METRICS_FILE = "metrics.jsonl"
@@ -110,7 +110,7 @@ class MetricsLog:
             self._file.write(json.dumps(row) + "\n")
             self._file.flush()
         except OSError as e:  # e.g. a full disk: name the file (a failed write names none)
-            e.filename = e.filename or str(self.path)
+            name_file(e, e.filename or str(self.path))
             raise
         step = int(row["step"])
         numeric = {k: v for k, v in row.items() if k != "step" and isinstance(v, (int, float))}
@@ -146,7 +146,7 @@ class MetricsLog:
             try:
                 f.close()  # flushes what a failed write left in the buffer: it can fail the same way
             except OSError as e:
-                e.filename = e.filename or str(self.path)
+                name_file(e, e.filename or str(self.path))
                 raise
         if self._bar is not None:
             self._bar.close()

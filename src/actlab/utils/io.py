@@ -48,6 +48,18 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def name_file(e: OSError, filename: str) -> None:
+    """Make ``e`` name ``filename`` (for the error a user sees: a failed write() names no file, or a
+    temporary one); the caller then re-raises it. Some OSError subclasses make ``filename`` read-only
+    (PyAV's ``av.error.OSError``, the full disk of a video file: setting it was an AttributeError
+    traceback instead of "the disk is full"); for those a plain OSError with the same errno and message,
+    naming the file, is raised here from ``e``."""
+    try:
+        e.filename = filename
+    except AttributeError:
+        raise OSError(e.errno, e.strerror or str(e), filename) from e
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | Path, mode: str = "wb") -> Iterator[Any]:
     """Open a temporary file beside ``path``; on success it replaces ``path``, on error it is removed."""
@@ -70,7 +82,7 @@ def atomic_file(path: str | Path, mode: str = "wb") -> Iterator[Any]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         if isinstance(e, OSError) and e.filename is None:
-            e.filename = str(path)  # a failed write() names no file: name the one being written
+            name_file(e, str(path))  # a failed write() names no file: the one being written
         raise
 
 
@@ -485,7 +497,7 @@ def atomic_dir(
                 and isinstance(e.filename, str)
                 and e.filename.startswith(f"{tmp}{os.sep}")
             ):
-                e.filename = str(path / os.path.relpath(e.filename, tmp))  # the name it would have had
+                name_file(e, str(path / os.path.relpath(e.filename, tmp)))  # the name it would have had
             raise
 
 
