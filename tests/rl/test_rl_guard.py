@@ -60,6 +60,7 @@ def _tiny(base, **keys):
         "base": str(base), "env.num_envs": 2, "env.max_steps": 20, "total_env_steps": 400,
         "sac.learning_starts": 20, "sac.actor_starts": 20, "sac.batch_size": 16, "sac.hidden": 16,
         "sac.buffer_size": 1000, "eval.episodes": 4, "eval.every": 40, "checkpoint.every": 0,
+        "residual.confirm_episodes": 4,
     }  # fmt: skip
     return replace_keys(get_preset("residual"), {**small, **keys})
 
@@ -121,3 +122,45 @@ def test_a_planted_worse_residual_is_rolled_back_then_stopped_and_the_run_says_w
     from actlab.rl.train import load_agent
 
     assert load_agent(tmp_path / f"run/checkpoints/step_{step:07d}").bound == pytest.approx(0.125)
+
+
+@pytest.mark.timeout(300)
+def test_a_residual_not_below_the_base_is_confirmed_on_fresh_seeds_even_on_a_resume(
+    tiny_base, tmp_path, monkeypatch
+):
+    """A run that ends handing back the base (its last residual equal to the base on the 4 evaluation
+    seeds) runs both again on residual.confirm_episodes fresh seeds and hands the residual back when it
+    is significantly better there. Planted: on the confirmation's seeds the base solves none, the
+    residual all (the tiny random base solves nothing, so the comparison itself is what is under test).
+    The confirmation's keys may change on a resume: here the finished run is resumed with it on."""
+    import dataclasses
+
+    from actlab.rl import evaluate as evaluate_mod
+
+    real = evaluate_mod.evaluate_agent
+
+    def planted(agent, cfg, episodes=None, seed=None):
+        result = real(agent, cfg, episodes, seed)
+        if seed == cfg.residual.confirm_seed:
+            solved = agent.bound > 0  # the residual, not the base (bound 0: the base's actions exactly)
+            result.episodes[:] = [dataclasses.replace(e, success=solved) for e in result.episodes]
+        return result
+
+    monkeypatch.setattr(evaluate_mod, "evaluate_agent", planted)
+    run = tmp_path / "run"
+    first = train_rl(
+        _tiny(tiny_base, total_env_steps=80, **{"residual.confirm_episodes": 0}), run, progress=False
+    )
+    assert first.handed_back == "base" and first.final_eval["vs_base"]["verdict"] == "no evidence"
+    cfg = _tiny(tiny_base, total_env_steps=80, **{"residual.confirm_episodes": 8})
+    summary = train_rl(cfg, run, resume=True, progress=False)  # nothing to train: the confirmation only
+    step = f"step_{summary.env_steps:07d}"
+    assert summary.handed_back == step
+    best = json.loads((run / "checkpoints/best.json").read_text())
+    assert best["path"] == step and best["comparison_with_base"]["verdict"] == "better"
+    event = summary.guard["events"][-1]
+    assert event["event"] == "handed_back" and "on 8 fresh seeds 300000..300007" in event["reason"]
+    assert "8 seeds gained, 0 lost" in event["reason"]
+    # the checkpoint records it, so a later resume keeps it
+    state = json.loads((run / f"checkpoints/{step}/training_state/state.json").read_text())
+    assert state["guard"]["best"]["confirmed_on"] == [300000, 8]

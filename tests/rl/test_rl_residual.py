@@ -20,7 +20,7 @@ def _cfg(base, demos=None, **over):
         "base": str(base), "demos": str(demos) if demos else None, "env.num_envs": 2, "env.max_steps": 30,
         "total_env_steps": 120, "sac.learning_starts": 40, "sac.actor_starts": 60, "sac.batch_size": 32,
         "sac.hidden": 32, "eval.episodes": 2, "eval.every": 0, "checkpoint.every": 0,
-        "sac.demo_episodes": 2, "sac.buffer_size": 1000,
+        "sac.demo_episodes": 2, "sac.buffer_size": 1000, "residual.confirm_episodes": 2,
     }  # fmt: skip
     return replace_keys(
         get_preset("residual"), {**small, **{k.replace("__", "."): v for k, v in over.items()}}

@@ -46,7 +46,8 @@ Every config key can be overridden with --set section.key=value; the flat keys o
 The run directory holds config.json, metrics.jsonl (returns, success, Q values, entropy, updates, env
 steps/s, evaluations) and checkpoints/step_NNNNNNN/ (NNNNNNN = env steps) with last.json pointing at the
 newest and, for a residual run, best.json naming the checkpoint handed back (none: the base is handed
-back, no residual was significantly better than it on the evaluation seeds). A killed run continues
+back, no residual was significantly better than it on the evaluation seeds, nor the last one on 100
+fresh seeds at the end: residual.confirm_episodes). A killed run continues
 with --resume from its last checkpoint, exactly. docs/rl.md: the design.
 """
 

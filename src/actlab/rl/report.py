@@ -147,7 +147,8 @@ def _markdown(evals: list, result: dict[str, Any], curve: str) -> str:
     handed = result.get("handed_back")
     if handed == "base":
         lines.append(
-            f"- handed back: **the base** (no residual was significantly better during training); the "
+            f"- handed back: **the base** (no residual was significantly better on the run's evaluation "
+            f"seeds, nor in a confirmation at its end where one ran); the "
             f"residual evaluated is the last checkpoint, {result['residual_checkpoint']}, not handed back"
         )
     elif handed:

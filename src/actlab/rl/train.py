@@ -38,6 +38,7 @@ from actlab.rl.guard import Decision, GuardState, decide, handed_back
 from actlab.utils.config import flatten
 from actlab.utils.io import atomic_dir, atomic_write_json, file_sha256, read_json, refuse_overlapping_paths
 from actlab.utils.lock import DirLock
+from actlab.utils.stats import paired_compare
 
 RUN_CONFIG = "config.json"
 BASE_COPY = "base"  # the run's own copy of the base bundle (run_dir/base)
@@ -222,6 +223,8 @@ class _Trainer:
         self.rounds = int(meta.get("rounds", 0))
         self.updates, self.owed = int(meta["updates"]), float(meta["owed"])
         self.evals = list(meta.get("evals", []))
+        if meta.get("policy_bound") is not None:  # the bound of this checkpoint's actor as a policy
+            self.judged = (self.env_steps, float(meta["policy_bound"]))
         if self.guard is not None and meta.get("guard") is not None:
             self.guard = GuardState.from_dict(meta["guard"])
             self.good_actor = (state["guard"] or {}).get("good_actor") or None
@@ -354,6 +357,9 @@ class _Trainer:
                 not self.evals or self.evals[-1]["env_steps"] != self.env_steps
             ):
                 self._evaluate()
+            if stopped in ("completed", "time_limit") and self._confirm():
+                self._save()  # the checkpoint records the confirmed hand-back; best.json points at it
+                last_ckpt = self.env_steps
             # (a run stopped before its first round has nothing to save: a resume starts it over)
             if last_ckpt != self.env_steps and self.env_steps > 0:
                 self._save()
@@ -497,6 +503,57 @@ class _Trainer:
             self.log.log({"step": self.env_steps, "guard/event": event, "guard/reason": decision.reason})
             self.log.message(f"guard: {event}: {decision.reason}")
         return decision
+
+    def _confirm(self) -> bool:
+        """At the end of a residual run that hands back the base, with its last evaluation (of this
+        step's actor) not below the base: that residual and the base again on
+        ``residual.confirm_episodes`` fresh seeds, paired; it is handed back when significantly better
+        there. Returns whether it was. The candidate was chosen on other seeds, so the test on these is
+        not flattered by the choice (see ResidualConfig.confirm_episodes for why the in-run seeds are
+        not enough)."""
+        from actlab.rl.evaluate import evaluate_agent  # lazy: the evaluation harness and MuJoCo
+
+        cfg, g = self.cfg, self.cfg.residual
+        last = self.evals[-1] if self.evals else None
+        if (
+            self.guard is None
+            or not g.confirm_episodes
+            or self.guard.best is not None
+            or last is None
+            or last["env_steps"] != self.env_steps
+            or last.get("guard") != "keep"
+            or last["vs_base"]["candidate_successes"] < last["vs_base"]["reference_successes"]
+        ):
+            return False
+        n, seed = g.confirm_episodes, g.confirm_seed
+        self.log.message(
+            f"confirming: the residual of step {self.env_steps} was not below the base on the evaluation "
+            f"seeds but not significantly better; both again on {n} fresh seeds {seed}..{seed + n - 1}"
+        )
+        t = time.perf_counter()
+        bound = self.agent.bound
+        try:
+            self.agent.bound = 0.0  # the base's actions exactly
+            base = evaluate_agent(self.agent, cfg, n, seed)
+            self.agent.bound = self._policy_bound()  # the bound this actor was judged with
+            residual = evaluate_agent(self.agent, cfg, n, seed)
+        finally:
+            self.agent.bound = bound
+
+        def per_seed(ev: Any) -> list[bool]:
+            return [bool(e.success) for e in sorted(ev.episodes, key=lambda e: e.index)]
+
+        cmp = paired_compare(per_seed(base), per_seed(residual), g.alpha)
+        better = cmp.verdict == "better"
+        text = f"on {n} fresh seeds {seed}..{seed + n - 1}: {cmp.sentence()}"
+        event = "handed_back" if better else "not_confirmed"
+        self.guard.events.append({"step": self.env_steps, "event": event, "reason": text})
+        if better:
+            self.guard.best = {"step": self.env_steps, "comparison": cmp.as_dict(), "confirmed_on": [seed, n]}
+        self.log.log({"step": self.env_steps, "guard/event": event, "guard/reason": text,
+                      "confirm/s": round(time.perf_counter() - t, 2)})  # fmt: skip
+        self.log.message(f"guard: {event}: {text}")
+        return better
 
     def _measure_base(self) -> None:
         """The base on the run's own evaluation seeds (the agent with its bound at 0: the base's actions
