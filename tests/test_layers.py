@@ -336,10 +336,13 @@ def test_test_modules_have_unique_basenames():
 
 
 # Pointers at notes outside the repository: one of these names followed by ".md" or by a section sign
-# (with or without a space), or the names under their shared/ folder. The examples below are spelled in
+# (with or without a space), the names under their shared/ folder, or an issue tracker's number ("issue"
+# and a number: the tracker is not part of the repository either). The examples below are spelled in
 # pieces so that this file passes its own test.
 _NOTES = "REFERENCE|ARCHITECTURE|STYLE"
-OUTSIDE_POINTER = re.compile(rf"\b(?:{_NOTES})(?:\.md\b|\s*\u00a7)|\bshared/(?:{_NOTES})")
+OUTSIDE_POINTER = re.compile(
+    rf"\b(?:{_NOTES})(?:\.md\b|\s*\u00a7)|\bshared/(?:{_NOTES})|\bissues? #?\d", re.IGNORECASE
+)
 POINTER_SCOPE = ("src", "tests", "docs", "integrations", "README.md")
 
 
@@ -353,9 +356,11 @@ def test_the_pointer_rule_on_written_out_lines():
         "(REFERENCE\u00a71)",
         "as STYLE" + ".md says",
         "ARCHITECTURE" + ".md",
+        "(issue" + " 36)",
+        "Issue" + " #12",
     ]
     fine = ["LEROBOT_REFERENCE_SAMPLES_PER_S = 160.0", "CODEC_PREFERENCE", "the reference figure", "/dev/shm"]
-    assert _pointers("\n".join(pointing)) == [1, 2, 3, 4]
+    assert _pointers("\n".join(pointing)) == [1, 2, 3, 4, 5, 6]
     assert _pointers("\n".join(fine)) == []
     assert _pointers("shared/" + "STYLE") == [1]
 

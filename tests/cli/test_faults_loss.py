@@ -1,4 +1,4 @@
-"""Faults that lost data or left processes behind (issue 28 §1-2; docs/faults.md), planted for real.
+"""Faults that lost data or left processes behind (the second fault run; docs/faults.md), planted for real.
 
 Real commands in processes of their own (a session each), real worker pools, real signals. Every
 command's output directory carries the marker of what wrote it; ``--overwrite`` replaces only the same

@@ -1,4 +1,4 @@
-"""Faults of the third planted-fault run (issue 36; docs/faults.md), planted for real: real datasets,
+"""Faults of the third planted-fault run (docs/faults.md), planted for real: real datasets,
 real files, the real parser and commands.
 
 - every command that adds files to a directory follows the output-marker rule (``data view``): a

@@ -1,4 +1,4 @@
-"""Faults of our fourth planted-fault run (issue 36; docs/faults.md), planted for real: the real parser,
+"""Faults of our fourth planted-fault run (docs/faults.md), planted for real: the real parser,
 real files, real commands.
 
 - two output options of one command naming one path, or an output inside an input, are refused before

@@ -1,4 +1,4 @@
-"""Faults of our fifth planted-fault run (issue 36; docs/faults.md "Fifth fault run"), planted for real:
+"""Faults of our fifth planted-fault run (docs/faults.md "Fifth fault run"), planted for real:
 the real parser, real files, real commands and processes, a real tmpfs for the full disk.
 
 - paths given through ``--set`` (``data.path``, ``data.cache_dir``, ``init_from``, ``base``) are held to

@@ -130,7 +130,7 @@ def world(tmp_path_factory, make_dataset):
 @pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
 def test_every_command_s_output_into_a_closed_pipe_ends_quietly(command, monkeypatch, capsys):
     """``actlab CMD --help | head -0`` (and a bare group, which prints its help) for every command the
-    parser has: exit 141, nothing on stderr. Before: BrokenPipeError tracebacks (issue 29 item 6)."""
+    parser has: exit 141, nothing on stderr. Before: BrokenPipeError tracebacks."""
     monkeypatch.setattr(sys, "stdout", _ClosedPipe())
     assert main([*command, "--help"]) == EXIT_STDOUT_CLOSED
     if _is_group(command):  # a bare group prints its help on stdout

@@ -345,7 +345,7 @@ def _sweep_results(path, run, successes: dict[int, int], n: int = 50) -> None:
 
 
 def test_the_doctor_judges_a_checkpoint_by_success_where_a_sweep_measured_it(tmp_path):
-    # Issue 37: from step 2000 (45/50 on the sweep) the validation loss pointed to step 3000 (31/50), while
+    # A demo run: from step 2000 (45/50 on the sweep) the validation loss pointed to step 3000 (31/50), while
     # the demo chooses by success. The demo's layout: DIR/run/checkpoints/step_N and DIR/eval/sweep.
     from actlab.evaluation.doctor import compare_with_run_best
 

@@ -132,7 +132,7 @@ def test_bridged_lerobot_checkpoints_are_named_by_run_and_step_and_last_is_resol
 def test_sim_robot_writes_its_logs_under_its_output_directory_and_says_each_episode_on_a_line_of_its_own(
     tmp_path, monkeypatch
 ):
-    # Issue 37: lerobot-rollout's sim robot wrote its episode log into the current directory (the
+    # Before: lerobot-rollout's sim robot wrote its episode log into the current directory (the
     # repository root), and its per-episode lines were buried under LeRobot's FPS warnings.
     import datetime
     import io
