@@ -82,7 +82,12 @@ def test_monitor_records_csv_summary_and_passes_exit_code(tmp_path, capsys):
     unix = [float(v) for v in col["unix_time"]]
     integrated = sum(c / 100 * (t1 - t0) for c, t0, t1 in zip(cpu[1:], unix, unix[1:]))
     own = float(cpu_file.read_text())
-    assert own - 0.25 - 0.3 * own <= integrated <= own + 0.1, (integrated, own)
+    # The start unseen is at most the first row's elapsed_s of CPU (the child spins on one thread; elapsed_s
+    # is stamped after the CPU read): ~0.02 s on a quiet machine or beside 4 busy loops. Once under `-n 2`
+    # the integral missed 2.2 s of the child's 4.0 s with the start allowed 0.25 s; a first row that came
+    # late (the monitor starved: it took 4 s for 20 rows) is the likely cause, not confirmed.
+    unseen_start = max(0.25, elapsed[0])
+    assert own - unseen_start - 0.3 * own <= integrated <= own + 0.1, (integrated, own, elapsed[0])
 
     err = capsys.readouterr().err
     assert "exited with code 3" in err
