@@ -20,3 +20,14 @@ def bundle(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("bundle") / "policy"
     save_policy(make_policy(cfg, feats, unit_stats(cfg, feats), pretrained=False), path)
     return path
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, tiny_dataset) -> Path:
+    """A 2-step tiny training run on the tiny dataset (checkpoints at steps 1 and 2)."""
+    out = tmp_path_factory.mktemp("run") / "run"
+    args = ["--set", "steps=2", "--set", "checkpoint.every=1", "--set", "log.progress=false"]
+    from actlab.cli import main
+
+    assert main(["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(out), *args]) == 0
+    return out

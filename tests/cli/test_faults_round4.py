@@ -227,15 +227,6 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, tiny_dataset) -> Path:
-    """A 2-step tiny training run on the tiny dataset (checkpoints at steps 1 and 2)."""
-    out = tmp_path_factory.mktemp("run") / "run"
-    args = ["--set", "steps=2", "--set", "checkpoint.every=1", "--set", "log.progress=false"]
-    assert main(["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(out), *args]) == 0
-    return out
-
-
 @pytest.mark.timeout(60)
 def test_an_output_on_a_read_only_disk_is_refused_before_the_work(small_fs, bundle, tiny_dataset, capsys):
     """LOSS before: `monitor --plot RO/x.png -- CMD` ran the whole command and then failed to write the

@@ -39,15 +39,6 @@ def _tree(root: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, tiny_dataset) -> Path:
-    """A 2-step tiny training run on the tiny dataset (checkpoints at steps 1 and 2)."""
-    out = tmp_path_factory.mktemp("run") / "run"
-    args = ["--set", "steps=2", "--set", "checkpoint.every=1", "--set", "log.progress=false"]
-    assert main(["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(out), *args]) == 0
-    return out
-
-
-@pytest.fixture(scope="module")
 def rl_run(tmp_path_factory) -> Path:
     """A smoke RL run with two checkpoints (reach from joint state, a few seconds)."""
     out = tmp_path_factory.mktemp("rl") / "rl"
