@@ -364,12 +364,8 @@ class _Trainer:
             if last_ckpt != self.env_steps and self.env_steps > 0:
                 self._save()
                 last_ckpt = self.env_steps
-            if stopped in ("sigterm", "sigint") and last_ckpt is not None:
-                self.log.message(
-                    f"stopped by {stopped.upper()} at {self.env_steps} env steps after checkpoint "
-                    f"{self.ckpt.path(last_ckpt).name}; continue with "
-                    f"actlab rl train --out {self.out} --resume"
-                )
+            # (a SIGTERM or Ctrl-C: `actlab rl train` says the checkpoint kept and the resume line,
+            # lifecycle.stop.stopped_line, as `actlab train` does)
         finally:
             self.envs.close()
             self.log.close()
@@ -476,7 +472,7 @@ class _Trainer:
         text = f"{s.successes}/{s.episodes} (95% CI {s.ci_low:.2f}-{s.ci_high:.2f})"
         decision = None
         if self.guard is not None:
-            per_seed = [bool(e.success) for e in sorted(ev.episodes, key=lambda e: e.index)]
+            per_seed = _per_seed(ev)
             row.update(per_seed=per_seed, bound=self.agent.bound)
             decision = decide(self.guard, self.cfg, self.env_steps, per_seed)
             row.update(vs_base=decision.comparison, guard=decision.action)
@@ -511,9 +507,7 @@ class _Trainer:
         there. Returns whether it was. The candidate was chosen on other seeds, so the test on these is
         not flattered by the choice (see ResidualConfig.confirm_episodes for why the in-run seeds are
         not enough)."""
-        from actlab.rl.evaluate import evaluate_agent  # lazy: the evaluation harness and MuJoCo
-
-        cfg, g = self.cfg, self.cfg.residual
+        g = self.cfg.residual
         last = self.evals[-1] if self.evals else None
         if (
             self.guard is None
@@ -531,19 +525,9 @@ class _Trainer:
             f"seeds but not significantly better; both again on {n} fresh seeds {seed}..{seed + n - 1}"
         )
         t = time.perf_counter()
-        bound = self.agent.bound
-        try:
-            self.agent.bound = 0.0  # the base's actions exactly
-            base = evaluate_agent(self.agent, cfg, n, seed)
-            self.agent.bound = self._policy_bound()  # the bound this actor was judged with
-            residual = evaluate_agent(self.agent, cfg, n, seed)
-        finally:
-            self.agent.bound = bound
-
-        def per_seed(ev: Any) -> list[bool]:
-            return [bool(e.success) for e in sorted(ev.episodes, key=lambda e: e.index)]
-
-        cmp = paired_compare(per_seed(base), per_seed(residual), g.alpha)
+        base = self._evaluate_at(0.0, n, seed)
+        residual = self._evaluate_at(self._policy_bound(), n, seed)  # the bound this actor was judged with
+        cmp = paired_compare(_per_seed(base), _per_seed(residual), g.alpha)
         better = cmp.verdict == "better"
         text = f"on {n} fresh seeds {seed}..{seed + n - 1}: {cmp.sentence()}"
         event = "handed_back" if better else "not_confirmed"
@@ -555,25 +539,30 @@ class _Trainer:
         self.log.message(f"guard: {event}: {text}")
         return better
 
+    def _evaluate_at(self, bound: float, episodes: int | None = None, seed: int | None = None) -> Any:
+        """The agent's evaluation with its residual bound at ``bound`` (0: the base's actions exactly),
+        on ``episodes`` seeds from ``seed`` (default: the run's evaluation seeds); the bound is restored."""
+        from actlab.rl.evaluate import evaluate_agent  # lazy: the evaluation harness and MuJoCo
+
+        before, self.agent.bound = self.agent.bound, bound
+        try:
+            return evaluate_agent(self.agent, self.cfg, episodes, seed)
+        finally:
+            self.agent.bound = before
+
     def _measure_base(self) -> None:
         """The base on the run's own evaluation seeds (the agent with its bound at 0: the base's actions
         exactly), once per run (again when eval.episodes changed on a resume)."""
-        from actlab.rl.evaluate import evaluate_agent  # lazy: the evaluation harness and MuJoCo
-
         cfg, base = self.cfg, self.guard.base
         if base is not None and base["seed"] == cfg.eval.seed and base["episodes"] == cfg.eval.episodes:
             return
         t = time.perf_counter()
-        bound, self.agent.bound = self.agent.bound, 0.0
-        try:
-            ev = evaluate_agent(self.agent, cfg)
-        finally:
-            self.agent.bound = bound
+        ev = self._evaluate_at(0.0)
         s = ev.summary
         self.guard.base = {
             "seed": cfg.eval.seed,
             "episodes": cfg.eval.episodes,
-            "per_seed": [bool(e.success) for e in sorted(ev.episodes, key=lambda e: e.index)],
+            "per_seed": _per_seed(ev),
             "successes": s.successes,
             "success_rate": s.success_rate,
             "ci95": [s.ci_low, s.ci_high],
@@ -586,6 +575,11 @@ class _Trainer:
             f"{s.successes}/{s.episodes}; the policy handed back stays the base until a residual is "
             f"significantly better on them (McNemar exact, p < {cfg.residual.alpha:g})"
         )
+
+
+def _per_seed(ev: Any) -> list[bool]:
+    """Success of each episode of an evaluation, in seed order (what the guard's paired test takes)."""
+    return [bool(e.success) for e in sorted(ev.episodes, key=lambda e: e.index)]
 
 
 def _crossed(before: int, after: int, every: int) -> bool:
