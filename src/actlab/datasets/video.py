@@ -120,7 +120,7 @@ def av_version() -> tuple[int, ...]:
     return tuple(parts)
 
 
-def codec_video_options(codec: str, stall_s: float = 120.0) -> VideoOptions:
+def codec_video_options(codec: str, stall_s: float = STALL_S) -> VideoOptions:
     """The settings for ``codec``: "av1" is LeRobot's (libsvtav1, crf 30, preset 12, gop 2); "h264" is
     libx264 with the same keyframe interval and quality scale."""
     if codec not in CODEC_CHOICES[1:]:
@@ -138,7 +138,7 @@ def cpu_busy_now() -> bool:
 
 
 def auto_video_options(
-    version: tuple[int, ...] | None = None, *, busy: bool = False, stall_s: float = 120.0
+    version: tuple[int, ...] | None = None, *, busy: bool = False, stall_s: float = STALL_S
 ) -> VideoOptions:
     """What "auto" writes: LeRobot's AV1 settings where the PyAV ``version`` (default: the installed one)
     bundles SVT-AV1 4.x and the CPU is not ``busy`` with other work, else h264.
