@@ -12,6 +12,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1" if os.environ.get("PYTEST_XDIST_WOR
 
 import faulthandler
 import itertools
+import signal
 import subprocess
 import sys
 import threading
@@ -239,6 +240,11 @@ if names:
 
 
 def pytest_configure(config):
+    # A test run started in the background from a script (`pytest &`, nohup) ignores SIGINT, and the
+    # commands it starts would inherit that (a handler is reset by exec, an ignored signal is not): the
+    # tests that press Ctrl-C then wait out their deadline. Start them as a terminal would.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # The terminal's stderr (capture is suspended during configure), for faulthandler's watchdog.
     config.stash[_STDERR_FD] = os.dup(sys.stderr.fileno())
     env = {k: v for k, v in os.environ.items() if k != procs.SESSION_ENV}
