@@ -8,7 +8,15 @@ import os
 os.environ.setdefault("MUJOCO_GL", "egl")
 # Two cores on CI: keep torch from oversubscribing when tests run subprocesses; one thread in each of
 # pytest-xdist's workers (`-n 2`: two workers at two threads each spun for each other on 2 cores).
-os.environ.setdefault("OMP_NUM_THREADS", "1" if os.environ.get("PYTEST_XDIST_WORKER") else "2")
+# The controller's default reaches the workers through their environment, so a worker tells it from the
+# user's own setting by the marker the controller leaves beside it.
+_OMP_DEFAULTED = "ACTLAB_TEST_OMP_DEFAULTED"
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    if os.environ.get(_OMP_DEFAULTED) or "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = "1"
+elif "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = "2"
+    os.environ[_OMP_DEFAULTED] = "1"
 
 import faulthandler
 import itertools

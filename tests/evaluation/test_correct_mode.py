@@ -12,7 +12,6 @@ import torch
 from actlab.cli import main
 from actlab.policies import load_policy, make_policy, save_policy
 from actlab.policies.configs import ACTConfig
-from procs import run_cli
 
 pytest.importorskip("mujoco")
 
@@ -26,8 +25,8 @@ def head_run(tmp_path_factory):
     record_dataset(root / "data", RecordConfig(episodes=2, image_size=32, workers=0), progress=False)
     args = ["train", "--preset", "tiny", "--dataset", root / "data", "--out", root / "run"]
     args += ["--set", "steps=10", "--set", "checkpoint.every=10", "--set", "policy.correction_head=true"]
-    out = run_cli(*args, timeout=240)
-    assert out.returncode == 0, out.stderr
+    # In this process (a process of its own adds only its start: ~7 s of imports on 2 cores).
+    assert main([*map(str, args), "--set", "log.plot=false"]) == 0
     return root
 
 

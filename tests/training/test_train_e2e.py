@@ -108,11 +108,12 @@ def test_a_kill_in_the_middle_of_a_logging_window_resumes_with_the_same_rows(tin
 def test_resume_refuses_a_changed_config_with_a_diff(tiny_dataset, tmp_path, capsys):
     from actlab.cli import main
 
+    # In this process: the runs and refusals here are the CLI's, and a process of their own would only
+    # add its start (~7 s of imports on 2 cores); killed and resumed processes are the test above's.
     out = tmp_path / "run"
     base = ["--preset", "tiny", "--set", "steps=2", "--set", "checkpoint.every=1", "--set", "eval.every=0"]
-    r = run_cli(*_train_args(tiny_dataset, out, *base), env=_env(), timeout=TRAIN_TIMEOUT_S)
-    assert r.returncode == 0, r.stderr
-    # The refusals happen before torch is imported, so they run in this process.
+    assert main(_train_args(str(tiny_dataset), str(out), *base, "--set", "log.plot=false")) == 0
+    capsys.readouterr()
     # A fresh run into the same directory is refused:
     assert main(["train", "--dataset", str(tiny_dataset), "--out", str(out), *base]) == 2
     assert "--resume" in capsys.readouterr().err
@@ -121,10 +122,8 @@ def test_resume_refuses_a_changed_config_with_a_diff(tiny_dataset, tmp_path, cap
     err = capsys.readouterr().err
     assert "optim.lr" in err and "0.001 -> 0.5" in err
     # extending the run (more steps) is allowed, from the saved config alone
-    r = run_cli("train", "--out", out, "--resume", "--set", "steps=3", "--json", env=_env(),
-                timeout=TRAIN_TIMEOUT_S)  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["step"] == 3
+    assert main(["train", "--out", str(out), "--resume", "--set", "steps=3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step"] == 3
     rows = read_metrics(out)
     assert [row["step"] for row in rows if "loss" in row] == [1, 2, 3]
     assert [row["checkpoint"] for row in rows if "checkpoint" in row] == ["step_0000001", "step_0000002",
@@ -171,16 +170,13 @@ def test_preflight_refuses_checkpoints_that_cannot_fit(tiny_dataset, tmp_path):
     assert 4 * per_ckpt + preflight.RUN_DIR_OVERHEAD_BYTES < 200e6 < 102 * per_ckpt
 
 
-def test_overfit_mode_reaches_its_threshold_on_8_samples(tiny_dataset, tmp_path):
+def test_overfit_mode_reaches_its_threshold_on_8_samples(tiny_dataset, tmp_path, capsys):
+    from actlab.cli import main
+
     out = tmp_path / "overfit"
-    r = run_cli(
-        *_train_args(tiny_dataset, out, "--preset", "tiny", "--overfit", "8"),
-        *["--set", "policy.dropout=0.0", "--json"],
-        env=_env(),
-        timeout=TRAIN_TIMEOUT_S,
-    )
-    assert r.returncode == 0, r.stderr
-    summary = json.loads(r.stdout)
+    args = _train_args(str(tiny_dataset), str(out), "--preset", "tiny", "--overfit", "8")
+    assert main([*args, "--set", "policy.dropout=0.0", "--set", "log.plot=false", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
     assert summary["stopped"] == "overfit_reached"
     rows = [r for r in read_metrics(out) if "loss" in r]
     assert rows[-1]["step"] == summary["overfit_step"] and rows[-1]["loss"] < 0.1
