@@ -6,17 +6,6 @@ import os
 
 # Headless rendering for MuJoCo; set before anything imports mujoco.
 os.environ.setdefault("MUJOCO_GL", "egl")
-# Two cores on CI: keep torch from oversubscribing when tests run subprocesses; one thread in each of
-# pytest-xdist's workers (`-n 2`: two workers at two threads each spun for each other on 2 cores).
-# The controller's default reaches the workers through their environment, so a worker tells it from the
-# user's own setting by the marker the controller leaves beside it.
-_OMP_DEFAULTED = "ACTLAB_TEST_OMP_DEFAULTED"
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    if os.environ.get(_OMP_DEFAULTED) or "OMP_NUM_THREADS" not in os.environ:
-        os.environ["OMP_NUM_THREADS"] = "1"
-elif "OMP_NUM_THREADS" not in os.environ:
-    os.environ["OMP_NUM_THREADS"] = "2"
-    os.environ[_OMP_DEFAULTED] = "1"
 
 import faulthandler
 import itertools
@@ -30,6 +19,19 @@ from pathlib import Path
 import pytest
 
 import procs
+
+# (Nothing imported above loads torch.) Two cores on CI: keep torch from oversubscribing when tests run
+# subprocesses; one thread in each of pytest-xdist's workers (`-n 2`: two workers at two threads each
+# spun for each other on 2 cores).
+# The controller's default reaches the workers through their environment, so a worker tells it from the
+# user's own setting by the marker the controller leaves beside it.
+_OMP_DEFAULTED = "ACTLAB_TEST_OMP_DEFAULTED"
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    if os.environ.get(_OMP_DEFAULTED) or "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = "1"
+elif "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = "2"
+    os.environ[_OMP_DEFAULTED] = "1"
 
 # Everything this test run starts (also the worker pools that code under test starts in this process)
 # inherits the marker, so a process left behind is found by pid even after it left its parent's session.

@@ -219,7 +219,8 @@ def test_a_full_disk_while_recording_exits_2_leaves_nothing_and_can_be_run_again
     r = run_cli("sim", "record", "--out", out, "--episodes", 12, *args, timeout=300)
     assert r.returncode == 2, r.stderr[-3000:]
     assert "Traceback" not in r.stderr
-    assert "error: the disk is full: the dataset was not written (nothing of it is left on disk)" in r.stderr, r.stderr[-3000:]
+    full = "error: the disk is full: the dataset was not written (nothing of it is left on disk)"
+    assert full in r.stderr, r.stderr[-3000:]
     assert f"file:     {out}\n" in r.stderr and "No space left on device after" in r.stderr
     assert "free now" in r.stderr and f"about {human_bytes(need)} needed" in r.stderr and "--out" in r.stderr
     assert list(disk.iterdir()) == []
