@@ -174,7 +174,9 @@ class _Trainer:
         self.sac.generator = self.gen
         self.buffer = ReplayBuffer(cfg.sac.buffer_size, cfg.device)
         self.demos = None
-        if cfg.demos is not None:
+        # (a checkpoint's step is its env steps) A resume of a run that has its steps trains nothing:
+        # the demonstrations (minutes of the base on every frame for 100 episodes) are not prepared.
+        if cfg.demos is not None and (last is None or last < cfg.total_env_steps):
             from actlab.rl.demos import demo_buffer  # lazy: reads a LeRobot dataset only when demos are given
 
             self.demos = demo_buffer(cfg, self.agent, progress=progress)
