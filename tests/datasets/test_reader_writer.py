@@ -395,3 +395,31 @@ def test_an_output_on_a_read_only_filesystem_is_refused_with_the_fix(small_fs):
     assert e.value.file == str(ro / "ds") and e.value.found == "[Errno 30] Read-only file system"
     assert f"findmnt -T {ro}" in e.value.fix and "another disk (--out)" in e.value.fix
     assert list(ro.iterdir()) == []
+
+
+def test_a_full_disk_met_by_pyav_while_the_videos_are_finished_is_explained(tmp_path, monkeypatch):
+    """PyAV's own OSError (its ``filename`` is read-only) raised when the mp4s are finished at close():
+    atomic_dir names the file by its final name, which for that error is a new OSError; it escaped the
+    writer as a bare "the disk is full" (twice in `-n 2` suite runs, `sim record` onto a full tmpfs)
+    instead of "the dataset was not written (nothing of it is left on disk)"."""
+    import errno
+
+    import av
+
+    from actlab.datasets import writer as writer_module
+
+    def full(self):  # the file being finished, in the writer's temporary directory
+        raise av.error.OSError(errno.ENOSPC, "No space left on device", str(self.path))
+
+    monkeypatch.setattr(writer_module._CameraStream, "finish", full)
+    root = tmp_path / "ds"
+    video = VideoOptions(codec="libx264", preset="ultrafast")
+    features = make_features(5, 5, {"top": (64, 64)})
+    with (
+        pytest.raises(ActlabError, match="^the disk is full: the dataset was not written") as e,
+        DatasetWriter(root, 30, features, video=video) as w,
+    ):
+        w.add_episode(_noise_episode(np.random.default_rng(0)), task="noise")
+    assert e.value.file == str(root) and "nothing of it is left on disk" in e.value.problem
+    assert e.value.found.startswith("[Errno 28] No space left on device")
+    assert list(tmp_path.iterdir()) == []  # the temporary directory is gone

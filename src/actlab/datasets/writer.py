@@ -461,7 +461,13 @@ class DatasetWriter:
         except BaseException as e:
             written = _tree_bytes(self._tmp)
             self._abort()
-            self._stack.__exit__(type(e), e, e.__traceback__)
+            try:
+                self._stack.__exit__(type(e), e, e.__traceback__)
+            except OSError as named:
+                # atomic_dir names the file by the name it would have had; for an OSError whose filename
+                # is read-only (PyAV's: a full disk met while the mp4 is finished) that is a new OSError,
+                # raised here: it is the one to explain (before, it escaped as a bare "the disk is full")
+                e = named
             fault = self._write_error(e, written)
             if fault is None:
                 raise
