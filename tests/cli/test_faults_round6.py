@@ -1,0 +1,109 @@
+"""Faults of our sixth planted-fault run (docs/faults.md "Sixth fault run"), planted for real: the real
+parser, real files, real commands and processes, a real read-only tmpfs.
+
+- a MuJoCo rendering backend that cannot work (``MUJOCO_GL=bogus``, ``glfw`` without a display) is an
+  ActlabError naming MUJOCO_GL (it was a traceback of eval, sim record and demo);
+- a run directory's incomplete checkpoint is said by the sweep that skips it, and ``--whiskers`` with a
+  real-time execution is refused (its episode ran in sync, without a word);
+- ``demo --set`` of a key the demo sets itself (``data.path``: it trained on another dataset) is refused;
+- a failed write outside a run's ``--out`` (a read-only frame cache) names that location, not the run;
+- a float feature stored as integers is named by the doctor (it blamed a clipped leader arm);
+- damaged ``metrics.jsonl`` rows are dropped with a note naming them, and a report refuses them readably;
+- ``rl report`` and ``data view`` leave nothing they made after a refusal; threads above the CPU count
+  are said; ``--latency``'s help names its default and ``--horizon`` its floor.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from actlab.cli import main
+from actlab.evaluation.sweep import resolve_paths
+from procs import run_cli, run_python
+
+
+_RENDER = """
+from actlab.errors import ActlabError
+from actlab.sim.gl import make_renderer, mujoco_module
+model = mujoco_module().MjModel.from_xml_string('<mujoco><worldbody><geom size="1"/></worldbody></mujoco>')
+try:
+    make_renderer(model, 16, 16)
+except ActlabError as e:
+    print(e)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_mujoco_gl_that_cannot_render_is_an_actlab_error():
+    """TRACEBACK before: MUJOCO_GL=bogus raised RuntimeError at `import mujoco` (a fresh process: mujoco
+    reads MUJOCO_GL when it is imported), MUJOCO_GL=glfw without a display mujoco.FatalError at the first
+    render."""
+    env = {**os.environ, "MUJOCO_GL": "bogus"}
+    argv = ["eval", "--expert", "--episodes", "1", "--max-steps", "2", "--workers", "1"]
+    r = run_cli(*argv, timeout=50, env=env)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    assert "MuJoCo's OpenGL rendering does not work here (import mujoco failed" in r.stderr
+    assert "MUJOCO_GL 'bogus'" in r.stderr and "export MUJOCO_GL=egl" in r.stderr
+    r = run_python(_RENDER, timeout=50, env={**os.environ, "MUJOCO_GL": "glfw", "DISPLAY": ""})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "creating the OpenGL context failed with MUJOCO_GL=glfw" in r.stdout, r.stdout
+
+
+@pytest.mark.timeout(30)
+def test_a_sweep_says_which_incomplete_checkpoint_it_leaves_out(bundle, tmp_path, capsys):
+    """SILENT before: a run directory's step_N without model.safetensors (an interrupted copy) was left out
+    of `eval RUN`'s sweep without a word."""
+    run = tmp_path / "run"
+    for step in (1, 2, 9):
+        shutil.copytree(bundle, run / "checkpoints" / f"step_{step:07d}")
+    (run / "checkpoints" / "step_0000009" / "model.safetensors").unlink()
+    sources = resolve_paths([run])
+    assert [s.step for s in sources] == [1, 2]
+    err = capsys.readouterr().err
+    assert "step_0000009 is left out of the sweep: not a complete checkpoint" in err
+    assert "has no model.safetensors" in err
+
+
+@pytest.mark.timeout(30)
+def test_whiskers_with_a_real_time_execution_are_refused_before_the_evaluation(bundle, tmp_path, capsys):
+    """SILENT before: `--execution async --latency 2 --whiskers` filmed the whiskers episode in sync."""
+    out = tmp_path / "ev"
+    argv = ["eval", str(bundle), "--episodes", "1", "--max-steps", "2", "--workers", "1"]
+    assert main([*argv, "--execution", "async", "--latency", "2", "--whiskers", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "whiskers film the episode in sync execution, not --execution async" in err
+    assert "nothing was run" in err and not out.exists()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("item", "fix"),
+    [("data.path={ds}", "actlab train --dataset PATH"), ("device=cpu", "--device"),
+     ("data.image_size=32", "--image-size")],
+)  # fmt: skip
+def test_demo_refuses_a_set_of_its_own_settings(item, fix, tiny_dataset, tmp_path, capsys):
+    """UNCLEAR before: `demo --set data.path=DS` recorded its demonstrations, then trained on DS (refused
+    only because DS's cameras differed, blamed on policy.cameras)."""
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--episodes", "2", "--set", item.format(ds=tiny_dataset)]) == 2
+    err = capsys.readouterr().err
+    assert f"--set {item.split('=')[0]} is the demo's own setting" in err and fix in err
+    assert not out.exists()
+
+
+@pytest.mark.timeout(60)
+def test_a_read_only_frame_cache_is_named_not_the_run(tiny_dataset, small_fs, tmp_path, capsys):
+    """UNCLEAR before: a read-only data.cache_dir stopped training with "copy RUN to another disk and
+    continue there with --resume" (RUN was writable, and did not exist: no checkpoint yet)."""
+    ro = small_fs(1 << 20, read_only=True)
+    out = tmp_path / "run"
+    argv = ["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(out)]
+    assert main([*argv, "--set", "steps=1", "--set", f"data.cache_dir={ro}/c"]) == 2
+    err = capsys.readouterr().err
+    assert "the filesystem is read-only" in err and f"file:     {ro}/c" in err
+    assert "--set data.cache_dir=DIR, or ACTLAB_CACHE=DIR" in err
+    assert f"copy {out}" not in err and "--resume" not in err
