@@ -24,7 +24,6 @@ from actlab.cli import main
 from actlab.evaluation.sweep import resolve_paths
 from procs import run_cli, run_python
 
-
 _RENDER = """
 from actlab.errors import ActlabError
 from actlab.sim.gl import make_renderer, mujoco_module
@@ -107,3 +106,24 @@ def test_a_read_only_frame_cache_is_named_not_the_run(tiny_dataset, small_fs, tm
     assert "the filesystem is read-only" in err and f"file:     {ro}/c" in err
     assert "--set data.cache_dir=DIR, or ACTLAB_CACHE=DIR" in err
     assert f"copy {out}" not in err and "--resume" not in err
+
+
+@pytest.mark.timeout(60)
+def test_a_float_feature_stored_as_integers_is_named_by_the_doctor(tiny_dataset, tmp_path, capsys):
+    """UNCLEAR before: actions stored as int64 (every fraction cut off) where info.json says float32 were
+    reported as "pinned_action: the leader's reading is clipped ... recalibrate the leader arm", and
+    `train` went on with them (exit 0)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ds = tmp_path / "ds"
+    shutil.copytree(tiny_dataset, ds)
+    (ds / "meta" / "actlab_checksums.json").unlink(missing_ok=True)  # a foreign (LeRobot) dataset
+    data = next((ds / "data").rglob("*.parquet"))
+    t = pq.read_table(data)
+    ints = pa.array([[int(v) for v in row] for row in t.column("action").to_pylist()], type=pa.list_(pa.int64()))
+    pq.write_table(t.set_column(t.schema.get_field_index("action"), "action", ints), data)
+    assert main(["data", "doctor", str(ds)]) == 1
+    out = capsys.readouterr().out
+    assert "feature 'action' is stored as int64 where info.json says float32" in out
+    assert "pinned_action" not in out and "re-export the column as float32" in out
