@@ -121,7 +121,8 @@ def test_a_float_feature_stored_as_integers_is_named_by_the_doctor(tiny_dataset,
     (ds / "meta" / "actlab_checksums.json").unlink(missing_ok=True)  # a foreign (LeRobot) dataset
     data = next((ds / "data").rglob("*.parquet"))
     t = pq.read_table(data)
-    ints = pa.array([[int(v) for v in row] for row in t.column("action").to_pylist()], type=pa.list_(pa.int64()))
+    rows = t.column("action").to_pylist()
+    ints = pa.array([[int(v) for v in row] for row in rows], type=pa.list_(pa.int64()))
     pq.write_table(t.set_column(t.schema.get_field_index("action"), "action", ints), data)
     assert main(["data", "doctor", str(ds)]) == 1
     out = capsys.readouterr().out
