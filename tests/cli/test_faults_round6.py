@@ -15,13 +15,16 @@ parser, real files, real commands and processes, a real read-only tmpfs.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
 import pytest
 
 from actlab.cli import main
+from actlab.errors import ActlabError
 from actlab.evaluation.sweep import resolve_paths
+from actlab.lifecycle.metrics_log import MetricsLog, read_metrics
 from procs import run_cli, run_python
 
 _RENDER = """
@@ -128,3 +131,24 @@ def test_a_float_feature_stored_as_integers_is_named_by_the_doctor(tiny_dataset,
     out = capsys.readouterr().out
     assert "feature 'action' is stored as int64 where info.json says float32" in out
     assert "pinned_action" not in out and "re-export the column as float32" in out
+
+
+@pytest.mark.timeout(30)
+def test_damaged_metrics_rows_are_dropped_with_a_note_or_refused_readably(tmp_path, capsys):
+    """UNCLEAR before: a metrics.jsonl line of NUL bytes before the last refused `rl train --resume` and
+    `rl report` with the raw NUL bytes as "found" and no fix; a torn or NUL-filled last line was dropped
+    by a resume without a word (the fifth run left it so)."""
+    rows = [json.dumps({"step": s, "loss": 1.0 / s}) for s in (1, 2, 3, 4)]
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(("\n".join([rows[0], "\0" * 40, rows[2], rows[3][:7]]) + "\n" + "\0" * 64).encode())
+    with pytest.raises(ActlabError) as e:  # a reader (rl report, the plots): refused, readably, with a fix
+        read_metrics(path)
+    text = str(e.value)
+    assert "line 2 is not JSON" in text and "40 NUL bytes" in text and "\0" not in text
+    assert f"sed -i '2d' {path}" in text
+    log = MetricsLog(tmp_path, enabled=True, total_steps=10, start_step=3, progress=False)  # a resume
+    log.close()
+    err = capsys.readouterr().err
+    assert "dropped 3 damaged line(s) (line 2: 40 NUL bytes" in err and "(cut short)" in err
+    assert [r["step"] for r in read_metrics(path)] == [1, 3]
+    assert "\0" not in path.read_text()
