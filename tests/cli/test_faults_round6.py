@@ -152,3 +152,16 @@ def test_damaged_metrics_rows_are_dropped_with_a_note_or_refused_readably(tmp_pa
     assert "dropped 3 damaged line(s) (line 2: 40 NUL bytes" in err and "(cut short)" in err
     assert [r["step"] for r in read_metrics(path)] == [1, 3]
     assert "\0" not in path.read_text()
+
+
+@pytest.mark.timeout(30)
+def test_horizon_and_latency_say_their_floor_and_default(capsys):
+    """UNCLEAR before: `--horizon -3` was refused as "expected a number >= 0" and `--horizon 0` then as
+    "an integer >= 1"; `--latency`'s help read "(4)", the form of a default, where the default is 0."""
+    for value in ("-3", "0"):
+        with pytest.raises(SystemExit):
+            main(["eval", "--expert", "--horizon", value])
+        assert f"--horizon: expected a number >= 1, found {value}" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    assert "inference delay in control steps, e.g. 4 (default 0:" in " ".join(capsys.readouterr().out.split())

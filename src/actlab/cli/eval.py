@@ -316,8 +316,9 @@ def _add_realtime_flags(p: argparse.ArgumentParser) -> None:
         "--latency",
         default="0",
         metavar="D",
-        help="inference delay in control steps (4), milliseconds rounded up at the env's fps (100ms), or "
-        "'measured' (median time of the policy on --device, batch --batch-envs); a comma list makes a sweep",
+        help="inference delay in control steps, e.g. 4 (default 0: no delay, also for a real-time "
+        "--execution), milliseconds rounded up at the env's fps, e.g. 100ms, or 'measured' (median time of "
+        "the policy on --device, batch --batch-envs); a comma list makes a sweep",
     )
     g.add_argument(
         "--horizon",
