@@ -165,3 +165,19 @@ def test_horizon_and_latency_say_their_floor_and_default(capsys):
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
     assert "inference delay in control steps, e.g. 4 (default 0:" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.timeout(60)
+def test_a_refused_rl_report_or_data_view_leaves_nothing_it_made(tiny_dataset, small_fs, tmp_path, capsys):
+    """Left by the fifth run, fixed here: `rl report` kept the --out it had claimed (its marker) after
+    refusing the run, and `data view` the pages written before a full disk."""
+    new, empty = tmp_path / "new", tmp_path / "empty"
+    empty.mkdir()
+    for out in (new, empty):
+        assert main(["rl", "report", str(tiny_dataset), "--out", str(out), "--episodes", "1"]) == 2
+        assert "not an RL checkpoint" in capsys.readouterr().err
+    assert not new.exists() and list(empty.iterdir()) == []
+    full = small_fs(48 << 10) / "view"
+    assert main(["data", "view", str(tiny_dataset), "--episode", "0", "--out", str(full)]) == 2
+    assert "the disk is full" in capsys.readouterr().err
+    assert not full.exists()
