@@ -25,6 +25,7 @@ from actlab.cli import main
 from actlab.errors import ActlabError
 from actlab.evaluation.sweep import resolve_paths
 from actlab.lifecycle.metrics_log import MetricsLog, read_metrics
+from actlab.utils.threads import oversubscribed_note, usable_cpus
 from procs import run_cli, run_python
 
 _RENDER = """
@@ -181,3 +182,17 @@ def test_a_refused_rl_report_or_data_view_leaves_nothing_it_made(tiny_dataset, s
     assert main(["data", "view", str(tiny_dataset), "--episode", "0", "--out", str(full)]) == 2
     assert "the disk is full" in capsys.readouterr().err
     assert not full.exists()
+
+
+@pytest.mark.timeout(60)
+def test_more_torch_threads_than_cpus_are_said(tmp_path, capsys):
+    """Left by the fifth run, said here: `rl train --set threads=1000` ran its first round 30x slower on 2
+    CPUs without a word (also `train --set num_threads`, `eval --threads`)."""
+    many = str(usable_cpus() + 1)  # (more would slow this test down as much)
+    smoke = ["--preset", "smoke", "--set", "total_env_steps=1", "--set", "eval.episodes=1"]  # one round
+    assert main(["rl", "train", *smoke, "--set", f"threads={many}", "--out", str(tmp_path / "rl")]) == 0
+    assert f"note: threads {many} is more than the {usable_cpus()} CPU" in capsys.readouterr().err
+    argv = ["eval", "--expert", "--episodes", "1", "--max-steps", "2", "--workers", "1", "--threads", many]
+    assert main(argv) == 0
+    assert f"note: --threads {many} is more than the" in capsys.readouterr().err
+    assert oversubscribed_note(usable_cpus(), "threads") is None

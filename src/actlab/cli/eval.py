@@ -218,6 +218,11 @@ def _run(args: argparse.Namespace) -> int:
     units = {"units": args.units} if args.units else {}  # (a peer env has no units option)
     spec = EnvSpec(task=args.task, image_size=args.image_size, max_steps=args.max_steps, env_kwargs=units)
     realtime = _realtime_plan(args, spec)
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
+    from actlab.utils.threads import oversubscribed_note
+
+    if note := oversubscribed_note(args.threads, "--threads"):
+        print(note, file=sys.stderr)
     cfg = EvalConfig(
         episodes=args.episodes,
         seed=args.seed,
