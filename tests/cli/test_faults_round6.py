@@ -18,12 +18,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 
 import pytest
 
 from actlab.cli import main
 from actlab.errors import ActlabError
 from actlab.evaluation.sweep import resolve_paths
+from actlab.lerobot.bridge import lerobot_sources
 from actlab.lifecycle.metrics_log import MetricsLog, read_metrics
 from actlab.utils.threads import oversubscribed_note, usable_cpus
 from procs import run_cli, run_python
@@ -196,3 +198,22 @@ def test_more_torch_threads_than_cpus_are_said(tmp_path, capsys):
     assert main(argv) == 0
     assert f"note: --threads {many} is more than the" in capsys.readouterr().err
     assert oversubscribed_note(usable_cpus(), "threads") is None
+
+
+@pytest.mark.timeout(30)
+def test_a_lerobot_sweep_says_which_incomplete_checkpoint_it_leaves_out(tmp_path, capsys):
+    """The same class in LeRobot's layout: a lerobot-train checkpoint without pretrained_model/config.json
+    was left out of `eval --lerobot-policy RUN` without a word (no child is started to list them)."""
+    config = {
+        "type": "act",
+        "input_features": {"observation.state": {"type": "STATE", "shape": [6]}},
+        "output_features": {"action": {"type": "ACTION", "shape": [6]}},
+    }
+    run = tmp_path / "lerobot_run"
+    (run / "checkpoints" / "000010" / "pretrained_model").mkdir(parents=True)
+    (run / "checkpoints" / "000010" / "pretrained_model" / "config.json").write_text(json.dumps(config))
+    (run / "checkpoints" / "000020" / "pretrained_model").mkdir(parents=True)  # an interrupted save
+    sources, _ = lerobot_sources([str(run)], sys.executable)
+    assert [s.step for s in sources] == [10]
+    err = capsys.readouterr().err
+    assert "note: 000020 is left out of the sweep: not a complete LeRobot checkpoint" in err
