@@ -217,3 +217,23 @@ def test_a_lerobot_sweep_says_which_incomplete_checkpoint_it_leaves_out(tmp_path
     assert [s.step for s in sources] == [10]
     err = capsys.readouterr().err
     assert "note: 000020 is left out of the sweep: not a complete LeRobot checkpoint" in err
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [(["train", "--preset", "tiny", "--dataset", "A", "--set", "data.path=B"],
+      "--dataset and --set data.path"),
+     (["train", "--preset", "tiny", "--dataset", "A", "--device", "cpu", "--set", "device=meta"],
+      "--device and --set device"),
+     (["rl", "train", "--preset", "residual", "--base", "A", "--set", "base=B"], "--base and --set base"),
+     (["find-batch-size", "--preset", "tiny", "--dataset", "A", "--set", "data.path=B"],
+      "--dataset and --set data.path")],
+)  # fmt: skip
+def test_an_option_and_a_set_of_its_key_are_refused_together(argv, said, tmp_path, capsys):
+    """SILENT before: `train --dataset A --set data.path=B` trained on B (the --set applied last), and
+    `--device cpu --set device=X` ran on cpu (the option applied last): one of the two was ignored."""
+    out = ["--out", str(tmp_path / "out")] if argv[0] != "find-batch-size" else []
+    assert main([*argv, *out]) == 2
+    assert f"{said} both set" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
