@@ -56,3 +56,13 @@ def make_renderer(model: Any, height: int, width: int) -> Any:
         return mujoco.Renderer(model, height, width)
     except (mujoco.FatalError, RuntimeError, ImportError, AttributeError, OSError) as e:
         raise gl_error(e, "creating the OpenGL context") from e
+
+
+def check_rendering() -> None:
+    """Make one small OpenGL context and close it: a backend that cannot render refused as an ActlabError
+    here, in the calling process. Done before worker processes are started: a worker whose pool
+    initializer failed on it was reported as "a recording worker process died (killed, out of memory,
+    or crashed while starting)", with a fix about memory and --workers."""
+    mujoco = mujoco_module()
+    model = mujoco.MjModel.from_xml_string('<mujoco><worldbody><geom size="1"/></worldbody></mujoco>')
+    make_renderer(model, 16, 16).close()
