@@ -132,6 +132,8 @@ def test_a_float_feature_stored_as_integers_is_named_by_the_doctor(tiny_dataset,
     err = capsys.readouterr().err
     assert "column 'action' of the data files cannot be read as info.json declares it" in err
     assert "stored as int64" in err and not (tmp_path / "cur").exists()
+    assert main(["data", "stats", str(ds)]) == 2  # (stats cached from such a column: cache version 2)
+    assert "stored as int64 where info.json says float32" in capsys.readouterr().err
 
 
 @pytest.mark.timeout(30)
