@@ -171,21 +171,24 @@ def test_workers_that_cannot_start_fail_the_recording_instead_of_hanging(tmp_pat
 
     from procs import run_python
 
-    # Every worker's initializer fails (here: an invalid MUJOCO_GL, as a broken EGL would): a Pool used to
-    # respawn them forever. The worker's own error is printed, the recording stops with an ActlabError.
+    # Every worker's initializer would fail (here: an invalid MUJOCO_GL, as a broken EGL would): a Pool used
+    # to respawn them forever, and the pool then said "a worker process died". The rendering is now checked
+    # in this process before any worker starts (actlab.sim.gl.check_rendering): an ActlabError naming the
+    # cause, and nothing written. (A worker that dies: test_a_dead_worker_fails_the_recording_... above.)
     code = (
         "import sys\nfrom actlab.errors import ActlabError\n"
         "from actlab.sim.record import RecordConfig, record_dataset\n"
         "try:\n"
         "    cfg = RecordConfig(episodes=2, image_size=16, workers=2)\n"
         "    record_dataset(sys.argv[1], cfg, progress=False)\n"
-        "except ActlabError:\n"
+        "except ActlabError as e:\n"
+        "    print(e, file=sys.stderr)\n"
         "    sys.exit(3)\n"
     )
     env = {**os.environ, "MUJOCO_GL": "not-a-backend"}
     run = run_python(code, str(tmp_path / "ds"), env=env, timeout=240)
     assert run.returncode == 3, run.stderr[-2000:]
-    assert "not-a-backend" in run.stderr  # the cause, from the worker
+    assert "MUJOCO_GL 'not-a-backend'" in run.stderr  # the cause, from this process
     assert not (tmp_path / "ds").exists()
 
 

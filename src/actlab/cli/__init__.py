@@ -70,11 +70,15 @@ def _guard_numbers(parser: argparse.ArgumentParser) -> None:
             for sp in action.choices.values():
                 _guard_numbers(sp)
         elif action.type in (int, float):
-            floor = min(_negatives(action.default), default=0)
+            floor = _FLOORS.get(action.dest, min(_negatives(action.default), default=0))
             action.type = _bounded(action.type, floor, _CEILINGS.get(action.dest, _CEILING))
         elif action.dest.endswith("_python") and action.type in (None, str):
             action.type = _python_program  # --lerobot-python: a directory failed as "permission denied"
 
+
+# The smallest value of a numeric option whose 0 means nothing, by its dest (others: 0). `--horizon -3`
+# was refused as "expected a number >= 0", then `--horizon 0` as "an integer >= 1".
+_FLOORS: dict[str, float] = {"horizon": 1, "whiskers_every": 1}
 
 # The largest value of a numeric option, by its dest: what one machine of ours (2 cores, a few GB free)
 # can hold or finish. A value above it is refused at parse time with the ceiling named.
@@ -158,7 +162,7 @@ def _bounded(kind: type, floor: float, ceiling: float) -> object:
         if value != value or value in (float("inf"), float("-inf")):
             raise argparse.ArgumentTypeError(f"expected a finite number, found {text!r}")
         if value < floor:
-            allowed = f"a number >= 0 (or {floor:g}, automatic)" if floor < 0 else "a number >= 0"
+            allowed = f"a number >= 0 (or {floor:g}, automatic)" if floor < 0 else f"a number >= {floor:g}"
             raise argparse.ArgumentTypeError(f"expected {allowed}, found {text}")
         if value > ceiling:
             raise argparse.ArgumentTypeError(

@@ -9,9 +9,12 @@
 - every declared output is written to once, before the command runs (a read-only disk, no permission:
   ``monitor --plot`` on one ran the whole command and then failed);
 - :func:`needs`: an option that only means something together with another is refused without it
-  (``eval --whiskers-episode 3`` without ``--whiskers`` ran and never drew a whisker).
+  (``eval --whiskers-episode 3`` without ``--whiskers`` ran and never drew a whisker);
+- :func:`sets`: an option that sets a config key is refused together with ``--set`` of that key (one of
+  the two was ignored without a word: ``train --dataset A --set data.path=B`` trained on B).
 
-The rules are stored in the subcommand's defaults (``_paths``, ``_needs``), so checking them needs only
+The rules are stored in the subcommand's defaults (``_paths``, ``_needs``, ``_sets``), so checking them
+needs only
 the parsed arguments.
 """
 
@@ -67,6 +70,12 @@ def needs(
     _add(p, "_needs", (_label(a), a.dest, a.default, _label(b), b.dest, b.default, when, what))
 
 
+def sets(p: argparse.ArgumentParser, option: str, key: str) -> None:
+    """Declare that ``option`` sets the config key ``key`` (which ``--set key=...`` sets too)."""
+    a = _action(p, option)
+    _add(p, "_sets", (_label(a), a.dest, a.default, key))
+
+
 def _given(value: Any, default: Any) -> bool:
     return value not in (None, False, [], ()) and value != default
 
@@ -85,6 +94,16 @@ def check(args: argparse.Namespace) -> None:
                 expected=f"{label} together with {what or on_label}",
                 found=f"{label} {getattr(args, dest)!s}"[:200],
                 fix=f"add {what or on_label}, or leave {label} out (nothing was run)",
+            )
+    for label, dest, default, key in getattr(args, "_sets", None) or []:
+        also = [o for o in getattr(args, "overrides", None) or [] if o.split("=", 1)[0].strip() == key]
+        if also and _given(getattr(args, dest, None), default):
+            raise ActlabError(
+                f"{label} and --set {key} both set {key}",
+                field=f"{label}, --set {key}",
+                expected=f"{key} given once",
+                found=f"{label} {getattr(args, dest)!s}, --set {also[-1]}"[:300],
+                fix=f"keep {label} or --set {key}, not both (nothing was run)",
             )
     for outs, ins, probe in getattr(args, "_paths", None) or []:
         _check_paths(args, outs, ins)

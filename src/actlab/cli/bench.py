@@ -153,6 +153,8 @@ def _register_train(g) -> None:
     add_set_flag(p, "override a config key (repeatable), e.g. --set batch_size=64")
     p.add_argument("--device", metavar="DEV", help="device (default: the preset's)")
     p.add_argument("--steps", type=int, default=10, metavar="N", help="steps per timed block (default 10)")
+    _options.sets(p, "--dataset", "data.path")
+    _options.sets(p, "--device", "device")
     p.add_argument("--rounds", type=int, default=10, metavar="R", help="block pairs (default 10)")
     p.add_argument(
         "--peak-tflops",

@@ -110,16 +110,24 @@ DOCTOR_REPORT_KIND = "actlab data doctor"
 
 
 def _run_doctor(args) -> int:
+    import contextlib
+
     from actlab.datasets.doctor import examine
-    from actlab.utils.io import claim_out_dir
+    from actlab.utils.io import claimed_out_dir
 
-    if args.report:  # before the examination: a user's report.md was overwritten, now refused at once
-        claim_out_dir(args.report, DOCTOR_REPORT_KIND, inputs=(args.path,), option="--report")
-    result = examine(args.path, video_samples=args.video_samples)
-    if args.report:
-        from actlab.viz.data_doctor import write_data_doctor_report  # viz: only when a report is asked for
+    # claimed before the examination: a user's report.md was overwritten, now refused at once; a failed
+    # examination or report leaves nothing of the --report directory it made
+    claim = (
+        claimed_out_dir(args.report, DOCTOR_REPORT_KIND, inputs=(args.path,), option="--report")
+        if args.report
+        else contextlib.nullcontext()
+    )
+    with claim:
+        result = examine(args.path, video_samples=args.video_samples)
+        if args.report:
+            from actlab.viz.data_doctor import write_data_doctor_report  # viz: only when a report is asked
 
-        write_data_doctor_report(result.as_dict(), args.report, result.frames)
+            write_data_doctor_report(result.as_dict(), args.report, result.frames)
     if args.json:
         _print_json(result.as_dict())
     else:
@@ -448,14 +456,15 @@ VIEW_KIND = "actlab data view"
 def _run_view(args) -> int:
     from actlab.datasets import open_dataset
     from actlab.datasets.view import episode_view
-    from actlab.utils.io import claim_out_dir
+    from actlab.utils.io import claimed_out_dir
     from actlab.viz.dataset import write_episode_page
 
     ds = open_dataset(args.path)
     view = episode_view(ds, args.episode)  # (reads only: a wrong --episode is refused before any write)
-    # --out gathers the pages of several episodes, but never over a user's files or into the dataset.
-    out = claim_out_dir(args.out, VIEW_KIND, inputs=(ds.root,))
-    page = write_episode_page(view, out)
+    # --out gathers the pages of several episodes, but never over a user's files or into the dataset; a
+    # page that fails (a full disk) leaves nothing of an --out this run made
+    with claimed_out_dir(args.out, VIEW_KIND, inputs=(ds.root,)) as out:
+        page = write_episode_page(view, out)
     print(f"wrote {page} (open it in a browser; .md beside it)")
     return 0
 

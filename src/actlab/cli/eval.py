@@ -218,6 +218,11 @@ def _run(args: argparse.Namespace) -> int:
     units = {"units": args.units} if args.units else {}  # (a peer env has no units option)
     spec = EnvSpec(task=args.task, image_size=args.image_size, max_steps=args.max_steps, env_kwargs=units)
     realtime = _realtime_plan(args, spec)
+    # lazily, like every actlab import in cli: `actlab --help` never imports torch
+    from actlab.utils.threads import oversubscribed_note
+
+    if note := oversubscribed_note(args.threads, "--threads"):
+        print(note, file=sys.stderr)
     cfg = EvalConfig(
         episodes=args.episodes,
         seed=args.seed,
@@ -316,8 +321,9 @@ def _add_realtime_flags(p: argparse.ArgumentParser) -> None:
         "--latency",
         default="0",
         metavar="D",
-        help="inference delay in control steps (4), milliseconds rounded up at the env's fps (100ms), or "
-        "'measured' (median time of the policy on --device, batch --batch-envs); a comma list makes a sweep",
+        help="inference delay in control steps, e.g. 4 (default 0: no delay, also for a real-time "
+        "--execution), milliseconds rounded up at the env's fps, e.g. 100ms, or 'measured' (median time of "
+        "the policy on --device, batch --batch-envs); a comma list makes a sweep",
     )
     g.add_argument(
         "--horizon",

@@ -133,6 +133,8 @@ def _register_find_batch_size(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", required=True, help="training preset (actlab train --list-presets)")
     p.add_argument("--dataset", required=True, metavar="PATH", help="LeRobot v3 dataset directory")
     p.add_argument("--device", default=None, help="auto, cpu, cuda, cuda:N (default: the preset's device)")
+    _options.sets(p, "--dataset", "data.path")
+    _options.sets(p, "--device", "device")
     p.add_argument(
         "--memory-limit",
         metavar="SIZE",

@@ -70,6 +70,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--json", action="store_true", help="print the run summary as JSON")
     _options.paths(p, outputs=("--out",), inputs=("--base", "--demos"), probe=False)
+    _options.sets(p, "--base", "base")
+    _options.sets(p, "--demos", "demos")
     p.set_defaults(_run=_train)
 
     rep = subcommand(

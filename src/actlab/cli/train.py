@@ -80,6 +80,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the run summary as JSON")
     # a run inside its dataset changed the dataset's meta/ hash (the identity a resume checks) or its files
     _options.paths(p, outputs=("--out",), inputs=("--dataset", "--init-from"), probe=False)
+    for option, key in (("--dataset", "data.path"), ("--device", "device"), ("--init-from", "init_from")):
+        _options.sets(p, option, key)
     p.set_defaults(_run=_run)
 
 

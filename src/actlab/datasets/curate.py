@@ -171,6 +171,20 @@ def curate(
     user = {k: f for k, f in lay.features.items() if k not in fmt.DEFAULT_FEATURES}
     cams = [k for k, f in user.items() if f.get("dtype") == "video"]
     numeric = [k for k, f in user.items() if fmt.is_numeric(f)]
+    unread = [k for k in numeric if k not in data.columns]
+    if unread:
+        # a column the doctor refused (text, integers where info.json says float, another shape): it was a
+        # KeyError traceback of the writer below
+        said = [p for p in loose.problems if p.field in (unread[0], f"features.{unread[0]}")]
+        raise ActlabError(
+            f"column {unread[0]!r} of the data files cannot be read as info.json declares it",
+            file=Path(said[0].file) if said else root / "data",
+            field=unread[0],
+            expected=said[0].expected if said else f"features.{unread[0]} of info.json (dtype, shape)",
+            found=said[0].problem if said else "unreadable",
+            fix=(said[0].fix if said else "re-export the dataset")
+            + f" (`actlab data doctor {root}` lists every problem; nothing was written)",
+        )
     kept = [e for e in lay.episodes if e.index not in dropped]
     fps = int(lay.info["fps"])
 

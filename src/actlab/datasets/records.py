@@ -248,6 +248,13 @@ def is_number_type(typ) -> bool:
     return pa.types.is_integer(v) or pa.types.is_floating(v) or pa.types.is_boolean(v)
 
 
+def is_float_type(typ) -> bool:
+    """True when a parquet column of this type holds floating-point numbers (possibly in lists)."""
+    import pyarrow as pa
+
+    return pa.types.is_floating(value_type(typ))
+
+
 def to_numpy(col, shape: Sequence[int], dtype: str) -> np.ndarray:
     """A parquet column (scalar, list or fixed_size_list) as an (N, *shape) array."""
     import pyarrow as pa

@@ -25,6 +25,7 @@ from actlab.datasets.records import (
     REEXPORT,
     Layout,
     Report,
+    is_float_type,
     is_number_type,
     read_table,
     to_numpy,
@@ -142,6 +143,21 @@ def _check_columns(layout: Layout, table, file: Path, report: Report) -> dict[st
                 f"{spec['dtype']} values (numbers), shape {spec['shape']}",
                 f"{typ}, e.g. {sample[0]!r}" if sample else str(typ),
                 f"rewrite the column as {spec['dtype']} numbers (e.g. cast the strings) or re-export",
+            )
+            continue
+        if str(spec["dtype"]).startswith("float") and not is_float_type(typ):
+            # integers where info.json says float: every fraction was cut off when the file was written
+            # (actions of +-0.8 became 0); the doctor blamed a clipped leader arm, training went on
+            report.add(
+                "dtype",
+                f"feature {key!r} is stored as {value_type(typ)} where info.json says {spec['dtype']}",
+                file,
+                key,
+                f"{spec['dtype']} values, shape {spec['shape']}",
+                f"{typ}",
+                f"re-export the column as {spec['dtype']} from its source (a cast now cannot bring back "
+                "the fractions the integers lost); if the values are whole numbers on purpose, set its "
+                f"dtype in {fmt.INFO_PATH} to {value_type(typ)}",
             )
             continue
         try:

@@ -284,7 +284,9 @@ def compute_stats(
         "img_size": {
             k: store.image_size if store is not None and k in store.frames else None for k in ds.camera_keys
         },
-        "v": 1,
+        # 2: a float feature stored as integers is refused since the sixth fault run; version 1 entries
+        # computed from such columns (actions truncated to 0) were served by `data stats` with exit 0
+        "v": 2,
     }
     for name, value in (("state_delta_frames", state_delta_frames), ("image_samples", image_samples)):
         if value is not None and value < 1:  # a 0-frame delta is all zeros; negative ones look ahead

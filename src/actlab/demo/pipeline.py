@@ -29,6 +29,7 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -262,9 +263,36 @@ def resolve(cfg: DemoConfig) -> dict[str, Any]:
             "checkpoint.keep_last=5",
             "eval.every=4000",
         ]
+    _refuse_owned_overrides(cfg.overrides)
     train_cfg = apply_train_overrides(train_cfg, [*demo_overrides, *cfg.overrides])
     plan = {"device": str(device), "preset": preset, "image_size": image_size, "train": train_cfg}
     return {**plan, "task": cfg.task} if cfg.task != DEFAULT_TASK else plan
+
+
+# Training keys the demo sets from its own options: a --set of one of them made the demo record its
+# dataset and then train on another (`--set data.path=X`) or at another size or device than it recorded
+# and evaluates with, without a word. Each maps to the demo option that sets it (None: no option).
+_OWNED_KEYS = {"data.path": None, "device": "--device", "data.image_size": "--image-size"}
+
+
+def _refuse_owned_overrides(overrides: Sequence[str]) -> None:
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if key in _OWNED_KEYS:
+            option = _OWNED_KEYS[key]
+            raise ActlabError(
+                f"--set {key} is the demo's own setting",
+                field=f"--set {key}",
+                expected="a training setting the demo does not set itself"
+                + (f" ({key} is set by {option})" if option else f" ({key} is the dataset the demo records)"),
+                found=item,
+                fix=(
+                    f"pass {option} instead"
+                    if option
+                    else "leave it out; to train on a dataset of your own, run `actlab train --dataset PATH`"
+                )
+                + " (nothing was run)",
+            )
 
 
 def _load_state(out: Path) -> dict[str, Any]:

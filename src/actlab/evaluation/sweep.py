@@ -14,6 +14,7 @@ writes, into one output directory built atomically:
 from __future__ import annotations
 
 import re
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -64,7 +65,17 @@ def _step_of(path: Path) -> int | None:
 def checkpoints_in(run_dir: Path) -> list[Path]:
     """Every ``step_*`` bundle of a run directory (or of its ``checkpoints/`` folder), by step."""
     root = run_dir / "checkpoints" if (run_dir / "checkpoints").is_dir() else run_dir
-    found = [p for p in root.iterdir() if STEP_RE.match(p.name) and is_bundle(p)]
+    steps = [p for p in root.iterdir() if STEP_RE.match(p.name)]
+    found = [p for p in steps if is_bundle(p)]
+    # A step_N that is not a whole bundle (an interrupted copy, a file deleted by hand: the trainer itself
+    # writes each checkpoint under a temporary name) was left out of the sweep without a word.
+    for p in sorted(set(steps) - set(found)):
+        missing = [m for m in BUNDLE_MARKERS if not (p / m).is_file()] if p.is_dir() else ["a directory"]
+        print(
+            f"note: {p.name} is left out of the sweep: not a complete checkpoint ({p} has no "
+            f"{', '.join(missing)}); evaluate it alone to see what is wrong, or move it away",
+            file=sys.stderr,
+        )
     return sorted(found, key=lambda p: int(STEP_RE.match(p.name).group(1)))
 
 
@@ -163,7 +174,7 @@ def run_eval(
     """
     sources = [as_source(p) for p in policies]
     if whiskers is not None:
-        check_whiskers_options(whiskers, spec)  # before the evaluation, not after it
+        check_whiskers_options(whiskers, spec, cfg.execution)  # before the evaluation, not after it
     meta = {
         "task": spec.task,
         "episodes": cfg.episodes,

@@ -111,9 +111,21 @@ def draw_whiskers(
     return np.asarray(Image.alpha_composite(base, layer).convert("RGB"))
 
 
-def check_whiskers_options(options: Mapping[str, Any], spec: EnvSpec) -> None:
+def check_whiskers_options(options: Mapping[str, Any], spec: EnvSpec, execution: Any = None) -> None:
     """Refuse bad whiskers options up front: the whiskers video is made after the whole evaluation, and a
-    late error would throw the evaluation away."""
+    late error would throw the evaluation away. ``execution``: the evaluation's ExecutionSpec (None: sync);
+    the whiskers episode runs each step's action from ``select_action`` (sync), so a real-time execution
+    is refused rather than filmed as something it is not (it was, without a word)."""
+    mode = getattr(execution, "mode", "sync")
+    if mode != "sync":
+        raise ActlabError(
+            f"whiskers film the episode in sync execution, not --execution {mode}",
+            field="--whiskers",
+            expected="--execution sync (the default) with --whiskers",
+            found=f"--execution {mode} --latency {getattr(execution, 'latency', 0)}",
+            fix="run --whiskers in a separate evaluation without --execution/--latency; the real-time "
+            "evaluation films its own episodes with --videos K (nothing was run)",
+        )
     unknown = sorted(set(options) - set(WHISKER_OPTIONS))
     if unknown:
         raise ActlabError(

@@ -511,10 +511,19 @@ def lerobot_sources(
                 name = str(raw)
             found.append((name, step, p))
             continue
+        steps = [d for d in (p / "checkpoints").glob("*") if d.name.isdigit() and d.is_dir()]
         ckpts = sorted(
-            (c for c in (p / "checkpoints").glob("*/pretrained_model") if c.parent.name.isdigit()),
+            (d / "pretrained_model" for d in steps if (d / "pretrained_model" / "config.json").is_file()),
             key=lambda c: int(c.parent.name),
         )
+        # a checkpoint without pretrained_model/config.json (an interrupted copy or save) was left out of
+        # the sweep without a word, as actlab's own step_N (evaluation.sweep.checkpoints_in says it too)
+        for d in sorted(set(steps) - {c.parent for c in ckpts}):
+            print(
+                f"note: {d.name} is left out of the sweep: not a complete LeRobot checkpoint ({d} has no "
+                "pretrained_model/config.json); evaluate it alone to see what is wrong, or move it away",
+                file=sys.stderr,
+            )
         if not ckpts:
             raise ActlabError(
                 "no LeRobot policy found",

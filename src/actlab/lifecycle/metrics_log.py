@@ -21,8 +21,12 @@ from actlab.utils.progress import progress_bar
 METRICS_FILE = "metrics.jsonl"
 
 
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a ``metrics.jsonl`` (a run directory or the file itself); a torn last line is skipped."""
+def read_metrics(path: str | Path, damaged: list[str] | None = None) -> list[dict[str, Any]]:
+    """Rows of a ``metrics.jsonl`` (a run directory or the file itself); a torn last line is skipped.
+
+    ``damaged``: None refuses a damaged line before the last (text that is not JSON, NUL bytes a crash
+    left on disk) naming it and the ``sed`` that deletes it; a list collects every damaged line, torn last
+    line included, as ``"line N: what"`` and skips it (a resume drops them and says which)."""
     path = Path(path)
     if path.is_dir():
         path = path / METRICS_FILE
@@ -36,9 +40,19 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
+            if damaged is not None:
+                damaged.append(f"line {i + 1}: {_what(line)}")
+                continue
             if i == len(lines) - 1:  # a kill in the middle of a write leaves a partial last line
                 break
-            raise ActlabError(f"metrics.jsonl line {i + 1} is not JSON", file=path, found=line[:80]) from e
+            raise ActlabError(
+                f"metrics.jsonl line {i + 1} is not JSON",
+                file=path,
+                expected="one JSON object per line",
+                found=_what(line),
+                fix=f"delete that line (`sed -i '{i + 1}d' {path}`); the run's checkpoints do not depend "
+                "on it",
+            ) from e
         step = row.get("step", 0) if isinstance(row, dict) else None
         if not isinstance(step, int) or isinstance(step, bool):  # `[1, 2]` was a traceback of a resume
             raise ActlabError(
@@ -50,6 +64,15 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
             )
         rows.append(row)
     return rows
+
+
+def _what(line: str) -> str:
+    """A damaged line, printable: NUL bytes counted (they were printed raw, garbling the terminal)."""
+    nuls = line.count("\0")
+    if nuls == len(line):
+        return f"{nuls} NUL bytes (zeros a crash left on disk)"
+    text = repr(line[:80].replace("\0", ""))
+    return f"{text} (cut short)" + (f", {nuls} NUL bytes" if nuls else "")
 
 
 def _clean(v: Any) -> Any:
@@ -96,9 +119,18 @@ class MetricsLog:
     def _truncate_after(self, step: int) -> None:
         if not self.path.is_file():
             return
-        rows = read_metrics(self.path)
+        damaged: list[str] = []
+        rows = read_metrics(self.path, damaged)
         kept = [r for r in rows if int(r.get("step", 0)) <= step]
-        if len(kept) != len(rows) or not self.path.read_text(encoding="utf-8").endswith("\n"):
+        if damaged:
+            # the rows are the damage (a stop cut a write short, a crash left zeros): dropped, and said
+            print(
+                f"note: {self.path}: dropped {len(damaged)} damaged line(s) ({'; '.join(damaged[:3])}"
+                + (f"; and {len(damaged) - 3} more" if len(damaged) > 3 else "")
+                + "); the checkpoints do not depend on them",
+                file=sys.stderr,
+            )
+        if damaged or len(kept) != len(rows) or not self.path.read_text(encoding="utf-8").endswith("\n"):
             atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def log(self, row: dict[str, Any]) -> None:

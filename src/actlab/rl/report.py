@@ -25,7 +25,7 @@ from actlab.lifecycle.checkpoints import read_pointer
 from actlab.lifecycle.metrics_log import read_metrics
 from actlab.rl.evaluate import evaluate_agent
 from actlab.rl.train import BASE_COPY, load_agent, newest_checkpoint
-from actlab.utils.io import atomic_write_json, atomic_write_text, claim_out_dir, read_json
+from actlab.utils.io import atomic_write_json, atomic_write_text, claimed_out_dir, read_json
 from actlab.utils.stats import paired_compare
 
 
@@ -39,8 +39,13 @@ def rl_report(
     run, out = Path(run), Path(out)
     root = run.parent.parent if run.parent.name == "checkpoints" else run
     # refused before any evaluation: a directory of the user's files (report.md was overwritten), another
-    # command's output, or one inside the run it reports on
-    claim_out_dir(out, "actlab rl report", inputs=(root,))
+    # command's output, or one inside the run it reports on; a refusal of the run (no checkpoint, a damaged
+    # agent, damaged metrics) leaves nothing of an --out this report made
+    with claimed_out_dir(out, "actlab rl report", inputs=(root,)):
+        return _report(run, episodes, seed, out, batch_envs, videos)
+
+
+def _report(run: Path, episodes: int, seed: int, out: Path, batch_envs: int, videos: int) -> dict[str, Any]:
     chosen, handed = _choose(run)
     agent = load_agent(chosen)
     if run.parent.name == "checkpoints":

@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from actlab.sim import make_env
+from actlab.sim.gl import mujoco_module
 
 REACH_RADIUS = 0.02  # m: the grasp point within this of the target counts as success
 # Offsets (deg) of the random joint configuration that defines a reach target, around the home pose:
@@ -59,7 +60,7 @@ class ReachEnv(gym.Wrapper):
 
     def _sample_target(self, rng: np.random.Generator) -> np.ndarray:
         """Grasp point of a random joint configuration near home (forward kinematics in the sim)."""
-        import mujoco
+        mujoco = mujoco_module()
 
         sim = self.env.unwrapped
         saved = sim.get_state()

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from actlab.errors import ActlabError
+from actlab.sim.gl import make_renderer, mujoco_module
 from actlab.sim.scene import (
     GRIPPER_OPEN,
     JOINT_NAMES,
@@ -179,10 +179,7 @@ class PickPlaceEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": FPS}
 
     def __init__(self, config: PickPlaceConfig | None = None, render_mode: str | None = "rgb_array") -> None:
-        os.environ.setdefault("MUJOCO_GL", "egl")
-        import mujoco
-
-        self._mj = mujoco
+        self._mj = mujoco_module()  # MUJOCO_GL=egl unless set; a backend that cannot load is an ActlabError
         self.config = config or PickPlaceConfig()
         if render_mode not in (None, "rgb_array"):
             raise ActlabError(
@@ -193,7 +190,7 @@ class PickPlaceEnv(gym.Env):
             )
         self.render_mode = render_mode
         self.model = self._build_model()
-        self.data = mujoco.MjData(self.model)
+        self.data = self._mj.MjData(self.model)
         self._ids()
         self._defaults = {
             "bowl_pos": self._bowl_body_pos(),
@@ -602,7 +599,7 @@ class PickPlaceEnv(gym.Env):
     def _render(self, camera: str, height: int, width: int) -> np.ndarray:
         renderer = self._renderers.get((height, width))
         if renderer is None:
-            renderer = self._mj.Renderer(self.model, height, width)
+            renderer = make_renderer(self.model, height, width)
             if self.config.scene.fast_render:
                 # Speed: no shadows (they dominate CPU render time), reflections or skybox; no MSAA in model.
                 flags = renderer.scene.flags

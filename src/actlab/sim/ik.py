@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from actlab.sim.gl import mujoco_module
 from actlab.sim.scene import JOINT_RANGES
 
 N_ARM = 5  # shoulder_pan .. wrist_roll; the sixth actuator is the gripper
@@ -15,7 +16,7 @@ N_ARM = 5  # shoulder_pan .. wrist_roll; the sixth actuator is the gripper
 
 def _rotation_error(target: np.ndarray, current: np.ndarray) -> np.ndarray:
     """Rotation vector (3,) that turns ``current`` into ``target`` (both (3, 3), world frame)."""
-    import mujoco
+    mujoco = mujoco_module()
 
     r = target @ current.T
     quat = np.empty(4)
@@ -44,7 +45,7 @@ class ArmIK:
     """
 
     def __init__(self, model, site: str = "grasp", rot_weight: float = 0.25, damping: float = 1e-4) -> None:
-        import mujoco
+        mujoco = mujoco_module()
 
         self.model = model
         self.data = mujoco.MjData(model)
@@ -60,7 +61,7 @@ class ArmIK:
 
     def forward(self, q_arm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Site position (3,) and orientation (3, 3) for arm joints ``q_arm`` (5,)."""
-        import mujoco
+        mujoco = mujoco_module()
 
         self.data.qpos[:N_ARM] = q_arm
         # Kinematics + com positions are all mj_jacSite needs; no dynamics are computed here.
@@ -79,7 +80,7 @@ class ArmIK:
         tol: float = 1e-5,
     ) -> tuple[np.ndarray, float]:
         """Joint angles (5,) and the final weighted task-space error norm (m-equivalent)."""
-        import mujoco
+        mujoco = mujoco_module()
 
         q = np.clip(np.asarray(q_start, dtype=float)[:N_ARM].copy(), self.lo, self.hi)
         err_norm = np.inf

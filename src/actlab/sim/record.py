@@ -26,6 +26,7 @@ from actlab.datasets.video import CODEC_CHOICES, VideoOptions, write_video_with_
 from actlab.errors import ActlabError
 from actlab.sim.env import FPS
 from actlab.sim.expert import ExpertConfig, ExpertPolicy
+from actlab.sim.gl import check_rendering
 from actlab.sim.scene import JOINT_NAMES
 from actlab.sim.tasks import TASKS, make_env, task_config
 from actlab.utils import procs
@@ -316,6 +317,8 @@ def _record_once(
 ) -> RecordSummary:
     config = config or RecordConfig()
     task_config(config.task, **config.env_kwargs())  # validate the env options before spawning workers
+    if config.workers > 0:
+        check_rendering()  # a MUJOCO_GL that cannot render, said here, not as "a worker process died"
     out_dir = Path(out_dir)
     max_attempts = (
         config.episodes if config.keep_failures else int(config.episodes * config.max_attempts_per_episode)

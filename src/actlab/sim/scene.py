@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from actlab.errors import ActlabError
+from actlab.sim.gl import mujoco_module
 
 # LeRobot's SO-101 joint order; actuators and qpos[:6] use exactly this order.
 JOINT_NAMES: tuple[str, ...] = (
@@ -403,6 +404,4 @@ def build_scene_xml(
 
 def build_model(cfg: SceneConfig | None = None, **parts: Any):
     """Compile the scene into a ``mujoco.MjModel`` (``parts``: :func:`build_scene_xml`'s keywords)."""
-    import mujoco
-
-    return mujoco.MjModel.from_xml_string(build_scene_xml(cfg, **parts))
+    return mujoco_module().MjModel.from_xml_string(build_scene_xml(cfg, **parts))

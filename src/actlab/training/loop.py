@@ -186,10 +186,14 @@ def _user_fault(
         None,
         out=out,
         stopped=f"training stopped ({where})",
-        again=f"`actlab train --out {out} --resume`",
+        # before the first checkpoint there is nothing to resume (a resume said "nothing to resume")
+        again=f"`actlab train --out {out} --resume`" if last is not None else "run the same command again",
         elsewhere=f"copy {out} to another disk and continue there with `actlab train --out COPY --resume`",
         save_less=", or lower checkpoint.keep_last",
         rescue=f"copy the newest checkpoint {ckpts.path(last)} to another disk" if last is not None else "",
+        # the other place training writes: the frame and stats cache (data.cache_dir, else $ACTLAB_CACHE)
+        outside="point the frame cache at a writable disk: --set data.cache_dir=DIR, or ACTLAB_CACHE=DIR "
+        "(~/.cache/actlab when neither is set)",
     )
     if written is not None:
         return written

@@ -84,6 +84,7 @@ def write_error(
     rescue: str = "",
     found: str = "",
     need_bytes: int | None = None,
+    outside: str = "",
 ) -> ActlabError | None:
     """The ActlabError for a write that failed with an OSError of a class a user fixes outside the code
     (a full disk, no permission, a read-only filesystem, a failing disk), or None for any other error.
@@ -94,17 +95,24 @@ def write_error(
     ``elsewhere``: how to continue on another disk; ``save_less``: other ways to need less space (full
     disk only), starting with ", or"; ``rescue``: what to copy off a failing disk first (I/O error only);
     ``found``: appended to the errno in the ``found`` line; ``need_bytes``: roughly what the whole output
-    needs, when known (named for a full disk).
+    needs, when known (named for a full disk); ``outside``: what to do when the failed file lies outside
+    ``out`` (a frame cache in ~/.cache/actlab), where copying ``out`` elsewhere would not help (the fix of
+    a read-only frame cache told the user to copy a run directory that did not exist).
     """
     if not isinstance(e, OSError) or e.errno not in WRITE_ERRNOS:
         return None
     named = Path(e.filename) if isinstance(e.filename, (str, os.PathLike)) and e.filename else None
     path = Path(file) if file is not None else named or Path(out)
     where = _nearest_dir(named or path)  # the directory the write went to, or what is left of it
+    disk = out
+    if named is not None and not _inside(named, Path(out)):
+        # the write went elsewhere: that location is the one to fix, not the output directory
+        elsewhere = outside or f"point the setting that names {where} (outside {out}) at a writable disk"
+        disk = where
     if e.errno in DISK_FULL_ERRNOS:
         kind = "the disk is full"
         fix = (
-            f"free space on the disk holding {out} ({human_bytes(free_bytes(out))} free now"
+            f"free space on the disk holding {disk} ({human_bytes(free_bytes(disk))} free now"
             + (f", about {human_bytes(need_bytes)} needed" if need_bytes else "")
             + f"){save_less}, then "
             f"{again}; or {elsewhere}"
@@ -132,6 +140,11 @@ def write_error(
         found=f"[Errno {e.errno}] {os.strerror(e.errno)}{found}",
         fix=fix,
     )
+
+
+def _inside(p: Path, root: Path) -> bool:
+    a, b = Path(os.path.abspath(p)), Path(os.path.abspath(root))
+    return a == b or b in a.parents
 
 
 def _nearest_dir(p: Path) -> Path:

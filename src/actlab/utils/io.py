@@ -407,6 +407,32 @@ def claim_out_dir(
     return path
 
 
+@contextlib.contextmanager
+def claimed_out_dir(
+    path: str | Path, kind: str, inputs: Sequence[str | Path] = (), option: str = "--out"
+) -> Iterator[Path]:
+    """:func:`claim_out_dir` for the length of a block that writes into it: when the block fails, a
+    directory this call created is removed again and one it found empty is emptied again, so a refused or
+    failed command leaves nothing it made (`rl report` left its marked --out behind after refusing the
+    run, `data view` the pages written before a full disk). A directory reused from an earlier run of
+    ``kind`` keeps its files: they are that run's output."""
+    path = Path(path)
+    before = _state(path)
+    claim_out_dir(path, kind, inputs, option)
+    try:
+        yield path
+    except BaseException:
+        if before is None:
+            shutil.rmtree(path, ignore_errors=True)
+        elif before == "empty":
+            for child in list(path.iterdir()):
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+        raise
+
+
 def _changed_error(path: Path, kind: str) -> ActlabError:
     return ActlabError(
         "the output directory was created or replaced by someone else while this command ran; "
