@@ -16,3 +16,18 @@ def test_bench_encode_counts_encodes_hangs_and_errors(capsys):
     assert result["metrics"]["encodes"] == 6  # 3 episodes x 2 cameras, split over 2 workers
     assert result["metrics"]["hangs"] == 0 and result["metrics"]["errors"] == 0
     assert result["config"]["codec"] == "libsvtav1" and result["config"]["burners"] == 1
+
+
+def test_a_worker_that_does_not_end_is_killed_not_waited_for():
+    """The bench's wait for a process ends at its deadline (Process.join blocked in waitpid in a suite run
+    on a starved machine: 17 minutes, past every test timeout)."""
+    import multiprocessing
+    import time
+
+    from actlab.datasets.encode_bench import _reap
+
+    p = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(600,), daemon=True)
+    p.start()
+    t0 = time.monotonic()
+    _reap(p, 0.5)
+    assert time.monotonic() - t0 < 10 and not p.is_alive() and p.exitcode == -9

@@ -23,6 +23,7 @@ import shutil
 import signal
 import tempfile
 import time
+from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,16 @@ def _burn(stop) -> None:
         x = np.sin(x) + 0.5
 
 
+def _reap(p: Any, timeout: float) -> None:
+    """Wait up to ``timeout`` s for process ``p`` to end, then kill it: never longer. (``Process.join``
+    with a timeout blocks in ``waitpid`` without one as soon as the child has closed its sentinel, for as
+    long as its exit takes: a test suite on a starved 2-core machine sat there for 17 minutes.)"""
+    if not wait([p.sentinel], timeout) or p.exitcode is None:  # exitcode polls without blocking
+        p.kill()
+        wait([p.sentinel], 5.0)
+        _ = p.exitcode  # reaped if it is gone by now; multiprocessing reaps it later otherwise
+
+
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process (all its threads); 0 once it is gone."""
     import psutil
@@ -197,7 +208,7 @@ def run_encode_stress(cfg: EncodeStressConfig, progress: bool = True) -> dict[st
                     elif msg[0] == "reordered":
                         reordered += msg[2]
                     elif msg[0] == "done":
-                        procs.pop(wid).join(timeout=30)
+                        _reap(procs.pop(wid), 30.0)
                 for wid, p in list(procs.items()):
                     if p.is_alive() and time.monotonic() - last[wid] > cfg.hang_s:
                         used = _cpu_seconds(p.pid) - cpu[wid]
@@ -214,7 +225,7 @@ def run_encode_stress(cfg: EncodeStressConfig, progress: bool = True) -> dict[st
                         else:
                             continue  # exited cleanly; its "done" message is still in the queue
                         p.kill()
-                        p.join(timeout=30)
+                        _reap(p, 30.0)
                         procs.pop(wid)
                         if left[wid] > 0:  # a fresh worker (new id, new stack file) takes over the rest
                             left[next_id] = left.pop(wid)
@@ -224,9 +235,7 @@ def run_encode_stress(cfg: EncodeStressConfig, progress: bool = True) -> dict[st
             bar.close()
             stop.set()
             for p in [*procs.values(), *burn]:
-                p.join(timeout=5)
-                if p.is_alive():
-                    p.kill()
+                _reap(p, 5.0)
     seconds = time.perf_counter() - start
     encodes = episodes * cfg.cameras
     v = cfg.video
