@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from actlab.errors import ActlabError
+from actlab.utils.io import in_temporary_of
 from actlab.utils.units import human_bytes
 
 # errno values of a full disk: no space left (ENOSPC) and disk quota exceeded (EDQUOT)
@@ -143,8 +144,10 @@ def write_error(
 
 
 def _inside(p: Path, root: Path) -> bool:
+    """``p`` is ``root``, lies in it, or lies in the temporary directory ``root`` is built in (a full disk
+    met by a dataset being written was told to fix "the setting that names" the disk's root)."""
     a, b = Path(os.path.abspath(p)), Path(os.path.abspath(root))
-    return a == b or b in a.parents
+    return a == b or b in a.parents or in_temporary_of(a, b)
 
 
 def _nearest_dir(p: Path) -> Path:

@@ -127,6 +127,17 @@ def _tmp_prefix(path: Path) -> str:
     return f".{path.name}.actlab-"
 
 
+def in_temporary_of(p: str | Path, out: str | Path) -> bool:
+    """Whether ``p`` lies in the temporary directory (or is the temporary file) that :func:`atomic_dir`
+    (``.NAME.actlab-*.tmp``) or :func:`atomic_file` (``.NAME.*.tmp``) builds ``out`` in, beside it: part
+    of that output, not another place, though it is not inside ``out``."""
+    p, out = Path(os.path.abspath(p)), Path(os.path.abspath(out))
+    return any(
+        q.parent == out.parent and q.name.startswith(f".{out.name}.") and q.name.endswith(".tmp")
+        for q in (p, *p.parents)
+    )
+
+
 # .NAME.actlab-HOST-PID-RANDOM.tmp (being built, or an old output swapped out) / .old (moved aside)
 _TMP_TAIL = re.compile(r"(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]+\.(?P<what>tmp|old)")
 
