@@ -2,17 +2,24 @@
 parser, real files, real commands and processes.
 
 - ``actlab monitor`` whose command ignores SIGTERM/SIGINT waited for it forever (a HANG, with a process
-  left behind): the command's whole tree is now killed ``STOP_GRACE_S`` after the signal, and said.
+  left behind): the command's whole tree is now killed ``STOP_GRACE_S`` after the signal, and said;
+- a bundle whose features.json lists a camera the weights do not have (or lacks one they have) was blamed
+  on "config.json and model.safetensors", a config.json ``cameras`` of short names on features.json, and
+  an edited stats.json (the copy of the normalizer stored with the weights) was ignored without a word.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import signal
 import sys
 import time
 
 import pytest
 
+from actlab.errors import ActlabError
+from actlab.policies import load_policy
 from procs import finish, started
 
 _MONITOR_WITH_SHORT_GRACE = """
@@ -55,3 +62,44 @@ def test_monitor_kills_a_command_that_ignores_its_stop_signal(tmp_path):
     assert time.monotonic() - sent < 12
     assert proc.returncode == 128 + signal.SIGKILL, err[-2000:]
     assert f"did not exit within 1 s of {sig.name}: killed it and 1 process(es) it started (SIGKILL)" in err
+
+
+def _edit_json(path, edit):
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def _add_side_camera(features):
+    features["observation.images.side"] = features["observation.images.top"]
+
+
+def _shift_action_mean(stats):
+    stats["action"]["mean"] = [5.0] * len(stats["action"]["mean"])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("file", "edit", "problem", "found"),
+    [
+        ("features.json", _add_side_camera, "features.json and the normalizer", "observation_images_side"),
+        ("features.json", lambda f: f.pop("observation.images.wrist"), "disagree on the features", "wrist"),
+        ("config.json", lambda c: c.__setitem__("cameras", ["top"]), "camera 'top' is not", "top"),
+        ("stats.json", _shift_action_mean, "stats.json disagrees with the normalizer", "5.0"),
+    ],
+)
+def test_a_bundle_file_edited_against_its_weights_is_named(file, edit, problem, found, bundle, tmp_path):
+    """UNCLEAR before: features.json with a camera the weights lack (or without one they have) was "the
+    weights do not match the policy config ... config.json and model.safetensors come from different
+    policies"; config.json's cameras of short names was blamed on features.json. SILENT before: an edited
+    stats.json loaded (a digest warning at most) and the policy normalized with the weights' copy."""
+    copy = tmp_path / "policy"
+    shutil.copytree(bundle, copy)
+    _edit_json(copy / file, edit)
+    with (
+        pytest.warns(UserWarning, match="changed since the bundle was saved"),
+        pytest.raises(ActlabError) as e,
+    ):
+        load_policy(copy)
+    assert problem in e.value.problem and found in str(e.value.found)
+    assert e.value.file == str(copy / file)
