@@ -5,12 +5,16 @@ parser, real files, real commands and processes.
   left behind): the command's whole tree is now killed ``STOP_GRACE_S`` after the signal, and said;
 - a bundle whose features.json lists a camera the weights do not have (or lacks one they have) was blamed
   on "config.json and model.safetensors", a config.json ``cameras`` of short names on features.json, and
-  an edited stats.json (the copy of the normalizer stored with the weights) was ignored without a word.
+  an edited stats.json (the copy of the normalizer stored with the weights) was ignored without a word;
+- an output path that is a device or FIFO (``monitor --out /dev/null``) was replaced by a regular file
+  (LOSS: as root, /dev/null itself); a dataset path that is a FIFO, a file or a dataset's meta/ folder
+  was "dataset directory not found".
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import sys
@@ -18,8 +22,10 @@ import time
 
 import pytest
 
+from actlab.cli import main
 from actlab.errors import ActlabError
 from actlab.policies import load_policy
+from actlab.utils.io import atomic_write_text
 from procs import finish, started
 
 _MONITOR_WITH_SHORT_GRACE = """
@@ -103,3 +109,31 @@ def test_a_bundle_file_edited_against_its_weights_is_named(file, edit, problem, 
         load_policy(copy)
     assert problem in e.value.problem and found in str(e.value.found)
     assert e.value.file == str(copy / file)
+
+
+@pytest.mark.timeout(60)
+def test_an_output_path_that_is_a_fifo_is_refused_not_replaced(tmp_path, capsys):
+    """LOSS before: `monitor --out /dev/null` renamed its CSV over the device node (as root /dev/null
+    became a regular file for every process on the machine); every atomic write did the same to a FIFO.
+    A FIFO is planted here (never the real /dev/null)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ActlabError, match="the output path is a FIFO, not a file"):
+        atomic_write_text(fifo, "x")
+    for option in ("--out", "--summary-json"):
+        assert main(["monitor", "--interval", "0.1", option, str(fifo), "--", sys.executable, "-c", ""]) == 2
+        assert "the output path is a FIFO, not a file" in capsys.readouterr().err
+    assert fifo.is_fifo() and os.listdir(tmp_path) == ["fifo"]
+
+
+@pytest.mark.timeout(60)
+def test_a_dataset_path_that_is_no_dataset_directory_says_what_it_is(tiny_dataset, tmp_path, capsys):
+    """UNCLEAR before: a FIFO or a file given as the dataset was "dataset directory not found" (it
+    exists), and a dataset's meta/ folder sent the user to meta/meta/info.json with "check the path"."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert main(["data", "info", str(fifo)]) == 2
+    assert "the dataset path is not a directory" in capsys.readouterr().err
+    assert main(["data", "stats", str(tiny_dataset / "meta")]) == 2
+    err = capsys.readouterr().err
+    assert "this is the meta/ folder of a dataset" in err and f"fix:      pass {tiny_dataset}" in err
