@@ -8,7 +8,9 @@ parser, real files, real commands and processes.
   an edited stats.json (the copy of the normalizer stored with the weights) was ignored without a word;
 - an output path that is a device or FIFO (``monitor --out /dev/null``) was replaced by a regular file
   (LOSS: as root, /dev/null itself); a dataset path that is a FIFO, a file or a dataset's meta/ folder
-  was "dataset directory not found".
+  was "dataset directory not found";
+- ``--out '~/x'`` (a ``~`` the shell did not expand) made a directory named ``~`` in the working directory
+  and failed; ``--cameras top,top`` made one camera without a word.
 """
 
 from __future__ import annotations
@@ -137,3 +139,29 @@ def test_a_dataset_path_that_is_no_dataset_directory_says_what_it_is(tiny_datase
     assert main(["data", "stats", str(tiny_dataset / "meta")]) == 2
     err = capsys.readouterr().err
     assert "this is the meta/ folder of a dataset" in err and f"fix:      pass {tiny_dataset}" in err
+
+
+@pytest.mark.timeout(60)
+def test_a_leading_tilde_is_the_home_directory_for_every_option(tmp_path, monkeypatch):
+    """UNCLEAR before: `data synth --out '~/ds'` checked the overlap of the expanded path, wrote its
+    temporary copy under $HOME, then failed with "file or directory not found: ~/ds" and left an empty
+    directory named `~` in the working directory."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    args = ["--episodes", "1", "--frames", "2", "--image-size", "16", "--codec", "h264"]
+    assert main(["data", "synth", "--out=~/ds", *args]) == 0
+    assert (home / "ds" / "meta" / "info.json").is_file() and os.listdir(work) == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("command", [["data", "synth", "--out", "x"], ["sim", "record", "--out", "x"]])
+def test_a_camera_named_twice_is_refused(command, tmp_path, monkeypatch, capsys):
+    """SILENT before: `data synth --cameras top,top` wrote a dataset with one camera, exit 0."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main([*command, "--cameras", "top,wrist,top"])
+    assert e.value.code == 2 and "camera top is named twice" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
