@@ -82,6 +82,10 @@ def _add_side_camera(features):
     features["observation.images.side"] = features["observation.images.top"]
 
 
+def _grow_state(features):
+    features["observation.state"]["shape"] = [7]
+
+
 def _shift_action_mean(stats):
     stats["action"]["mean"] = [5.0] * len(stats["action"]["mean"])
 
@@ -94,12 +98,15 @@ def _shift_action_mean(stats):
         ("features.json", lambda f: f.pop("observation.images.wrist"), "disagree on the features", "wrist"),
         ("config.json", lambda c: c.__setitem__("cameras", ["top"]), "camera 'top' is not", "top"),
         ("stats.json", _shift_action_mean, "stats.json disagrees with the normalizer", "5.0"),
+        ("features.json", _grow_state, "(the shape features.json gives)", "(6,)"),
     ],
 )
 def test_a_bundle_file_edited_against_its_weights_is_named(file, edit, problem, found, bundle, tmp_path):
     """UNCLEAR before: features.json with a camera the weights lack (or without one they have) was "the
     weights do not match the policy config ... config.json and model.safetensors come from different
-    policies"; config.json's cameras of short names was blamed on features.json. SILENT before: an edited
+    policies"; config.json's cameras of short names was blamed on features.json, a features.json state
+    shape edited was blamed on stats.json alone ("the stats were computed for other features"). SILENT
+    before: an edited
     stats.json loaded (a digest warning at most) and the policy normalized with the weights' copy."""
     copy = tmp_path / "policy"
     shutil.copytree(bundle, copy)
@@ -110,7 +117,9 @@ def test_a_bundle_file_edited_against_its_weights_is_named(file, edit, problem, 
     ):
         load_policy(copy)
     assert problem in e.value.problem and found in str(e.value.found)
-    assert e.value.file == str(copy / file)
+    # A shape features.json and stats.json disagree on is named in stats.json, with both in the fix.
+    named = "stats.json" if edit is _grow_state else file
+    assert e.value.file == str(copy / named) and (edit is not _grow_state or "features.json" in e.value.fix)
 
 
 @pytest.mark.timeout(60)

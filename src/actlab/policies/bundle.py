@@ -339,6 +339,16 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu") -> Any:
             policy = make_policy(cfg, features, stats, pretrained=False)
         except ActlabError as e:
             culprit = "stats.json" if e.problem.startswith("normalization stats") else "features.json"
+            if e.problem.startswith("normalization stats") and "wrong shape" in e.problem:
+                # The expected shape comes from features.json: either file may be the edited one.
+                e = ActlabError(
+                    e.problem + " (the shape features.json gives)",
+                    field=e.field,
+                    expected=e.expected,
+                    found=e.found,
+                    fix="stats.json and features.json disagree on this feature's shape: one of them was "
+                    "edited or comes from another policy; use the bundle's own files",
+                )
             if e.field == "cameras":  # config.json's cameras name keys that features.json must have
                 e = ActlabError(
                     e.problem,
