@@ -10,7 +10,8 @@ parser, real files, real commands and processes.
   (LOSS: as root, /dev/null itself); a dataset path that is a FIFO, a file or a dataset's meta/ folder
   was "dataset directory not found";
 - ``--out '~/x'`` (a ``~`` the shell did not expand) made a directory named ``~`` in the working directory
-  and failed; ``--cameras top,top`` made one camera without a word.
+  and failed; ``--cameras top,top`` made one camera without a word;
+- an unreadable ``--set`` value was expected to be "<class 'int'>" with a Python error as its fix.
 """
 
 from __future__ import annotations
@@ -174,3 +175,16 @@ def test_a_camera_named_twice_is_refused(command, tmp_path, monkeypatch, capsys)
         main([*command, "--cameras", "top,wrist,top"])
     assert e.value.code == 2 and "camera top is named twice" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.timeout(60)
+def test_an_unreadable_set_value_says_the_type_in_words(bundle, tiny_dataset, tmp_path, capsys):
+    """UNCLEAR before: `rl reward-model --set steps=nan` said expected "<class 'int'>", fix "invalid
+    literal for int() with base 10: 'nan'"."""
+    out = tmp_path / "rm"
+    args = ["rl", "reward-model", "--demos", str(tiny_dataset), "--base", str(bundle), "--out", str(out)]
+    assert main([*args, "--set", "steps=nan"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read the value of --set steps" in err and "expected: an integer, e.g. 100" in err
+    assert "<class" not in err and "fix:      --set steps=VALUE with VALUE an integer" in err
+    assert not out.exists()
