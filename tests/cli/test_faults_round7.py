@@ -11,7 +11,8 @@ parser, real files, real commands and processes.
   was "dataset directory not found";
 - ``--out '~/x'`` (a ``~`` the shell did not expand) made a directory named ``~`` in the working directory
   and failed; ``--cameras top,top`` made one camera without a word;
-- an unreadable ``--set`` value was expected to be "<class 'int'>" with a Python error as its fix.
+- an unreadable ``--set`` value was expected to be "<class 'int'>" with a Python error as its fix;
+- a tasks.parquet that lost a task was blamed on info.json, with the fix "set total_tasks to 0".
 """
 
 from __future__ import annotations
@@ -188,3 +189,19 @@ def test_an_unreadable_set_value_says_the_type_in_words(bundle, tiny_dataset, tm
     assert "cannot read the value of --set steps" in err and "expected: an integer, e.g. 100" in err
     assert "<class" not in err and "fix:      --set steps=VALUE with VALUE an integer" in err
     assert not out.exists()
+
+
+@pytest.mark.timeout(60)
+def test_a_tasks_file_that_lost_a_task_is_blamed_not_info_json(tiny_dataset, tmp_path, capsys):
+    """UNCLEAR before: a tasks.parquet emptied of its task made `data info` say "info.json total_tasks
+    disagrees with tasks.parquet", fix "set total_tasks to 0 in info.json" (agreeing with the damage)."""
+    import pyarrow.parquet as pq
+
+    copy = tmp_path / "ds"
+    shutil.copytree(tiny_dataset, copy)
+    tasks = copy / "meta" / "tasks.parquet"
+    pq.write_table(pq.read_table(tasks).slice(0, 0), tasks)
+    assert main(["data", "info", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert "names a task missing from tasks.parquet" in err and f"file:     {tasks}" in err
+    assert "set total_tasks" not in err
