@@ -137,6 +137,23 @@ _CEILINGS: dict[str, float] = {
 }
 
 
+def _expand_home(args: argparse.Namespace) -> None:
+    """A leading ``~`` of an option's value is the home directory, as the shell would make it where it
+    does not (``--out=~/x``, a quoted path): before, the overlap checks expanded it and the writers did
+    not, so ``--out '~/x'`` made a directory named ``~`` in the working directory and then failed."""
+
+    def expand(value: object) -> object:
+        if isinstance(value, str) and (value == "~" or value.startswith("~" + os.sep)):
+            return os.path.expanduser(value)
+        if isinstance(value, list):
+            return [expand(v) for v in value]
+        return value
+
+    for name, value in vars(args).items():
+        if not name.startswith("_") and name != "cmd":  # the monitored command gets its words as given
+            setattr(args, name, expand(value))
+
+
 def _python_program(text: str) -> str:
     """An interpreter to run, refused at parse time when the path names a directory or a file that is
     not executable (a directory was reported as "permission denied" by the child's exec). A path that
@@ -193,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             helper()
             code = 0 if args.command is None else 2
         else:
+            _expand_home(args)
             _options.check(args)  # options that contradict each other: refused before any work
             code = int(run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit

@@ -133,3 +133,18 @@ def _pairs(value: Any) -> list[tuple[Path, str]]:
     items = value if isinstance(value, list | tuple) else [value]
     # realpath, not Path.resolve: a symbolic link loop is the command's to report (resolve raises)
     return [(Path(os.path.realpath(os.path.expanduser(v))), str(v)) for v in items if v not in (None, "")]
+
+
+def camera_list(text: str) -> tuple[str, ...]:
+    """``--cameras top,wrist``: camera names, each once (``top,top`` made one camera without a word)."""
+    names = tuple(c.strip() for c in text.split(",") if c.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated camera names, e.g. top,wrist, found {text!r}"
+        )
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(
+            f"camera {', '.join(twice)} is named twice in {text!r}: each camera needs its own name"
+        )
+    return names

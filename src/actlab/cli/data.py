@@ -477,7 +477,12 @@ def _synth(g) -> None:
         "--frames", type=int, default=4000, help="total frames, split evenly over episodes (default 4000)"
     )
     p.add_argument("--image-size", type=int, default=224, help="square camera size in px, even (default 224)")
-    p.add_argument("--cameras", default="top", help="comma-separated camera names (default top)")
+    p.add_argument(
+        "--cameras",
+        type=_options.camera_list,
+        default=("top",),
+        help="comma-separated camera names (default top)",
+    )
     p.add_argument("--state-dim", type=int, default=6, help="observation.state size (default 6)")
     p.add_argument("--action-dim", type=int, default=6, help="action size (default 6)")
     p.add_argument("--fps", type=int, default=30, help="frames per second (default 30)")
@@ -492,7 +497,7 @@ def _run_synth(args) -> int:
 
     from actlab.datasets.synth import synth_dataset
 
-    cams = {c.strip(): (args.image_size, args.image_size) for c in args.cameras.split(",") if c.strip()}
+    cams = {c: (args.image_size, args.image_size) for c in args.cameras}
     t0 = time.perf_counter()
     path = synth_dataset(
         args.out,

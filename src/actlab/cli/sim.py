@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from actlab.cli import add_codec_flag, add_json_flag, group, subcommand
+from actlab.cli import _options, add_codec_flag, add_json_flag, group, subcommand
 
 ORDER = 15
 
@@ -46,10 +46,6 @@ def _parser(g, name: str, help: str) -> argparse.ArgumentParser:
 
 def _task(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", default="so101_pick_place", help="sim task (so101_pick_place; actlab sim tasks)")
-
-
-def _cameras(text: str) -> tuple[str, ...]:
-    return tuple(c.strip() for c in text.split(",") if c.strip())
 
 
 # ----------------------------------------------------------------------------------------------- tasks
@@ -113,7 +109,9 @@ def _record(g) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="new dataset directory (written atomically)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="attempt i uses seed S+i (0)")
     p.add_argument("--image-size", type=int, default=128, metavar="PX", help="square camera size (128)")
-    p.add_argument("--cameras", type=_cameras, default=("top", "wrist"), help="comma list (top,wrist)")
+    p.add_argument(
+        "--cameras", type=_options.camera_list, default=("top", "wrist"), help="comma list (top,wrist)"
+    )
     p.add_argument("--keep-failures", action="store_true", help="also write episodes the expert failed")
     p.add_argument("--workers", type=int, default=2, metavar="W", help="simulation processes (2)")
     p.add_argument("--noise", type=float, default=0.0, help="expert noise scale, 0 = none (0)")
@@ -158,7 +156,9 @@ def _view(g) -> None:
     p.add_argument("--seed", type=int, default=0, help="episode seed (0)")
     p.add_argument("--image-size", type=int, default=128, metavar="PX", help="frame size (128)")
     p.add_argument("--frames", type=int, default=8, help="frames per camera, evenly spaced (8)")
-    p.add_argument("--cameras", type=_cameras, default=("top", "wrist"), help="comma list (top,wrist)")
+    p.add_argument(
+        "--cameras", type=_options.camera_list, default=("top", "wrist"), help="comma list (top,wrist)"
+    )
     p.set_defaults(_run=_run_view)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,23 @@ def read_info(root: Path) -> dict[str, Any]:
     Raises the first problem: nothing else can be read without a usable info.json.
     """
     if not root.is_dir():
+        if root.exists():  # /dev/null, a FIFO, a file: "not found" would send the user looking elsewhere
+            raise ActlabError(
+                "the dataset path is not a directory",
+                file=root,
+                expected=f"a LeRobot v3 dataset directory (with {fmt.INFO_PATH})",
+                found=_file_kind(root),
+                fix="pass the dataset directory",
+            )
         raise ActlabError("dataset directory not found", file=root, fix="check the path")
+    if root.name == "meta" and (root.parent / fmt.INFO_PATH).is_file():
+        raise ActlabError(
+            "this is the meta/ folder of a dataset, not the dataset",
+            file=root,
+            expected=f"the dataset directory (the one holding {fmt.INFO_PATH})",
+            found=f"{root.parent / fmt.INFO_PATH} one level up",
+            fix=f"pass {root.parent}",
+        )
     if (root / "meta" / "episodes.jsonl").is_file() and not (root / fmt.INFO_PATH).is_file():
         raise _v21_error(root, "v2.x (meta/episodes.jsonl)")
     kind = describe(root)
@@ -130,6 +147,16 @@ def read_info(root: Path) -> dict[str, Any]:
             )
     check_info_types(info, root)
     return info
+
+
+def _file_kind(path: Path) -> str:
+    """What a path that is not a directory is, in words."""
+    mode = path.stat().st_mode
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISBLK, "a block device")):  # fmt: skip
+        if test(mode):
+            return name
+    return f"a file of {path.stat().st_size} bytes"
 
 
 def _info_error(root: Path, problem: str, field: str, expected: Any, found: Any) -> ActlabError:
@@ -321,11 +348,16 @@ def read_tasks(root: Path, info: Mapping[str, Any], report: Report) -> list[str]
 
 
 def check_tasks(layout: Layout, report: Report) -> None:
-    """``total_tasks`` agrees with tasks.parquet and every episode's tasks are in it."""
+    """``total_tasks`` agrees with tasks.parquet and every episode's tasks are in it. When episodes name
+    tasks that tasks.parquet lacks, tasks.parquet lost them: info.json's count is not blamed (its fix,
+    "set total_tasks to the smaller count", would make the dataset agree with the damage)."""
     path = layout.root / fmt.TASKS_PATH
     known = set(layout.tasks)
     total = layout.info.get("total_tasks")
-    if total is not None and total != len(known):
+    unknown = next(
+        ((e, t) for e in layout.episodes for t in e.tasks if t not in known), None
+    )  # the first episode naming a task tasks.parquet lacks
+    if total is not None and total != len(known) and unknown is None:
         report.add(
             "length_mismatch",
             "info.json total_tasks disagrees with tasks.parquet",
@@ -335,19 +367,21 @@ def check_tasks(layout: Layout, report: Report) -> None:
             total,
             f"set total_tasks to {len(known)} in info.json",
         )
-    for e in layout.episodes:
-        unknown = [t for t in e.tasks if t not in known]
-        if unknown:
-            report.add(
-                "unknown_task",
-                f"episode {e.index} names a task missing from tasks.parquet",
-                path,
-                "task",
-                "one of the tasks in tasks.parquet",
-                unknown[0],
-                REEXPORT,
-            )
-            break
+    if unknown is not None:
+        counts = (
+            f" (info.json counts {total} task(s), tasks.parquet has {len(known)})"
+            if total != len(known)
+            else ""
+        )
+        report.add(
+            "unknown_task",
+            f"episode {unknown[0].index} names a task missing from tasks.parquet{counts}",
+            path,
+            "task",
+            "one of the tasks in tasks.parquet",
+            unknown[1],
+            REEXPORT,
+        )
 
 
 def read_episodes(

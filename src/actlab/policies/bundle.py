@@ -202,11 +202,50 @@ def _format_version(meta: dict[str, Any], file: Path) -> int:
         ) from e
 
 
+def _check_stats_copy(policy: Any, tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """stats.json is the human-readable copy of the normalizer stored with the weights, which the policy
+    uses: a copy that disagrees (edited by hand, digests refreshed) would otherwise be ignored without a
+    word. The normalizer built from stats.json (std floors applied) must equal the stored one."""
+    built = policy.state_dict()
+    for name, ref in built.items():
+        if not name.startswith("normalizer.entries."):
+            continue
+        stored = tensors[name].float()
+        ref = ref.to(tensors[name].dtype).float()  # a bf16/fp16 save rounds the stats the same way
+        if not torch.allclose(ref, stored, rtol=1e-5, atol=1e-6, equal_nan=True):
+            key, what = name[len("normalizer.entries.") :].rsplit(".", 1)
+            raise ActlabError(
+                "stats.json disagrees with the normalizer in model.safetensors (which the policy uses)",
+                file=path / "stats.json",
+                field=f"{key} (dots written as _).{what}",
+                expected=str([round(v, 6) for v in stored.flatten()[:6].tolist()]),
+                found=str([round(v, 6) for v in ref.flatten()[:6].tolist()]),
+                fix="stats.json was edited or comes from another policy: use the bundle's own stats.json; "
+                "to normalize with other stats, train or fine-tune with them (actlab train)",
+            )
+
+
 def _check_tensors(policy: Any, tensors: dict[str, torch.Tensor], file: Path) -> None:
     expected = policy.state_dict()
     missing = [k for k in expected if k not in tensors]
     unexpected = [k for k in tensors if k not in expected]
     if missing or unexpected:
+        norm = "normalizer.entries."
+        if all(k.startswith(norm) for k in missing + unexpected):
+            # Normalizer entries are built one per feature of features.json: the two disagree on features.
+            def keys(names: list[str]) -> list[str]:
+                return sorted({k[len(norm) :].rsplit(".", 1)[0] for k in names})
+
+            raise ActlabError(
+                "features.json and the normalizer in model.safetensors disagree on the features",
+                file=file.parent / "features.json",
+                field=(missing or unexpected)[0],
+                expected="the features the weights were trained on",
+                found=f"in features.json only: {keys(missing)}; in the weights only: {keys(unexpected)}"
+                " (dots written as _)",
+                fix="features.json was edited or comes from another policy: use the bundle's own "
+                "features.json (a camera cannot be added to or removed from trained weights)",
+            )
         raise ActlabError(
             "the weights do not match the policy config",
             file=file,
@@ -300,8 +339,30 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu") -> Any:
             policy = make_policy(cfg, features, stats, pretrained=False)
         except ActlabError as e:
             culprit = "stats.json" if e.problem.startswith("normalization stats") else "features.json"
+            if e.problem.startswith("normalization stats") and "wrong shape" in e.problem:
+                # The expected shape comes from features.json: either file may be the edited one.
+                e = ActlabError(
+                    e.problem + " (the shape features.json gives)",
+                    field=e.field,
+                    expected=e.expected,
+                    found=e.found,
+                    fix="stats.json and features.json disagree on this feature's shape: one of them was "
+                    "edited or comes from another policy; use the bundle's own files",
+                )
+            if e.field == "cameras":  # config.json's cameras name keys that features.json must have
+                e = ActlabError(
+                    e.problem,
+                    field="cameras",
+                    expected=e.expected,
+                    found=e.found,
+                    fix="config.json's cameras and features.json come from different policies (or one was "
+                    "edited): use the bundle's own files; cameras are full keys such as "
+                    "observation.images.top, or [] for every camera",
+                )
+                culprit = "config.json"
             raise _in_file(e, path / culprit) from e
     tensors = _read_tensors(path / "model.safetensors")
     _check_tensors(policy, tensors, path / "model.safetensors")
+    _check_stats_copy(policy, tensors, path)
     policy.load_state_dict(tensors, strict=True)
     return policy.to(device).eval()

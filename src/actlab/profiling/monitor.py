@@ -18,6 +18,7 @@ import contextlib
 import csv
 import math
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -49,6 +50,9 @@ BASE_COLUMNS: tuple[str, ...] = (
 )
 
 _FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+# Seconds a command has to exit after a forwarded SIGINT/SIGTERM/SIGHUP before the monitor kills its whole
+# process tree (SIGKILL): a command that ignores the signal would otherwise keep the monitor waiting forever.
+STOP_GRACE_S = 10.0
 
 
 @dataclass
@@ -136,13 +140,15 @@ class ProcessTreeSampler:
         self._root = psutil.Process(root_pid)
         self._cpu_s: dict[tuple[int, float], float] = {}  # (pid, create_time) -> CPU seconds last seen
         self._last_t = time.monotonic()
+        self.descendants: list[Any] = []  # the root's descendants at the last listing
 
     def _tree(self) -> list[Any]:
         ps = self._psutil
         try:
-            return [self._root, *self._root.children(recursive=True)]
+            self.descendants = self._root.children(recursive=True)
         except ps.Error:  # the root just exited
             return []
+        return [self._root, *self.descendants]
 
     def sample(self) -> tuple[float | None, float | None, int]:
         """(cpu_pct over the time since the last call, rss_mib now, process count); CPU and RSS are None
@@ -199,8 +205,12 @@ class _SignalForwarder:
         self._child: subprocess.Popen | None = None
         self._pending: list[int] = []
         self._previous: dict[int, Any] = {}
+        self.stop_at: float | None = None  # monotonic time of the first stop signal received
+        self.stop_name = ""  # its name, for the note when the command has to be killed
 
     def _handler(self, signum: int, _frame: object) -> None:
+        if self.stop_at is None:
+            self.stop_at, self.stop_name = time.monotonic(), signal.Signals(signum).name
         if signum == signal.SIGINT and _terminal_sent_it():
             return
         if self._child is None:
@@ -323,7 +333,9 @@ def run_monitored(
             raise ActlabError(problem, field="CMD", found=cmd[0]) from e
         forwarder.attach(child)
         try:
-            _sample_until_exit(child, interval_s, started, gpus, psutil, run, writer, stream, on_sample)
+            _sample_until_exit(
+                child, interval_s, started, gpus, psutil, run, writer, stream, on_sample, forwarder
+            )
         except BaseException:
             _stop_child(child)
             raise
@@ -342,10 +354,15 @@ def _sample_until_exit(
     writer: Any,
     stream: Any,
     on_sample: Callable[[list[Any]], None] | None,
+    forwarder: _SignalForwarder | None = None,
 ) -> None:
     tree = ProcessTreeSampler(child.pid)
     next_t = started
     while child.poll() is None:
+        stop_at = forwarder.stop_at if forwarder is not None else None
+        if stop_at is not None and time.monotonic() - stop_at >= STOP_GRACE_S:
+            _kill_tree(child, psutil, run.command, forwarder.stop_name)
+            break
         row = _take_sample(tree, gpus, started, psutil)
         run.rows.append(row)
         if writer is not None:
@@ -358,8 +375,42 @@ def _sample_until_exit(
         now = time.monotonic()
         if next_t <= now:
             next_t = now + interval_s - (now - next_t) % interval_s
+        wait_s = next_t - now
+        if forwarder is not None and forwarder.stop_at is not None:  # wake up at the end of the grace
+            wait_s = min(wait_s, max(forwarder.stop_at + STOP_GRACE_S - now, 0.0))
         with contextlib.suppress(subprocess.TimeoutExpired):
-            child.wait(timeout=next_t - now)  # returns at once when the child exits
+            child.wait(timeout=wait_s)  # returns at once when the child exits
+    if forwarder is not None and forwarder.stop_at is not None:
+        _kill_descendants(tree.descendants, psutil)
+
+
+def _kill_tree(child: subprocess.Popen, psutil: Any, command: list[str], stop_name: str) -> None:
+    """SIGKILL a command that did not exit within STOP_GRACE_S of a stop signal, and every process it
+    started (listed first: a killed parent's children are re-parented and could no longer be found)."""
+    try:
+        descendants = psutil.Process(child.pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
+    with contextlib.suppress(ProcessLookupError):
+        child.kill()
+    _kill_descendants(descendants, psutil)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(timeout=10)  # SIGKILL: only a process stuck in the kernel outlives it
+    print(
+        f"actlab monitor: `{shlex.join(command)}` did not exit within {STOP_GRACE_S:.0f} s of {stop_name}:"
+        f" killed it and {len(descendants)} process(es) it started (SIGKILL)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _kill_descendants(procs: list[Any], psutil: Any) -> None:
+    """SIGKILL the processes of a stopped command's tree that outlived it (psutil checks each one is
+    still the process it listed, not a new one with a reused pid)."""
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            if proc.is_running():
+                proc.kill()
 
 
 def read_monitor_csv(path: str | Path) -> tuple[list[str], list[list[Any]]]:

@@ -209,14 +209,27 @@ def _apply_tree(cfg: Any, tree: dict[str, Any], prefix: str) -> Any:
         try:
             changes[name] = _coerce(parse_scalar(raw, tp), tp, key)
         except (ValueError, json.JSONDecodeError) as e:
+            words = _type_words(tp)
             raise ActlabError(
-                "cannot read override value", field=key, expected=str(tp), found=raw, fix=str(e)
+                f"cannot read the value of --set {key}",
+                field=key,
+                expected=words,
+                found=raw,
+                fix=f"--set {key}=VALUE with VALUE {words} (read as written: {e})",
             ) from e
     try:
         return dataclasses.replace(cfg, **changes)
     except (ValueError, TypeError) as e:
         keys = ", ".join(prefix + k for k in changes)
         raise ActlabError(f"invalid value for {keys}: {e}", field=keys) from e
+
+
+def _type_words(tp: Any) -> str:
+    """A field type in words ("<class 'int'>" was what an unreadable --set value was told to be)."""
+    named = {int: "an integer, e.g. 100", float: "a number, e.g. 0.5", bool: "true or false", str: "text"}
+    if tp in named:
+        return named[tp]
+    return "of type " + str(tp).replace("typing.", "")
 
 
 def parse_scalar(raw: str, tp: Any) -> Any:

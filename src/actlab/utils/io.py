@@ -16,6 +16,7 @@ import re
 import secrets
 import shutil
 import socket
+import stat
 import tempfile
 import time
 import zlib
@@ -64,6 +65,7 @@ def name_file(e: OSError, filename: str) -> None:
 def atomic_file(path: str | Path, mode: str = "wb") -> Iterator[Any]:
     """Open a temporary file beside ``path``; on success it replaces ``path``, on error it is removed."""
     path = Path(path)
+    _refuse_special_file(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -84,6 +86,26 @@ def atomic_file(path: str | Path, mode: str = "wb") -> Iterator[Any]:
         if isinstance(e, OSError) and e.filename is None:
             name_file(e, str(path))  # a failed write() names no file: the one being written
         raise
+
+
+def _refuse_special_file(path: Path) -> None:
+    """An output path that is a device, FIFO or socket (``--out /dev/null``) is refused: the rename that
+    makes a write atomic would replace the device node itself with a regular file (as root, /dev/null for
+    every process on the machine)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # absent (the usual case) or unreadable: the write itself will say
+        return
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+    raise ActlabError(
+        f"the output path is {kind}, not a file",
+        file=path,
+        expected="a regular file path (new or to replace)",
+        found=kind,
+        fix="give a file path for this output, or leave the option out to write none (nothing was written)",
+    )
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
