@@ -78,11 +78,19 @@ def test_load_policy_uses_the_stats_saved_in_the_weights_not_stats_json(tmp_path
     obs = observation(make_batch(policy, batch_size=2), policy)
     ref = policy.predict_action_chunk(obs)
     path = save_policy(policy, tmp_path / "bundle")
-    # stats.json is a human-readable copy: other stats there (or other stats at construction time)
-    # must not change what the loaded policy does.
+    # stats.json is a human-readable copy of the normalizer in the weights: other stats written there
+    # never change what the loaded policy does. They are refused, naming the file (an edit that had no
+    # effect was loaded with at most a digest warning: the seventh fault run's SILENT row).
     other = make_stats(seed=1)
     data = {k: {f: np.asarray(v).tolist() for f, v in e.items()} for k, e in other.items()}
+    saved = (path / "stats.json").read_text()
     (path / "stats.json").write_text(json.dumps(data))
+    from actlab.errors import ActlabError
+
+    with pytest.raises(ActlabError, match="stats.json disagrees with the normalizer") as e:
+        load_policy(path)
+    assert str(e.value.file) == str(path / "stats.json")
+    (path / "stats.json").write_text(saved)
     loaded = load_policy(path)
     assert torch.equal(loaded.predict_action_chunk(obs), ref)
     for key in loaded.normalizer.feature_keys:
