@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from actlab.cli import main
 
 
+# Slow (run with -m slow): twice on this 2-core VM, with other work beside it, the suite sat here for
+# 12-17 minutes past the test's timeout: the burner held one core while the pytest process spent the
+# other in the kernel reaping a finished writer (wait4 -> shrink_dcache_parent: 757 s of system time)
+# and the writer itself sat in rmdir, behind the root disk's online discard. No code of the bench was
+# running; a test timeout cannot end a process in a system call, so the default suite leaves it out.
+# `_reap` below stays: the bench's own waits end at their deadlines.
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_bench_encode_counts_encodes_hangs_and_errors(capsys):
     argv = ["bench", "encode", "--encodes", "6", "--workers", "2", "--burners", "1", "--frames", "4"]
     rc = main([*argv, "--image-size", "16", "--episodes-per-dataset", "2", "--json"])
