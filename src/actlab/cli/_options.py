@@ -14,8 +14,7 @@
   the two was ignored without a word: ``train --dataset A --set data.path=B`` trained on B).
 
 The rules are stored in the subcommand's defaults (``_paths``, ``_needs``, ``_sets``), so checking them
-needs only
-the parsed arguments.
+needs only the parsed arguments.
 """
 
 from __future__ import annotations

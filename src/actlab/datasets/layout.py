@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ from actlab.datasets.records import (
 )
 from actlab.datasets.rows import OUTLIER_SPREADS, Data, read_data
 from actlab.errors import ActlabError
-from actlab.utils.io import read_json
+from actlab.utils.io import read_json, special_file_kind
 from actlab.utils.kinds import describe
 
 # The names callers import from here: this module's own and those of the two it was split from.
@@ -151,12 +150,8 @@ def read_info(root: Path) -> dict[str, Any]:
 
 def _file_kind(path: Path) -> str:
     """What a path that is not a directory is, in words."""
-    mode = path.stat().st_mode
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISBLK, "a block device")):  # fmt: skip
-        if test(mode):
-            return name
-    return f"a file of {path.stat().st_size} bytes"
+    st = path.stat()
+    return special_file_kind(st.st_mode) or f"a file of {st.st_size} bytes"
 
 
 def _info_error(root: Path, problem: str, field: str, expected: Any, found: Any) -> ActlabError:

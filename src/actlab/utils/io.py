@@ -88,17 +88,30 @@ def atomic_file(path: str | Path, mode: str = "wb") -> Iterator[Any]:
         raise
 
 
+def special_file_kind(mode: int) -> str | None:
+    """What a path of this ``st_mode`` is in words when it is neither a regular file nor a directory (a
+    FIFO, a device, a socket); None for those two."""
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return None
+
+
 def _refuse_special_file(path: Path) -> None:
     """An output path that is a device, FIFO or socket (``--out /dev/null``) is refused: the rename that
     makes a write atomic would replace the device node itself with a regular file (as root, /dev/null for
     every process on the machine)."""
     try:
-        mode = os.stat(path).st_mode
+        kind = special_file_kind(os.stat(path).st_mode)
     except OSError:  # absent (the usual case) or unreadable: the write itself will say
         return
-    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+    if kind is None:
         return
-    kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
     raise ActlabError(
         f"the output path is {kind}, not a file",
         file=path,
