@@ -71,12 +71,18 @@ def checkpoints_in(run_dir: Path) -> list[Path]:
     # writes each checkpoint under a temporary name) was left out of the sweep without a word.
     for p in sorted(set(steps) - set(found)):
         missing = [m for m in BUNDLE_MARKERS if not (p / m).is_file()] if p.is_dir() else ["a directory"]
-        print(
-            f"note: {p.name} is left out of the sweep: not a complete checkpoint ({p} has no "
-            f"{', '.join(missing)}); evaluate it alone to see what is wrong, or move it away",
-            file=sys.stderr,
-        )
+        note_left_out(p, "checkpoint", ", ".join(missing))
     return sorted(found, key=lambda p: int(STEP_RE.match(p.name).group(1)))
+
+
+def note_left_out(path: Path, what: str, missing: str) -> None:
+    """Say on stderr that the checkpoint directory ``path`` is left out of a sweep: not a complete
+    ``what`` (it has no ``missing``)."""
+    print(
+        f"note: {path.name} is left out of the sweep: not a complete {what} ({path} has no {missing}); "
+        "evaluate it alone to see what is wrong, or move it away",
+        file=sys.stderr,
+    )
 
 
 def resolve_paths(paths: Sequence[str | Path]) -> list[PolicySource]:

@@ -32,6 +32,7 @@ import numpy as np
 from actlab.datasets.hub import model_location
 from actlab.errors import ActlabError
 from actlab.evaluation.sources import PolicySource
+from actlab.evaluation.sweep import note_left_out
 from actlab.lerobot.child import PROTOCOL_VERSION, ProtocolError, read_message, write_message
 from actlab.utils.io import read_json
 from actlab.utils.procs import kill_tree, start_group_kwargs
@@ -519,11 +520,7 @@ def lerobot_sources(
         # a checkpoint without pretrained_model/config.json (an interrupted copy or save) was left out of
         # the sweep without a word, as actlab's own step_N (evaluation.sweep.checkpoints_in says it too)
         for d in sorted(set(steps) - {c.parent for c in ckpts}):
-            print(
-                f"note: {d.name} is left out of the sweep: not a complete LeRobot checkpoint ({d} has no "
-                "pretrained_model/config.json); evaluate it alone to see what is wrong, or move it away",
-                file=sys.stderr,
-            )
+            note_left_out(d, "LeRobot checkpoint", "pretrained_model/config.json")
         if not ckpts:
             raise ActlabError(
                 "no LeRobot policy found",
