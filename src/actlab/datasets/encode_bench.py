@@ -124,9 +124,10 @@ def _burn(stop) -> None:
 
 
 def _reap(p: Any, timeout: float) -> None:
-    """Wait up to ``timeout`` s for process ``p`` to end, then kill it: never longer. (``Process.join``
-    with a timeout blocks in ``waitpid`` without one as soon as the child has closed its sentinel, for as
-    long as its exit takes: a test suite on a starved 2-core machine sat there for 17 minutes.)"""
+    """Wait up to ``timeout`` s for process ``p`` to end, then kill it. (``Process.join`` with a timeout
+    blocks in ``waitpid`` without one as soon as the child has closed its sentinel, for as long as its exit
+    takes.) No deadline covers time the kernel itself spends reaping a child: a suite run on this 2-core
+    VM sat 12-17 minutes in wait4 (shrink_dcache_parent) with a burner on the other core."""
     if not wait([p.sentinel], timeout) or p.exitcode is None:  # exitcode polls without blocking
         p.kill()
         wait([p.sentinel], 5.0)
