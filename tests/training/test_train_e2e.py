@@ -39,31 +39,41 @@ def _losses(run_dir):
     }
 
 
-def test_killed_run_resumes_on_the_same_loss_curve_bitwise(tiny_dataset, tmp_path):
+def test_killed_run_resumes_on_the_same_loss_curve_bitwise(tiny_dataset, tmp_path, capsys):
+    from actlab.cli import main
+    from actlab.utils.threads import torch_threads
+
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     _build_framestore(tiny_dataset)  # decoded once here, not by the two concurrent runs below
-    # Both runs at once (2 cores): 20 steps straight, and one that SIGKILLs itself after step 10.
-    with started(cli(*_train_args(tiny_dataset, straight, "--preset", "tiny")), env=_env()) as a:
-        # The killed run reads frames from the memory-mapped FrameStore through DeviceData's prefetch
-        # thread, the straight one from a RAM copy (CPU "auto"): the same batches must come out of both.
-        b = run_cli(
-            *_train_args(tiny_dataset, killed, "--preset", "tiny"),
-            *["--set", "data.frames_on_device=false"],
-            env={**_env(), KILL_AT_STEP_ENV: "10"},
-            timeout=TRAIN_TIMEOUT_S,
-        )
-        _, err_a = finish(a, TRAIN_TIMEOUT_S)
-    assert a.returncode == 0, err_a
-    assert b.returncode == -signal.SIGKILL, b.stderr
+    # Both runs at once (2 cores): one that SIGKILLs itself after step 10 (a process of its own: the kill
+    # must take a whole process), and 20 steps straight in this process meanwhile (a process of its own
+    # would only add its start, ~5 s of imports on 2 cores). One torch thread in each, as in the killed
+    # process (OMP_NUM_THREADS=1), so both run the same kernels.
+    # The killed run reads frames from the memory-mapped FrameStore through DeviceData's prefetch thread,
+    # the straight one from a RAM copy (CPU "auto"): the same batches must come out of both.
+    killed_cmd = cli(
+        *_train_args(tiny_dataset, killed, "--preset", "tiny"), "--set", "data.frames_on_device=false"
+    )
+    with started(killed_cmd, env={**_env(), KILL_AT_STEP_ENV: "10"}) as b:
+        with torch_threads(1):
+            code_a = main(
+                _train_args(str(tiny_dataset), str(straight), "--preset", "tiny", "--set", "log.plot=false")
+            )
+        _, err_b = finish(b, TRAIN_TIMEOUT_S)
+    assert code_a == 0, capsys.readouterr().err
+    assert b.returncode == -signal.SIGKILL, err_b
     ckpts = killed / "checkpoints"
     assert json.loads((ckpts / "last.json").read_text())["step"] == 10
     assert sorted(p.name for p in ckpts.iterdir() if p.is_dir()) == ["step_0000010"]
     assert max(_losses(killed)[0]) == 10
 
-    # Resume from the run directory alone (its saved config), in a fresh process.
-    c = run_cli("train", "--out", killed, "--resume", "--json", env=_env(), timeout=TRAIN_TIMEOUT_S)
-    assert c.returncode == 0, c.stderr
-    summary = json.loads(c.stdout)
+    # Resume from the run directory alone (its saved config), in this process: a fresh start from disk.
+    capsys.readouterr()
+    with torch_threads(1):
+        code_c = main(["train", "--out", str(killed), "--resume", "--json"])
+    captured = capsys.readouterr()
+    assert code_c == 0, captured.err
+    summary = json.loads(captured.out)
     assert summary["step"] == 20 and summary["stopped"] == "completed"
 
     loss_a, val_a = _losses(straight)
@@ -151,22 +161,25 @@ def test_resume_refuses_a_changed_config_with_a_diff(tiny_dataset, tmp_path, cap
     assert policy.config.dim_model == 32
 
 
-def test_preflight_refuses_checkpoints_that_cannot_fit(tiny_dataset, tmp_path):
+def test_preflight_refuses_checkpoints_that_cannot_fit(tiny_dataset, tmp_path, capsys):
+    from actlab.cli import main
+
     out, cache = tmp_path / "run", tmp_path / "cache"
     # Nothing is faked: the real parameter count, the real FrameStore estimate, a real limit option.
     # ~4.3 MB per checkpoint x (100 kept + best + 1 being written) cannot fit in 200 MB.
     args = ["--preset", "tiny", "--set", f"data.cache_dir={cache}", "--disk-limit", "200MB"]
-    r = run_cli(*_train_args(tiny_dataset, out, *args, "--set", "checkpoint.keep_last=100"), env=_env(),
-                timeout=TRAIN_TIMEOUT_S)  # fmt: skip
-    assert r.returncode == 2, r.stderr
-    assert "not enough disk space" in r.stderr and "102 checkpoints alive" in r.stderr
-    assert "disk_limit_bytes" in r.stderr and "keep_last" in r.stderr
+    # In this process: refused before step 1, it needs no process of its own.
+    argv = _train_args(str(tiny_dataset), str(out), *args, "--set", "checkpoint.keep_last=100")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "not enough disk space" in err and "102 checkpoints alive" in err
+    assert "disk_limit_bytes" in err and "keep_last" in err
     # refused before step 1 and before decoding the FrameStore: nothing in --out (not even the directory),
     # no decoded frames in the cache (stores live directly in data.cache_dir; stats/ is a small JSON cache)
     assert not out.exists()
     assert not [p.name for p in cache.iterdir() if p.name != "stats"] if cache.exists() else True
     # the tiny preset's own retention (2 kept + best + 1 being written) fits the same limit
-    per_ckpt = float(re.search(r"checkpoints alive x ([0-9.]+) MiB", r.stderr).group(1)) * 2**20
+    per_ckpt = float(re.search(r"checkpoints alive x ([0-9.]+) MiB", err).group(1)) * 2**20
     assert 4 * per_ckpt + preflight.RUN_DIR_OVERHEAD_BYTES < 200e6 < 102 * per_ckpt
 
 
