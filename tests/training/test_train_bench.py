@@ -1,6 +1,19 @@
 import json
 
+import pytest
+import torch
+
 from actlab.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Tiny models run fastest on one thread; with 2 contended cores, 2 threads were up to 7x slower (and
+    the runs built here with num_threads=0 take the count this process has)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def test_bench_train_reports_model_only_full_and_stall_in_one_run(tiny_dataset, capsys):
@@ -59,8 +72,6 @@ def test_bench_train_gives_an_mfu_against_a_given_peak(tiny_dataset):
 
 
 def test_bench_train_compares_cached_features_with_the_encoder_every_step(tiny_dataset):
-    import pytest
-
     from actlab.errors import ActlabError
     from actlab.training.bench import run_bench
     from actlab.training.config import apply_train_overrides

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from actlab.profiling.kernels import summarize_events
 from actlab.profiling.nvml import UtilSampler
@@ -16,6 +17,16 @@ from actlab.training.presets import get_preset
 # The python of a separate environment with lerobot 0.6.1 from PyPI (pip install
 # "lerobot[dataset,training]==0.6.1"); the default is where the development machine keeps one.
 LEROBOT_PYTHON = os.environ.get("ACTLAB_LEROBOT_PYTHON", "/work/lerobot-venv/bin/python")
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Tiny models run fastest on one thread; with 2 contended cores, 2 threads were up to 7x slower (and
+    the runs built here with num_threads=0 take the count this process has)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def _ev(name, device, start, end, top=True, leaf=True, numel=None):
@@ -88,8 +99,6 @@ def test_bench_train_reports_kernels_busy_share_and_inference_latency(tiny_datas
 
 def test_bf16_autocast_casts_are_counted(tiny_dataset):
     """The profiler sees autocast's weight casts (what the issue measured: 481 per step on an H100)."""
-    import torch
-
     from actlab.profiling.kernels import profile_step
     from actlab.training import with_dataset
     from actlab.training.build import build_run

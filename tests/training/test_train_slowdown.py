@@ -11,6 +11,9 @@ from actlab.cli import main
 from actlab.lifecycle.metrics_log import read_metrics
 from actlab.training.slowdown import SlowdownWatch, cure_applied
 
+# The runs below are about the steps' threads and notes: no validation passes, no plot at the end.
+QUIET = ["--set", "eval.every=0", "--set", "log.plot=false"]
+
 
 def test_a_window_far_above_the_runs_steady_state_is_said_once():
     w = SlowdownWatch(cpus=2, threads=2)
@@ -47,6 +50,7 @@ def test_training_on_a_busy_cpu_says_what_to_do(tiny_dataset, tmp_path, capsys, 
     threads = torch.get_num_threads()
     argv = ["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(tmp_path / "run")]
     argv += ["--set", "steps=6", "--set", "log.every=2", "--set", "num_threads=2", "--device", "cpu"]
+    argv += QUIET
     try:
         assert main(argv) == 0
     finally:
@@ -89,6 +93,7 @@ def test_a_busy_cpu_makes_the_trainer_time_its_first_steps_at_both_thread_counts
     torch.set_num_threads(2)
     argv = ["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(tmp_path / "run")]
     argv += ["--set", "steps=10", "--set", "log.every=5", "--set", "num_threads=0", "--device", "cpu"]
+    argv += QUIET
     try:
         assert main(argv) == 0
         assert torch.get_num_threads() == 2  # the probe's choice does not outlive the run
@@ -155,6 +160,7 @@ def test_a_run_that_starts_quiet_switches_threads_when_the_machine_gets_busy(
     torch.set_num_threads(2)
     argv = ["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(tmp_path / "run")]
     argv += ["--set", "steps=24", "--set", "log.every=3", "--set", "num_threads=0", "--device", "cpu"]
+    argv += QUIET
     try:
         assert main(argv) == 0
         assert torch.get_num_threads() == 2  # the choices do not outlive the run
