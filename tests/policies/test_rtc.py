@@ -90,7 +90,9 @@ def trained_policy(one_thread):
     policy = make_policy(cfg, make_features(D, cameras=()), task_stats(g))
     opt = torch.optim.AdamW(policy.parameters(), lr=3e-3)
     policy.train()
-    for _ in range(300):
+    # 150 steps (300 before; half the setup): measured over training seeds 0-2, loss 0.08-0.09 and rtc's
+    # mean jump 0.48-0.58x naive's, the same margins as at 300 steps (0.07 and 0.57-0.65x).
+    for _ in range(150):
         loss, _ = policy(sample(64, g))
         opt.zero_grad()
         loss.backward()
@@ -110,7 +112,8 @@ def test_rtc_merge_has_lower_boundary_jumps_than_naive_switching(trained_policy)
     servo = ServoConfig(n_steps=120, state_noise=NOISE, seed=0)
     result = compare(trained_policy, initial_states(4), spec, servo, modes=("async", "blend", "rtc"))
     naive, rtc = result["async"], result["rtc"]
-    # Measured: naive ~0.08 mean (spike ratio ~1.6), rtc ~0.05 (~1.0) over three training seeds.
+    # Measured over training seeds 0-2: rtc's mean jump 0.48-0.58x naive's, spike ratio 0.9-1.1 (naive
+    # 1.6-2.1).
     assert rtc["mean_jump"] < 0.85 * naive["mean_jump"]
     assert rtc["max_jump"] < naive["max_jump"]
     assert rtc["spike_ratio"] < naive["spike_ratio"]
