@@ -240,8 +240,9 @@ def test_bad_presets_and_keys_fail_before_anything_runs(args, message, tmp_path,
 
 def test_sigterm_writes_a_checkpoint_and_stops(tiny_dataset, tmp_path):
     out = tmp_path / "run"
+    # (no plot: a stopped run draws one too, and nothing here looks at it)
     args = ["--preset", "tiny", "--set", "steps=100000", "--set", "checkpoint.every=0",
-            "--set", "eval.every=0", "--json"]  # fmt: skip
+            "--set", "eval.every=0", "--set", "log.plot=false", "--json"]  # fmt: skip
     metrics = out / "metrics.jsonl"
     with started(cli(*_train_args(tiny_dataset, out, *args)), env=_env()) as proc:
         # Three logged steps, however long they take (no deadline: the test's timeout bounds the wait).
