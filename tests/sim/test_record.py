@@ -102,7 +102,8 @@ def test_noisy_expert_recording_is_the_same_for_any_number_of_workers(tmp_path):
     episodes land on different processes, and the dataset must still be the one a single process writes."""
     from actlab.datasets import open_dataset
 
-    cfg = RecordConfig(episodes=3, seed=20, image_size=16, workers=0, expert_noise=1.0)
+    # (one camera: the noise is in the actions and states compared, not in the frames)
+    cfg = RecordConfig(episodes=3, seed=20, image_size=16, workers=0, expert_noise=1.0, cameras=("top",))
     one = record_dataset(tmp_path / "one", cfg, progress=False)
     two = record_dataset(tmp_path / "two", RecordConfig(**{**cfg.__dict__, "workers": 2}), progress=False)
     a, b = open_dataset(one.path), open_dataset(two.path)
@@ -204,9 +205,11 @@ def test_a_full_disk_while_recording_exits_2_leaves_nothing_and_can_be_run_again
     from actlab.sim.record import estimate_bytes
     from actlab.utils.units import human_bytes
 
-    # AV1 chosen (the estimate's codec): "auto" writes h264 on a busy CPU, whose files are another size
-    args = ["--image-size", "32", "--workers", "0", "--codec", "av1"]
-    need = estimate_bytes(RecordConfig(episodes=12, image_size=32, workers=0))
+    # AV1 chosen (the estimate's codec): "auto" writes h264 on a busy CPU, whose files are another size.
+    # One camera: half the frames to render and encode (its files came to 1.03x the estimate, two cameras'
+    # to 1.15x, for 3 episodes).
+    args = ["--image-size", "32", "--workers", "0", "--codec", "av1", "--cameras", "top"]
+    need = estimate_bytes(RecordConfig(episodes=12, image_size=32, workers=0, cameras=("top",)))
     # Room for 70% of the estimate: the preflight lets it start (it refuses below half), the disk fills.
     disk = small_fs(int(0.7 * need))
     out = disk / "demo"
