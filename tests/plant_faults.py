@@ -145,9 +145,14 @@ FAULTS: dict[str, tuple[str, int | None, Callable]] = {
 }
 
 
-def plant(src: Path, out: Path, fault: str | None) -> Path:
-    """A copy of ``src`` with ``fault`` planted (None: the clean rewrite)."""
-    ds, eps = read_episodes(src)
+def plant(src: Path, out: Path, fault: str | None, read: tuple[object, list] | None = None) -> Path:
+    """A copy of ``src`` with ``fault`` planted (None: the clean rewrite). ``read``: what
+    :func:`read_episodes` returned for ``src``, to plant several faults from one decode (it is not
+    changed: the fault is planted into a copy of its arrays)."""
+    if read is None:
+        ds, eps = read_episodes(src)
+    else:
+        ds, eps = read[0], [({k: v.copy() for k, v in ep.items()}, task) for ep, task in read[1]]
     if fault == "video_codec":  # files encoded as h264, info.json still says av1 (a file swapped in)
         write_episodes(ds, eps, out, video=VideoOptions(codec="libx264", preset="veryfast"))
         info = json.loads((out / fmt.INFO_PATH).read_text())

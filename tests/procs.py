@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import psutil
 import pytest
@@ -219,6 +219,44 @@ def cli(*args: str) -> list[str]:
 def run_cli(*args: str, timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run ``actlab ARGS`` in a fresh process (see :func:`run`)."""
     return run(cli(*args), timeout=timeout, env=env)
+
+
+@contextlib.contextmanager
+def ctrl_c_when(ready: Callable[[], bool], within_s: float) -> Iterator[dict[str, bool]]:
+    """A Ctrl-C for a command run in this process (``actlab.cli.main``): once ``ready()`` is true a thread
+    sends this process one SIGINT, which the command's own handler (``catch_sigterm``) takes in the main
+    thread, as it would in a process of its own. Past ``within_s`` seconds the SIGINT is sent anyway, so the
+    command ends, and ``state["late"]`` says so. Meanwhile a handler of the test's stands in for Python's
+    default: a SIGINT that meets no handler of the command's (it ended or failed early) sets
+    ``state["stray"]`` instead of ending the whole test run with KeyboardInterrupt."""
+    import threading
+
+    state = {"sent": False, "late": False, "stray": False}
+    done = threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + within_s
+        while not done.is_set():
+            late = time.monotonic() > deadline
+            if late or ready():
+                state["late"] = late
+                state["sent"] = True
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.05)
+
+    def stray(signum, frame) -> None:
+        state["stray"] = True
+
+    previous = signal.signal(signal.SIGINT, stray)
+    watcher = threading.Thread(target=watch, name="ctrl-c", daemon=True)
+    watcher.start()
+    try:
+        yield state
+    finally:
+        done.set()
+        watcher.join()
+        signal.signal(signal.SIGINT, previous)
 
 
 # A python that forks a grandchild (which with "setsid" leaves the process group) and both sleep holding

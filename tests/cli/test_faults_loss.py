@@ -20,7 +20,7 @@ import pytest
 
 from actlab.cli import main
 from actlab.utils.io import OUTPUT_MARKER, check_out_dir, read_output_marker, reclaim_leftovers
-from procs import cli, finish, run_cli, started
+from procs import cli, finish, started
 
 pytest.importorskip("mujoco")
 
@@ -32,8 +32,10 @@ pytest.importorskip("mujoco")
 GONE_S = 60.0
 # Seconds to wait for a command to have started its worker pool.
 START_S = 120.0
-# A recording long enough to be killed in the middle of (it never gets near the end).
-RECORD = ["--episodes", "400", "--workers", "2", "--image-size", "16", "--cameras", "top"]
+# A recording long enough to be killed in the middle of (it never gets near the end). One worker: a pool
+# of one is the same spawned worker and resource tracker to leave behind as a pool of two, and each
+# worker costs its own interpreter start and imports.
+RECORD = ["--episodes", "400", "--workers", "1", "--image-size", "16", "--cameras", "top"]
 
 
 def _env() -> dict[str, str]:
@@ -63,7 +65,7 @@ def _spawned_workers(proc) -> list[psutil.Process]:
     return out
 
 
-def _kill_with_workers(cmd: list, sig: int, workers: int = 2) -> tuple[int, str, list[psutil.Process]]:
+def _kill_with_workers(cmd: list, sig: int, workers: int) -> tuple[int, str, list[psutil.Process]]:
     """Start ``cmd`` in a session of its own, send ``sig`` to its main process (only) once its worker
     pool is up, and return (exit code, stderr, the descendants it had) when every descendant is gone;
     the test fails if one survives GONE_S seconds."""
@@ -182,16 +184,16 @@ def test_killed_recording_leaves_no_process_and_a_rerun_reclaims_its_temp_dir(tm
     # Before: both left the 2 spawned workers and the resource tracker running forever, and the hidden
     # .OUT.*.tmp directory was never removed, not even by a re-run.
     out = tmp_path / "data"
-    code, err, _ = _kill_with_workers(cli("sim", "record", "--out", out, *RECORD), sig)
+    code, err, _ = _kill_with_workers(cli("sim", "record", "--out", out, *RECORD), sig, workers=1)
     assert not out.exists()
     if sig == signal.SIGTERM:
         assert code == 143 and "terminated (SIGTERM)" in err, err[-2000:]
         assert _leftovers(out) == []  # removed by the command itself
         return
     assert code == -9 and len(_leftovers(out)) == 1  # SIGKILL: nothing of it could clean up
-    again = run_cli("sim", "record", "--out", out, "--episodes", "1", "--workers", "0", "--image-size", "16",
-                    "--cameras", "top", timeout=240, env=_env())  # fmt: skip
-    assert again.returncode == 0, again.stderr
+    # The re-run is not killed: it runs in this process (no interpreter start, no imports of its own).
+    again = ["sim", "record", "--out", str(out), "--episodes", "1", "--workers", "0", "--image-size", "16"]
+    assert main([*again, "--cameras", "top"]) == 0
     assert _leftovers(out) == [] and (out / OUTPUT_MARKER).is_file()
 
 
@@ -208,7 +210,7 @@ def test_killed_recording_leaves_no_process_and_a_rerun_reclaims_its_temp_dir(tm
 def test_killed_evaluation_leaves_no_process_and_a_rerun_reclaims_its_temp_dir(bundle, tmp_path, sig):
     out = tmp_path / "eval"
     args = ["--episodes", "200", "--workers", "2", "--threads", "1", "--out", out]
-    code, err, _ = _kill_with_workers(cli("eval", bundle, *args), sig)
+    code, err, _ = _kill_with_workers(cli("eval", bundle, *args), sig, workers=2)  # (a pool from 2 up)
     assert not out.exists()
     if sig == signal.SIGTERM:
         assert code == 143 and "terminated (SIGTERM)" in err, err[-2000:]
@@ -231,8 +233,8 @@ def test_killed_evaluation_leaves_no_process_and_a_rerun_reclaims_its_temp_dir(b
 )
 def test_killed_demo_leaves_no_process_behind(tmp_path, sig):
     out = tmp_path / "demo"
-    args = ["--out", out, "--device", "cpu", "--episodes", "400", "--workers", "2", "--image-size", "16"]
-    code, err, _ = _kill_with_workers(cli("demo", *args), sig)
+    args = ["--out", out, "--device", "cpu", "--episodes", "400", "--workers", "1", "--image-size", "16"]
+    code, err, _ = _kill_with_workers(cli("demo", *args), sig, workers=1)  # (one worker: see RECORD)
     assert code == (143 if sig == signal.SIGTERM else -9), err[-2000:]
     data = out / "data"
     assert not data.exists()

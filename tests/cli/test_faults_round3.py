@@ -225,6 +225,7 @@ def test_a_resume_on_a_dataset_replaced_by_another_recording_is_refused(make_dat
     ds = make_dataset(tmp_path / "a", episodes=2, length=20)
     out = tmp_path / "run"
     base = ["train", "--preset", "tiny", "--out", str(out), "--set", "log.progress=false"]
+    base += ["--set", "log.plot=false"]  # (the plot is not under test here: it costs a savefig a run)
     assert main([*base, "--dataset", str(ds), "--set", "steps=2", "--set", "checkpoint.every=2"]) == 0
     # a copy elsewhere (new file times): the same dataset, the resume goes on
     copy = tmp_path / "copy"

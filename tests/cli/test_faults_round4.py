@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from actlab.cli import build_parser, main
 from actlab.utils.io import read_output_marker
-from procs import cli, finish, started
+from procs import ctrl_c_when
 
 # Options that name a path a command writes, and options or positionals that name a path it reads.
 OUT_DESTS = {"out", "plot", "summary_json", "report", "cache_dir"}
@@ -371,33 +368,21 @@ def test_a_one_step_chunk_is_refused_before_any_decoding(tiny_dataset, tmp_path,
 
 
 @pytest.mark.timeout(120)
-def test_a_first_ctrl_c_of_train_checkpoints_and_stops_with_the_resume_line(tiny_dataset, tmp_path):
+def test_a_first_ctrl_c_of_train_checkpoints_and_stops_with_the_resume_line(tiny_dataset, tmp_path, capsys):
     """LOSS before: Ctrl-C ended `actlab train` at once with "interrupted": every step since the last
     checkpoint was lost and nothing said how to go on. Now a first Ctrl-C writes a checkpoint at the
-    next step and exits 130 with the resume line (a SIGTERM already did so, exit 143)."""
+    next step and exits 130 with the resume line (a SIGTERM already did so, exit 143). A real SIGINT to
+    the process running the command; that process is this one (a Ctrl-C is caught, not a kill: no
+    interpreter start and torch import of its own)."""
     out = tmp_path / "run"
     sets = ["steps=100000", "checkpoint.every=100000", "log.every=1", "eval.every=0", "log.progress=false"]
-    cmd = cli(
-        "train",
-        "--preset",
-        "tiny",
-        "--dataset",
-        tiny_dataset,
-        "--out",
-        out,
-        *[arg for s in sets for arg in ("--set", s)],
-    )
-    with started(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}) as proc:
-        metrics = out / "metrics.jsonl"
-        deadline = time.monotonic() + 90
-        while not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=10)[1][
-                -2000:
-            ]
-            time.sleep(0.1)
-        os.kill(proc.pid, signal.SIGINT)
-        _, err = finish(proc, 60)
-    assert proc.returncode == 130, err[-2000:]
+    argv = ["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(out)]
+    metrics = out / "metrics.jsonl"
+    with ctrl_c_when(lambda: metrics.is_file() and metrics.read_text().count("\n") >= 2, 90) as ctrl_c:
+        code = main([*argv, *[arg for s in sets for arg in ("--set", s)]])
+    err = capsys.readouterr().err
+    assert ctrl_c["sent"] and not ctrl_c["late"] and not ctrl_c["stray"], (ctrl_c, err[-2000:])
+    assert code == 130, err[-2000:]
     assert "stopped by SIGINT after checkpoint" in err and f"actlab train --out {out} --resume" in err
     steps = sorted(p.name for p in (out / "checkpoints").glob("step_*"))
     assert steps and steps[-1] >= "step_0000002", steps  # the steps it ran are kept (none was due)

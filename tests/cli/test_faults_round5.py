@@ -18,7 +18,6 @@ import io
 import json
 import os
 import shutil
-import signal
 import time
 from pathlib import Path
 
@@ -29,7 +28,7 @@ import torch
 from actlab.cli import main
 from actlab.lifecycle.stop import stopped_line
 from actlab.utils.lock import DirLock
-from procs import cli, finish, started
+from procs import ctrl_c_when
 
 SMOKE = ["--preset", "smoke", "--set", "total_env_steps=400", "--set", "eval.episodes=2"]
 
@@ -173,22 +172,21 @@ def test_rl_report_finds_the_newest_checkpoint_without_last_json(rl_run, tmp_pat
 
 
 @pytest.mark.timeout(90)
-def test_a_ctrl_c_of_rl_train_names_the_checkpoint_that_exists(tmp_path):
+def test_a_ctrl_c_of_rl_train_names_the_checkpoint_that_exists(tmp_path, capsys):
     """UNCLEAR before: a Ctrl-C before the first checkpoint printed "writing a checkpoint" and then
     "stopped by SIGINT after checkpoint None; continue with ... --resume". The line now names a
-    checkpoint that exists, or says that nothing was kept."""
+    checkpoint that exists, or says that nothing was kept. A real SIGINT to the process running the
+    command, which is this one (a Ctrl-C is caught, not a kill: no process of its own is needed)."""
     assert "None" not in stopped_line("sigint", None, "actlab rl train --out R --resume")
     assert "before the first checkpoint" in stopped_line("sigterm", None, "actlab train --out R --resume")
     out = tmp_path / "rl"
-    cmd = cli("rl", "train", *SMOKE, "--set", "total_env_steps=1000000", "--out", out)
-    with started(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}) as proc:
-        deadline = time.monotonic() + 60
-        while not (out / "config.json").is_file():  # written just before the envs are built
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.01)
-        os.kill(proc.pid, signal.SIGINT)
-        _, err = finish(proc, 60)
-    assert proc.returncode == 130, err[-2000:]
+    argv = ["rl", "train", *SMOKE, "--set", "total_env_steps=1000000", "--out", str(out)]
+    # config.json is written just before the envs are built
+    with ctrl_c_when(lambda: (out / "config.json").is_file(), 60) as ctrl_c:
+        code = main(argv)
+    err = capsys.readouterr().err
+    assert ctrl_c["sent"] and not ctrl_c["late"] and not ctrl_c["stray"], (ctrl_c, err[-2000:])
+    assert code == 130, err[-2000:]
     assert "after checkpoint None" not in err
     kept = sorted((out / "checkpoints").glob("step_*"))
     if kept:

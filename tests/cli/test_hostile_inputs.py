@@ -119,6 +119,7 @@ def world(tmp_path_factory, make_dataset):
         mp.setenv("OMP_NUM_THREADS", "1")
         args = ["train", "--preset", "tiny", "--dataset", str(ds), "--out", str(root / "run")]
         args += ["--device", "cpu", "--set", "steps=2", "--set", "checkpoint.every=1"]
+        args += ["--set", "log.plot=false"]  # (the plot is not under test here: it costs a savefig)
         code, out = _run([*args, "--set", f"data.cache_dir={root / 'cache'}"])
     assert code == 0, out[-3000:]
     return {"root": root, "data": ds, "run": root / "run", "bundle": root / "run/checkpoints/step_0000002"}

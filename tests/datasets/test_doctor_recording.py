@@ -18,7 +18,7 @@ import pytest
 from actlab.cli import main
 from actlab.datasets import checksums, open_dataset
 from actlab.datasets.doctor import examine
-from plant_faults import FAULTS, plant
+from plant_faults import FAULTS, plant, read_episodes
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -37,10 +37,13 @@ def sim(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def faulted(sim, tmp_path_factory):
     made: dict[str, Path] = {}
+    read: list = []  # the clean recording decoded once, for every fault planted
 
     def get(fault: str) -> Path:
         if fault not in made:
-            made[fault] = plant(sim, tmp_path_factory.mktemp(fault) / "ds", fault)
+            if not read:
+                read.append(read_episodes(sim))
+            made[fault] = plant(sim, tmp_path_factory.mktemp(fault) / "ds", fault, read[0])
         return made[fault]
 
     return get
@@ -202,6 +205,7 @@ def test_train_says_the_recording_warnings_in_one_line(sim, faulted, tmp_path, c
     line = warnings_line(faulted("frozen_actions"))
     assert line.startswith("dataset doctor: ") and "frozen_actions (episodes 2)" in line
     args = ["--preset", "tiny", "--set", "steps=1", "--set", "eval.every=0", "--device", "cpu"]
+    args += ["--set", "log.plot=false"]  # (the plot is not under test here: it costs a savefig a run)
     out = tmp_path / "run"
     assert main(["train", "--dataset", str(faulted("frozen_actions")), "--out", str(out), *args]) == 0
     assert line in capsys.readouterr().err

@@ -347,7 +347,7 @@ def _noise_episode(rng, length=30, size=64):
 
 @pytest.mark.parametrize("threaded", [True, False])
 def test_a_full_disk_leaves_nothing_keeps_the_dataset_it_replaces_and_can_be_rerun(small_fs, threaded):
-    disk = small_fs(2 << 20)  # a real 2 MiB filesystem
+    disk = small_fs(1 << 20)  # a real 1 MiB filesystem (the 10- and 20-frame datasets take ~0.1 MiB)
     root = _write(disk / "ds", _episodes([10]))  # the dataset the failed write would have replaced
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     rng = np.random.default_rng(0)

@@ -1,3 +1,5 @@
+import time
+
 import numpy as np
 import pytest
 
@@ -100,7 +102,8 @@ def test_noisy_expert_recording_is_the_same_for_any_number_of_workers(tmp_path):
     episodes land on different processes, and the dataset must still be the one a single process writes."""
     from actlab.datasets import open_dataset
 
-    cfg = RecordConfig(episodes=3, seed=20, image_size=16, workers=0, expert_noise=1.0)
+    # (one camera: the noise is in the actions and states compared, not in the frames)
+    cfg = RecordConfig(episodes=3, seed=20, image_size=16, workers=0, expert_noise=1.0, cameras=("top",))
     one = record_dataset(tmp_path / "one", cfg, progress=False)
     two = record_dataset(tmp_path / "two", RecordConfig(**{**cfg.__dict__, "workers": 2}), progress=False)
     a, b = open_dataset(one.path), open_dataset(two.path)
@@ -109,15 +112,10 @@ def test_noisy_expert_recording_is_the_same_for_any_number_of_workers(tmp_path):
     np.testing.assert_array_equal(a.column("observation.state"), b.column("observation.state"))
 
 
-_KILL_A_WORKER = """
-import sys
-import time
-import psutil
-from actlab.errors import ActlabError
-from actlab.sim.record import RecordConfig, record_dataset
+def _wait_dead(proc) -> None:
+    """Dead, but not reaped: reaping is the pool's job (a psutil wait() would hide the death from it)."""
+    import psutil
 
-def wait_dead(proc):
-    # Dead, but not reaped: reaping is the pool's job (a psutil wait() would hide the death from it).
     try:
         while proc.status() != psutil.STATUS_ZOMBIE:
             time.sleep(0.01)
@@ -125,9 +123,11 @@ def wait_dead(proc):
         pass
 
 
-def pool_workers():
-    # Spawned pool workers by what they run (spawn_main), never the resource tracker; a process whose
-    # command line cannot be read at this moment (under load) is skipped, not guessed at.
+def _pool_workers() -> list:
+    """Spawned pool workers of this process by what they run (spawn_main), never the resource tracker; a
+    process whose command line cannot be read at this moment (under load) is skipped, not guessed at."""
+    import psutil
+
     found = []
     for p in psutil.Process().children():
         try:
@@ -138,31 +138,23 @@ def pool_workers():
     return found
 
 
-def kill_one_worker(episode):
-    if not getattr(kill_one_worker, "done", False):
-        kids = pool_workers()
-        if kids:  # (else at the next episode)
-            kids[-1].kill()  # SIGKILL, what the kernel's OOM killer does
-            wait_dead(kids[-1])
-            kill_one_worker.done = True
-
-try:
-    record_dataset(sys.argv[1], RecordConfig(episodes=8, image_size=16, workers=2), progress=False,
-                   on_episode=kill_one_worker)
-except ActlabError as e:
-    print("ActlabError:", e.problem)
-    sys.exit(3)
-"""
-
-
 def test_a_dead_worker_fails_the_recording_instead_of_hanging(tmp_path):
-    from procs import run_python
+    # A dead worker used to leave multiprocessing.Pool waiting forever for its episode. The worker is
+    # killed for real (SIGKILL, what the kernel's OOM killer does); the recording runs in this process,
+    # which the kill does not touch (pytest-timeout bounds a hang).
+    killed = []
+
+    def kill_one_worker(episode) -> None:
+        if not killed and (kids := _pool_workers()):  # (else at the next episode)
+            kids[-1].kill()
+            _wait_dead(kids[-1])
+            killed.append(kids[-1].pid)
 
     out = tmp_path / "ds"
-    # A dead worker used to leave multiprocessing.Pool waiting forever for its episode.
-    run = run_python(_KILL_A_WORKER, str(out), timeout=240)
-    assert run.returncode == 3, run.stderr[-2000:]
-    assert "worker process died" in run.stdout
+    cfg = RecordConfig(episodes=8, image_size=16, workers=2)
+    with pytest.raises(ActlabError) as e:
+        record_dataset(out, cfg, progress=False, on_episode=kill_one_worker)
+    assert killed and "worker process died" in e.value.problem
     assert not out.exists()  # nothing partial written
 
 
@@ -207,47 +199,52 @@ def test_a_recording_that_cannot_fit_is_refused_before_anything_is_simulated(sma
 
 
 @pytest.mark.timeout(400)
-def test_a_full_disk_while_recording_exits_2_leaves_nothing_and_can_be_run_again(small_fs):
+def test_a_full_disk_while_recording_exits_2_leaves_nothing_and_can_be_run_again(small_fs, capsys):
+    from actlab.cli import main
     from actlab.datasets import open_dataset
     from actlab.sim.record import estimate_bytes
     from actlab.utils.units import human_bytes
-    from procs import run_cli
 
-    # AV1 chosen (the estimate's codec): "auto" writes h264 on a busy CPU, whose files are another size
-    args = ["--image-size", "32", "--workers", "0", "--codec", "av1"]
-    need = estimate_bytes(RecordConfig(episodes=12, image_size=32, workers=0))
+    # AV1 chosen (the estimate's codec): "auto" writes h264 on a busy CPU, whose files are another size.
+    # One camera: half the frames to render and encode (its files came to 1.03x the estimate, two cameras'
+    # to 1.15x, for 3 episodes).
+    args = ["--image-size", "32", "--workers", "0", "--codec", "av1", "--cameras", "top"]
+    need = estimate_bytes(RecordConfig(episodes=12, image_size=32, workers=0, cameras=("top",)))
     # Room for 70% of the estimate: the preflight lets it start (it refuses below half), the disk fills.
     disk = small_fs(int(0.7 * need))
     out = disk / "demo"
-    r = run_cli("sim", "record", "--out", out, "--episodes", 12, *args, timeout=300)
-    assert r.returncode == 2, r.stderr[-3000:]
-    assert "Traceback" not in r.stderr
+    # The command runs in this process (nothing here is killed: no interpreter start of its own).
+    record = ["sim", "record", "--out", str(out), *args]
+    assert main([*record, "--episodes", "12"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
     full = "error: the disk is full: the dataset was not written (nothing of it is left on disk)"
-    assert full in r.stderr, r.stderr[-3000:]
-    assert f"file:     {out}\n" in r.stderr and "No space left on device after" in r.stderr
-    assert "free now" in r.stderr and f"about {human_bytes(need)} needed" in r.stderr and "--out" in r.stderr
+    assert full in err, err[-3000:]
+    assert f"file:     {out}\n" in err and "No space left on device after" in err
+    assert "free now" in err and f"about {human_bytes(need)} needed" in err and "--out" in err
     assert list(disk.iterdir()) == []
     # Nothing in the way: the same --out records what fits.
-    r = run_cli("sim", "record", "--out", out, "--episodes", 2, *args, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert main([*record, "--episodes", "2"]) == 0, capsys.readouterr().err[-3000:]
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     # An --overwrite that does not fit keeps the dataset it would have replaced.
-    r = run_cli("sim", "record", "--out", out, "--episodes", 12, *args, "--overwrite", timeout=300)
-    assert r.returncode == 2 and "Traceback" not in r.stderr and "disk" in r.stderr, r.stderr[-3000:]
+    assert main([*record, "--episodes", "12", "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "disk" in err, err[-3000:]
     assert sorted(p.name for p in disk.iterdir()) == ["demo"]
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert len(open_dataset(out).episodes) == 2
 
 
-def test_a_stalled_encoder_is_recorded_again_and_gives_the_same_dataset(tmp_path, monkeypatch, capsys):
+def test_a_stalled_encoder_is_recorded_again_and_gives_the_same_dataset(
+    recorded, tmp_path, monkeypatch, capsys
+):
     import threading
 
     from actlab.datasets import open_dataset
     from actlab.datasets import video as video_mod
     from actlab.sim import record as record_mod
 
-    cfg = RecordConfig(episodes=2, seed=30, image_size=16, workers=0)
-    clean = record_dataset(tmp_path / "clean", cfg, progress=False)
+    clean, cfg, _ = recorded  # the same settings recorded without a stall (AV1)
 
     # The first encoder of the second recording blocks inside its per-frame call (as the SVT-AV1 deadlock
     # does) until the test ends; the watchdog (0.5 s here) turns that into EncoderStalled.
@@ -271,11 +268,12 @@ def test_a_stalled_encoder_is_recorded_again_and_gives_the_same_dataset(tmp_path
     # encoder that has never stalled)
     err = capsys.readouterr().err
     assert "made no progress for 0.5 s" in err and "recording again from the start with libx264" in err
-    a, b = open_dataset(clean.path), open_dataset(again.path)
+    a, b = open_dataset(clean), open_dataset(again.path)
+    assert a.features["observation.images.top"]["info"]["video.codec"] == "av1"
     assert b.features["observation.images.top"]["info"]["video.codec"] == "h264"
     np.testing.assert_array_equal(a.column("action"), b.column("action"))
     np.testing.assert_array_equal(a.column("observation.state"), b.column("observation.state"))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["clean", "retried"]  # no temp dir left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["retried"]  # no temp dir left
 
 
 def test_a_busy_cpu_records_h264_and_says_why(tmp_path, monkeypatch, capsys):

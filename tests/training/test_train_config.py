@@ -48,6 +48,19 @@ def test_overrides_are_typed_and_policy_type_switches_class():
     assert cfg.optim.betas == (0.8, 0.9) and cfg.data.episodes == (0, 1)
     assert cfg.data.frames_on_device is True and cfg.data.image_size is None
     assert config_from_dict(config_to_dict(cfg)) == cfg
+    # Spaces around the key and the value are the same override (one parser for every --set reader).
+    spaced = apply_train_overrides(
+        get_preset("tiny"), [" policy.type = act_relative ", "policy.rtc_max_delay= 2"]
+    )
+    assert spaced.policy_type == "act_relative" and spaced.policy.rtc_max_delay == 2
+
+
+def test_a_policy_item_without_a_value_beside_a_type_switch_is_refused_not_a_traceback():
+    # The type switch reads the policy items first; one without "=" used to be a ValueError there.
+    with pytest.raises(ActlabError, match="key=value"):
+        apply_train_overrides(
+            get_preset("tiny"), ["policy.type=act_relative", "policy.rtc_max_delay=2", "policy.dim_model"]
+        )
 
 
 @pytest.mark.parametrize(

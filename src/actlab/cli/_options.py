@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
+from actlab.utils.config import override_key
 
 
 def _action(p: argparse.ArgumentParser, name: str) -> argparse.Action:
@@ -95,7 +96,7 @@ def check(args: argparse.Namespace) -> None:
                 fix=f"add {what or on_label}, or leave {label} out (nothing was run)",
             )
     for label, dest, default, key in getattr(args, "_sets", None) or []:
-        also = [o for o in getattr(args, "overrides", None) or [] if o.split("=", 1)[0].strip() == key]
+        also = [o for o in getattr(args, "overrides", None) or [] if override_key(o) == key]
         if also and _given(getattr(args, dest, None), default):
             raise ActlabError(
                 f"{label} and --set {key} both set {key}",

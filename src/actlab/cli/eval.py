@@ -219,10 +219,9 @@ def _run(args: argparse.Namespace) -> int:
     spec = EnvSpec(task=args.task, image_size=args.image_size, max_steps=args.max_steps, env_kwargs=units)
     realtime = _realtime_plan(args, spec)
     # lazily, like every actlab import in cli: `actlab --help` never imports torch
-    from actlab.utils.threads import oversubscribed_note
+    from actlab.utils.threads import say_if_oversubscribed
 
-    if note := oversubscribed_note(args.threads, "--threads"):
-        print(note, file=sys.stderr)
+    say_if_oversubscribed(args.threads, "--threads")
     cfg = EvalConfig(
         episodes=args.episodes,
         seed=args.seed,

@@ -53,7 +53,7 @@ from actlab.training import apply_train_overrides, get_preset, load_run_config, 
 from actlab.training.checkpoint import CheckpointManager
 from actlab.training.config import resume_diff
 from actlab.training.preflight import checkpoint_bytes
-from actlab.utils.config import to_dict
+from actlab.utils.config import override_key, to_dict
 from actlab.utils.device import resolve_device
 from actlab.utils.disk import free_bytes
 from actlab.utils.io import atomic_write_json, read_json, read_output_marker
@@ -277,7 +277,7 @@ _OWNED_KEYS = {"data.path": None, "device": "--device", "data.image_size": "--im
 
 def _refuse_owned_overrides(overrides: Sequence[str]) -> None:
     for item in overrides:
-        key = item.split("=", 1)[0].strip()
+        key = override_key(item)
         if key in _OWNED_KEYS:
             option = _OWNED_KEYS[key]
             raise ActlabError(

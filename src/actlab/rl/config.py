@@ -477,15 +477,15 @@ def apply_rl_overrides(cfg: RLConfig, overrides: list[str]) -> RLConfig:
     """``--set section.key=value`` overrides; a flat key of the first layout (``utd=2``) is refused naming
     its new key (``sac.utd``)."""
     for item in overrides:
-        key = item.split("=", 1)[0].strip()
+        key, value = cfgutil.split_override(item)
         new = FLAT_KEYS.get(key)
-        if "=" in item and new is not None and new != key:
+        if value is not None and new is not None and new != key:
             raise ActlabError(
                 f"the RL config key {key!r} is now {new!r} (the config has sections)",
                 field=key,
                 expected=new,
                 found=item,
-                fix=f"--set {new}={item.split('=', 1)[1].strip()} (--help-config lists every key)",
+                fix=f"--set {new}={value} (--help-config lists every key)",
             )
     return cfgutil.apply_overrides(cfg, overrides)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,10 +119,9 @@ def train_rl(cfg: RLConfig, out: str | Path, resume: bool = False, progress: boo
     device = resolve_device(cfg.device, field="device")
     if cfg.device == "auto":
         cfg = dataclasses.replace(cfg, device=str(device))
-    from actlab.utils.threads import oversubscribed_note, torch_threads  # lazy: imports torch
+    from actlab.utils.threads import say_if_oversubscribed, torch_threads  # lazy: imports torch
 
-    if note := oversubscribed_note(cfg.threads, "threads"):
-        print(note, file=sys.stderr)
+    say_if_oversubscribed(cfg.threads, "threads")
 
     # torch threads restored afterwards: a caller's process (a test, a notebook) keeps its own setting
     with (

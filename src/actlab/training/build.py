@@ -47,7 +47,7 @@ from actlab.training.schedule import build_scheduler
 from actlab.training.step import CaptureError, GraphedStep, WorkingWeights, autocast, train_step
 from actlab.utils.device import resolve_device
 from actlab.utils.disk import same_filesystem
-from actlab.utils.threads import oversubscribed_note
+from actlab.utils.threads import say_if_oversubscribed
 
 if TYPE_CHECKING:
     import torch
@@ -291,8 +291,8 @@ def build_run(
         cfg.cuda_graphs, device_type=device.type, distributed=dist.distributed, compile=cfg.compile
     )
     if cfg.num_threads:
-        if dist.is_main and (note := oversubscribed_note(cfg.num_threads, "num_threads")):
-            print(note, file=sys.stderr)
+        if dist.is_main:
+            say_if_oversubscribed(cfg.num_threads, "num_threads")
         torch.set_num_threads(cfg.num_threads)
     ds = open_data(cfg)
     if dist.is_main and (line := warnings_line(cfg.data.path)):

@@ -413,14 +413,15 @@ def apply_train_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig
     ``policy.*`` overrides are then applied while the new class is built, so
     ``--set policy.type=act_relative --set policy.rtc_max_delay=2`` works in either order.
     """
-    switch = [o for o in overrides if o.split("=", 1)[0].strip() == "policy.type" and "=" in o]
-    if switch:
-        policy_items = [o for o in overrides if o.split("=", 1)[0].strip().startswith("policy.")]
+    parsed = {o: cfgutil.split_override(o) for o in overrides}
+    if any(key == "policy.type" and value is not None for key, value in parsed.values()):
+        # an item without "=" stays behind for apply_overrides to refuse
+        policy_items = [o for o, (k, v) in parsed.items() if k.startswith("policy.") and v is not None]
         cfg = dataclasses.replace(cfg, policy=_switch_policy_type(cfg.policy, policy_items))
         overrides = [o for o in overrides if o not in policy_items]
     overrides = _rederive_backbone_fields(cfg.policy, overrides)
     for item in overrides:
-        key = item.split("=", 1)[0].strip()
+        key = cfgutil.override_key(item)
         if key.startswith("policy.") and cfg.policy is None:
             raise ActlabError(
                 "this config has no policy section to override",
@@ -438,8 +439,7 @@ def _rederive_backbone_fields(policy: PolicyConfig | None, overrides: list[str])
     and ``pretrained_backbone_weights`` ("imagenet" -> the ViT family's default hub id). Kept as they were,
     ``--set policy.vision_backbone=clip_vit`` on a ResNet preset would fine-tune the whole ViT, and
     ``siglip_vit`` on the aloha_clip preset would load CLIP's checkpoint into SigLIP."""
-    keys = dict(o.split("=", 1) for o in overrides if "=" in o)
-    keys = {k.strip(): v.strip() for k, v in keys.items()}
+    keys = {k: v for k, v in map(cfgutil.split_override, overrides) if v is not None}
     new = keys.get("policy.vision_backbone")
     old = getattr(policy, "vision_backbone", None)
     if new is None or old is None or new == old:
@@ -454,7 +454,7 @@ def _rederive_backbone_fields(policy: PolicyConfig | None, overrides: list[str])
 
 
 def _switch_policy_type(old: PolicyConfig | None, items: list[str]) -> PolicyConfig:
-    values = {k.strip()[len("policy.") :]: v.strip() for k, v in (o.split("=", 1) for o in items)}
+    values = {k[len("policy.") :]: v for k, v in map(cfgutil.split_override, items)}
     new_type = values.pop("type")
     cls = policy_config_class(new_type)
     hints = typing.get_type_hints(cls)

@@ -155,6 +155,19 @@ def from_dict(cls: type[T], data: dict, where: str = "") -> T:
     return cls(**kwargs)
 
 
+def split_override(item: str) -> tuple[str, str | None]:
+    """A ``key=value`` override as ``apply_overrides`` reads it: ``" a.b = 1"`` -> ``("a.b", "1")``; the
+    value is None when there is no ``=`` (``apply_overrides`` refuses that one). Every reader of
+    ``--set`` items goes through here, so a key is the same key everywhere."""
+    key, sep, raw = item.partition("=")
+    return key.strip(), (raw.strip() if sep else None)
+
+
+def override_key(item: str) -> str:
+    """The key of a ``key=value`` override (``split_override``)."""
+    return split_override(item)[0]
+
+
 def apply_overrides(cfg: T, overrides: typing.Iterable[str]) -> T:
     """Return a copy of ``cfg`` with ``a.b=value`` overrides applied (values typed by the annotations).
 
@@ -171,7 +184,7 @@ def apply_overrides(cfg: T, overrides: typing.Iterable[str]) -> T:
                 expected="key=value, e.g. policy.chunk_size=50",
                 found=item,
             )
-        key, raw = (part.strip() for part in item.split("=", 1))
+        key, raw = split_override(item)
         node = tree
         parts = key.split(".")
         for part in parts[:-1]:

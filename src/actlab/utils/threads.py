@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import os
 import statistics
+import sys
 from collections.abc import Iterator
 
 
@@ -47,6 +48,13 @@ def oversubscribed_note(threads: int | None, setting: str) -> str | None:
         f"use: the threads take turns on them and every step waits for the slowest (30x slower seen at "
         f"1000 threads on 2 CPUs); {setting} {cpus} or fewer is faster"
     )
+
+
+def say_if_oversubscribed(threads: int | None, setting: str) -> None:
+    """Print ``oversubscribed_note`` to stderr when there is one (every command that takes a thread
+    count says it the same way)."""
+    if note := oversubscribed_note(threads, setting):
+        print(note, file=sys.stderr)
 
 
 def load_1m() -> float | None:
