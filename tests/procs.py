@@ -223,12 +223,20 @@ def run_cli(*args: str, timeout: float, env: dict[str, str] | None = None) -> su
 
 @contextlib.contextmanager
 def ctrl_c_when(ready: Callable[[], bool], within_s: float) -> Iterator[dict[str, bool]]:
-    """A Ctrl-C for a command run in this process (``actlab.cli.main``): once ``ready()`` is true a thread
-    sends this process one SIGINT, which the command's own handler (``catch_sigterm``) takes in the main
-    thread, as it would in a process of its own. Past ``within_s`` seconds the SIGINT is sent anyway, so the
-    command ends, and ``state["late"]`` says so. Meanwhile a handler of the test's stands in for Python's
-    default: a SIGINT that meets no handler of the command's (it ended or failed early) sets
-    ``state["stray"]`` instead of ending the whole test run with KeyboardInterrupt."""
+    """A Ctrl-C for a command run in this process (``actlab.cli.main``): :func:`signal_when` with SIGINT."""
+    with signal_when(signal.SIGINT, ready, within_s) as state:
+        yield state
+
+
+@contextlib.contextmanager
+def signal_when(signum: int, ready: Callable[[], bool], within_s: float) -> Iterator[dict[str, bool]]:
+    """A SIGINT (Ctrl-C) or SIGTERM for a command run in this process (``actlab.cli.main``): once
+    ``ready()`` is true a thread sends this process one ``signum``, which the command's own handler
+    (``catch_sigterm``) takes in the main thread, as it would in a process of its own. Past ``within_s``
+    seconds it is sent anyway, so the command ends, and ``state["late"]`` says so. Meanwhile a handler of
+    the test's stands in for the default: a signal that meets no handler of the command's (it ended or
+    failed early) sets ``state["stray"]`` instead of ending the whole test run (KeyboardInterrupt, or the
+    process killed by SIGTERM)."""
     import threading
 
     state = {"sent": False, "late": False, "stray": False}
@@ -241,22 +249,22 @@ def ctrl_c_when(ready: Callable[[], bool], within_s: float) -> Iterator[dict[str
             if late or ready():
                 state["late"] = late
                 state["sent"] = True
-                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signum)
                 return
             time.sleep(0.05)
 
     def stray(signum, frame) -> None:
         state["stray"] = True
 
-    previous = signal.signal(signal.SIGINT, stray)
-    watcher = threading.Thread(target=watch, name="ctrl-c", daemon=True)
+    previous = signal.signal(signum, stray)
+    watcher = threading.Thread(target=watch, name=f"send-{signal.Signals(signum).name}", daemon=True)
     watcher.start()
     try:
         yield state
     finally:
         done.set()
         watcher.join()
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signum, previous)
 
 
 # A python that forks a grandchild (which with "setsid" leaves the process group) and both sleep holding
