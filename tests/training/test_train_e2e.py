@@ -4,14 +4,13 @@ import json
 import os
 import re
 import signal
-import time
 
 import pytest
 
 from actlab.lifecycle.metrics_log import read_metrics
 from actlab.training import preflight
 from actlab.training.loop import KILL_AT_STEP_ENV
-from procs import cli, finish, run_cli, started
+from procs import cli, finish, run_cli, signal_when, started
 
 # Each `actlab train` below takes 3-12 s on 2 cores at a load average of 9, up to ~40 s at 12-16; the
 # test's own limit is the suite's 300 s.
@@ -238,19 +237,27 @@ def test_bad_presets_and_keys_fail_before_anything_runs(args, message, tmp_path,
         assert not (tmp_path / "x").exists()
 
 
-def test_sigterm_writes_a_checkpoint_and_stops(tiny_dataset, tmp_path):
+def test_sigterm_writes_a_checkpoint_and_stops(tiny_dataset, tmp_path, capsys):
+    """A real SIGTERM to the process running the command; that process is this one (a SIGTERM is caught,
+    not a kill: no interpreter start and torch import of its own). One torch thread, as the command had
+    in a process of its own (OMP_NUM_THREADS=1)."""
+    from actlab.cli import main
+    from actlab.utils.threads import torch_threads
+
     out = tmp_path / "run"
     # (no plot: a stopped run draws one too, and nothing here looks at it)
     args = ["--preset", "tiny", "--set", "steps=100000", "--set", "checkpoint.every=0",
             "--set", "eval.every=0", "--set", "log.plot=false", "--json"]  # fmt: skip
     metrics = out / "metrics.jsonl"
-    with started(cli(*_train_args(tiny_dataset, out, *args)), env=_env()) as proc:
-        # Three logged steps, however long they take (no deadline: the test's timeout bounds the wait).
-        while proc.poll() is None and not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 3):
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGTERM)
-        stdout, stderr = finish(proc, TRAIN_TIMEOUT_S)
-    assert proc.returncode == 143, stderr
+
+    def three_logged_steps() -> bool:
+        return metrics.is_file() and len(metrics.read_text().splitlines()) >= 3
+
+    with signal_when(signal.SIGTERM, three_logged_steps, TRAIN_TIMEOUT_S) as term, torch_threads(1):
+        code = main(_train_args(str(tiny_dataset), str(out), *args))
+    stdout, stderr = capsys.readouterr()
+    assert term["sent"] and not term["late"] and not term["stray"], (term, stderr[-2000:])
+    assert code == 143, stderr[-2000:]
     assert "--resume" in stderr
     summary = json.loads(stdout)
     assert summary["stopped"] == "sigterm"
