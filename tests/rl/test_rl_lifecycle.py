@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import time
 
 import pytest
 
@@ -61,24 +60,25 @@ def _last(run) -> int:
 
 @pytest.mark.timeout(240)
 def test_sigterm_writes_a_checkpoint_exits_143_and_resume_continues(tmp_path, capsys):
+    """A real SIGTERM to the process running the command; that process is this one (a SIGTERM is caught,
+    not a kill: no interpreter start and torch import of its own)."""
+    from actlab.cli import main
+
     run = tmp_path / "run"
     sets = [x for s in [*SETS, "total_env_steps=1000000"] for x in ("--set", s)]
-    with procs.started(procs.cli("rl", "train", "--preset", "smoke", "--out", run, "--json", *sets)) as proc:
-        while not (run / "checkpoints" / "last.json").is_file():  # the first checkpoint (120 env steps)
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 143, err
+    first_checkpoint = (run / "checkpoints" / "last.json").is_file  # 120 env steps
+    with procs.signal_when(signal.SIGTERM, first_checkpoint, 180) as term:
+        code = main(["rl", "train", "--preset", "smoke", "--out", str(run), "--json", *sets])
+    out, err = capsys.readouterr()
+    assert term["sent"] and not term["late"] and not term["stray"], (term, err[-2000:])
+    assert code == 143, err[-2000:]
     summary = json.loads(out)
     assert summary["stopped"] == "sigterm"
     stopped_at = _last(run)
     assert stopped_at == summary["env_steps"] >= 120  # the checkpoint of the step it stopped at
     assert "--resume" in err
     assert not [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]  # no .tmp left
-    # The resume in this process: a process of its own adds only its start (~7 s of imports on 2 cores).
-    from actlab.cli import main
-
+    # The resume, in this process too.
     assert main(["rl", "train", "--out", str(run), "--resume", "--set", f"total_env_steps={stopped_at + 120}",
                  "--json"]) == 0  # fmt: skip
     assert json.loads(capsys.readouterr().out)["env_steps"] > stopped_at
