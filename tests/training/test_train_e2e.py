@@ -185,9 +185,19 @@ def test_preflight_refuses_checkpoints_that_cannot_fit(tiny_dataset, tmp_path, c
 def test_overfit_mode_reaches_its_threshold_on_8_samples(tiny_dataset, tmp_path, capsys):
     from actlab.cli import main
 
+    import torch
+
     out = tmp_path / "overfit"
     args = _train_args(str(tiny_dataset), str(out), "--preset", "tiny", "--overfit", "8")
-    assert main([*args, "--set", "policy.dropout=0.0", "--set", "log.plot=false", "--json"]) == 0
+    # The run trains at the preset's num_threads (1); a caller's own count is back afterwards (a notebook,
+    # this process): build_run sets the count for the whole process.
+    caller = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        assert main([*args, "--set", "policy.dropout=0.0", "--set", "log.plot=false", "--json"]) == 0
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(caller)
     summary = json.loads(capsys.readouterr().out)
     assert summary["stopped"] == "overfit_reached"
     rows = [r for r in read_metrics(out) if "loss" in r]

@@ -42,6 +42,7 @@ from actlab.training.build import build_run, camera_keys
 from actlab.training.config import apply_train_overrides, config_from_dict, config_to_dict
 from actlab.training.presets import get_preset, with_dataset
 from actlab.utils.device import resolve_device
+from actlab.utils.threads import keeps_torch_threads
 from actlab.utils.units import parse_bytes
 
 _MIB = 1024 * 1024
@@ -291,6 +292,7 @@ def load_config(preset: str, dataset: str, overrides: list[str] | None, device: 
     return cfg
 
 
+@keeps_torch_threads
 def find_batch_size(
     *,
     preset: str,

@@ -45,6 +45,7 @@ from actlab.training.config import TrainConfig
 from actlab.training.lerobot_bench import run_lerobot_step
 from actlab.training.step import autocast
 from actlab.utils.device import resolve_device
+from actlab.utils.threads import keeps_torch_threads
 
 
 def synth_for(cfg: TrainConfig, out: Path, episodes: int = 8, length: int = 60) -> Path:
@@ -125,6 +126,7 @@ def _image_batch(run, batch: dict[str, Any]) -> dict[str, Any]:
     return prepare_images(raw, run.image_keys, None, None, run.cfg.channels_last)
 
 
+@keeps_torch_threads
 def bench_train(
     cfg: TrainConfig,
     *,
@@ -317,6 +319,7 @@ def _throughput(run, *, flops: int, precision: str, seconds: float, batch_size: 
     )
 
 
+@keeps_torch_threads
 def run_bench(
     cfg: TrainConfig,
     dataset: str | None,

@@ -51,6 +51,7 @@ from actlab.utils.io import atomic_write_json, read_json, refuse_overlapping_pat
 from actlab.utils.lock import DirLock
 from actlab.utils.threads import (
     AdaptiveThreads,
+    keeps_torch_threads,
     load_1m,
     torch_thread_count,
     torch_threads,
@@ -95,6 +96,7 @@ class RunSummary:
         return dataclasses.asdict(self)
 
 
+@keeps_torch_threads
 def train(
     cfg: TrainConfig,
     out_dir: str | Path,

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import statistics
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @contextlib.contextmanager
@@ -25,6 +30,25 @@ def torch_threads(n: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def keeps_torch_threads(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn`` may set torch's thread count for its own work (a run's ``num_threads``, the trainer's
+    busy-CPU choice); its caller's count is back when it returns or raises. Only where torch was already
+    imported: a command's refusals come before torch is imported, and a process that had not imported it
+    has no count of its own to keep."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        torch = sys.modules.get("torch")
+        before = torch.get_num_threads() if torch is not None else None
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if before is not None:
+                sys.modules["torch"].set_num_threads(before)
+
+    return wrapper
 
 
 def usable_cpus() -> int:
