@@ -97,6 +97,29 @@ def test_tables_have_one_row_per_checkpoint():
     assert page.startswith("# sweep") and "- task: x" in page
 
 
+def test_a_tasks_own_failure_classes_get_columns_of_their_own():
+    # so101_push's classes were counted in summary.outcomes but had no column: a push sweep's table
+    # showed every failure column at 0 beside a success rate below 100 %.
+    evals = [
+        CheckpointEval("a", None, 10, summarize([ep(0, "never_touched"), ep(1, "success")]), []),
+        CheckpointEval("b", None, 20, summarize([ep(0, "missed_zone"), ep(1, "never_touched")]), []),
+    ]
+    header, _, a, b = results_table(evals).splitlines()
+    cells = [c.strip() for c in header.strip("|").split("|")]
+    assert cells[4:10] == [
+        "never_picked_up",
+        "dropped_during_transport",
+        "missed_goal",
+        "timeout",
+        "never_touched",
+        "missed_zone",
+    ]
+    assert [c.strip() for c in a.strip("|").split("|")][4:10] == ["0", "0", "0", "0", "1", "0"]
+    assert [c.strip() for c in b.strip("|").split("|")][4:10] == ["0", "0", "0", "0", "1", "1"]
+    terminal = results_table(evals, markdown=False).splitlines()[0]
+    assert "never_touched" in terminal and "missed_zone" in terminal
+
+
 def test_the_terminal_table_fits_a_terminal_and_says_which_episodes_were_filmed():
     # The eval table was ~190 columns wide in a terminal, and nothing said which episodes the videos show.
     import dataclasses

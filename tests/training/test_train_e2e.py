@@ -183,9 +183,9 @@ def test_preflight_refuses_checkpoints_that_cannot_fit(tiny_dataset, tmp_path, c
 
 
 def test_overfit_mode_reaches_its_threshold_on_8_samples(tiny_dataset, tmp_path, capsys):
-    from actlab.cli import main
-
     import torch
+
+    from actlab.cli import main
 
     out = tmp_path / "overfit"
     args = _train_args(str(tiny_dataset), str(out), "--preset", "tiny", "--overfit", "8")

@@ -4,7 +4,7 @@ drop rates, lift heights) and the JSON / markdown forms of one evaluation or a c
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from actlab.evaluation.taxonomy import FAILURES, OUTCOMES
@@ -210,8 +210,21 @@ SUMMARY_HEADERS: tuple[str, ...] = (
 )
 
 
-def summary_row(ev: CheckpointEval) -> list[str]:
-    """One table row: success with CI, each failure class as a count, rates, steps and lift (cm)."""
+def task_failures(outcomes: Iterable[Mapping[str, int]]) -> tuple[str, ...]:
+    """The failure classes beyond the pick-and-place ones that occurred in ``outcomes`` (a sim task's own:
+    so101_push's never_touched, so101_pick_moving's carried_away, ...), in the order first met: the tables
+    give each a column after the generic ones."""
+    seen: dict[str, None] = {}
+    for counts in outcomes:
+        for name, n in counts.items():
+            if name not in OUTCOMES and n:
+                seen.setdefault(name)
+    return tuple(seen)
+
+
+def summary_row(ev: CheckpointEval, extra: Sequence[str] = ()) -> list[str]:
+    """One table row: success with CI, each failure class as a count (the generic ones, then ``extra``,
+    a task's own), rates, steps and lift (cm)."""
     s = ev.summary
     # an evaluation on training scenes (--allow-training-seeds) says so in its own row
     flag = f" ({ev.training_scenes} training scenes)" if ev.training_scenes else ""
@@ -220,7 +233,7 @@ def summary_row(ev: CheckpointEval) -> list[str]:
         "-" if ev.step is None else str(ev.step),
         f"{s.successes}/{s.episodes} ({_pct(s.success_rate)})",
         f"[{_pct(s.ci_low)}, {_pct(s.ci_high)}]",
-        *[str(s.outcomes[f]) for f in FAILURES],
+        *[str(s.outcomes.get(f, 0)) for f in (*FAILURES, *extra)],
         _pct(s.pick_rate),
         _pct(s.drop_rate),
         _num(s.mean_success_steps),
@@ -240,7 +253,7 @@ COMPACT_LEGEND = (
 )
 
 
-def _compact_row(ev: CheckpointEval) -> list[str]:
+def _compact_row(ev: CheckpointEval, extra: Sequence[str] = ()) -> list[str]:
     s = ev.summary
 
     def pct(x: float | None) -> str:
@@ -251,7 +264,7 @@ def _compact_row(ev: CheckpointEval) -> list[str]:
         "-" if ev.step is None else str(ev.step),
         f"{s.successes}/{s.episodes} {pct(s.success_rate)}",
         f"{pct(s.ci_low)[:-1]}-{pct(s.ci_high)}",
-        *[str(s.outcomes[f]) for f in FAILURES],
+        *[str(s.outcomes.get(f, 0)) for f in (*FAILURES, *extra)],
         pct(s.pick_rate),
         pct(s.drop_rate),
         _num(s.mean_success_steps, 0),
@@ -262,9 +275,13 @@ def _compact_row(ev: CheckpointEval) -> list[str]:
 def results_table(evals: Sequence[CheckpointEval], markdown: bool = True) -> str:
     """The summary table, one row per checkpoint (a sweep) or a single row; for a terminal
     (``markdown=False``) with short headers and a legend below."""
+    extra = task_failures(e.summary.outcomes for e in evals)
+    at = 4 + len(FAILURES)  # the task's own classes follow the generic failure columns
     if markdown:
-        return table([summary_row(e) for e in evals], list(SUMMARY_HEADERS), markdown=True)
-    return table([_compact_row(e) for e in evals], list(COMPACT_HEADERS)) + "\n" + COMPACT_LEGEND
+        headers = [*SUMMARY_HEADERS[:at], *extra, *SUMMARY_HEADERS[at:]]
+        return table([summary_row(e, extra) for e in evals], headers, markdown=True)
+    headers = [*COMPACT_HEADERS[:at], *extra, *COMPACT_HEADERS[at:]]
+    return table([_compact_row(e, extra) for e in evals], headers) + "\n" + COMPACT_LEGEND
 
 
 def filmed_lines(evals: Sequence[CheckpointEval]) -> list[str]:

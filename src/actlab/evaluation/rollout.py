@@ -34,7 +34,17 @@ from actlab.policies.execution import (
 )
 
 # info keys kept per step (the rest of a sim info, e.g. arrays, is dropped to keep traces small).
-KEPT_INFO: tuple[str, ...] = ("is_success", "grasped", "lifted", "in_goal", "near_goal", "cube_height")
+# task_failure: a sim task's own failure class (so101_push's never_touched, so101_pick_moving's
+# carried_away, ...); without it every failure of those tasks was told by the pick-and-place rules alone.
+KEPT_INFO: tuple[str, ...] = (
+    "is_success",
+    "grasped",
+    "lifted",
+    "in_goal",
+    "near_goal",
+    "cube_height",
+    "task_failure",
+)
 # "Near the goal" = within this many goal radii of the goal centre (horizontally).
 NEAR_GOAL_FACTOR = 2.0
 # Goal radius (m) assumed for envs that do not say (actlab's sim: config.goal_radius, 4.5 cm).
@@ -71,7 +81,7 @@ def kept_info(info: Mapping, near_radius: float = NEAR_GOAL_FACTOR * DEFAULT_GOA
     for k in KEPT_INFO:
         if k in info:
             v = info[k]
-            out[k] = float(v) if k == "cube_height" else bool(v)
+            out[k] = float(v) if k == "cube_height" else str(v) if k == "task_failure" else bool(v)
     if "near_goal" not in out and "cube_pos" in info and "bowl_pos" in info:
         d = np.asarray(info["cube_pos"], dtype=float)[:2] - np.asarray(info["bowl_pos"], dtype=float)[:2]
         out["near_goal"] = bool(np.hypot(*d) <= near_radius)
