@@ -271,6 +271,19 @@ def pytest_unconfigure(config):
     os.close(config.stash[_STDERR_FD])
 
 
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread for the test, the count restored after. Tiny models run fastest on one thread;
+    with 2 contended cores, 2 threads were up to 7x slower (and runs built with num_threads=0 take the
+    count this process has)."""
+    import torch  # lazily: nothing this conftest imports at the top loads torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def _no_process_left_behind():
     """A test whose processes outlive it fails (they are killed)."""

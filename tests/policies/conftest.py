@@ -120,9 +120,5 @@ def stats() -> dict:
 
 
 @pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny models run fastest on one thread; with 2 contended cores, 2 threads were up to 7x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_torch_thread(one_torch_thread):
+    """Every policy test at one torch thread (tests/conftest.py's one_torch_thread)."""

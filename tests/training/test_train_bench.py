@@ -1,19 +1,11 @@
 import json
 
 import pytest
-import torch
 
 from actlab.cli import main
 
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny models run fastest on one thread; with 2 contended cores, 2 threads were up to 7x slower (and
-    the runs built here with num_threads=0 take the count this process has)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# one torch thread in every test here (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_bench_train_reports_model_only_full_and_stall_in_one_run(tiny_dataset, capsys):

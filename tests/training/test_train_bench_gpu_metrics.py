@@ -19,14 +19,8 @@ from actlab.training.presets import get_preset
 LEROBOT_PYTHON = os.environ.get("ACTLAB_LEROBOT_PYTHON", "/work/lerobot-venv/bin/python")
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny models run fastest on one thread; with 2 contended cores, 2 threads were up to 7x slower (and
-    the runs built here with num_threads=0 take the count this process has)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# one torch thread in every test here (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _ev(name, device, start, end, top=True, leaf=True, numel=None):

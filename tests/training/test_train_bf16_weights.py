@@ -9,15 +9,8 @@ from actlab.profiling.kernels import profile_step
 from actlab.training import apply_train_overrides, get_preset, with_dataset
 from actlab.training.build import build_run
 
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny models run fastest on one thread; with 2 contended cores, 2 threads were up to 7x slower (and
-    the runs built here with num_threads=0 take the count this process has)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# one torch thread in every test here (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _run(dataset, *overrides):
