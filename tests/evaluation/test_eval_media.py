@@ -112,6 +112,20 @@ def test_sweep_plot(tmp_path):
     assert has(CONFIRM_COLOR, confirmed) > 100 and has(CONFIRM_COLOR, path) == 0
     assert has(SWEEP_COLOR, confirmed) > 100
 
+    # A task's own failure class (so101_push's missed_zone) is drawn in the failure stack too: it was left
+    # out, so a push sweep's failures did not show.
+    from actlab.viz.eval import TASK_FAILURE_COLORS
+
+    def push(step, k):
+        eps = [
+            EpisodeResult(i, i, "success" if i < k else "missed_zone", i < k, 100, False, 0, None, 0.0, 0.0)
+            for i in range(10)
+        ]
+        return CheckpointEval(f"step_{step}", None, step, summarize(eps), eps)
+
+    pushed = plot_success_vs_step([push(1000, 2), push(2000, 6)], tmp_path / "push.png")
+    assert has(TASK_FAILURE_COLORS[0], pushed) > 100 and has(TASK_FAILURE_COLORS[0], path) == 0
+
 
 def test_whiskers_forecast_is_exact_when_the_first_action_is_executed(tmp_path, capsys):
     pytest.importorskip("mujoco")

@@ -21,6 +21,22 @@ FAILURE_COLORS = {
 }
 
 
+# Colours for a sim task's own failure classes (so101_push's missed_zone, ...), in the order first met.
+TASK_FAILURE_COLORS = ("#7b2cbf", "#2a9d8f", "#8d6e63", "#e76f51", "#457b9d", "#b5838d")
+
+
+def _failure_colors(evals: Sequence[Mapping]) -> dict[str, str]:
+    """The generic failure classes' colours, then one for each class of a task's own that occurred."""
+    colors = dict(FAILURE_COLORS)
+    for v in evals:
+        for name, n in v["outcomes"].items():
+            if name != "success" and n and name not in colors:
+                colors[name] = TASK_FAILURE_COLORS[
+                    (len(colors) - len(FAILURE_COLORS)) % len(TASK_FAILURE_COLORS)
+                ]
+    return colors
+
+
 def _as_dict(ev: Any) -> Mapping:
     return ev.to_dict() if hasattr(ev, "to_dict") else ev
 
@@ -83,7 +99,7 @@ def plot_success_vs_step(
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
 
     bottom = [0.0] * len(rows)
-    for name, color in FAILURE_COLORS.items():
+    for name, color in _failure_colors(s).items():
         frac = [100 * v["outcomes"].get(name, 0) / max(1, v["episodes"]) for v in s]
         bx.bar(x, frac, bottom=bottom, width=width, color=color, label=name.replace("_", " "))
         bottom = [b + f for b, f in zip(bottom, frac)]
