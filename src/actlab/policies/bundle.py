@@ -202,11 +202,11 @@ def _format_version(meta: dict[str, Any], file: Path) -> int:
         ) from e
 
 
-def _check_stats_copy(policy: Any, tensors: dict[str, torch.Tensor], path: Path) -> None:
+def _check_stats_copy(built: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor], path: Path) -> None:
     """stats.json is the human-readable copy of the normalizer stored with the weights, which the policy
     uses: a copy that disagrees (edited by hand, digests refreshed) would otherwise be ignored without a
-    word. The normalizer built from stats.json (std floors applied) must equal the stored one."""
-    built = policy.state_dict()
+    word. The normalizer built from stats.json (std floors applied, in ``built``: the state dict of the
+    policy made from the bundle's files) must equal the stored one."""
     for name, ref in built.items():
         if not name.startswith("normalizer.entries."):
             continue
@@ -225,8 +225,9 @@ def _check_stats_copy(policy: Any, tensors: dict[str, torch.Tensor], path: Path)
             )
 
 
-def _check_tensors(policy: Any, tensors: dict[str, torch.Tensor], file: Path) -> None:
-    expected = policy.state_dict()
+def _check_tensors(expected: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor], file: Path) -> None:
+    """``tensors`` (read from ``file``) against ``expected``, the state dict of the policy built from the
+    bundle's config, features and stats: the same names, shapes and kinds, and finite values."""
     missing = [k for k in expected if k not in tensors]
     unexpected = [k for k in tensors if k not in expected]
     if missing or unexpected:
@@ -362,7 +363,8 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu") -> Any:
                 culprit = "config.json"
             raise _in_file(e, path / culprit) from e
     tensors = _read_tensors(path / "model.safetensors")
-    _check_tensors(policy, tensors, path / "model.safetensors")
-    _check_stats_copy(policy, tensors, path)
+    built = policy.state_dict()  # what the bundle's config, features and stats make
+    _check_tensors(built, tensors, path / "model.safetensors")
+    _check_stats_copy(built, tensors, path)
     policy.load_state_dict(tensors, strict=True)
     return policy.to(device).eval()
