@@ -7,8 +7,7 @@ import functools
 
 import numpy as np
 import pytest
-import torch
-from evalpolicies import EarlyReleasePolicy, FreezePolicy, RandomPolicy
+from evalpolicies import EarlyReleasePolicy, FreezePolicy, HoldPolicy, RandomPolicy
 
 from actlab.evaluation import EnvSpec, EvalConfig, evaluate
 from actlab.evaluation.experts import expert_factory, expert_source
@@ -16,6 +15,7 @@ from actlab.evaluation.harness import VIDEO_HOLD_S
 from actlab.evaluation.results import pick_video_episodes
 from actlab.evaluation.seeds import DEFAULT_SEED
 from actlab.evaluation.video import read_video
+from actlab.sim.env import HOME_QPOS
 
 pytest.importorskip("mujoco")
 
@@ -54,24 +54,13 @@ def test_random_policy_never_picks_up():
     assert policy.resets == 8
 
 
-class HoldPolicy:
-    """Commands the joints where they are: the arm never moves."""
-
-    def reset(self) -> None:
-        pass
-
-    def select_action(self, obs) -> torch.Tensor:
-        return torch.as_tensor(obs["observation.state"], dtype=torch.float32)
-
-
 def test_an_evaluation_reports_a_sim_tasks_own_failure_classes():
     # The harness keeps what the env says of a failure (info["task_failure"]) through the rollout: it used
     # to keep only the pick-and-place signals, so `actlab eval --task so101_push` and the demo's report
     # named every push failure never_picked_up (and LeRobot's runtime, reading the env's own infos, did not).
     for task, outcome in (("so101_push", "never_touched"), ("so101_pick_moving", "carried_away")):
-        ev = evaluate(
-            HoldPolicy(), EnvSpec(task, cameras=(), max_steps=150), EvalConfig(episodes=2, workers=1)
-        )
+        home = HoldPolicy(np.degrees(HOME_QPOS))  # the arm holds its start pose
+        ev = evaluate(home, EnvSpec(task, cameras=(), max_steps=150), EvalConfig(episodes=2, workers=1))
         assert [e.outcome for e in ev.episodes] == [outcome] * 2, task
         assert ev.summary.outcomes[outcome] == 2 and ev.summary.outcomes["never_picked_up"] == 0
 
