@@ -233,8 +233,9 @@ def test_killed_evaluation_leaves_no_process_and_a_rerun_reclaims_its_temp_dir(b
 )
 def test_killed_demo_leaves_no_process_behind(tmp_path, sig):
     out = tmp_path / "demo"
-    args = ["--out", out, "--device", "cpu", "--episodes", "400", "--workers", "1", "--image-size", "16"]
-    code, err, _ = _kill_with_workers(cli("demo", *args), sig, workers=1)  # (one worker: see RECORD)
+    # Two workers: the demo's --workers 1 records in its own process, with no pool to leave behind.
+    args = ["--out", out, "--device", "cpu", "--episodes", "400", "--workers", "2", "--image-size", "16"]
+    code, err, _ = _kill_with_workers(cli("demo", *args), sig, workers=2)
     assert code == (143 if sig == signal.SIGTERM else -9), err[-2000:]
     data = out / "data"
     assert not data.exists()

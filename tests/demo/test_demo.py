@@ -16,7 +16,11 @@ from procs import run_cli
 
 pytest.importorskip("mujoco")
 
-TOY = ["--episodes", "4", "--eval-episodes", "2", "--videos", "1", "--device", "cpu", "--workers", "1"]
+# One evaluation episode a checkpoint: an untrained toy policy runs each to the task's 300-step limit.
+# One worker: the demo records and evaluates in this process (no pool to start).
+EVAL_EPISODES = 1
+TOY = ["--episodes", "4", "--eval-episodes", str(EVAL_EPISODES), "--videos", "1", "--device", "cpu"]
+TOY += ["--workers", "1"]
 TOY += ["--set", "checkpoint.every=10", "--set", "eval.every=10", "--set", "log.every=5"]
 
 
@@ -85,7 +89,7 @@ def _check_report(out: Path) -> None:
     (c,) = confirm["checkpoints"]
     assert c["path"] == best["path"] and confirm["seed"] >= sweep["seed"] + sweep["episodes"]
     assert s["success_rate"] == c["summary"]["success_rate"] and s["outcomes"] == c["summary"]["outcomes"]
-    assert s["eval_episodes"] == c["summary"]["episodes"] == 2
+    assert s["eval_episodes"] == c["summary"]["episodes"] == EVAL_EPISODES
     n, k = c["summary"]["episodes"], c["summary"]["successes"]
     assert f"{best['name']} (step {best['step']}), put the cube in the bowl in {k} of {n} fresh" in md
     k0, n0 = best["summary"]["successes"], best["summary"]["episodes"]
@@ -108,11 +112,13 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     from actlab.demo.pipeline import DemoConfig, estimate_disk, resolve
 
     overrides = ("checkpoint.every=10", "eval.every=10", "log.every=5", "steps=20")
-    cfg = DemoConfig(out=str(out), device="cpu", episodes=4, eval_episodes=2, videos=1, overrides=overrides)
+    cfg = DemoConfig(
+        out=str(out), device="cpu", episodes=4, eval_episodes=EVAL_EPISODES, videos=1, overrides=overrides
+    )
     estimate = sum(estimate_disk(cfg, resolve(cfg)).values())
     used = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     assert estimate / 2 < used < estimate * 2, (used, estimate)
-    assert 0.0 <= s["success_rate"] <= 1.0 and s["eval_episodes"] == 2
+    assert 0.0 <= s["success_rate"] <= 1.0 and s["eval_episodes"] == EVAL_EPISODES
     assert (out / "run" / "checkpoints" / s["best_checkpoint"].rsplit("/", 1)[-1]).is_dir()
     assert [c["step"] for c in s["checkpoints"]] == [10, 20]
     assert s["wall_s"] > 0 and s["reused_stages"] == [] and s["dataset"]["episodes"] == 4

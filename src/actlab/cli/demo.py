@@ -52,7 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="rollout videos of the best checkpoint (3, or --eval-episodes when that is fewer)",
     )
-    p.add_argument("--workers", type=int, default=2, help="simulation and rollout processes (2)")
+    p.add_argument(
+        "--workers", type=int, default=2, help="simulation and rollout processes (2; 1: this process alone)"
+    )
     add_codec_flag(p)
     add_set_flag(p, "training config override, as in actlab train (repeatable)")
     p.add_argument("--fresh", action="store_true", help="discard previous results in --out and start over")

@@ -322,7 +322,9 @@ def _record(cfg: DemoConfig, plan: dict, out: Path, state: dict, log: StageLog) 
         task=cfg.task,
         episodes=cfg.episodes,
         image_size=plan["image_size"],
-        workers=cfg.workers,
+        # One worker is this process, as for the evaluation's --workers 1: a pool of one spawned recorder
+        # only added its start-up (torch and MuJoCo imported again, ~3 s of CPU).
+        workers=cfg.workers if cfg.workers > 1 else 0,
         codec=cfg.codec,
     )
     settings = json.loads(json.dumps(dataclasses.asdict(rec)))
