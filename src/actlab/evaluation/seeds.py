@@ -51,6 +51,28 @@ def _bundle_sim_seeds(path: Path) -> tuple[dict[str, Any], str] | None:
     return (block, where) if block else None
 
 
+def trained_task(path: str | Path) -> tuple[str, str] | None:
+    """(the sim task, the dataset path) a bundle was trained on, where its training data was recorded by
+    ``actlab sim record`` and says so; None otherwise (another robot's data, an older bundle)."""
+    found = _bundle_sim_seeds(Path(path))
+    return (found[0]["task"], found[1]) if found is not None else None
+
+
+def other_task_warnings(sources: Sequence[Any], task: str) -> list[str]:
+    """One line per bundle trained on another sim task than the evaluation's ``task``: a policy trained on
+    so101_push was evaluated on so101_pick_place without a word, its failures read as the policy's."""
+    out = []
+    for src in sources:
+        path = getattr(src, "path", None)
+        found = trained_task(path) if path is not None else None
+        if found is not None and found[0] != task:
+            out.append(
+                f"{src.name} was trained on {found[0]} ({found[1]}) and is evaluated on {task}: its success "
+                f"measures transfer to another task (--task {found[0]} evaluates the task it learned)"
+            )
+    return out
+
+
 def _span(seeds: Sequence[int]) -> str:
     shown = ", ".join(str(s) for s in list(seeds)[:5])
     return f"{shown}{', ...' if len(seeds) > 5 else ''}"
@@ -94,4 +116,4 @@ def check_training_seeds(
     return overlaps
 
 
-__all__ = ["DEFAULT_SEED", "check_training_seeds"]
+__all__ = ["DEFAULT_SEED", "check_training_seeds", "other_task_warnings", "trained_task"]
