@@ -188,11 +188,13 @@ def test_an_evaluation_is_not_compared_with_itself_nor_across_tasks(tmp_path, ca
 
 
 # ------------------------------------------------------------------------- the task a policy learned
-def _bundle_trained_on(bundle, where, task):
-    """A copy of the bundle whose actlab.json says it was trained on a recording of ``task``."""
+def _bundle_trained_on(bundle, where, task, units="degrees"):
+    """A copy of the bundle whose actlab.json says it was trained on a recording of ``task`` in ``units``
+    (as training records its dataset's sim block)."""
     from actlab.policies import load_policy, save_policy
 
-    extra = {"train": {"dataset": {"path": "/data/rec", "sim": {"task": task, "episode_seeds": [0, 1]}}}}
+    sim = {"task": task, "episode_seeds": [0, 1], "units": units}
+    extra = {"train": {"dataset": {"path": "/data/rec", "sim": sim}}}
     return save_policy(load_policy(bundle), where, extra=extra)
 
 
@@ -233,6 +235,30 @@ def test_a_bundle_evaluated_on_another_task_than_it_learned_is_said(bundle, tmp_
     assert "trained on so101_push" in line and "evaluated on so101_pick_place" in line
     assert other_task_warnings([src], "so101_push") == []
     assert other_task_warnings(resolve_paths([bundle]), "so101_push") == []  # no recorded task: nothing
+
+
+@pytest.mark.timeout(60)
+def test_a_bundle_is_never_run_in_other_joint_units_than_it_learned(bundle, tmp_path, capsys):
+    """SILENT before: a policy trained on so101_follower recordings (gripper 0-100) was evaluated in the
+    sim's degrees (the default --units) without a word, and its bundle did not even record the units."""
+    from actlab.datasets.format import sim_seeds
+
+    assert sim_seeds(
+        {"actlab_sim": {"task": "so101_push", "episode_seeds": [0], "units": "so101_follower"}}
+    ) == {
+        "task": "so101_push",
+        "episode_seeds": [0],
+        "units": "so101_follower",
+    }  # what training copies into the bundle
+    follower = _bundle_trained_on(bundle, tmp_path / "follower", "so101_pick_place", units="so101_follower")
+    args = ["eval", str(follower), "--episodes", "1", "--max-steps", "2", "--workers", "1"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "trained on joint units so101_follower and would run in degrees" in err
+    assert "fix:      --units so101_follower" in err
+    out = tmp_path / "rl"
+    assert main(["rl", "train", "--preset", "residual", "--base", str(follower), "--out", str(out)]) == 2
+    assert "would run in degrees" in capsys.readouterr().err and not out.exists()
 
 
 @pytest.mark.timeout(90)

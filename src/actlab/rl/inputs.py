@@ -13,12 +13,13 @@ another sim task (so101_push) were used for pick-and-place without a word: resid
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from actlab.datasets.format import sim_seeds
 from actlab.datasets.layout import read_info
 from actlab.errors import ActlabError
-from actlab.evaluation.seeds import trained_task
+from actlab.evaluation.seeds import check_trained_units, trained_task
 
 # The sim task of env.task = "pick_place" (actlab.rl.evaluate evaluates on it).
 RL_SIM_TASK = "so101_pick_place"
@@ -44,7 +45,9 @@ def check_base(path: Path) -> None:
 
 
 def check_base_task(path: Path) -> None:
-    """A base trained on another sim task's recordings is refused."""
+    """A base trained on another sim task's recordings, or in other joint units than the sim's degrees
+    (RL's envs run in degrees), is refused."""
+    check_trained_units([SimpleNamespace(name=str(path), path=str(path))], "degrees", option="base")
     found = trained_task(path)
     if found is not None and found[0] != RL_SIM_TASK:
         raise ActlabError(
@@ -58,7 +61,8 @@ def check_base_task(path: Path) -> None:
 
 
 def check_demos(path: Path) -> None:
-    """Demonstrations recorded by ``actlab sim record`` say their task; another task's are refused."""
+    """Demonstrations recorded by ``actlab sim record`` say their task and units; another task's, or
+    another unit's, are refused."""
     recorded = sim_seeds(read_info(path))
     if recorded is not None and recorded["task"] and recorded["task"] != RL_SIM_TASK:
         raise ActlabError(
@@ -68,6 +72,15 @@ def check_demos(path: Path) -> None:
             expected=f"a dataset recorded on {RL_SIM_TASK}",
             found=recorded["task"],
             fix=f"pass demonstrations of {RL_SIM_TASK} (actlab sim record --task {RL_SIM_TASK})",
+        )
+    if recorded is not None and recorded["units"] != "degrees":
+        raise ActlabError(
+            f"the demonstrations are in joint units {recorded['units']}; RL's sim runs in degrees",
+            file=path,
+            field="demos",
+            expected="a dataset recorded in degrees (actlab sim record's default units)",
+            found=recorded["units"],
+            fix="pass demonstrations recorded without --units",
         )
 
 
