@@ -182,6 +182,11 @@ def test_an_evaluation_is_not_compared_with_itself_nor_across_tasks(tmp_path, ca
     assert main(["eval", "compare", str(a), str(push)]) == 2
     err = capsys.readouterr().err
     assert "ran different tasks" in err and "so101_pick_place" in err and "so101_push" in err
+    perturb = tmp_path / "perturb"
+    perturb.mkdir()
+    (perturb / "perturb.json").write_text(json.dumps({"task": "so101_pick_place", "cells": []}))
+    assert main(["eval", "compare", str(perturb), str(a)]) == 2  # "not an evaluation directory" before
+    assert "a robustness sweep (actlab eval --perturb)" in capsys.readouterr().err
     short = _results(tmp_path / "short", [0, 1, 0], max_steps=100)
     assert main(["eval", "compare", str(a), str(short)]) == 0
     assert "note: A's episodes ran at most 300 steps, B's 100" in capsys.readouterr().out

@@ -71,6 +71,16 @@ def _split(spec: str) -> tuple[Path, str | None]:
 def _json_file(path: Path, label: str) -> Path:
     if path.is_dir():
         found = [path / f for f in FILES if (path / f).is_file()]
+        if not found and (path / "perturb.json").is_file():  # "not an evaluation directory" before
+            raise ActlabError(
+                "a robustness sweep (actlab eval --perturb) records counts per level, not each seed's "
+                "outcome: it cannot be compared seed by seed",
+                file=str(path / "perturb.json"),
+                expected="results.json (actlab eval --out) or sweep.json (a delay sweep)",
+                found="perturb.json",
+                fix="evaluate the two settings with actlab eval --out (the same --seed and --episodes) and "
+                "compare those",
+            )
         if not found:
             raise ActlabError(
                 "not an evaluation directory",
