@@ -266,7 +266,7 @@ def _run(args: argparse.Namespace) -> int:
                 close()
     if progress is not None:
         progress.close()
-    rec = _recommendation(report, sources, cfg)
+    rec = _recommendation(report, sources, cfg, spec)
     if args.json:
         json.dump({**report.to_dict(), "recommendation": rec and rec.to_dict()}, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -288,8 +288,8 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _recommendation(report, sources, cfg):
-    """The mode for the arm from this evaluation: its best checkpoint in the mode it ran."""
+def _recommendation(report, sources, cfg, spec):
+    """The mode for the arm from this evaluation: its best checkpoint in the mode it ran, on its task."""
     # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.evaluation.recommend import from_eval, recommend
     from actlab.evaluation.sources import source_limits
@@ -299,7 +299,7 @@ def _recommendation(report, sources, cfg):
     src = next((s for s in sources if best is not None and s.name == best.name), None)
     if src is None or src.path is None:
         return None
-    return recommend(src, [from_eval(best, cfg.execution, source_limits(src))])
+    return recommend(src, [from_eval(best, cfg.execution, source_limits(src))], env=spec)
 
 
 def _add_realtime_flags(p: argparse.ArgumentParser) -> None:
@@ -544,9 +544,11 @@ def _lerobot_sources(args: argparse.Namespace, spec, device: str) -> list:
     instruction = args.instruction
     if instruction is None and not spec.is_peer:
         # lazily, like every actlab import in cli: `actlab --help` never imports torch
-        from actlab.sim.env import TASK_TEXT
+        from actlab.sim.tasks import TASKS
 
-        instruction = TASK_TEXT  # the sim's dataset task string, what a policy trained on it was told
+        # the task's own dataset string, what a policy trained on its recordings was told (every sim task
+        # was told pick-and-place's "pick the cube and place it in the bowl", also so101_push)
+        instruction = TASKS[spec.task].env.task_text if spec.task in TASKS else None
     sources, _ = lerobot_sources(
         args.lerobot_policy,
         args.lerobot_python,

@@ -95,6 +95,19 @@ def _plan(lay: Layout, spec: CurateSpec, root: Path) -> tuple[dict[int, str], di
                 expected=f"an episode index 0..{len(known) - 1}",
                 found=ep,
             )
+    both = sorted(set(spec.drop) & set(spec.trim))
+    if both:  # the trim was dropped with its episode without a word
+        ep = both[0]
+        start, stop = spec.trim[ep]
+        raise ActlabError(
+            f"--trim {ep}:{start}:{stop} trims episode {ep}, which --drop-episodes drops",
+            file=root,
+            field="--trim, --drop-episodes",
+            expected="each episode either trimmed or dropped",
+            found=f"episode {ep} in both",
+            fix=f"leave episode {ep} out of --drop-episodes to keep its frames {start}..{stop - 1}, or drop "
+            "the --trim",
+        )
     dropped = dict.fromkeys(spec.drop, "--drop-episodes")
     if spec.needs_doctor:
         result = examine(root, spec.video_samples)

@@ -45,11 +45,18 @@ SIM_INFO_KEY = "actlab_sim"
 
 
 def sim_seeds(info: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The recorder's ``{"task", "episode_seeds"}`` of a dataset's info.json, or None when it has none."""
+    """The recorder's ``{"task", "episode_seeds", "units"}`` of a dataset's info.json, or None when it has
+    none. ``units``: the joint units of its actions and states ("degrees" when the block does not name
+    any: the recorder writes them only for another, so101_follower). A bundle keeps this block (training
+    copies it), so an evaluation knows the units its policy learned."""
     block = info.get(SIM_INFO_KEY)
     if not isinstance(block, Mapping) or not isinstance(block.get("episode_seeds"), list):
         return None
-    return {"task": str(block.get("task", "")), "episode_seeds": [int(s) for s in block["episode_seeds"]]}
+    return {
+        "task": str(block.get("task", "")),
+        "episode_seeds": [int(s) for s in block["episode_seeds"]],
+        "units": str(block.get("units", "degrees")),
+    }
 
 
 def is_camera(feature: Mapping[str, Any]) -> bool:

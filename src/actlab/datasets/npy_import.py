@@ -11,6 +11,7 @@ refuses anything else (no code can run from a crafted file).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import pickle
 from collections.abc import Mapping
@@ -134,18 +135,54 @@ def _to_hwc_uint8(img: np.ndarray, key: str, path: Path) -> np.ndarray:
     return img.astype(np.uint8)
 
 
+def _real(values: Any, path: Path, field: str) -> np.ndarray:
+    """Numbers as float32, refusing what the cast would change without a word: complex values (their
+    imaginary parts were dropped with numpy's ComplexWarning and the dataset written) and finite values
+    float32 cannot hold (1e40 became inf and was refused as "non-finite", as if the file held inf)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind == "O":  # per-frame lists or Python numbers: numbers if every element is one
+        with contextlib.suppress(TypeError, ValueError):
+            arr = arr.astype(np.float64)
+    if arr.dtype.kind not in "biuf":
+        raise ActlabError(
+            f"{field} are not real numbers" if field == "actions" else f"{field} is not real numbers",
+            file=path,
+            field=field,
+            expected="integers or floats",
+            found=str(arr.dtype),
+            fix="save real numbers (np.real(x) if the imaginary parts are zero)",
+        )
+    big = np.abs(arr[np.isfinite(arr)]) > np.finfo(np.float32).max if arr.dtype.kind == "f" else None
+    if big is not None and big.any():
+        raise ActlabError(
+            f"{field} hold values float32 cannot represent",
+            file=path,
+            field=field,
+            expected=f"|value| <= {np.finfo(np.float32).max:.3g} (LeRobot stores float32)",
+            found=f"{float(np.max(np.abs(arr[np.isfinite(arr)]))):.3g}",
+            fix="rescale the values (e.g. to degrees or metres) and re-save",
+        )
+    return arr.astype(np.float32)
+
+
 def read_npy_episodes(src: str | Path) -> tuple[list[dict[str, np.ndarray]], dict[str, Any]]:
     """Split a .npy source into per-episode frame dicts keyed as LeRobot features."""
     src = Path(src)
     obs_path, act_path, len_path = src / "observations.npy", src / "actions.npy", src / "rollout_length.npy"
     cols = _columns(load_npy(obs_path), obs_path)
-    try:
-        actions = np.asarray(load_npy(act_path), dtype=np.float32)
-    except (TypeError, ValueError) as e:
+    actions = _real(load_npy(act_path), act_path, "actions")
+    raw = np.asarray(load_npy(len_path)).reshape(-1)
+    if raw.dtype.kind not in "iu" and not (raw.dtype.kind == "f" and np.all(np.mod(raw, 1) == 0)):
+        # [10.5, 9.5] was cut to [10, 9] and refused as "sum 19" (it sums to 20)
         raise ActlabError(
-            "actions are not numeric", file=act_path, field="actions", expected="(T, A) numbers", found=str(e)
-        ) from e
-    lengths = np.asarray(load_npy(len_path)).reshape(-1).astype(np.int64)
+            "rollout lengths are not whole numbers",
+            file=len_path,
+            field="rollout_length",
+            expected="integers (frames per rollout)",
+            found=f"{raw.dtype} {raw[:5].tolist()}",
+            fix="save rollout_length.npy as integers, one per rollout",
+        )
+    lengths = raw.astype(np.int64)
     if actions.ndim != 2:
         raise ActlabError("actions must be (T, A)", file=act_path, field="actions", found=actions.shape)
     total = len(actions)
@@ -183,12 +220,7 @@ def read_npy_episodes(src: str | Path) -> tuple[list[dict[str, np.ndarray]], dic
             name = key.split("_", 1)[1] if "_" in key else key
             frames[f"observation.images.{name}"] = _to_hwc_uint8(arr, key, obs_path)
         elif key == "state":
-            try:
-                frames["observation.state"] = np.asarray(arr, dtype=np.float32).reshape(total, -1)
-            except (TypeError, ValueError) as e:
-                raise ActlabError(
-                    "state is not numeric", file=obs_path, field=key, expected="numbers", found=str(e)
-                ) from e
+            frames["observation.state"] = _real(arr, obs_path, key).reshape(total, -1)
         else:
             ignored.append(key)
     if "observation.state" not in frames:

@@ -45,9 +45,9 @@ from actlab.lifecycle.metrics_log import read_metrics
 from actlab.policies.info import synthetic_features, unit_stats
 from actlab.policies.registry import make_policy
 from actlab.sim import RecordConfig, record_dataset
-from actlab.sim.env import FPS, TASK_TEXT, PickPlaceConfig
+from actlab.sim.env import FPS, PickPlaceConfig
 from actlab.sim.expert import ExpertConfig
-from actlab.sim.tasks import task_config
+from actlab.sim.tasks import TASKS, task_config
 from actlab.sim.view import render_strip
 from actlab.training import apply_train_overrides, get_preset, load_run_config, train, with_dataset
 from actlab.training.checkpoint import CheckpointManager
@@ -642,8 +642,10 @@ def next_steps(cfg: DemoConfig, plan: dict[str, Any], best_path: str | Path) -> 
     lerobot = out / "lerobot"
     rollout = ["lerobot-rollout", "--strategy.type=base", f"--policy.path={lerobot}"]
     rollout += ["--robot.type=actlab_so101_sim", f"--robot.image_size={plan['image_size']}"]
+    if cfg.task != DEFAULT_TASK:  # the demo's task, told as its recordings were (not pick-and-place's)
+        rollout += [f"--robot.task={cfg.task}"]
     rollout += [f"--robot.output_dir={out / 'rollout'}", f"--duration={ROLLOUT_DURATION_S}"]
-    rollout += ["--return_to_initial_position=false", f"--task={TASK_TEXT}"]
+    rollout += ["--return_to_initial_position=false", f"--task={TASKS[cfg.task].env.task_text}"]
     return [
         (
             f"measure the chosen checkpoint on {MORE_EPISODES} more fresh seeds (a narrower interval)",

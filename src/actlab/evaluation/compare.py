@@ -48,6 +48,9 @@ class Outcomes:
     label: str  # what the user named (PATH or PATH#NAME)
     name: str  # checkpoint name or sweep cell
     success: dict[int, bool]  # seed -> solved
+    file: str = ""  # the results.json / sweep.json read (resolved)
+    task: str | None = None  # the task the episodes ran (None: not recorded)
+    max_steps: int | None = None  # the episode step limit (None: not recorded)
 
 
 def _seeds_text(seeds: Sequence[int]) -> str:
@@ -68,6 +71,16 @@ def _split(spec: str) -> tuple[Path, str | None]:
 def _json_file(path: Path, label: str) -> Path:
     if path.is_dir():
         found = [path / f for f in FILES if (path / f).is_file()]
+        if not found and (path / "perturb.json").is_file():  # "not an evaluation directory" before
+            raise ActlabError(
+                "a robustness sweep (actlab eval --perturb) records counts per level, not each seed's "
+                "outcome: it cannot be compared seed by seed",
+                file=str(path / "perturb.json"),
+                expected="results.json (actlab eval --out) or sweep.json (a delay sweep)",
+                found="perturb.json",
+                fix="evaluate the two settings with actlab eval --out (the same --seed and --episodes) and "
+                "compare those",
+            )
         if not found:
             raise ActlabError(
                 "not an evaluation directory",
@@ -107,8 +120,110 @@ def _pick(names: list[str], name: str | None, path: Path, what: str) -> int:
     )
 
 
+class _Said(str):
+    """A description of what was found (not a value read from the file)."""
+
+
+def _damaged(file: Path, field: str, expected: str, found: object) -> ActlabError:
+    """``found``: the value as read (shown as Python writes it, so "false" is told from false), or a
+    description of what is wrong (a str passed through ``_Said``)."""
+    return ActlabError(
+        "the evaluation record is damaged (edited, or cut short)",
+        file=str(file),
+        field=field,
+        expected=expected,
+        found=str(found) if isinstance(found, _Said) else repr(found)[:120],
+        fix="re-run actlab eval to write it again (a compare reads every seed's outcome as written)",
+    )
+
+
+def _seed(value: object, file: Path, field: str) -> int:
+    """A seed as actlab eval writes it: an integer (a string of one for a sweep's keys); 100000.7, True
+    and "abc" were read as 100000, 1 and a traceback."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise _damaged(file, field, "a seed: an integer >= 0", value)
+    return value
+
+
+def _per_seed(pairs: list[tuple[object, bool]], file: Path, field: str) -> dict[int, bool]:
+    """seed -> solved, refusing an empty list and a seed given twice (a dict kept the last one, and the
+    refusal then named a seed of B as missing from A)."""
+    if not pairs:
+        raise _damaged(file, field, "at least one episode", _Said("none"))
+    out: dict[int, bool] = {}
+    for i, (seed, solved) in enumerate(pairs):
+        s = _seed(seed, file, f"{field}[{i}].seed")
+        if s in out:
+            raise _damaged(file, f"{field}[{i}].seed", "each seed once", _Said(f"seed {s} again"))
+        out[s] = solved
+    return out
+
+
+def _episodes(chosen: dict, i: int, file: Path) -> dict[int, bool]:
+    field = f"checkpoints[{i}].episodes"
+    episodes = chosen.get("episodes")
+    if not isinstance(episodes, list):
+        raise _damaged(file, field, "a list of {seed, success, ...} as actlab eval writes", episodes)
+    pairs = []
+    for k, e in enumerate(episodes):
+        if not isinstance(e, dict) or "seed" not in e:
+            raise _damaged(file, f"{field}[{k}]", "{seed, success, outcome, ...}", e)
+        solved = e.get("success")
+        if not isinstance(solved, bool):  # "false" was read as solved (bool("false") is True), null as not
+            raise _damaged(file, f"{field}[{k}].success", "true or false", solved)
+        if isinstance(e.get("outcome"), str) and (e["outcome"] == "success") != solved:
+            raise _damaged(
+                file, f"{field}[{k}]", "success true exactly when outcome is 'success'", e["outcome"]
+            )
+        pairs.append((e["seed"], solved))
+    return _per_seed(pairs, file, field)
+
+
+def _cell_outcomes(cell: dict, i: int, file: Path) -> dict[int, bool]:
+    field = f"cells[{i}].outcomes_by_seed"
+    by_seed = cell.get("outcomes_by_seed")
+    if not isinstance(by_seed, dict):
+        raise ActlabError(
+            "the sweep's cells hold no per-seed outcomes (written before actlab recorded them)",
+            file=str(file),
+            field=field,
+            expected="{seed: outcome} per cell",
+            found="missing" if by_seed is None else type(by_seed).__name__,
+            fix="re-run the sweep with this actlab",
+        )
+    bad = [o for o in by_seed.values() if not isinstance(o, str) or not o]
+    if bad:  # true (or any non-name) was read as a failure: only the string "success" counts as solved
+        raise _damaged(file, field, "an outcome name per seed ('success', 'timeout', ...)", bad[0])
+    return _per_seed([(s, o == "success") for s, o in by_seed.items()], file, field)
+
+
+def _entries(data: dict, key: str, file: Path) -> list[dict]:
+    entries = data[key]
+    if not entries:  # an empty list ended in an IndexError traceback
+        raise _damaged(file, key, f"at least one entry in {key}", [])
+    for i, e in enumerate(entries):
+        ok = isinstance(e, dict) and (
+            key == "checkpoints"
+            or (isinstance(e.get("mode"), str) and isinstance(e.get("latency_steps"), int) and "policy" in e)
+        )
+        if not ok:  # a cell without its mode was a KeyError traceback, an entry that is no object another
+            want = "an object" if key == "checkpoints" else "an object with policy, mode, latency_steps"
+            raise _damaged(file, f"{key}[{i}]", want, e)
+    return entries
+
+
+def _max_steps(data: dict) -> int | None:
+    env = data.get("env")
+    steps = env.get("max_steps") if isinstance(env, dict) else None
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+
+
 def load_outcomes(spec: str | Path) -> Outcomes:
-    """The per-seed successes of one evaluation named as ``PATH`` or ``PATH#NAME``."""
+    """The per-seed successes of one evaluation named as ``PATH`` or ``PATH#NAME``; a record whose
+    episodes are damaged (a success that is no boolean, a seed that is no integer or given twice, no
+    episode at all) is refused naming the field, never read as values."""
     path, name = _split(str(spec))
     file = _json_file(path, str(spec))
     try:
@@ -117,36 +232,19 @@ def load_outcomes(spec: str | Path) -> Outcomes:
         raise ActlabError(
             "not valid JSON", file=str(file), found=str(e), fix="re-run actlab eval to write it again"
         ) from None
+    where = str(file.resolve())
     if isinstance(data, dict) and isinstance(data.get("checkpoints"), list):
-        ckpts = data["checkpoints"]
+        ckpts = _entries(data, "checkpoints", file)
         i = _pick([str(c.get("name")) for c in ckpts], name, file, "checkpoint")
-        chosen = ckpts[i]
-        try:
-            success = {int(e["seed"]): bool(e["success"]) for e in chosen["episodes"]}
-        except (KeyError, TypeError, ValueError):
-            raise ActlabError(
-                "a checkpoint's episodes lack seed/success",
-                file=str(file),
-                field=f"checkpoints[{i}].episodes",
-                expected="a list of {seed, success, ...} as actlab eval writes",
-                fix="re-run actlab eval to write it again",
-            ) from None
-        return Outcomes(str(spec), str(chosen.get("name")), success)
+        success = _episodes(ckpts[i], i, file)
+        task = data.get("task") if isinstance(data.get("task"), str) else None
+        return Outcomes(str(spec), str(ckpts[i].get("name")), success, where, task, _max_steps(data))
     if isinstance(data, dict) and isinstance(data.get("cells"), list):
-        cells = data["cells"]
+        cells = _entries(data, "cells", file)
         names = [cell_name(c, cells) for c in cells]
         i = _pick(names, name, file, "cell")
-        by_seed = cells[i].get("outcomes_by_seed")
-        if not isinstance(by_seed, dict):
-            raise ActlabError(
-                "the sweep's cells hold no per-seed outcomes (written before actlab recorded them)",
-                file=str(file),
-                field=f"cells[{i}].outcomes_by_seed",
-                expected="{seed: outcome} per cell",
-                found="missing",
-                fix="re-run the sweep with this actlab",
-            )
-        return Outcomes(str(spec), names[i], {int(s): o == "success" for s, o in by_seed.items()})
+        task = data.get("task") if isinstance(data.get("task"), str) else None
+        return Outcomes(str(spec), names[i], _cell_outcomes(cells[i], i, file), where, task, _max_steps(data))
     raise ActlabError(
         "not an actlab evaluation record",
         file=str(file),
@@ -190,6 +288,29 @@ def _k_min(alpha: float) -> int:
     return math.ceil(math.log2(2 / alpha))
 
 
+def check_same_episodes(a: Outcomes, b: Outcomes) -> None:
+    """Refuse a pair that is no comparison: the same evaluation twice (A compared with itself agreed on
+    every seed, "no evidence either way"), or two tasks (seed s of so101_push and of so101_pick_place are
+    different scenes: the "same seeds" were paired as if they were the same episodes)."""
+    if a.file and a.file == b.file and a.name == b.name:
+        raise ActlabError(
+            "A and B are the same evaluation",
+            field="A, B",
+            expected="two evaluations (two --out directories, or two cells or checkpoints of one: PATH#NAME)",
+            found=f"{a.label} and {b.label}: {a.name} of {a.file} both times",
+            fix="pass the other evaluation as B",
+        )
+    if a.task is not None and b.task is not None and a.task != b.task:
+        raise ActlabError(
+            "the two evaluations ran different tasks: the same seed is another scene in each, so their "
+            "episodes cannot be paired",
+            field="task",
+            expected="the same --task in both",
+            found=f"A ({a.label}): {a.task}; B ({b.label}): {b.task}",
+            fix="evaluate both on the same --task (the same --seed and --episodes)",
+        )
+
+
 def check_same_seeds(a: Outcomes, b: Outcomes) -> list[int]:
     """The seeds both ran, sorted; refused naming the seeds only one of them ran."""
     only_a, only_b = sorted(set(a.success) - set(b.success)), sorted(set(b.success) - set(a.success))
@@ -209,6 +330,7 @@ def compare(a: Outcomes, b: Outcomes, alpha: float = 0.05) -> dict:
     """The comparison of B against A (the reference) on their common seeds (module docstring)."""
     if not 0 < alpha < 1:
         raise ActlabError("bad significance level", field="--alpha", expected="0 < alpha < 1", found=alpha)
+    check_same_episodes(a, b)
     seeds = check_same_seeds(a, b)
     ra, rb = [a.success[s] for s in seeds], [b.success[s] for s in seeds]
     pc = paired_compare(ra, rb, alpha=alpha)
@@ -233,7 +355,18 @@ def compare(a: Outcomes, b: Outcomes, alpha: float = 0.05) -> dict:
         "verdict": pc.verdict,  # B against A: better / worse / no evidence
         "episodes_needed": episodes_needed(n, pc.gained, pc.lost, alpha),
         "power": POWER,
+        "notes": _notes(a, b),
     }
+
+
+def _notes(a: Outcomes, b: Outcomes) -> list[str]:
+    """What differs between the two evaluations' episodes besides the policy or its execution."""
+    if a.max_steps is not None and b.max_steps is not None and a.max_steps != b.max_steps:
+        return [
+            f"A's episodes ran at most {a.max_steps} steps, B's {b.max_steps}: a difference may come from "
+            "the step limit (--max-steps), not from what was compared"
+        ]
+    return []
 
 
 def compare_text(r: dict) -> str:
@@ -259,6 +392,7 @@ def compare_text(r: dict) -> str:
         f"[{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}] (Agresti-Min, paired)",
         f"McNemar exact: p = {r['p']:.3g} {sign} {r['alpha']:g}: {verdict}",
     ]
+    lines += [f"note: {note}" for note in r.get("notes", [])]
     need = r["episodes_needed"]
     if need is None:
         lines.append("episodes needed: - (no difference measured: no number of episodes detects it)")

@@ -33,7 +33,12 @@ from actlab.evaluation.envs import EnvSpec, env_fps, make_eval_env
 from actlab.evaluation.policy_io import ObsAdapter, bundle_inputs, policy_inputs
 from actlab.evaluation.results import CheckpointEval, EpisodeResult, pick_video_episodes, summarize
 from actlab.evaluation.rollout import EpisodeTrace, rollout, to_result
-from actlab.evaluation.seeds import DEFAULT_SEED, check_training_seeds
+from actlab.evaluation.seeds import (
+    DEFAULT_SEED,
+    check_trained_units,
+    check_training_seeds,
+    other_task_warnings,
+)
 from actlab.evaluation.sources import (
     PolicySource,
     as_source,
@@ -301,6 +306,10 @@ def evaluate_many(
     # a delay a policy cannot take fails before any episode; a horizon the executor chose is said
     for note in check_sources_execution(sources, cfg.execution):
         print(f"note: {note}", file=sys.stderr)
+    if not spec.is_peer:
+        check_trained_units(sources, spec.env_kwargs.get("units") or "degrees")
+    for line in other_task_warnings(sources, spec.task):
+        print(f"warning: {line}", file=sys.stderr)
     trained_on = check_training_seeds(sources, spec.task, cfg.seed, cfg.episodes, cfg.allow_training_seeds)
     for name, overlap in trained_on.items():
         print(

@@ -274,15 +274,15 @@ def run_sweep(
 
 
 def sweep_recommendations(
-    sources: Sequence[PolicySource], cells: Sequence[Cell], measured: dict[str, dict]
+    sources: Sequence[PolicySource], cells: Sequence[Cell], measured: dict[str, dict], env: Any = None
 ) -> list[Recommendation]:
     """The mode for the arm per policy (actlab.evaluation.recommend): at its measured delay when the sweep
-    timed it, else at the longest delay of the sweep."""
+    timed it, else at the longest delay of the sweep; ``env`` the EnvSpec the sweep ran."""
     per_policy = from_cells(cells)
     out = []
     for src in sources:
         m = measured.get(src.name)
-        rec = recommend(src, per_policy.get(src.name, []), delay=m["steps"] if m else None)
+        rec = recommend(src, per_policy.get(src.name, []), delay=m["steps"] if m else None, env=env)
         if rec is not None:
             out.append(rec)
     return out
@@ -354,7 +354,7 @@ def delay_sweep(
         "seconds": round(time.perf_counter() - t0, 2),
         "measured_inference": measured or None,
         "cells": [c.to_dict(fps) for c in cells],
-        "recommendations": [r.to_dict() for r in sweep_recommendations(sources, cells, measured)],
+        "recommendations": [r.to_dict() for r in sweep_recommendations(sources, cells, measured, env_spec)],
     }
     if out is not None:
         heading = f"actlab eval delay sweep: {env_spec.task}"

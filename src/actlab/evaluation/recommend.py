@@ -19,9 +19,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from actlab.evaluation.envs import EnvSpec
 from actlab.evaluation.sources import PolicySource, source_limits
 from actlab.policies.execution import PLUGIN_FIELDS, ChunkLimits
-from actlab.sim.env import TASK_TEXT
+from actlab.sim.tasks import TASKS
 
 # The arm's robot flags (docs/lerobot.md); the sim robot's line runs as written after the export.
 ARM_FLAGS = (
@@ -88,39 +89,51 @@ def plugin_flags(mode: str, latency: int, horizon: int) -> str:
 
 
 def recommend(
-    src: PolicySource, cells: Sequence[Measured], delay: int | None = None
+    src: PolicySource, cells: Sequence[Measured], delay: int | None = None, env: EnvSpec | None = None
 ) -> Recommendation | None:
     """The mode to run ``src`` on the arm from its measured ``cells``; None for a policy the plugin does not
-    serve (not an actlab bundle).
+    serve (not an actlab bundle) or cells measured in a peer environment (not the SO-101). ``env``: what
+    the cells ran (default: the pick-and-place task); the commands run that task, in the sim and on the
+    arm, with its units.
 
     At ``delay`` (default: the longest measured), among the modes measured at that delay, the cell with
     the most successes (ties: the smaller boundary jump); at delay 0 every cell (sync included) is a
     candidate. With no cell at that delay: the sync cell, else the best of all."""
+    env = env or EnvSpec()
     limits = source_limits(src)
-    if src.path is None or limits is None or not cells:
+    if src.path is None or limits is None or not cells or env.task not in TASKS:
         return None
     delay = max(c.latency for c in cells) if delay is None else delay
     at = [c for c in cells if c.latency == delay and (delay == 0 or c.mode != "sync")]
     sync = next((c for c in cells if c.mode == "sync"), None)
     if not at:
         at = [sync] if sync is not None else list(cells)
-    return _build(src, min(at, key=_rank), limits, delay)
+    return _build(src, min(at, key=_rank), limits, delay, env)
 
 
-def _commands(src: PolicySource, flags: str) -> tuple[str, str, str]:
+def _commands(src: PolicySource, flags: str, env: EnvSpec) -> tuple[str, str, str]:
+    """The export and the two rollouts. The sim robot runs the task the cells ran (``--robot.task``, its
+    units), and both rollouts say that task's instruction: a so101_push evaluation's commands ran the
+    sim's pick-and-place and told the policy "pick the cube and place it in the bowl"."""
     name = Path(str(src.path)).name or "policy"
     export_dir = f"exports/{name}"
     export = f"actlab policy export {shlex.quote(str(src.path))} --to lerobot --out {export_dir}"
     base = f"lerobot-rollout --strategy.type=base --policy.path={export_dir}" + (f" {flags}" if flags else "")
-    task = f"--task={shlex.quote(TASK_TEXT)}"
-    sim = f"{base} --robot.type=actlab_so101_sim --duration=200 --return_to_initial_position=false {task}"
+    task = f"--task={shlex.quote(TASKS[env.task].env.task_text)}"
+    robot = "--robot.type=actlab_so101_sim"
+    if env.task != EnvSpec().task:
+        robot += f" --robot.task={env.task}"
+    units = env.env_kwargs.get("units")
+    if units is not None and units != "degrees":
+        robot += f" --robot.units={units}"
+    sim = f"{base} {robot} --duration=200 --return_to_initial_position=false {task}"
     arm = f"{base} {ARM_FLAGS} {task} --duration=60"
     return export, sim, arm
 
 
-def _build(src: PolicySource, c: Measured, limits: ChunkLimits, delay: int) -> Recommendation:
+def _build(src: PolicySource, c: Measured, limits: ChunkLimits, delay: int, env: EnvSpec) -> Recommendation:
     flags = plugin_flags(c.mode, c.latency, c.horizon)
-    export, sim, arm = _commands(src, flags)
+    export, sim, arm = _commands(src, flags, env)
     if c.mode == "sync":
         note = "sync: the arm waits for each chunk (the sim waited too)"
     else:

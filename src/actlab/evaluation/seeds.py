@@ -29,7 +29,8 @@ DEFAULT_SEED = 100_000
 
 
 def _bundle_sim_seeds(path: Path) -> tuple[dict[str, Any], str] | None:
-    """(the recorder's {"task", "episode_seeds"}, the dataset path) of a bundle's training data, if known."""
+    """(the recorder's {"task", "episode_seeds", "units"}, the dataset path) of a bundle's training data, if
+    known (units None: a bundle that did not record them)."""
     meta_file = path / "actlab.json"
     if not meta_file.is_file():
         return None
@@ -38,6 +39,8 @@ def _bundle_sim_seeds(path: Path) -> tuple[dict[str, Any], str] | None:
     where = str(dataset.get("path") or "its training dataset")
     if dataset.get("sim") is not None:
         block = sim_seeds({"actlab_sim": dataset["sim"]})
+        if block and isinstance(dataset["sim"], dict) and "units" not in dataset["sim"]:
+            block["units"] = None  # a bundle from before its units were recorded: not known
         return (block, where) if block else None
     if "sim" in dataset or not dataset.get("path"):
         return None  # trained on data that is not sim-recorded, or no dataset recorded at all
@@ -49,6 +52,48 @@ def _bundle_sim_seeds(path: Path) -> tuple[dict[str, Any], str] | None:
     except ActlabError:
         return None  # that dataset is not readable any more: nothing to check against
     return (block, where) if block else None
+
+
+def trained_task(path: str | Path) -> tuple[str, str] | None:
+    """(the sim task, the dataset path) a bundle was trained on, where its training data was recorded by
+    ``actlab sim record`` and says so; None otherwise (another robot's data, an older bundle)."""
+    found = _bundle_sim_seeds(Path(path))
+    return (found[0]["task"], found[1]) if found is not None else None
+
+
+def other_task_warnings(sources: Sequence[Any], task: str) -> list[str]:
+    """One line per bundle trained on another sim task than the evaluation's ``task``: a policy trained on
+    so101_push was evaluated on so101_pick_place without a word, its failures read as the policy's."""
+    out = []
+    for src in sources:
+        path = getattr(src, "path", None)
+        found = trained_task(path) if path is not None else None
+        if found is not None and found[0] != task:
+            out.append(
+                f"{src.name} was trained on {found[0]} ({found[1]}) and is evaluated on {task}: its success "
+                f"measures transfer to another task (--task {found[0]} evaluates the task it learned)"
+            )
+    return out
+
+
+def check_trained_units(sources: Sequence[Any], units: str, option: str = "--units") -> None:
+    """Refuse a bundle trained on recordings in other joint units than ``units``: a policy trained on
+    so101_follower data (gripper 0-100) was evaluated in the sim's degrees without a word, and a degrees
+    policy with ``--units so101_follower``; its actions are then read in the wrong units."""
+    for src in sources:
+        path = getattr(src, "path", None)
+        found = _bundle_sim_seeds(Path(path)) if path is not None else None
+        learned = found[0].get("units") if found is not None else None
+        if learned is not None and learned != units:
+            raise ActlabError(
+                f"{src.name} was trained on joint units {learned} and would run in {units}: its actions "
+                "would be read in the wrong units",
+                file=path,
+                field=option,
+                expected=learned,
+                found=units,
+                fix=f"{option} {learned}" if option == "--units" else f"a base trained on {units} recordings",
+            )
 
 
 def _span(seeds: Sequence[int]) -> str:
@@ -94,4 +139,10 @@ def check_training_seeds(
     return overlaps
 
 
-__all__ = ["DEFAULT_SEED", "check_training_seeds"]
+__all__ = [
+    "DEFAULT_SEED",
+    "check_trained_units",
+    "check_training_seeds",
+    "other_task_warnings",
+    "trained_task",
+]

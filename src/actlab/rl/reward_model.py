@@ -26,6 +26,7 @@ from actlab.policies import load_policy
 from actlab.rl.agent import Agent
 from actlab.rl.checkpoint import read_tensors
 from actlab.rl.config import EnvConfig, ObsConfig, RLConfig, check_ranges
+from actlab.rl.inputs import check_base_task, check_demos
 from actlab.utils.io import atomic_dir, atomic_write_json, check_out_dir, read_json
 
 MODEL_FILE = "reward_model.safetensors"
@@ -221,6 +222,8 @@ def train_reward_model(cfg: RewardModelConfig, demos: str, base: str, out: str |
 
     # before any work: --out may replace only an earlier reward model, never a user's directory or an input
     check_out_dir(out, KIND, overwrite=True, inputs=(demos, base))
+    check_demos(Path(demos))  # rollouts run pick-and-place: another task's demos or base are refused
+    check_base_task(Path(base))
     torch.manual_seed(cfg.seed)
     rlcfg = RLConfig(
         base=base,

@@ -35,6 +35,7 @@ from actlab.lifecycle.stop import StopSignals, catch_sigterm
 from actlab.rl.checkpoint import AGENT_FILE, CONFIG_FILE, RLCheckpoints, read_tensors
 from actlab.rl.config import RESUMABLE, TRAIN_SEED_BASE, RLConfig, config_from_dict, config_to_dict
 from actlab.rl.guard import Decision, GuardState, decide, handed_back
+from actlab.rl.inputs import check_inputs
 from actlab.utils.config import flatten
 from actlab.utils.io import atomic_dir, atomic_write_json, file_sha256, read_json, refuse_overlapping_paths
 from actlab.utils.lock import DirLock
@@ -122,6 +123,13 @@ def train_rl(cfg: RLConfig, out: str | Path, resume: bool = False, progress: boo
     from actlab.utils.threads import say_if_oversubscribed, torch_threads  # lazy: imports torch
 
     say_if_oversubscribed(cfg.threads, "threads")
+    # base, demos and reward model: refused before the run directory is made (the base was checked only
+    # in the run's copy of it, which a refusal left behind)
+    check_inputs(cfg, base_copied=(out / BASE_COPY).is_dir())
+    if cfg.env.reward == "classifier":
+        from actlab.rl.reward_model import load_reward_model  # lazy: only reward=classifier needs it
+
+        load_reward_model(cfg.env.reward_model)  # (a small classifier: loaded again by the trainer)
 
     # torch threads restored afterwards: a caller's process (a test, a notebook) keeps its own setting
     with (

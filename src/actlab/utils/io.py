@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
+from actlab.utils.lock import DirLock
 from actlab.utils.procs import exit_on_sigterm, pid_alive, sigterm_deferred
 
 
@@ -409,26 +410,40 @@ def check_out_dir(
     )
 
 
+def _sources(inputs: Sequence[str | Path | None]) -> list[str]:
+    """The inputs a claimed output directory records in its marker (resolved paths)."""
+    return [str(Path(i).resolve()) for i in inputs if i is not None]
+
+
 def claim_out_dir(
     path: str | Path, kind: str, inputs: Sequence[str | Path] = (), option: str = "--out"
 ) -> Path:
     """Claim an output directory that a command adds files to run after run (``data view`` writes one
     page per episode into the same ``--out``), by the same marker rule as :func:`atomic_dir`: a new or
-    empty directory is created and marked as ``kind``'s; one already marked as ``kind``'s is reused (its
-    files are this command's own); anything else is refused before a file is written: a directory holding
-    files ``kind`` did not write (a user's report.md was overwritten), another command's output, a file,
-    or an ``--out`` that is, holds or lies inside one of ``inputs``. ``option`` is the flag that named
-    ``path`` (for the fix). Returns ``path``."""
+    empty directory is created and marked as ``kind``'s, with its ``inputs``; one already marked as
+    ``kind``'s for the same inputs is reused (its files are this command's own); anything else is refused
+    before a file is written: a directory holding files ``kind`` did not write (a user's report.md was
+    overwritten), another command's output or ``kind``'s output for other inputs, a file, or an ``--out``
+    that is, holds or lies inside one of ``inputs``. ``option`` is the flag that named ``path`` (for the
+    fix). Returns ``path``."""
     path = Path(path)
     src = related_input(path, inputs)
     if src is not None:
         check_out_dir(path, kind, False, inputs)  # raises the "is, holds or lies inside an input" refusal
+    sources = _sources(inputs)
     state = _state(path)
     marker = read_output_marker(path) if state is not None and state.startswith("token:") else None
-    if marker is not None and marker["kind"] == kind:
+    # an output of the same command is reused only for the same input: `data view A` then `data view B`
+    # into one --out wrote B's episode_000.html over A's, `rl report` B's report.md over A's (a marker
+    # written before the inputs were recorded in it is reused as before: whose it is cannot be told)
+    if marker is not None and marker["kind"] == kind and marker.get("inputs") in (None, sources):
         return path
     if state not in (None, "empty"):
-        if marker is not None:
+        if marker is not None and marker["kind"] == kind:
+            theirs = marker["inputs"]
+            theirs = ", ".join(map(str, theirs)) if isinstance(theirs, list) else str(theirs)
+            found = f"the output of {kind} for {theirs}, not for {', '.join(sources)}"
+        elif marker is not None:
             found = f"the output of {marker['kind']}, not of {kind}"
         elif path.is_symlink() or not path.is_dir():
             found = "a symbolic link" if path.is_symlink() else "not a directory"
@@ -442,14 +457,18 @@ def claim_out_dir(
             expected=f"a new or empty directory, or one {kind} wrote before (it holds {OUTPUT_MARKER})",
             found=found,
             fix=f"choose another {option} "
-            f"(nothing was written: {kind} never writes over files it did not make)",
+            + (
+                f"for this input (nothing was written: {kind} never writes over its output for another)"
+                if marker is not None and marker["kind"] == kind
+                else f"(nothing was written: {kind} never writes over files it did not make)"
+            ),
         )
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:  # name the directory the user asked for
         raise OSError(e.errno, e.strerror, str(path)) from e
     marker = {"kind": kind, "token": secrets.token_hex(8), "pid": os.getpid(), "written": time.time()}
-    atomic_write_json(path / OUTPUT_MARKER, marker)
+    atomic_write_json(path / OUTPUT_MARKER, {**marker, "inputs": sources})
     return path
 
 
@@ -465,8 +484,20 @@ def claimed_out_dir(
     path = Path(path)
     before = _state(path)
     claim_out_dir(path, kind, inputs, option)
+    # one writer at a time: two `data view`s (or `rl report`s) into one --out both exited 0 with one
+    # page (report) over the other's. The loser is refused here and removes nothing: the directory is
+    # the winner's now. A SIGTERM ends the block as an error does (the claim was left behind before).
+    lock = DirLock(
+        path, what="output directory", fix="wait for pid {pid} to finish, or choose another " + option
+    )
+    lock.acquire()
+    now = read_output_marker(path)
+    if now is None or now["kind"] != kind or now.get("inputs") not in (None, _sources(inputs)):
+        lock.release()  # claimed for other inputs by a command that started with this one and finished
+        raise _changed_error(path, kind)
     try:
-        yield path
+        with exit_on_sigterm():
+            yield path
     except BaseException:
         if before is None:
             shutil.rmtree(path, ignore_errors=True)
@@ -477,6 +508,8 @@ def claimed_out_dir(
                 else:
                     child.unlink(missing_ok=True)
         raise
+    finally:
+        lock.release()
 
 
 def _changed_error(path: Path, kind: str) -> ActlabError:

@@ -1,0 +1,87 @@
+"""The inputs of an RL run (``base``, ``demos``), checked before its run directory is touched (the
+reward model too: ``actlab.rl.train`` loads it first).
+
+The base bundle is copied into the run (``RUN/base``) and loaded from that copy; it used to be checked only
+there, so ``--base RUN`` (a training run, not a bundle) or an export was refused as "RUN2/base is not a
+bundle, its checkpoints are in RUN2/base/checkpoints" (the copy, not what was passed) and the copy stayed,
+refusing the next start with the right ``--base`` as a different base. A reward model that was not one was
+found after the base was copied and loaded (26 s on 2 cores). And a base or demonstrations recorded on
+another sim task (so101_push) were used for pick-and-place without a word: residual RL trains on
+``so101_pick_place`` only (``env.task = "pick_place"``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from actlab.datasets.format import sim_seeds
+from actlab.datasets.layout import read_info
+from actlab.errors import ActlabError
+from actlab.evaluation.seeds import check_trained_units, trained_task
+
+# The sim task of env.task = "pick_place" (actlab.rl.evaluate evaluates on it).
+RL_SIM_TASK = "so101_pick_place"
+
+
+def check_inputs(cfg: Any, base_copied: bool) -> None:
+    """Refuse a base that is no loadable bundle (unless the run already holds its copy: a resume), and a
+    base or demonstrations recorded on another sim task."""
+    if cfg.base is not None and not base_copied:
+        check_base(Path(cfg.base))
+    if cfg.demos is not None:
+        check_demos(Path(cfg.demos))
+
+
+def check_base(path: Path) -> None:
+    """The bundle ``--base`` names, loaded once as it is (every check of load_policy names ``path``)."""
+    if not path.is_dir():
+        raise ActlabError("base policy bundle not found", file=path, field="base", fix="check the path")
+    from actlab.policies import load_policy  # lazy: imports torch
+
+    load_policy(path, device="cpu")
+    check_base_task(path)
+
+
+def check_base_task(path: Path) -> None:
+    """A base trained on another sim task's recordings, or in other joint units than the sim's degrees
+    (RL's envs run in degrees), is refused."""
+    check_trained_units([SimpleNamespace(name=str(path), path=str(path))], "degrees", option="base")
+    found = trained_task(path)
+    if found is not None and found[0] != RL_SIM_TASK:
+        raise ActlabError(
+            f"the base policy was trained on {found[0]}; residual RL runs on {RL_SIM_TASK}",
+            file=path,
+            field="base",
+            expected=f"a bundle trained on {RL_SIM_TASK} recordings",
+            found=f"trained on {found[1]} ({found[0]})",
+            fix=f"pass a base trained on {RL_SIM_TASK} (actlab sim record --task {RL_SIM_TASK})",
+        )
+
+
+def check_demos(path: Path) -> None:
+    """Demonstrations recorded by ``actlab sim record`` say their task and units; another task's, or
+    another unit's, are refused."""
+    recorded = sim_seeds(read_info(path))
+    if recorded is not None and recorded["task"] and recorded["task"] != RL_SIM_TASK:
+        raise ActlabError(
+            f"the demonstrations were recorded on {recorded['task']}; residual RL runs on {RL_SIM_TASK}",
+            file=path,
+            field="demos",
+            expected=f"a dataset recorded on {RL_SIM_TASK}",
+            found=recorded["task"],
+            fix=f"pass demonstrations of {RL_SIM_TASK} (actlab sim record --task {RL_SIM_TASK})",
+        )
+    if recorded is not None and recorded["units"] != "degrees":
+        raise ActlabError(
+            f"the demonstrations are in joint units {recorded['units']}; RL's sim runs in degrees",
+            file=path,
+            field="demos",
+            expected="a dataset recorded in degrees (actlab sim record's default units)",
+            found=recorded["units"],
+            fix="pass demonstrations recorded without --units",
+        )
+
+
+__all__ = ["RL_SIM_TASK", "check_base", "check_base_task", "check_demos", "check_inputs"]
