@@ -242,6 +242,30 @@ def test_a_bundle_evaluated_on_another_task_than_it_learned_is_said(bundle, tmp_
     assert other_task_warnings(resolve_paths([bundle]), "so101_push") == []  # no recorded task: nothing
 
 
+@pytest.mark.timeout(120)
+def test_a_real_time_sweep_says_each_warning_once(bundle, tmp_path, capsys):
+    """UNCLEAR before: a real-time sweep evaluates each cell on its own, and each cell printed the warning
+    about the task again (3 copies in a 2-mode x 2-delay sweep). Within a command a line is said once."""
+    from actlab.utils.say import said_once, say
+
+    push = _bundle_trained_on(bundle, tmp_path / "push_policy", "so101_push")
+    args = ["eval", str(push), "--episodes", "1", "--max-steps", "2", "--workers", "1"]
+    args += ["--execution", "sync,async", "--latency", "0,2", "--out", str(tmp_path / "rt")]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert err.count("was trained on so101_push") == 1, err
+    # Outside a scope every line is said; a scope inside another shares the outer one's lines.
+    say("x")
+    say("x")
+    with said_once():
+        say("y")
+        with said_once():
+            say("y")
+            say("z")
+        say("z")
+    assert capsys.readouterr().err == "x\nx\ny\nz\n"
+
+
 @pytest.mark.timeout(60)
 def test_a_bundle_is_never_run_in_other_joint_units_than_it_learned(bundle, tmp_path, capsys):
     """SILENT before: a policy trained on so101_follower recordings (gripper 0-100) was evaluated in the

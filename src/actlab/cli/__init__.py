@@ -18,6 +18,7 @@ from pathlib import Path
 from actlab import __version__
 from actlab.cli import _options
 from actlab.errors import ActlabError, Terminated, from_environment
+from actlab.utils.say import said_once
 
 # Every example in every --help runs as written after `actlab demo --out runs/demo` (which leaves the
 # recorded dataset in runs/demo/data, the training run in runs/demo/run with checkpoints/step_NNNNNNN/
@@ -212,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             _expand_home(args)
             _options.check(args)  # options that contradict each other: refused before any work
-            code = int(run(args) or 0)
+            with said_once():  # a note that several evaluations of one command find is said once
+                code = int(run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
         return code
     except BrokenPipeError as e:

@@ -113,7 +113,9 @@ def _record(g) -> None:
         "--cameras", type=_options.camera_list, default=("top", "wrist"), help="comma list (top,wrist)"
     )
     p.add_argument("--keep-failures", action="store_true", help="also write episodes the expert failed")
-    p.add_argument("--workers", type=int, default=2, metavar="W", help="simulation processes (2)")
+    p.add_argument(
+        "--workers", type=int, default=2, metavar="W", help="simulation processes (2; 0: this process)"
+    )
     p.add_argument("--noise", type=float, default=0.0, help="expert noise scale, 0 = none (0)")
     p.add_argument(
         "--units",

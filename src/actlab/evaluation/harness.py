@@ -21,7 +21,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import os
 import pickle
-import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -54,6 +53,7 @@ from actlab.policies.contract import RolloutPolicy
 from actlab.policies.execution import ExecutionSpec
 from actlab.utils import procs
 from actlab.utils.procs import worker_pool
+from actlab.utils.say import say
 from actlab.utils.threads import torch_threads
 
 VIDEO_PICKS = ("first", "failures")
@@ -305,17 +305,16 @@ def evaluate_many(
         raise ActlabError("two policies have the same name", found=", ".join(names), fix="rename one")
     # a delay a policy cannot take fails before any episode; a horizon the executor chose is said
     for note in check_sources_execution(sources, cfg.execution):
-        print(f"note: {note}", file=sys.stderr)
+        say(f"note: {note}")
     if not spec.is_peer:
         check_trained_units(sources, spec.env_kwargs.get("units") or "degrees")
     for line in other_task_warnings(sources, spec.task):
-        print(f"warning: {line}", file=sys.stderr)
+        say(f"warning: {line}")
     trained_on = check_training_seeds(sources, spec.task, cfg.seed, cfg.episodes, cfg.allow_training_seeds)
     for name, overlap in trained_on.items():
-        print(
+        say(
             f"warning: {name}: {len(overlap['seeds'])} of {cfg.episodes} episodes start from scenes it was "
-            f"trained on ({overlap['dataset']}); --allow-training-seeds was given",
-            file=sys.stderr,
+            f"trained on ({overlap['dataset']}); --allow-training-seeds was given"
         )
     first_inputs = next((i for i in map(source_inputs, sources) if i is not None), None)
     spec = spec_for_inputs(spec, first_inputs)

@@ -43,6 +43,7 @@ from actlab.policies.execution import (
     horizon_note,
 )
 from actlab.utils.io import atomic_dir, atomic_file, atomic_write_json, atomic_write_text, check_out_dir
+from actlab.utils.say import said_once
 from actlab.utils.stats import paired_compare
 from actlab.utils.table import table
 from actlab.utils.threads import torch_threads
@@ -252,24 +253,25 @@ def run_sweep(
                 fix=f"{e.fix}; or a faster --device, or a smaller --batch-envs",
             ) from e
     cells_out = []
-    for src, spec, s in planned:
-        t0 = time.perf_counter()
-        (ev,) = evaluate_many([src], env_spec, replace(cfg, execution=spec))
-        is_measured = src.name in measured and spec.latency == measured[src.name]["steps"]
-        cell = Cell(
-            policy=src.name,
-            mode=spec.mode,
-            latency=spec.latency,
-            horizon=s,
-            summary=ev.summary,
-            seconds=time.perf_counter() - t0,
-            measured=measured.get(src.name) if is_measured and spec.mode != "sync" else None,
-            outcomes={e.seed: e.outcome for e in ev.episodes},
-            note=_note(src, spec),
-        )
-        cells_out.append(cell)
-        if on_cell is not None:
-            on_cell(cell)
+    with said_once():  # every cell's evaluation finds the same notes about its policy: said once
+        for src, spec, s in planned:
+            t0 = time.perf_counter()
+            (ev,) = evaluate_many([src], env_spec, replace(cfg, execution=spec))
+            is_measured = src.name in measured and spec.latency == measured[src.name]["steps"]
+            cell = Cell(
+                policy=src.name,
+                mode=spec.mode,
+                latency=spec.latency,
+                horizon=s,
+                summary=ev.summary,
+                seconds=time.perf_counter() - t0,
+                measured=measured.get(src.name) if is_measured and spec.mode != "sync" else None,
+                outcomes={e.seed: e.outcome for e in ev.episodes},
+                note=_note(src, spec),
+            )
+            cells_out.append(cell)
+            if on_cell is not None:
+                on_cell(cell)
     return cells_out, measured
 
 

@@ -13,7 +13,6 @@ rl) describes a policy with a :class:`PolicySource` and asks the questions here,
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +24,7 @@ from actlab.evaluation.policy_io import PolicyInputs, bundle_inputs, policy_inpu
 from actlab.policies.contract import RolloutPolicy
 from actlab.policies.execution import ChunkLimits, ExecutionSpec, check_execution, horizon_note
 from actlab.utils.io import read_json
+from actlab.utils.say import say
 from actlab.utils.threads import cpu_busy, format_load, load_1m, torch_thread_count, usable_cpus
 
 
@@ -135,11 +135,10 @@ def threads_for_load(cfg: Any, note: bool = True) -> Any:
     if own is None or own <= 1 or not cpu_busy(load, cpus, own):
         return cfg
     if note:
-        print(
+        say(
             f"note: the CPUs are busy ({format_load(load, cpus)}): rollouts run at 1 torch thread a process "
             f"instead of {own} (threads spin waiting for each other on a busy CPU); --threads N sets the "
-            "count",
-            file=sys.stderr,
+            "count"
         )
     return replace(cfg, threads_per_worker=1)
 
