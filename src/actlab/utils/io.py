@@ -84,8 +84,11 @@ def atomic_file(path: str | Path, mode: str = "wb") -> Iterator[Any]:
     except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        if isinstance(e, OSError) and e.filename is None:
-            name_file(e, str(path))  # a failed write() names no file: the one being written
+        if isinstance(e, OSError) and e.filename in (None, tmp):
+            # a failed write() names no file, a failed rename the temporary one: name the file being written
+            with contextlib.suppress(AttributeError):
+                e.filename2 = None
+            name_file(e, str(path))
         raise
 
 
@@ -108,9 +111,14 @@ def _refuse_special_file(path: Path) -> None:
     makes a write atomic would replace the device node itself with a regular file (as root, /dev/null for
     every process on the machine)."""
     try:
-        kind = special_file_kind(os.stat(path).st_mode)
+        mode = os.stat(path).st_mode
     except OSError:  # absent (the usual case) or unreadable: the write itself will say
         return
+    if stat.S_ISDIR(mode):
+        # named before anything is written: the rename refused it, and the error named the hidden
+        # temporary file (`.summary.json.5oyrruk1.tmp`), after the whole training had run
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    kind = special_file_kind(mode)
     if kind is None:
         return
     raise ActlabError(
