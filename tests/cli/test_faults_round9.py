@@ -145,3 +145,40 @@ def test_a_shift_as_large_as_the_frames_is_refused(tmp_path, tiny_dataset, capsy
     err = capsys.readouterr().err
     assert "augment.shift_pad" in err and "< 32" in err
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+# ------------------------------------------------------------------------------- refused before any work
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "case",
+    ["demo episodes", "demo cache", "bench of a bundle"],
+)
+def test_settings_are_refused_before_any_work_naming_what_they_are(
+    tmp_path, tiny_dataset, bundle, capsys, case
+):
+    """UNCLEAR before: the demo refused `--set data.episodes=[0,1,2]` with --episodes 2 (and a
+    data.cache_dir inside another dataset) only at its training stage, after recording; `policy bench
+    BUNDLE` said "unknown policy type 'BUNDLE'", fix "actlab policy info lists them"."""
+    demo = [
+        "demo",
+        "--out",
+        str(tmp_path / "demo"),
+        "--episodes",
+        "2",
+        "--preset",
+        "tiny",
+        "--image-size",
+        "16",
+    ]
+    if case == "demo episodes":
+        assert main([*demo, "--set", "data.episodes=[0,1,2]"]) == 2
+        assert "indices among 0..1 (--episodes 2)" in capsys.readouterr().err
+    elif case == "demo cache":
+        assert main([*demo, "--set", f"data.cache_dir={tiny_dataset / 'cache'}"]) == 2
+        assert "a LeRobot dataset" in capsys.readouterr().err
+        assert not (tiny_dataset / "cache").exists()
+    else:
+        assert main(["policy", "bench", str(bundle), "--steps", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "not a saved policy" in err and "an actlab policy bundle" in err
+    assert not (tmp_path / "demo" / "data").exists()

@@ -126,7 +126,7 @@ def train(
         [("data.path", cfg.data.path), ("init_from", cfg.init_from)],
         distinct_outputs=False,  # a frame cache inside the run directory is the run's own
     )
-    _refuse_cache_in_other_output(cfg.data.cache_dir, out)
+    refuse_cache_in_other_output(cfg.data.cache_dir, out)
     lock = DirLock(out, "run directory", fix=LOCKED_FIX) if dist.is_main else contextlib.nullcontext()
     try:
         with lock:
@@ -381,7 +381,7 @@ def _check_same_dataset(cfg: TrainConfig, ckpt: Path) -> None:
         )
 
 
-def _refuse_cache_in_other_output(cache_dir: str | None, out: Path) -> None:
+def refuse_cache_in_other_output(cache_dir: str | None, out: Path) -> None:
     """A frame cache is written only into a directory of its own or the run's: `--set data.cache_dir=`
     another dataset, a checkpoint or a data view's --out wrote frames/ and stats/ into it, exit 0."""
     found = enclosing_kind(cache_dir, own=out) if cache_dir else None
