@@ -23,6 +23,8 @@ from actlab.cli.data import VIEW_KIND
 from actlab.errors import ActlabError
 from actlab.lifecycle.checkpoints import Checkpoints
 from actlab.lifecycle.rundir import resume_start
+from actlab.training import get_preset, with_dataset
+from actlab.training.config import config_to_dict
 from actlab.training.loop import TRAINING_RUN
 from actlab.utils.io import OUTPUT_MARKER, atomic_write_json, claim_out_dir
 
@@ -182,3 +184,25 @@ def test_settings_are_refused_before_any_work_naming_what_they_are(
         err = capsys.readouterr().err
         assert "not a saved policy" in err and "an actlab policy bundle" in err
     assert not (tmp_path / "demo" / "data").exists()
+
+
+@pytest.mark.timeout(60)
+def test_a_checkpoint_missing_a_bundle_file_offers_the_previous_one(tmp_path, tiny_dataset, bundle, capsys):
+    """UNCLEAR before: `train --resume` of a run whose newest checkpoint lost its actlab.json said
+    "checkpoint bundle metadata not found", fix "check the path"; now "checkpoint is incomplete" with the
+    `mv` that makes the resume take the checkpoint before it, as for a damaged training state."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(
+        json.dumps(config_to_dict(with_dataset(get_preset("tiny"), str(tiny_dataset))))
+    )
+    for step in (1, 2):
+        ckpt = run / "checkpoints" / f"step_000000{step}"
+        shutil.copytree(bundle, ckpt)
+        (ckpt / "training_state").mkdir()
+        (ckpt / "training_state" / "state.json").write_text(json.dumps({"step": step}))
+    (run / "checkpoints" / "step_0000002" / "actlab.json").unlink()
+    assert main(["train", "--out", str(run), "--resume", "--set", "steps=3"]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint is incomplete" in err and "step_0000002/actlab.json" in err
+    assert "it takes step_0000001" in err and "check the path" not in err

@@ -331,6 +331,12 @@ def _resume_step(cfg: TrainConfig, out: Path, ckpts: CheckpointManager) -> int:
         fix="resume with the saved config (omit --preset/--set for these keys); only steps, logging, "
         "eval/checkpoint cadence and device may change",
     )
+    # lazy: bundle imports torch (a resume loads it next anyway); training modules import without it
+    from actlab.policies.bundle import FILES as BUNDLE_FILES
+
+    # a bundle file gone from the checkpoint (actlab.json) said "not found, fix: check the path": the
+    # fix for a checkpoint that cannot be read is the previous one, as for its training state
+    ckpts.require(step, [ckpts.path(step) / name for name in BUNDLE_FILES], "actlab train")
     _check_same_dataset(cfg, ckpts.path(step))
     if step > cfg.steps:
         raise ActlabError(
