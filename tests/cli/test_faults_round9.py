@@ -22,6 +22,7 @@ from actlab.cli import main
 from actlab.cli.data import VIEW_KIND
 from actlab.errors import ActlabError
 from actlab.lifecycle.checkpoints import Checkpoints
+from actlab.lifecycle.metrics_log import MetricsLog
 from actlab.lifecycle.rundir import resume_start
 from actlab.training import get_preset, with_dataset
 from actlab.training.config import config_to_dict
@@ -206,3 +207,15 @@ def test_a_checkpoint_missing_a_bundle_file_offers_the_previous_one(tmp_path, ti
     err = capsys.readouterr().err
     assert "checkpoint is incomplete" in err and "step_0000002/actlab.json" in err
     assert "it takes step_0000001" in err and "check the path" not in err
+
+
+@pytest.mark.timeout(30)
+def test_a_resume_without_its_metrics_file_says_the_history_is_lost(tmp_path, capsys):
+    """UNCLEAR before: `train --resume` of a run whose metrics.jsonl was deleted went on without a word;
+    its curves then began at the resumed step as if the run had started there."""
+    log = MetricsLog(tmp_path / "resumed", enabled=True, total_steps=3, start_step=2, progress=False)
+    log.close()
+    err = capsys.readouterr().err
+    assert "metrics.jsonl is missing: the metrics of steps 1-2 are lost" in err
+    MetricsLog(tmp_path / "new", enabled=True, total_steps=3, progress=False).close()  # a new run: no note
+    assert capsys.readouterr().err == ""
