@@ -8,7 +8,10 @@ parser, real files, real bundles and datasets.
 - a directory where a run writes a file (summary.json, best.json) was named by its hidden temporary name;
 - ``--set data.cache_dir=`` inside another dataset, bundle or command output wrote the frame cache there;
 - ``--set augment.shift_pad`` as large as the frames trained on crops that could hold none of the image;
-- a checkpoint stripped of its training state was skipped by a resume and later replaced without a word.
+- a checkpoint stripped of its training state was skipped by a resume and later replaced without a word;
+  one that lost its actlab.json said "check the path"; a missing metrics.jsonl went unsaid;
+- the demo refused data.episodes (and a foreign cache) only after recording; `policy bench BUNDLE` blamed
+  an "unknown policy type".
 """
 
 from __future__ import annotations
