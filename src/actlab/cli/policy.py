@@ -145,6 +145,26 @@ def _register_bench(g) -> None:
     p.set_defaults(_run=_run_bench)
 
 
+def _refuse_bench_path(name: str) -> None:
+    """`policy bench RUN/checkpoints/step_N` said "unknown policy type 'RUN/...'", fix "actlab policy info
+    lists them": bench times a type's config, it loads no bundle."""
+    from pathlib import Path
+
+    # lazily, like every actlab import in cli
+    from actlab.errors import ActlabError
+    from actlab.utils.kinds import describe
+
+    if name not in ("act", "act_relative") and Path(name).exists():
+        raise ActlabError(
+            "policy bench times a policy type's config, not a saved policy",
+            field="NAME",
+            expected="a policy type: act or act_relative",
+            found=f"{name}: {describe(name) or 'a path'}",
+            fix="pass the bundle's type (actlab policy info PATH prints its config) with its settings as "
+            "--set KEY=VALUE; to time a saved policy's rollouts, actlab bench eval PATH",
+        )
+
+
 def _run_bench(args: argparse.Namespace) -> int:
     import sys
 
@@ -157,6 +177,7 @@ def _run_bench(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    _refuse_bench_path(args.type)
     result = bench_policy(
         args.type,
         overrides=tuple(args.overrides),

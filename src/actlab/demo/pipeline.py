@@ -52,6 +52,7 @@ from actlab.sim.view import render_strip
 from actlab.training import apply_train_overrides, get_preset, load_run_config, train, with_dataset
 from actlab.training.checkpoint import CheckpointManager
 from actlab.training.config import resume_diff
+from actlab.training.loop import refuse_cache_in_other_output
 from actlab.training.preflight import checkpoint_bytes
 from actlab.utils.config import override_key, to_dict
 from actlab.utils.device import resolve_device
@@ -265,6 +266,17 @@ def resolve(cfg: DemoConfig) -> dict[str, Any]:
         ]
     _refuse_owned_overrides(cfg.overrides)
     train_cfg = apply_train_overrides(train_cfg, [*demo_overrides, *cfg.overrides])
+    # checked here, not where the training stage meets them: after the recording stage had run
+    refuse_cache_in_other_output(train_cfg.data.cache_dir, out)
+    beyond = sorted(e for e in train_cfg.data.episodes if e >= cfg.episodes)
+    if beyond:
+        raise ActlabError(
+            "data.episodes names episodes the demo does not record",
+            field="data.episodes",
+            expected=f"indices among 0..{cfg.episodes - 1} (--episodes {cfg.episodes})",
+            found=beyond,
+            fix="name recorded episodes only, or record more with --episodes (nothing was run)",
+        )
     plan = {"device": str(device), "preset": preset, "image_size": image_size, "train": train_cfg}
     return {**plan, "task": cfg.task} if cfg.task != DEFAULT_TASK else plan
 

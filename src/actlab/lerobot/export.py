@@ -41,7 +41,7 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.policies import load_policy
-from actlab.policies.bundle import write_bundle
+from actlab.policies.bundle import training_record, write_bundle
 from actlab.policies.configs import VIT_BACKBONES
 from actlab.utils import config as cfgutil
 from actlab.utils.io import atomic_dir, atomic_write_bytes, atomic_write_json, check_out_dir
@@ -459,7 +459,7 @@ def export_plugin_policy(
         atomic_write_json(tmp / f"{PREPROCESSOR}.json", pre)
         atomic_write_json(tmp / f"{POSTPROCESSOR}.json", post)
         (tmp / PLUGIN_BUNDLE).mkdir()
-        write_bundle(policy, tmp / PLUGIN_BUNDLE, extra={"exported_from": source})
+        write_bundle(policy, tmp / PLUGIN_BUNDLE, extra={"exported_from": source, **training_record(source)})
         atomic_write_json(tmp / "actlab_export.json", summary)
     return {**summary, "out": str(out_dir)}
 

@@ -33,6 +33,7 @@ from actlab.lerobot.export import (
 )
 from actlab.policies import ACTConfig, load_policy, make_policy, save_policy
 from actlab.policies.backbones import IMAGENET_MEAN, IMAGENET_STD
+from actlab.policies.bundle import training_record
 from actlab.utils.io import check_out_dir, read_json, require_file
 from actlab.utils.kinds import describe
 
@@ -296,7 +297,13 @@ def import_plugin_policy(policy_dir: str | Path, out: str | Path, overwrite: boo
     root = Path(policy_dir)
     kind = _plugin_type(root)
     policy = load_policy(root / PLUGIN_BUNDLE, device="cpu")
-    extra = {"imported_from": str(policy_dir), "lerobot_type": kind, "notes": []}
+    # the training record (task, joint units, seeds) travels with the weights, so eval still checks them
+    extra = {
+        "imported_from": str(policy_dir),
+        "lerobot_type": kind,
+        "notes": [],
+        **training_record(root / PLUGIN_BUNDLE),
+    }
     save_policy(policy.eval(), out, extra=extra, overwrite=overwrite, kind=IMPORT_KIND, inputs=[policy_dir])
     return {
         "source": str(policy_dir),

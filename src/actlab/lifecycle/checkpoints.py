@@ -93,6 +93,19 @@ class Checkpoints:
                 found.append(int(m.group(1)))
         return sorted(found)
 
+    def stateless_after(self, step: int) -> list[Path]:
+        """``step_N`` directories past ``step`` that hold no ``training_state/state.json``: a writer renames
+        a checkpoint into place only complete, so these lost their state afterwards (a bundle kept for its
+        weights, the training state deleted to save disk)."""
+        if not self.root.is_dir():
+            return []
+        found = []
+        for p in self.root.iterdir():
+            m = STEP_DIR.match(p.name)
+            if m and int(m.group(1)) > step and p.is_dir() and not (p / STATE_DIR / STATE_FILE).is_file():
+                found.append((int(m.group(1)), p))
+        return [p for _, p in sorted(found)]
+
     def path(self, step: int) -> Path:
         return self.root / step_dir_name(step)
 

@@ -118,6 +118,14 @@ class MetricsLog:
 
     def _truncate_after(self, step: int) -> None:
         if not self.path.is_file():
+            if step > 0 and not self.path.exists():
+                # a resume whose metrics.jsonl is gone went on without a word: its curves then began at
+                # the resumed step, as if the run had started there
+                print(
+                    f"note: {self.path} is missing: the metrics of steps 1-{step} are lost (the checkpoints "
+                    f"do not depend on them); it holds the steps after {step} from now on",
+                    file=sys.stderr,
+                )
             return
         damaged: list[str] = []
         rows = read_metrics(self.path, damaged)

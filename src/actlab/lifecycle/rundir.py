@@ -143,6 +143,26 @@ def resume_start(out: Path, ckpts: Checkpoints, kind: RunKind) -> int:
     """The step a resume continues from: the newest complete checkpoint, or 0 for a run of this kind
     that stopped before its first; refuses a directory that holds no such run."""
     step = ckpts.last_step()
+    # a checkpoint past the resume point without its training state was skipped without a word, then
+    # deleted and written again when the resumed run reached its step (other weights, off a CPU)
+    stateless = ckpts.stateless_after(step or 0)
+    if stateless:
+        then = f"continues from {ckpts.path(step).name}" if step is not None else "starts the run over"
+        also = (
+            f"; or train on from its weights in a new run: actlab train --init-from {stateless[-1]} --out NEW"
+            if kind.command == "actlab train"
+            else ""
+        )
+        raise ActlabError(
+            f"checkpoint {stateless[-1].name} has no training state: a resume would train past it again and "
+            "replace it",
+            file=stateless[-1] / "training_state" / "state.json",
+            expected="training_state/ in every checkpoint past the one a resume continues from",
+            found="missing in " + ", ".join(p.name for p in stateless),
+            fix=f"move {'them' if len(stateless) > 1 else 'it'} out of {ckpts.root} (e.g. `mv "
+            f"{stateless[-1]} {ckpts.root.parent / ('kept-' + stateless[-1].name)}`) and run the same "
+            f"command again: it {then}{also}",
+        )
     if step is not None:
         return step
     if not kind.is_run_dir(out):

@@ -74,6 +74,22 @@ def write_bundle(policy: Any, directory: str | Path, extra: dict[str, Any] | Non
     atomic_write_json(directory / "actlab.json", meta)
 
 
+def training_record(path: str | Path | None) -> dict[str, Any]:
+    """``{"train": ...}`` of the bundle at ``path`` (its actlab.json ``extra``: the task, joint units and
+    episode seeds of its training data), or ``{}`` where there is none. Copied into the bundles made from
+    it (a LeRobot export's ``actlab_bundle/``, an import of that export): an exported and imported
+    so101_follower policy was evaluated in degrees, and at its training seeds, without a word."""
+    file = Path(path) / "actlab.json" if path is not None else None
+    if file is None or not file.is_file():
+        return {}
+    try:
+        extra = read_json(file, "bundle metadata").get("extra")
+    except (ActlabError, AttributeError):
+        return {}  # the bundle was loaded (and so checked) before; an unreadable record carries nothing
+    train = extra.get("train") if isinstance(extra, dict) else None
+    return {"train": train} if isinstance(train, dict) else {}
+
+
 def verify_bundle(path: Path, meta: dict[str, Any]) -> None:
     """Check the bundle's files against the sha256 recorded in ``actlab.json`` at save.
 

@@ -553,12 +553,29 @@ def _preflight(cfg: TrainConfig, policy, ds, store, out_dir, existing_checkpoint
     preflight.check(plan, out_dir, cfg.checkpoint.disk_limit_bytes)
 
 
+def _check_shift_pad(cfg: TrainConfig, store) -> None:
+    """A random shift of ``shift_pad`` pixels or more can move a stored frame wholly out of its crop (the
+    edge pixels repeated): `--set augment.shift_pad=100` on 16 px frames trained on such crops, exit 0."""
+    if store is None or cfg.augment.shift_pad <= 0 or not store.frames:
+        return
+    side = min(min(a.shape[-2:]) for a in store.frames.values())  # (N, C, H, W)
+    if cfg.augment.shift_pad >= side:
+        raise ActlabError(
+            "augment.shift_pad is as large as the frames: a shifted crop can hold none of the image",
+            field="augment.shift_pad",
+            expected=f"< {side} (the frames are {side} px on their shorter side; presets use 2-8)",
+            found=cfg.augment.shift_pad,
+            fix=f"--set augment.shift_pad=N with N < {side}, or 0 for no shift",
+        )
+
+
 def _device_data(ds, store, policy: TrainablePolicy, cfg: TrainConfig, device) -> DeviceData:
     """DeviceData for the policy's keys; with a frozen backbone, cached features replace the images."""
     # lazy: DeviceData may import torch (actlab.datasets keeps it lazy); training modules import without it
     from actlab.datasets import DeviceData
 
     on_device = _frames_on_device(cfg, store, device)
+    _check_shift_pad(cfg, store)
     deltas = dict(policy.delta_indices)
     override = None
     if cfg.policy.freeze_backbone and store is not None:

@@ -48,6 +48,7 @@ from actlab.training.schedule import sync_lr
 from actlab.training.slowdown import SlowdownWatch, cure_applied
 from actlab.utils.disk import write_error
 from actlab.utils.io import atomic_write_json, read_json, refuse_overlapping_paths
+from actlab.utils.kinds import enclosing_kind
 from actlab.utils.lock import DirLock
 from actlab.utils.threads import (
     AdaptiveThreads,
@@ -125,6 +126,7 @@ def train(
         [("data.path", cfg.data.path), ("init_from", cfg.init_from)],
         distinct_outputs=False,  # a frame cache inside the run directory is the run's own
     )
+    refuse_cache_in_other_output(cfg.data.cache_dir, out)
     lock = DirLock(out, "run directory", fix=LOCKED_FIX) if dist.is_main else contextlib.nullcontext()
     try:
         with lock:
@@ -329,6 +331,12 @@ def _resume_step(cfg: TrainConfig, out: Path, ckpts: CheckpointManager) -> int:
         fix="resume with the saved config (omit --preset/--set for these keys); only steps, logging, "
         "eval/checkpoint cadence and device may change",
     )
+    # lazy: bundle imports torch (a resume loads it next anyway); training modules import without it
+    from actlab.policies.bundle import FILES as BUNDLE_FILES
+
+    # a bundle file gone from the checkpoint (actlab.json) said "not found, fix: check the path": the
+    # fix for a checkpoint that cannot be read is the previous one, as for its training state
+    ckpts.require(step, [ckpts.path(step) / name for name in BUNDLE_FILES], "actlab train")
     _check_same_dataset(cfg, ckpts.path(step))
     if step > cfg.steps:
         raise ActlabError(
@@ -376,6 +384,21 @@ def _check_same_dataset(cfg: TrainConfig, ckpt: Path) -> None:
             + (" (meta_sha256: the contents of meta/ differ)" if "meta_sha256" in " ".join(changed) else ""),
             fix="resume with the original dataset (--dataset PATH; a copy of it is fine), or train on this "
             "one into a new --out: a resume would continue on other data",
+        )
+
+
+def refuse_cache_in_other_output(cache_dir: str | None, out: Path) -> None:
+    """A frame cache is written only into a directory of its own or the run's: `--set data.cache_dir=`
+    another dataset, a checkpoint or a data view's --out wrote frames/ and stats/ into it, exit 0."""
+    found = enclosing_kind(cache_dir, own=out) if cache_dir else None
+    if found is not None:
+        raise ActlabError(
+            "data.cache_dir lies inside a directory another command wrote",
+            file=cache_dir,
+            field="data.cache_dir",
+            expected="a directory of its own, or one inside --out",
+            found=f"{found[0]}: {found[1]}",
+            fix="choose another data.cache_dir, e.g. OUT/cache (nothing was run or written)",
         )
 
 

@@ -84,8 +84,11 @@ def atomic_file(path: str | Path, mode: str = "wb") -> Iterator[Any]:
     except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        if isinstance(e, OSError) and e.filename is None:
-            name_file(e, str(path))  # a failed write() names no file: the one being written
+        if isinstance(e, OSError) and e.filename in (None, tmp):
+            # a failed write() names no file, a failed rename the temporary one: name the file being written
+            with contextlib.suppress(AttributeError):
+                e.filename2 = None
+            name_file(e, str(path))
         raise
 
 
@@ -108,9 +111,14 @@ def _refuse_special_file(path: Path) -> None:
     makes a write atomic would replace the device node itself with a regular file (as root, /dev/null for
     every process on the machine)."""
     try:
-        kind = special_file_kind(os.stat(path).st_mode)
+        mode = os.stat(path).st_mode
     except OSError:  # absent (the usual case) or unreadable: the write itself will say
         return
+    if stat.S_ISDIR(mode):
+        # named before anything is written: the rename refused it, and the error named the hidden
+        # temporary file (`.summary.json.5oyrruk1.tmp`), after the whole training had run
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    kind = special_file_kind(mode)
     if kind is None:
         return
     raise ActlabError(
@@ -434,12 +442,18 @@ def claim_out_dir(
     state = _state(path)
     marker = read_output_marker(path) if state is not None and state.startswith("token:") else None
     # an output of the same command is reused only for the same input: `data view A` then `data view B`
-    # into one --out wrote B's episode_000.html over A's, `rl report` B's report.md over A's (a marker
-    # written before the inputs were recorded in it is reused as before: whose it is cannot be told)
-    if marker is not None and marker["kind"] == kind and marker.get("inputs") in (None, sources):
+    # into one --out wrote B's episode_000.html over A's, `rl report` B's report.md over A's. A marker
+    # written before the inputs were recorded in it cannot say whose pages it holds: refused too (it was
+    # reused, and `data view B` wrote over A's pages of a directory an older actlab made)
+    if marker is not None and marker["kind"] == kind and marker.get("inputs") == sources:
         return path
     if state not in (None, "empty"):
-        if marker is not None and marker["kind"] == kind:
+        if marker is not None and marker["kind"] == kind and "inputs" not in marker:
+            found = (
+                f"the output of an older {kind}, which did not record its input: whose files it holds "
+                "cannot be told"
+            )
+        elif marker is not None and marker["kind"] == kind:
             theirs = marker["inputs"]
             theirs = ", ".join(map(str, theirs)) if isinstance(theirs, list) else str(theirs)
             found = f"the output of {kind} for {theirs}, not for {', '.join(sources)}"
@@ -492,7 +506,7 @@ def claimed_out_dir(
     )
     lock.acquire()
     now = read_output_marker(path)
-    if now is None or now["kind"] != kind or now.get("inputs") not in (None, _sources(inputs)):
+    if now is None or now["kind"] != kind or now.get("inputs") != _sources(inputs):
         lock.release()  # claimed for other inputs by a command that started with this one and finished
         raise _changed_error(path, kind)
     try:

@@ -50,3 +50,18 @@ def describe(path: str | Path) -> str | None:
     except (OSError, ValueError, AttributeError):
         kind = None
     return f"the output of {kind}" if isinstance(kind, str) else None
+
+
+def enclosing_kind(path: str | Path, own: Path | None = None) -> tuple[Path, str] | None:
+    """``(directory, what it is)`` for the nearest of ``path`` and its parents that :func:`describe` names
+    (a dataset, a bundle, an export, a run, another command's output), stopping at ``own`` (the caller's
+    own output directory, where its files belong); None when there is none."""
+    p = Path(path).expanduser().resolve()
+    stop = own.resolve() if own is not None else None
+    for d in (p, *p.parents):
+        if d == stop:
+            return None
+        kind = describe(d)
+        if kind is not None:
+            return d, kind
+    return None
