@@ -312,28 +312,52 @@ class ExpertPolicy:
     def revision_due(self) -> bool:
         """True when the current plan no longer holds (a moving cube left its forecast path): the next
         ``select_action`` plans the rest again from the true state."""
+        return self._revision_due(self._t)
+
+    def _revision_due(self, step: int) -> bool:
         due = getattr(self.expert, "revision_due", None)  # PushExpert plans once: its cube rests
-        return self._plan is not None and due is not None and due(self._t)
+        return self._plan is not None and due is not None and due(step)
+
+    @property
+    def plan(self) -> np.ndarray | None:
+        """A copy of this episode's plan (T, 6) in the env's units, revisions included; None before the
+        first ``select_action``."""
+        return None if self._plan is None else self._plan.copy()
 
     @property
     def done(self) -> bool:
         """True once every planned action has been returned."""
         return self._plan is not None and self._t >= len(self._plan)
 
-    def select_action(self, obs: dict | None = None):
-        """Next action of the plan, in the form described in the class docstring."""
+    def _update(self, step: int) -> None:
+        """Plan at the episode's first action; later, revise the plan from ``step`` on when it is due."""
         env = self.expert.env
         if self._plan is None:
             self._rng_seed = None
             if self.expert.config.noise > 0:  # a seed kept for the revisions (drawn when none is given)
                 self._rng_seed = self._noise_seed() or (int(np.random.SeedSequence().entropy),)
             self._plan_deg = self.expert.plan(self._rng())
-            self._plan = to_units(self._plan_deg, env.config.units).astype(np.float32)  # env's units
             self._episode += 1
-        elif self._t > 0 and self.revision_due():
+        elif step > 0 and self._revision_due(step):
             # Closed loop for a moving cube: the belt turned, the rest of the plan follows the cube again
-            self._plan_deg = self.expert.plan(self._rng(), since=self._t, before=self._plan_deg)
-            self._plan = to_units(self._plan_deg, env.config.units).astype(np.float32)
+            self._plan_deg = self.expert.plan(self._rng(), since=step, before=self._plan_deg)
+        else:
+            return
+        self._plan = to_units(self._plan_deg, env.config.units).astype(np.float32)  # env's units
+
+    def planned(self, step: int, n: int) -> np.ndarray:
+        """The ``n`` actions (n, 6, env units) the expert plans for steps ``step``.. from the env's state
+        now, the plan revised first where that is due; past the plan's end its last action repeats.
+
+        The expert as a chunk policy (plan at step t, execute later): how much an inference delay costs
+        a task even with a perfect planner. Call it with the episode's step count, never mixed with
+        ``select_action`` in one episode."""
+        self._update(step)
+        return self._plan[np.minimum(np.arange(step, step + n), len(self._plan) - 1)].copy()
+
+    def select_action(self, obs: dict | None = None):
+        """Next action of the plan, in the form described in the class docstring."""
+        self._update(self._t)
         action = self._plan[min(self._t, len(self._plan) - 1)]
         self._t += 1
         state = None if obs is None else obs.get("observation.state")

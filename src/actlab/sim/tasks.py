@@ -472,7 +472,8 @@ class PickMovingEnv(PickPlaceEnv):
         self._carried_away = False
 
     def _task_state(self) -> tuple:
-        return (self.model.body_pos[self._tray_body].copy(), self._speeds, self._reverse_at, self._carried_away)
+        tray = self.model.body_pos[self._tray_body].copy()
+        return (tray, self._speeds, self._reverse_at, self._carried_away)
 
     def _set_task_state(self, state: tuple) -> None:
         self.model.body_pos[self._tray_body] = state[0]
