@@ -4,7 +4,9 @@ The expert plans a whole episode when it first acts: move above the cube, descen
 carry over the bowl, lower, open, retreat to the start pose. Each segment is interpolated with a
 minimum-jerk profile and every 30 Hz target is solved by damped-least-squares IK (MuJoCo Jacobians), so
 the actions are smooth joint targets in the env's units (degrees, LeRobot order). It reads the cube pose
-from the simulator (privileged information), which is why it is bound to an env.
+from the simulator (privileged information), which is why it is bound to an env. For a cube that moves
+(so101_pick_moving) it is closed-loop: :class:`ExpertPolicy` checks the cube's velocity against the
+plan's forecast at every step until the jaws close, and plans the rest again when the belt has turned.
 """
 
 from __future__ import annotations
@@ -268,7 +270,8 @@ class ExpertPolicy:
     """The scripted expert wrapped like a policy, so evaluation can run it as a baseline.
 
     ``reset()`` before each episode (after or before ``env.reset``: the plan is made at the first
-    ``select_action`` of the episode from the env's state). ``select_action(obs)`` accepts the env's
+    ``select_action`` of the episode from the env's state, and revised from the true state where a
+    moving cube leaves its forecast). ``select_action(obs)`` accepts the env's
     observation dict (numpy, returns (6,) float32) or a batched dict of torch tensors (returns a (1, 6)
     tensor of the state's dtype and device), in the env's ``config.units``. After the plan ends it keeps
     returning its last action.
