@@ -86,15 +86,90 @@ def test_stack_knocked_base_is_its_own_failure_class():
         env.close()
 
 
-def test_moving_cube_rides_the_tray():
+def test_moving_cube_rides_the_tray_and_comes_back_after_the_reversal():
     env = make_env("so101_pick_moving", cameras=())
     try:
-        env.reset(seed=1)
-        y0, speed = env.cube_pose()[0][1], env.step(env.joint_positions())[4]["belt_speed"]
-        for _ in range(29):
-            env.step(env.joint_positions())
-        moved = y0 - env.cube_pose()[0][1]
-        assert abs(moved - speed) < 0.004  # one second at the belt's speed
+        legs = {"belt_speed": 0.04, "belt_return_speed": 0.03, "belt_reverse_s": 0.55}
+        env.reset(seed=1, options=legs)
+        y0 = env.cube_pose()[0][1]
+        for _ in range(15):  # 0.5 s out along -y
+            info = env.step(env.joint_positions())[4]
+        assert info["belt_velocity"] == -0.04 and info["belt_speed"] == 0.04
+        y1 = env.cube_pose()[0][1]
+        assert abs((y0 - y1) - 0.02) < 0.003
+        for _ in range(30):  # 1 s more: 0.05 s out, then 0.95 s back along +y at 3 cm/s
+            info = env.step(env.joint_positions())[4]
+        assert info["belt_velocity"] == 0.03 and info["belt_speed"] == 0.03
+        assert abs((env.cube_pose()[0][1] - y1) - (0.95 * 0.03 - 0.05 * 0.04)) < 0.004
+    finally:
+        env.close()
+
+
+@pytest.mark.timeout(120)
+def test_moving_expert_replans_once_at_the_reversal_keeping_what_it_executed():
+    # Closed loop: the first plan forecasts the first leg; when the belt turns, the rest is planned again
+    # from the true state and the actions already executed stay as they were; the same seed replays
+    # the same actions.
+    env = make_env("so101_pick_moving", cameras=(), terminate_on_success=False)
+    try:
+        runs = []
+        for _ in range(2):
+            policy = ExpertPolicy(env)
+            obs, _ = env.reset(seed=4, options={"belt_reverse_s": 0.7})
+            policy.reset(seed=4)
+            actions, revised, first = [], [], None
+            while not policy.done:
+                if actions and policy.revision_due():
+                    revised.append(len(actions))
+                actions.append(policy.select_action(obs))
+                first = policy.plan if first is None else first
+                obs, _, _, truncated, info = env.step(actions[-1])
+                if truncated:
+                    break
+            assert info["is_success"] and revised == [22]  # the first step after 0.7 s (21 steps)
+            np.testing.assert_array_equal(policy.plan[:22], first[:22])
+            assert np.abs(policy.plan[22:40] - first[22:40]).max() > 1.0  # degrees: it turned with the cube
+            runs.append(np.stack(actions))
+        np.testing.assert_array_equal(runs[0], runs[1])
+    finally:
+        env.close()
+
+
+def _expert_in_chunks(env, seed: int, delay: int, options: dict | None = None) -> dict:
+    """One episode of the closed-loop expert cut into chunks: 30 planned from the true state at each
+    inference start, 10 executed, switched to ``delay`` steps late (actlab's async execution)."""
+    import torch
+
+    from actlab.policies.execution import ChunkExecutor, ChunkLimits, ExecutionSpec
+
+    policy = ExpertPolicy(env)
+    env.reset(seed=seed, options=options)
+    policy.reset(seed=seed)
+    steps = [0]
+
+    def chunk(_obs, _prefix):
+        return torch.as_tensor(policy.planned(steps[0], 30)[None])
+
+    spec = ExecutionSpec(mode="async", latency=delay)
+    executor = ChunkExecutor(None, spec, ChunkLimits(chunk_size=30, n_action_steps=10), 1, chunk_fn=chunk)
+    while True:
+        _obs, _, terminated, truncated, info = env.step(executor.step(lambda: None)[0].numpy())
+        steps[0] += 1
+        if terminated or truncated or info["task_failure"]:  # carried away: it will not be picked now
+            return info
+
+
+@pytest.mark.timeout(120)
+def test_a_late_chunk_misses_the_cube_after_the_belt_turns():
+    # What makes so101_pick_moving a real-time task (PickMovingConfig's docstring): even the expert,
+    # executed in chunks 8 steps (267 ms) late, misses a cube whose belt turned meanwhile; on time it
+    # picks it, and on a belt that never turns the same late chunks still pick it.
+    env = make_env("so101_pick_moving", cameras=(), max_steps=150)
+    try:
+        assert _expert_in_chunks(env, 900, delay=0)["is_success"]
+        late = _expert_in_chunks(env, 900, delay=8)
+        assert not late["is_success"] and late["task_failure"] == "carried_away"
+        assert _expert_in_chunks(env, 900, delay=8, options={"belt_reverse_s": 99.0})["is_success"]
     finally:
         env.close()
 
@@ -104,6 +179,10 @@ def test_task_options_are_checked():
         task_config("so101_pick_clutter", distractors=9)
     with pytest.raises(ActlabError, match="belt_speed_range"):
         task_config("so101_pick_moving", belt_speed_range=(0.05, 0.01))
+    with pytest.raises(ActlabError, match="belt_reverse_range"):
+        task_config("so101_pick_moving", belt_reverse_range=(1.0, 0.5))
+    with pytest.raises(ActlabError, match="belt_far_y"):
+        task_config("so101_pick_moving", belt_far_y=0.12)
     with pytest.raises(ActlabError, match="sim task"):
         task_config("so101_stak")
 

@@ -4,7 +4,9 @@ The expert plans a whole episode when it first acts: move above the cube, descen
 carry over the bowl, lower, open, retreat to the start pose. Each segment is interpolated with a
 minimum-jerk profile and every 30 Hz target is solved by damped-least-squares IK (MuJoCo Jacobians), so
 the actions are smooth joint targets in the env's units (degrees, LeRobot order). It reads the cube pose
-from the simulator (privileged information), which is why it is bound to an env.
+from the simulator (privileged information), which is why it is bound to an env. For a cube that moves
+(so101_pick_moving) it is closed-loop: :class:`ExpertPolicy` checks the cube's velocity against the
+plan's forecast at every step until the jaws close, and plans the rest again when the belt has turned.
 """
 
 from __future__ import annotations
@@ -101,8 +103,15 @@ class ScriptedExpert:
         self.config = config or ExpertConfig()
         self.ik = ArmIK(env.model)
 
-    def plan(self, rng: np.random.Generator | None = None) -> np.ndarray:
-        """Actions (T, 6) in degrees for the env's current scene; ``rng`` drives the optional noise."""
+    def plan(
+        self, rng: np.random.Generator | None = None, since: int = 0, before: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Actions (T, 6) in degrees for the env's current scene; ``rng`` drives the optional noise.
+
+        A revision (a moving cube left the forecast path, :meth:`revision_due`): ``since`` is the step
+        now and ``before`` the plan being executed (degrees); its first ``since`` actions are kept and
+        the rest is planned again from the cube's state now. Give a generator seeded as for the first
+        plan: the same draws give the same grasp offsets, heights and segment durations."""
         cfg = self.config
         noise = cfg.noise if rng is not None else 0.0
         rng = rng or np.random.default_rng(0)
@@ -114,17 +123,23 @@ class ScriptedExpert:
             return max(1, round(steps * (1 + jitter(0.15))))
 
         env = self.env
+        revising = before is not None and since > 0
+        kept = np.asarray(before, dtype=float)[:since] / _DEG if revising else np.zeros((0, 6))
         cube, cube_yaw = env.cube_pose()
         bowl, release_z = env.place_target()  # (x, y) of the goal; the height to open at (None: ours)
         half = env.config.scene.cube_size / 2
-        # A cube on a belt (so101_pick_moving) moves at a constant velocity until the jaws take it: the
-        # grasp point follows its forecast path from the approach until the grip has settled, and the jaws
-        # close across the motion (a jaw that trails the cube by the servos' lag never lands on it).
+        # A cube on a belt (so101_pick_moving) moves at a constant velocity between turns: the grasp
+        # point follows its forecast path from the approach until the grip has settled, and the jaws
+        # close across the motion (a jaw that trails the cube by the servos' lag never lands on it). When
+        # the belt turns, the cube leaves the forecast and the plan is revised from step ``since`` on.
         drift = env.cube_velocity()[:2] / FPS if getattr(env, "cube_moves", False) else None
-        if drift is None or not np.any(drift):
+        if revising:
+            yaw = self._yaw  # the first plan's: a reversed belt must not turn the wrist half a turn
+        elif drift is None or not np.any(drift):
             yaw = _closing_yaw(cube[:2], cube_yaw)
         else:
             yaw = _closing_yaw(cube[:2], cube_yaw, across=math.atan2(drift[1], drift[0]))
+        self._yaw = yaw
         down = down_rotation(yaw)
 
         grasp = cube + np.array([0.0, 0.0, cfg.grasp_offset_z])
@@ -144,30 +159,52 @@ class ScriptedExpert:
             actions.append(np.append(q_arm, gripper))
 
         def at(point: np.ndarray, step: int) -> np.ndarray:
-            # where a point riding with the cube is at plan step ``step`` (itself for a cube at rest)
-            return point if drift is None else point + np.append(drift * step, 0.0)
+            # where a point riding with the cube (as it is now, at step ``since``) is at plan step ``step``
+            return point if drift is None else point + np.append(drift * (step - since), 0.0)
+
+        def keep() -> bool:
+            # a revision keeps what was executed: the arm then continues from the kept action
+            if len(actions) < len(kept):
+                actions.append(kept[len(actions)])
+                return True
+            return False
 
         # 1. Joint-space move from the start pose to above the cube (the start pose is not pointing down).
+        # A revision mid-move bends the rest of it from the last executed target to the new end.
         n = dur(cfg.steps_approach)
-        q_above = self.solve_from_candidates(at(above, n), down, arm)
-        for s in min_jerk(n):
-            emit(arm + s * (q_above - arm), GRIPPER_OPEN)
-        arm = q_above
+        fractions = min_jerk(n)
+        start, s0 = arm, 0.0
+        if revising and 0 < since < n:
+            start, s0 = kept[since - 1][:N_ARM], fractions[since - 1]
+        if since < n:
+            q_above = self.solve_from_candidates(at(above, n), down, start)
+        for s in fractions:
+            if not keep():
+                emit(start + (s - s0) / (1 - s0) * (q_above - start), GRIPPER_OPEN)
+        arm = actions[-1][:N_ARM]
         # 2. Straight down to the grasp point.
         n, k0 = dur(cfg.steps_descend), len(actions)
         if drift is None:
             arm = self.cartesian(actions, arm, above, grasp, down, n, GRIPPER_OPEN)
         else:
             for i, s in enumerate(min_jerk(n)):
+                if keep():
+                    arm = actions[-1][:N_ARM]
+                    continue
                 arm, _ = self.ik.solve(at(above + s * (grasp - above), k0 + i + 1), down, arm, iters=30)
                 emit(arm, GRIPPER_OPEN)
+        self._track = (len(actions), drift)  # the forecast's velocity, checked up to here
         # 3. Close, then let the grip settle.
         for s in min_jerk(dur(cfg.steps_close)):
+            if keep():
+                arm = actions[-1][:N_ARM]
+                continue
             if drift is not None:
                 arm, _ = self.ik.solve(at(grasp, len(actions) + 1), down, arm, iters=30)
             emit(arm, GRIPPER_OPEN + s * (GRIPPER_CLOSED - GRIPPER_OPEN))
         for _ in range(dur(cfg.steps_settle)):
-            emit(arm, GRIPPER_CLOSED)
+            if not keep():
+                emit(arm, GRIPPER_CLOSED)
         grasp = at(grasp, len(actions))
         lifted = np.array([grasp[0], grasp[1], carry_z])
         # 4. Lift, 5. carry over the bowl, 6. lower a little.
@@ -191,7 +228,22 @@ class ScriptedExpert:
         if noise > 0:
             out[:, :N_ARM] += rng.normal(0.0, 0.3 * noise, (len(out), N_ARM))
         lo, hi = env.joint_low_deg, env.joint_high_deg
-        return np.clip(out, lo, hi).astype(np.float32)
+        out = np.clip(out, lo, hi).astype(np.float32)
+        if revising:
+            out[:since] = np.asarray(before, dtype=np.float32)[:since]  # exactly what was executed
+        return out
+
+    def revision_due(self, step: int) -> bool:
+        """True when the plan's forecast of a moving cube no longer holds at ``step``: the cube's velocity
+        (the belt's, while it rides the belt) differs from the forecast's by more than 0.5 cm/s (the belt
+        turned or stopped), while the plan still tracks the cube (up to the jaws' closing). Never for a
+        cube at rest. The velocity, not the position: the descending jaws nudge the cube by up to a
+        centimetre before they close on it, and chasing that nudge made grasps fail (18 of 20 seeds)."""
+        track = getattr(self, "_track", None)
+        if track is None or track[1] is None or step >= track[0]:
+            return False
+        velocity = self.env.cube_velocity()[:2]
+        return bool(np.linalg.norm(velocity - track[1] * FPS) > 0.005)
 
     def solve_from_candidates(self, pos: np.ndarray, rot: np.ndarray, q_start: np.ndarray) -> np.ndarray:
         """IK for a pose far from ``q_start`` (arm joints, rad) from a few starting guesses: the best."""
@@ -218,7 +270,8 @@ class ExpertPolicy:
     """The scripted expert wrapped like a policy, so evaluation can run it as a baseline.
 
     ``reset()`` before each episode (after or before ``env.reset``: the plan is made at the first
-    ``select_action`` of the episode from the env's state). ``select_action(obs)`` accepts the env's
+    ``select_action`` of the episode from the env's state, and revised from the true state where a
+    moving cube leaves its forecast). ``select_action(obs)`` accepts the env's
     observation dict (numpy, returns (6,) float32) or a batched dict of torch tensors (returns a (1, 6)
     tensor of the state's dtype and device), in the env's ``config.units``. After the plan ends it keeps
     returning its last action.
@@ -234,6 +287,8 @@ class ExpertPolicy:
         self._episode = 0
         self._episode_seed: int | None = None
         self._plan: np.ndarray | None = None
+        self._plan_deg: np.ndarray | None = None  # the plan in degrees (what a revision continues)
+        self._rng_seed: tuple[int, ...] | None = None
         self._t = 0
 
     def reset(self, seed: int | None = None) -> None:
@@ -253,20 +308,59 @@ class ExpertPolicy:
             return (1, 0 if self._seed is None else self._seed, self._episode_seed)
         return None if self._seed is None else (self._seed, self._episode)
 
+    def _rng(self) -> np.random.Generator | None:
+        # the same draws for a plan and its revisions (the noise is fixed per episode)
+        return None if self._rng_seed is None else np.random.default_rng(self._rng_seed)
+
+    def revision_due(self) -> bool:
+        """True when the current plan no longer holds (a moving cube left its forecast path): the next
+        ``select_action`` plans the rest again from the true state."""
+        return self._revision_due(self._t)
+
+    def _revision_due(self, step: int) -> bool:
+        due = getattr(self.expert, "revision_due", None)  # PushExpert plans once: its cube rests
+        return self._plan is not None and due is not None and due(step)
+
+    @property
+    def plan(self) -> np.ndarray | None:
+        """A copy of this episode's plan (T, 6) in the env's units, revisions included; None before the
+        first ``select_action``."""
+        return None if self._plan is None else self._plan.copy()
+
     @property
     def done(self) -> bool:
         """True once every planned action has been returned."""
         return self._plan is not None and self._t >= len(self._plan)
 
+    def _update(self, step: int) -> None:
+        """Plan at the episode's first action; later, revise the plan from ``step`` on when it is due."""
+        env = self.expert.env
+        if self._plan is None:
+            self._rng_seed = None
+            if self.expert.config.noise > 0:  # a seed kept for the revisions (drawn when none is given)
+                self._rng_seed = self._noise_seed() or (int(np.random.SeedSequence().entropy),)
+            self._plan_deg = self.expert.plan(self._rng())
+            self._episode += 1
+        elif step > 0 and self._revision_due(step):
+            # Closed loop for a moving cube: the belt turned, the rest of the plan follows the cube again
+            self._plan_deg = self.expert.plan(self._rng(), since=step, before=self._plan_deg)
+        else:
+            return
+        self._plan = to_units(self._plan_deg, env.config.units).astype(np.float32)  # env's units
+
+    def planned(self, step: int, n: int) -> np.ndarray:
+        """The ``n`` actions (n, 6, env units) the expert plans for steps ``step``.. from the env's state
+        now, the plan revised first where that is due; past the plan's end its last action repeats.
+
+        The expert as a chunk policy (plan at step t, execute later): how much an inference delay costs
+        a task even with a perfect planner. Call it with the episode's step count, never mixed with
+        ``select_action`` in one episode."""
+        self._update(step)
+        return self._plan[np.minimum(np.arange(step, step + n), len(self._plan) - 1)].copy()
+
     def select_action(self, obs: dict | None = None):
         """Next action of the plan, in the form described in the class docstring."""
-        if self._plan is None:
-            rng = None
-            if self.expert.config.noise > 0:
-                rng = np.random.default_rng(self._noise_seed())
-            env = self.expert.env
-            self._plan = to_units(self.expert.plan(rng), env.config.units).astype(np.float32)  # env's units
-            self._episode += 1
+        self._update(self._t)
         action = self._plan[min(self._t, len(self._plan) - 1)]
         self._t += 1
         state = None if obs is None else obs.get("observation.state")

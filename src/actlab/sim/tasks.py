@@ -354,15 +354,32 @@ class PushExpert:
 @dataclasses.dataclass(frozen=True)
 class PickMovingConfig(PickPlaceConfig):
     """so101_pick_moving: the cube rides a tray that slides across the table; pick it and place it in
-    the bowl. The tray moves along -y (away from the bowl) at a constant speed until the belt's end."""
+    the bowl. The tray moves along -y (away from the bowl), reverses once at a random time and comes back
+    along +y, each leg at its own speed, and stops at either end of the belt.
+
+    Why a reversal: a constant velocity is foreseeable from one frame, so a chunk executed late still
+    matched the cube (the demo's ACT lost 8 points at 267 ms on a constant belt, within the noise). A
+    reversal is not: from it on, a chunk planned before it drifts from the cube by the change of
+    velocity (6-10 cm/s: both legs' speeds) times its lateness, 0.8-1.3 cm at 133 ms (4 steps at 30 Hz)
+    and 1.6-2.7 cm at 267 ms (8 steps). The jaws close across the belt, so that error runs along the
+    pads, 2.4 cm wide against the 2.5 cm cube: about 1.2 cm off and a pad misses the cube's face.
+    Measured with the scripted expert itself cut into chunks (30 planned from the true state, 10
+    executed, async delay D; seeds 200000..200099): 94 / 81 / 57 % at D = 0 / 4 / 8, the closed-loop
+    expert 100 %; on a constant belt (no reversal) 100 % at every D."""
 
     # Cube (and tray) start area (m).
     cube_x_range: tuple[float, float] = (0.17, 0.23)
     cube_y_range: tuple[float, float] = (0.0, 0.06)
-    # Tray speed (m/s), uniform per episode: 3-5 cm/s is 0.6-1.5 cm in a 200-300 ms inference delay.
+    # Tray speed (m/s) of each leg, drawn uniformly for each: 3-5 cm/s.
     belt_speed_range: tuple[float, float] = (0.03, 0.05)
-    # The tray stops at this y (m); a cube that gets there unpicked was carried away.
+    # When the belt reverses (s after the start), uniform per episode: 0.6-1.3 s is 18-39 steps, during
+    # the expert's approach (30 steps) and descent (18 more): the reversal lands while the jaws close in.
+    belt_reverse_range: tuple[float, float] = (0.6, 1.3)
+    # The tray stops at these y (m): the -y end, and the +y end short of the bowl (the tray's 3 cm half
+    # width stays clear of the bowl's wall at y ~ 0.115). A cube that gets to an end unpicked was carried
+    # away (it can still be picked there: a success then counts).
     belt_end_y: float = -0.14
+    belt_far_y: float = 0.075
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -374,6 +391,14 @@ class PickMovingConfig(PickPlaceConfig):
                 expected="(low, high) within 0-0.1 m/s",
                 found=(lo, hi),
             )
+        lo, hi = self.belt_reverse_range
+        if not 0.0 <= lo <= hi:
+            raise ActlabError(
+                "belt_reverse_range out of range",
+                field="belt_reverse_range",
+                expected="(low, high) seconds with 0 <= low <= high",
+                found=(lo, hi),
+            )
         if not -0.15 <= self.belt_end_y < self.cube_y_range[0]:
             raise ActlabError(
                 "belt_end_y must lie in reach, before the cube's start area",
@@ -381,21 +406,36 @@ class PickMovingConfig(PickPlaceConfig):
                 expected=f"-0.15 to {self.cube_y_range[0]}",
                 found=self.belt_end_y,
             )
+        if not self.cube_y_range[1] <= self.belt_far_y <= 0.08:
+            raise ActlabError(
+                "belt_far_y must lie past the cube's start area and short of the bowl",
+                field="belt_far_y",
+                expected=f"{self.cube_y_range[1]} to 0.08",
+                found=self.belt_far_y,
+            )
 
 
 # Half extents of the tray (m): a thin plate under the cube.
 _TRAY = (0.03, 0.03, 0.002)
+# The tray's colour shows the belt's direction (a conveyor's direction lamp): dark grey on the way out
+# (-y), yellow on the way back (+y; neither the red cube's nor the blue bowl's). Without it one frame
+# cannot tell the direction, and the demo's ACT trained on the reversing belt stayed at 12-22 % (50
+# held-out seeds per checkpoint) where it reached 64 % on the constant belt; the lamp tells the
+# direction once the belt has turned, never when it will turn.
+_TRAY_OUT_RGBA = (0.30, 0.30, 0.33, 1.0)
+_TRAY_BACK_RGBA = (0.90, 0.80, 0.20, 1.0)
 
 
 class PickMovingEnv(PickPlaceEnv):
     """Pick-and-place of a cube on a moving tray (the real-time task: a delay costs centimetres).
 
-    ``info`` adds ``tray_pos`` ((3,) m) and ``belt_speed`` (m/s). Failure classes: ``carried_away`` (the
-    tray reached the belt's end with the cube never picked up) and the pick-and-place ones.
+    ``info`` adds ``tray_pos`` ((3,) m), ``belt_speed`` (m/s, the current leg's) and ``belt_velocity``
+    (m/s along y, signed: 0 at an end). Failure classes: ``carried_away`` (the tray reached an end of the
+    belt with the cube never picked up) and the pick-and-place ones.
     """
 
     task_text = "pick the moving cube and place it in the bowl"
-    cube_moves = True  # the scripted expert forecasts the cube's path (ScriptedExpert.plan)
+    cube_moves = True  # the scripted expert forecasts the cube's path, and re-plans when it turns
     config: PickMovingConfig
 
     def __init__(self, config: PickMovingConfig | None = None, render_mode: str | None = "rgb_array") -> None:
@@ -409,7 +449,8 @@ class PickMovingEnv(PickPlaceEnv):
     <body name="tray" pos="0.2 0 {sz + 0.0002:.6g}">
       <joint name="belt" type="slide" axis="0 1 0" range="-0.5 0.5"/>
       <inertial pos="0 0 0" mass="5" diaginertia="1e-3 1e-3 1e-3"/>
-      <geom name="tray" type="box" size="{sx} {sy} {sz}" rgba="0.30 0.30 0.33 1" {_OBJECT_GEOM}
+      <geom name="tray" type="box" size="{sx} {sy} {sz}" rgba="{" ".join(map(str, _TRAY_OUT_RGBA))}"
+            {_OBJECT_GEOM}
             friction="0.3 0.01 0.001" priority="2"/>
     </body>"""
         return build_model(self.config.scene, extra=extra, name="so101_pick_moving")
@@ -420,55 +461,77 @@ class PickMovingEnv(PickPlaceEnv):
         joint = mj.mj_name2id(m, mj.mjtObj.mjOBJ_JOINT, "belt")
         self._belt_qpos, self._belt_dof = m.jnt_qposadr[joint], m.jnt_dofadr[joint]
         self._tray_body = mj.mj_name2id(m, mj.mjtObj.mjOBJ_BODY, "tray")
-        self._speed = 0.0
+        self._tray_geom = mj.mj_name2id(m, mj.mjtObj.mjOBJ_GEOM, "tray")
+        self._speeds = (0.0, 0.0)  # (first leg along -y, second leg along +y), m/s
+        self._reverse_at = 0.0  # sim time (s) of the reversal
         self._carried_away = False
 
     def _randomize_task(self, rng: np.random.Generator, options: dict) -> None:
         cfg, d = self.config, self.data
-        self._speed = float(options.get("belt_speed", rng.uniform(*cfg.belt_speed_range)))
+        out = float(options.get("belt_speed", rng.uniform(*cfg.belt_speed_range)))
+        back = float(options.get("belt_return_speed", rng.uniform(*cfg.belt_speed_range)))
+        self._speeds = (out, back)
+        self._reverse_at = float(options.get("belt_reverse_s", rng.uniform(*cfg.belt_reverse_range)))
         cube = d.qpos[self._cube_qpos : self._cube_qpos + 2].copy()
         self.model.body_pos[self._tray_body][:2] = [cube[0], 0.0]
         d.qpos[self._belt_qpos] = cube[1]
         d.qpos[self._cube_qpos + 2] += 2 * _TRAY[2] + 0.0002  # the cube sits on the tray
-        d.qvel[self._belt_dof] = -self._speed
-        d.qvel[self._cube_dof + 1] = -self._speed
+        d.qvel[self._belt_dof] = -out
+        d.qvel[self._cube_dof + 1] = -out
         self._carried_away = False
+        self._show_direction()
+
+    def _show_direction(self) -> None:
+        back = self.data.time >= self._reverse_at
+        self.model.geom_rgba[self._tray_geom] = _TRAY_BACK_RGBA if back else _TRAY_OUT_RGBA
 
     def _task_state(self) -> tuple:
-        return (self.model.body_pos[self._tray_body].copy(), self._speed, self._carried_away)
+        tray = self.model.body_pos[self._tray_body].copy()
+        return (tray, self._speeds, self._reverse_at, self._carried_away)
 
     def _set_task_state(self, state: tuple) -> None:
         self.model.body_pos[self._tray_body] = state[0]
-        self._speed, self._carried_away = state[1], state[2]
+        self._speeds, self._reverse_at, self._carried_away = state[1], state[2], state[3]
+        self._show_direction()
         self._mj.mj_forward(self.model, self.data)
 
     def tray_y(self) -> float:
         return float(self.data.qpos[self._belt_qpos])
 
+    def belt_velocity(self) -> float:
+        """The tray's velocity along y (m/s) now: -speed before the reversal, +speed after, 0 at an end."""
+        cfg = self.config
+        if self.data.time < self._reverse_at:
+            return -self._speeds[0] if self.tray_y() > cfg.belt_end_y else 0.0
+        return self._speeds[1] if self.tray_y() < cfg.belt_far_y else 0.0
+
     def cube_velocity(self) -> np.ndarray:
-        """The belt's velocity while the cube rides it untouched (what the expert forecasts with)."""
+        """The belt's velocity now while the cube rides it untouched (what the expert forecasts with:
+        the reversal is not foreseen, the expert re-plans when the cube leaves the forecast path)."""
         if self._ever_grasped:
             return super().cube_velocity()
-        moving = self.tray_y() > self.config.belt_end_y
-        return np.array([0.0, -self._speed if moving else 0.0, 0.0])
+        return np.array([0.0, self.belt_velocity(), 0.0])
 
     def _apply(self, action_deg: np.ndarray) -> None:
         lo, hi = self.model.actuator_ctrlrange[:, 0], self.model.actuator_ctrlrange[:, 1]
         self.data.ctrl[:6] = np.clip(np.asarray(action_deg, dtype=np.float64) / _DEG, lo, hi)
         for _ in range(SUBSTEPS):
-            # The belt drives the tray at its speed: the velocity is set before every substep (contacts
-            # then see the tray move, so friction carries the cube), and zero from the belt's end on.
-            moving = self.tray_y() > self.config.belt_end_y
-            self.data.qvel[self._belt_dof] = -self._speed if moving else 0.0
+            # The belt drives the tray at its velocity: set before every substep (contacts then see the
+            # tray move, so friction carries the cube); its sign flips at the reversal, zero at an end.
+            self.data.qvel[self._belt_dof] = self.belt_velocity()
             self._mj.mj_step(self.model, self.data)
+        self._show_direction()  # the frame after this step shows the direction the belt now runs
 
     def _task_info(self, info: dict[str, Any]) -> dict[str, Any]:
-        ended = self.tray_y() <= self.config.belt_end_y + 1e-6
+        cfg, y = self.config, self.tray_y()
+        ended = y <= cfg.belt_end_y + 1e-6 or y >= cfg.belt_far_y - 1e-6
         on_tray = info["cube_height"] < 2 * _TRAY[2] + 0.004
         self._carried_away |= bool(ended and on_tray and not self._ever_lifted)
         info["near_goal"] = float(np.linalg.norm(info["cube_pos"][:2] - info["bowl_pos"][:2])) < 0.08
         info["tray_pos"] = self.data.xpos[self._tray_body].copy()
-        info["belt_speed"] = self._speed
+        reversed_ = self.data.time >= self._reverse_at
+        info["belt_speed"] = self._speeds[1] if reversed_ else self._speeds[0]
+        info["belt_velocity"] = self.belt_velocity()
         info["task_failure"] = "carried_away" if self._carried_away and not info["is_success"] else ""
         return info
 
