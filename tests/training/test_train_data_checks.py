@@ -88,11 +88,16 @@ def test_so101_sim_cpu_trains_on_a_32px_recording(make_dataset, tmp_path):
         run.close()
 
 
-def test_a_damaged_frame_store_is_rebuilt_not_trained_on(tiny_dataset, tmp_path, capsys):
+def test_a_damaged_frame_store_is_rebuilt_not_trained_on(tiny_dataset, tmp_path, capsys, monkeypatch):
     from actlab.datasets import FrameStore, open_dataset
 
+    monkeypatch.setenv("ACTLAB_CACHE", str(tmp_path / "cache"))  # no other test's stores of this dataset
     ds = open_dataset(tiny_dataset)
+    # A good store of the same dataset elsewhere (an explicit cache_dir is remembered): the damaged default
+    # store was passed over for it without a word, and stayed damaged (found when another test's store of
+    # this session's dataset came first).
     store = FrameStore.build(ds, image_size=32, progress=False)  # the store tiny trains from
+    FrameStore.build(ds, image_size=32, progress=False, cache_dir=tmp_path / "elsewhere")
     good = np.array(store.frames["observation.images.top"])
     frames = np.load(store.root / "cam0.npy", mmap_mode="r+")
     frames[:] = 0  # every frame black, the file's size unchanged

@@ -332,11 +332,15 @@ class FrameStore:
         if image_size is not None and image_size < 2:
             raise ActlabError("image_size must be >= 2", field="image_size", found=image_size)
         path = cls.path_for(ds, image_size, keys, cache_dir)
-        if not rebuild and (store := cls._try_open(path)[0]) is not None:
+        store, damage = (None, None) if rebuild else cls._try_open(path)
+        if store is not None:
             if cache_dir is not None:
                 remember_store(path)
             return store
-        if not rebuild and cache_dir is None and (store := cls._reuse_elsewhere(ds, path, progress)):
+        # A damaged store here is said and rebuilt below, not passed over for a copy elsewhere: the
+        # damage stayed in the default cache without a word whenever another store of the dataset existed.
+        reuse = not rebuild and damage is None and cache_dir is None
+        if reuse and (store := cls._reuse_elsewhere(ds, path, progress)):
             return store
         path.parent.mkdir(parents=True, exist_ok=True)
         # One builder at a time per store: a second process waits here, then opens the finished store
