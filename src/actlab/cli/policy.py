@@ -152,13 +152,14 @@ def _refuse_bench_path(name: str) -> None:
 
     # lazily, like every actlab import in cli
     from actlab.errors import ActlabError
+    from actlab.policies.registry import POLICY_TYPES
     from actlab.utils.kinds import describe
 
-    if name not in ("act", "act_relative") and Path(name).exists():
+    if name not in POLICY_TYPES and Path(name).exists():
         raise ActlabError(
             "policy bench times a policy type's config, not a saved policy",
             field="NAME",
-            expected="a policy type: act or act_relative",
+            expected=f"a policy type: {' or '.join(POLICY_TYPES)}",
             found=f"{name}: {describe(name) or 'a path'}",
             fix="pass the bundle's type (actlab policy info PATH prints its config) with its settings as "
             "--set KEY=VALUE; to time a saved policy's rollouts, actlab bench eval PATH",

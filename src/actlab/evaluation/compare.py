@@ -233,17 +233,16 @@ def load_outcomes(spec: str | Path) -> Outcomes:
             "not valid JSON", file=str(file), found=str(e), fix="re-run actlab eval to write it again"
         ) from None
     where = str(file.resolve())
+    task = data.get("task") if isinstance(data, dict) and isinstance(data.get("task"), str) else None
     if isinstance(data, dict) and isinstance(data.get("checkpoints"), list):
         ckpts = _entries(data, "checkpoints", file)
         i = _pick([str(c.get("name")) for c in ckpts], name, file, "checkpoint")
         success = _episodes(ckpts[i], i, file)
-        task = data.get("task") if isinstance(data.get("task"), str) else None
         return Outcomes(str(spec), str(ckpts[i].get("name")), success, where, task, _max_steps(data))
     if isinstance(data, dict) and isinstance(data.get("cells"), list):
         cells = _entries(data, "cells", file)
         names = [cell_name(c, cells) for c in cells]
         i = _pick(names, name, file, "cell")
-        task = data.get("task") if isinstance(data.get("task"), str) else None
         return Outcomes(str(spec), names[i], _cell_outcomes(cells[i], i, file), where, task, _max_steps(data))
     raise ActlabError(
         "not an actlab evaluation record",
