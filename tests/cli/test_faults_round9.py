@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 
 import pytest
 
@@ -78,6 +79,14 @@ def test_export_and_import_keep_the_bundles_training_record(tmp_path, bundle, ca
         err = capsys.readouterr().err
         assert "so101_follower" in err and "--units so101_follower" in err
         assert not (tmp_path / f"eval-{made.name}").exists()
+    # The export run through the LeRobot bridge is the same policy: the record inside it is read there too
+    # (SILENT before: --lerobot-policy EXPORT skipped every check of the training record). Refused before
+    # any LeRobot process starts: this python has no lerobot.
+    bridged = ["eval", "--lerobot-policy", str(export), "--lerobot-python", sys.executable, "--episodes", "1"]
+    assert main([*bridged, "--out", str(tmp_path / "eval-bridged")]) == 2
+    err = capsys.readouterr().err
+    assert "trained on joint units so101_follower and would run in degrees" in err, err
+    assert "--units so101_follower" in err and not (tmp_path / "eval-bridged").exists()
 
 
 # ------------------------------------------------------------------------------------------- run files

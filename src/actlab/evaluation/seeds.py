@@ -22,6 +22,7 @@ from typing import Any
 from actlab.datasets.format import INFO_PATH, sim_seeds
 from actlab.errors import ActlabError
 from actlab.utils.io import read_json
+from actlab.utils.kinds import EXPORT_BUNDLE
 
 # The first seed of `actlab eval` and of EvalConfig: above every seed the sim recorder uses by default,
 # and the seeds of the demo's checkpoint sweep, so `actlab eval runs/demo/run` repeats the demo's sweep.
@@ -54,6 +55,21 @@ def _bundle_sim_seeds(path: Path) -> tuple[dict[str, Any], str] | None:
     return (block, where) if block else None
 
 
+def record_dir(src: Any) -> Path | None:
+    """Where an evaluation source's actlab training record is: its bundle, or the actlab bundle inside a
+    LeRobot export run through the bridge (``--lerobot-policy EXPORT``: the source is a bridge object whose
+    ``policy_dir`` is the export). None for a source that does not say (the expert, LeRobot's own policies).
+    The checks below skipped bridged exports: a so101_follower policy exported and evaluated with
+    --lerobot-policy ran in the sim's degrees, at its training seeds, without a word."""
+    path = getattr(src, "path", None)
+    if path is not None:
+        return Path(path)
+    policy_dir = getattr(getattr(src, "obj", None), "policy_dir", None)
+    if policy_dir is not None and (Path(policy_dir) / EXPORT_BUNDLE / "actlab.json").is_file():
+        return Path(policy_dir) / EXPORT_BUNDLE
+    return None
+
+
 def trained_task(path: str | Path) -> tuple[str, str] | None:
     """(the sim task, the dataset path) a bundle was trained on, where its training data was recorded by
     ``actlab sim record`` and says so; None otherwise (another robot's data, an older bundle)."""
@@ -66,7 +82,7 @@ def other_task_warnings(sources: Sequence[Any], task: str) -> list[str]:
     so101_push was evaluated on so101_pick_place without a word, its failures read as the policy's."""
     out = []
     for src in sources:
-        path = getattr(src, "path", None)
+        path = record_dir(src)
         found = trained_task(path) if path is not None else None
         if found is not None and found[0] != task:
             out.append(
@@ -81,8 +97,8 @@ def check_trained_units(sources: Sequence[Any], units: str, option: str = "--uni
     so101_follower data (gripper 0-100) was evaluated in the sim's degrees without a word, and a degrees
     policy with ``--units so101_follower``; its actions are then read in the wrong units."""
     for src in sources:
-        path = getattr(src, "path", None)
-        found = _bundle_sim_seeds(Path(path)) if path is not None else None
+        path = record_dir(src)
+        found = _bundle_sim_seeds(path) if path is not None else None
         learned = found[0].get("units") if found is not None else None
         if learned is not None and learned != units:
             raise ActlabError(
@@ -106,16 +122,16 @@ def check_training_seeds(
 ) -> dict[str, dict[str, Any]]:
     """Refuse (or with ``allow``, report) evaluation seeds that are scenes a source was trained on.
 
-    ``sources``: the harness's PolicySources (only bundle paths are checked: a scripted expert or a
-    bridged LeRobot policy does not say what it was trained on). Returns, by source name, the overlap of
-    each source whose training scenes meet the evaluation's seeds ({"dataset", "seeds": the common seeds});
-    raises ActlabError for the first such source when ``allow`` is False.
+    ``sources``: the harness's PolicySources (bundles, and actlab exports run through the LeRobot bridge:
+    a scripted expert or LeRobot's own policies do not say what they were trained on). Returns, by source
+    name, the overlap of each source whose training scenes meet the evaluation's seeds ({"dataset",
+    "seeds": the common seeds}); raises ActlabError for the first such source when ``allow`` is False.
     """
     wanted = set(range(seed, seed + episodes))
     overlaps: dict[str, dict[str, Any]] = {}
     for src in sources:
-        path = getattr(src, "path", None)
-        found = _bundle_sim_seeds(Path(path)) if path is not None else None
+        path = record_dir(src)
+        found = _bundle_sim_seeds(path) if path is not None else None
         if found is None or found[0]["task"] != task:  # another scene family: a seed is another scene
             continue
         dataset, recorded = found[1], found[0]["episode_seeds"]
@@ -144,5 +160,6 @@ __all__ = [
     "check_trained_units",
     "check_training_seeds",
     "other_task_warnings",
+    "record_dir",
     "trained_task",
 ]

@@ -45,6 +45,7 @@ from actlab.policies.bundle import training_record, write_bundle
 from actlab.policies.configs import VIT_BACKBONES
 from actlab.utils import config as cfgutil
 from actlab.utils.io import atomic_dir, atomic_write_bytes, atomic_write_json, check_out_dir
+from actlab.utils.kinds import EXPORT_BUNDLE
 
 # The LeRobot release whose format this writes (and whose source the tests run against).
 LEROBOT_VERSION = "0.6.1"
@@ -74,7 +75,7 @@ PLUGIN_PIP = "pip install . ./integrations/lerobot_policy_actlab"
 # ViT backbones are transformers' models, which lerobot 0.6.1 does not install: the plugin's `vit` extra
 PLUGIN_PIP_VIT = "pip install . './integrations/lerobot_policy_actlab[vit]'"
 PLUGIN_TYPES = {"act": "actlab_act", "act_relative": "actlab_act_relative"}
-PLUGIN_BUNDLE = "actlab_bundle"
+PLUGIN_BUNDLE = EXPORT_BUNDLE
 # --lerobot-type choices: auto = LeRobot's own `act` where exactly equivalent, else the plugin's type.
 LEROBOT_TYPES = ("auto", "act", "plugin")
 # Where an export-refusing setting is explained once.

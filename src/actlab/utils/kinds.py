@@ -16,6 +16,7 @@ from pathlib import Path
 _BUNDLE = "actlab.json"
 # actlab.lerobot.export (actlab policy export): actlab_export.json, the source bundle in actlab_bundle/
 _EXPORT = "actlab_export.json"
+EXPORT_BUNDLE = "actlab_bundle"
 # a LeRobot v3 dataset (actlab.datasets.format.INFO_PATH)
 _DATASET = "meta/info.json"
 # actlab.utils.io.OUTPUT_MARKER: the command that wrote an output directory
@@ -30,7 +31,7 @@ def describe(path: str | Path) -> str | None:
     if not p.is_dir():
         return None
     if (p / _EXPORT).is_file():
-        inner = p / "actlab_bundle"
+        inner = p / EXPORT_BUNDLE
         there = f"; its actlab bundle is {inner}" if (inner / _BUNDLE).is_file() else ""
         return f"a LeRobot export written by `actlab policy export` (for LeRobot, or --lerobot-policy){there}"
     if (p / _BUNDLE).is_file():
