@@ -46,10 +46,13 @@ def test_the_best_measured_mode_is_recommended_with_the_plugin_flags_that_run_it
     assert rec.rollout_sim == (
         "lerobot-rollout --strategy.type=base --policy.path=exports/rtc --policy.execution=blend "
         "--policy.execution_latency=4 --policy.execution_horizon=6 --robot.type=actlab_so101_sim "
-        "--duration=200 --return_to_initial_position=false --task='pick the cube and place it in the bowl'"
+        "--robot.image_size=32 --duration=200 --return_to_initial_position=false "
+        "--task='pick the cube and place it in the bowl'"
     )
+    # (the sim robot renders at the policy's camera size, as the cells were measured: 32 px here)
     assert "--robot.type=so101_follower --robot.port=/dev/ttyACM0" in rec.rollout_arm
-    assert rec.flags in rec.rollout_arm and "--inference.type" not in rec.rollout_arm
+    assert "image_size" not in rec.rollout_arm and rec.flags in rec.rollout_arm
+    assert "--inference.type" not in rec.rollout_arm
     assert "worker thread" in rec.note
     text = rec.text()
     assert text.startswith("recommendation for the arm (p, delay 4): blend, 18/20 solved")

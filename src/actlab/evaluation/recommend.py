@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.evaluation.envs import EnvSpec
-from actlab.evaluation.sources import PolicySource, source_limits
+from actlab.evaluation.sources import PolicySource, source_inputs, source_limits, spec_for_inputs
 from actlab.policies.execution import PLUGIN_FIELDS, ChunkLimits
 from actlab.sim.tasks import TASKS
 
@@ -126,6 +126,11 @@ def _commands(src: PolicySource, flags: str, env: EnvSpec) -> tuple[str, str, st
     units = env.env_kwargs.get("units")
     if units is not None and units != "degrees":
         robot += f" --robot.units={units}"
+    # The sim robot renders at the policy's own camera size, as the measured cells did: at the robot's
+    # default (96 px) the plugin resized a larger render to an 80 px policy, other pixels than measured.
+    size = spec_for_inputs(env, source_inputs(src)).image_size
+    if size is not None:
+        robot += f" --robot.image_size={size}"
     sim = f"{base} {robot} --duration=200 --return_to_initial_position=false {task}"
     arm = f"{base} {ARM_FLAGS} {task} --duration=60"
     return export, sim, arm
