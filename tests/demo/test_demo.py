@@ -59,7 +59,7 @@ def _check_report(out: Path) -> None:
     posters = {video: poster for poster, video in found}
     players = list(posters)
     assert sorted(players) == sorted(links) and any("whiskers" in p for p in players)
-    # With a failure among the fresh episodes (the 20-step toy policy fails them all), the one video is
+    # With a failure among the fresh episodes (a toy policy of a few steps fails them all), the one video is
     # of a failure, named by its class.
     media = json.loads((out / "eval" / "best" / "results.json").read_text())["checkpoints"][0]["episodes"]
     (filmed,) = [e for e in media if e["video"]]
@@ -157,20 +157,27 @@ def test_demo_writes_a_complete_report_and_reuses_finished_stages(tmp_path, caps
     assert can_resume(40) and can_resume(30) and not can_resume(20)
 
 
+# The smallest demo that still has every part: 2 episodes (the least --episodes takes), a checkpoint
+# (and a validation) every 2 of 4 steps, so the kill falls between two checkpoints and the sweep has two.
+SHORT = ["--episodes", "2", "--set", "steps=4", "--set", "checkpoint.every=2", "--set", "eval.every=2"]
+SHORT += ["--set", "log.every=1"]
+
+
 @pytest.mark.timeout(600)  # two demo processes: 39 s on 2 cores at a load average of 9, 174 s at 12-16
 def test_killed_demo_resumes_training_where_it_stopped(tmp_path, capsys):
     out = tmp_path / "demo"
-    args = ["demo", "--out", out, *TOY, "--set", "steps=20"]
-    killed = run_cli(*args, env={**os.environ, KILL_AT_STEP_ENV: "10"}, timeout=280)
-    assert killed.returncode == -9, killed.stderr  # SIGKILL right after the step-10 checkpoint
+    killed = run_cli(
+        "demo", "--out", out, *TOY, *SHORT, env={**os.environ, KILL_AT_STEP_ENV: "2"}, timeout=280
+    )
+    assert killed.returncode == -9, killed.stderr  # SIGKILL right after the step-2 checkpoint
     assert not (out / "summary.json").exists()
     # The resume runs in this process (a process of its own adds only its imports, ~7 s of CPU).
-    assert _demo(out, "--set", "steps=20") == 0
-    assert "resuming the interrupted run from step 10" in capsys.readouterr().err
+    assert _demo(out, *SHORT) == 0
+    assert "resuming the interrupted run from step 2" in capsys.readouterr().err
     assert _summary(out)["reused_stages"] == ["record"]
     # The resumed demo's report is complete: the suite's end-to-end run of the main job (record, train,
     # a kill, resume, evaluate, report).
-    assert [c["step"] for c in _summary(out)["checkpoints"]] == [10, 20]
+    assert [c["step"] for c in _summary(out)["checkpoints"]] == [2, 4]
     _check_report(out)
 
 
