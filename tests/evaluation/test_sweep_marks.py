@@ -73,3 +73,21 @@ def test_a_sweep_without_sync_marks_nothing():
     cells = _sweep()[1:]
     mark_vs_sync(cells)
     assert all(c.vs_sync is None for c in cells)
+
+
+@pytest.mark.timeout(60)
+def test_the_figure_keeps_delay_zero_on_both_axes_when_a_cell_is_circled():
+    """The legend entries of the circles are empty plots, which autoscaled the success axis to the delayed
+    cells: delay 0 (the sync line's) fell off it while the jump axis still showed it."""
+    from actlab.evaluation.realtime import sweep_figure
+    from actlab.viz.eval import figure
+
+    cells = _sweep()
+    mark_vs_sync(cells)  # async at 4 is circled (worse than sync)
+    fig = sweep_figure([c.to_dict(30) for c in cells], "t")
+    try:
+        for ax in fig.axes[:2]:
+            low, high = ax.get_xlim()
+            assert low < 0 < 4 < high, (low, high)
+    finally:
+        figure().close(fig)

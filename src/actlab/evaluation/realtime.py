@@ -453,6 +453,16 @@ def sweep_table(cells: Sequence[Cell], fps: int, markdown: bool = False) -> str:
 def plot_sweep(records: Sequence[dict], path: str | Path, title: str | None = None) -> Path:
     """PNG: success (95% interval) and mean chunk-boundary jump against delay, one line per policy+mode.
     ``sync`` (delay 0 only) is drawn as a dashed horizontal reference."""
+    fig = sweep_figure(records, title)
+    path = Path(path)
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    figure().close(fig)
+    return path
+
+
+def sweep_figure(records: Sequence[dict], title: str | None = None) -> Any:
+    """The matplotlib figure :func:`plot_sweep` writes (open: the caller closes it)."""
     plt = figure()
     fig, (ax_s, ax_j) = plt.subplots(1, 2, figsize=(11, 4.2))
     groups: dict[tuple[str, str], list[dict]] = {}
@@ -497,12 +507,11 @@ def plot_sweep(records: Sequence[dict], path: str | Path, title: str | None = No
         ax_s.plot(
             [], [], "o", ms=10, mfc="none", mec=color, mew=2, label=f"{verdict} than sync (McNemar p<0.05)"
         )
+    pad = 0.05 * max(delays[-1] - delays[0], 1)
+    for ax in (ax_s, ax_j):  # after the legend's empty plots, which autoscaled x to the circled cells
+        ax.set_xlim(delays[0] - pad, delays[-1] + pad)  # (delay 0, the sync line's, fell off the axis)
     ax_s.legend(fontsize=8)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    path = Path(path)
-    with atomic_file(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
-    return path
+    return fig
