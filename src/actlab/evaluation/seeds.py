@@ -21,6 +21,7 @@ from typing import Any
 
 from actlab.datasets.format import INFO_PATH, sim_seeds
 from actlab.errors import ActlabError
+from actlab.evaluation.sources import source_dir
 from actlab.utils.io import read_json
 from actlab.utils.kinds import EXPORT_BUNDLE
 
@@ -57,17 +58,15 @@ def _bundle_sim_seeds(path: Path) -> tuple[dict[str, Any], str] | None:
 
 def record_dir(src: Any) -> Path | None:
     """Where an evaluation source's actlab training record is: its bundle, or the actlab bundle inside a
-    LeRobot export run through the bridge (``--lerobot-policy EXPORT``: the source is a bridge object whose
-    ``policy_dir`` is the export). None for a source that does not say (the expert, LeRobot's own policies).
-    The checks below skipped bridged exports: a so101_follower policy exported and evaluated with
-    --lerobot-policy ran in the sim's degrees, at its training seeds, without a word."""
-    path = getattr(src, "path", None)
-    if path is not None:
-        return Path(path)
-    policy_dir = getattr(getattr(src, "obj", None), "policy_dir", None)
-    if policy_dir is not None and (Path(policy_dir) / EXPORT_BUNDLE / "actlab.json").is_file():
-        return Path(policy_dir) / EXPORT_BUNDLE
-    return None
+    LeRobot export run through the bridge (``--lerobot-policy EXPORT``: ``source_dir`` is the export).
+    None for a factory or a plain object; a directory without a record (LeRobot's own policies) says
+    nothing to the checks below. They skipped bridged exports: a so101_follower policy exported and
+    evaluated with --lerobot-policy ran in the sim's degrees, at its training seeds, without a word."""
+    found = source_dir(src)
+    if found is None:
+        return None
+    inner = Path(found) / EXPORT_BUNDLE
+    return inner if (inner / "actlab.json").is_file() else Path(found)
 
 
 def trained_task(path: str | Path) -> tuple[str, str] | None:
