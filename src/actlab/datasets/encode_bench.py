@@ -130,8 +130,13 @@ def _reap(p: Any, timeout: float) -> None:
     VM sat 12-17 minutes in wait4 (shrink_dcache_parent) with a burner on the other core."""
     if not wait([p.sentinel], timeout) or p.exitcode is None:  # exitcode polls without blocking
         p.kill()
+        deadline = time.monotonic() + 5.0
         wait([p.sentinel], 5.0)
-        _ = p.exitcode  # reaped if it is gone by now; multiprocessing reaps it later otherwise
+        # The sentinel closes with the child's files, a moment before the kernel lets it be reaped: one
+        # poll right after it found the killed child still alive (a fresh-clone suite run). Poll to the
+        # deadline; multiprocessing reaps a child still there after it later.
+        while p.exitcode is None and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
 def _cpu_seconds(pid: int) -> float:
