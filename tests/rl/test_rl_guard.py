@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from actlab.rl.config import get_preset, replace_keys
-from actlab.rl.guard import GuardState, decide, handed_back
+from actlab.rl.guard import GuardState, adapt_to_base, decide, handed_back
 from actlab.rl.train import train_rl
 
 
@@ -55,6 +55,23 @@ def test_a_residual_below_the_base_is_rolled_back_then_the_run_stopped_with_the_
     assert [e["event"] for e in state.events] == ["widened", "rolled_back", "stopped"]
 
 
+def test_a_weak_base_starts_at_the_full_bound_without_the_size_penalty_a_medium_one_narrow():
+    state, cfg = _guard(5)  # 25 % of the evaluation seeds: under the preset's 0.5
+    state.base["success_rate"] = 0.25
+    reason = adapt_to_base(state, cfg)
+    assert state.weak_base and state.bound == 1.0
+    assert reason.startswith("weak base: 5/20") and "0.25 -> 1" in reason
+    assert [e["event"] for e in state.events] == ["weak_base"]
+    assert adapt_to_base(state, cfg) is None and len(state.events) == 1  # once
+    # the guard's rules still hold for it: two evaluations below the base roll back and halve the bound
+    decide(state, cfg, 100, _solved(3))
+    assert decide(state, cfg, 200, _solved(3)).action == "rollback" and state.bound == 0.5
+    for solved, weak_below in ((10, 0.5), (1, 0.0)):  # a 50 % base, and a run with weak_below off
+        state, cfg = _guard(solved, weak_below=weak_below)
+        state.base["success_rate"] = solved / 20
+        assert adapt_to_base(state, cfg) is None and not state.weak_base and state.bound == 0.25
+
+
 def _tiny(base, **keys):
     small = {
         "base": str(base), "env.num_envs": 2, "env.max_steps": 20, "total_env_steps": 400,
@@ -76,6 +93,12 @@ def test_a_run_whose_residual_is_not_better_hands_back_the_base(tiny_base, tmp_p
     assert base["episodes"] == 4 and len(base["per_seed"]) == 4  # measured on the run's eval seeds first
     rows = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     assert rows[0].get("eval/base_success") == base["success_rate"]  # before any training round
+    # a base solving none of the seeds is weak: the full bound and no size penalty from the start, said
+    assert summary.guard["weak_base"] and summary.guard["events"][0]["event"] == "weak_base"
+    assert rows[1]["guard/event"] == "weak_base" and rows[1]["guard/reason"].startswith("weak base: 0/4")
+    last = json.loads((tmp_path / "run/checkpoints/last.json").read_text())["path"]
+    state = json.loads((tmp_path / f"run/checkpoints/{last}/training_state/state.json").read_text())
+    assert state["guard"]["weak_base"] and state["guard"]["bound"] == 1.0
     assert summary.final_eval["vs_base"]["verdict"] == "no evidence"
     result = rl_report(tmp_path / "run", episodes=2, seed=7, out=tmp_path / "report", batch_envs=2)
     assert result["handed_back"] == "base" and result["paired_test"]["verdict"] == "no evidence"
@@ -156,6 +179,8 @@ def test_a_residual_not_below_the_base_is_confirmed_on_fresh_seeds_even_on_a_res
     summary = train_rl(cfg, run, resume=True, progress=False)  # nothing to train: the confirmation only
     step = f"step_{summary.env_steps:07d}"
     assert summary.handed_back == step
+    events = [e["event"] for e in summary.guard["events"]]
+    assert summary.guard["weak_base"] and events.count("weak_base") == 1  # kept by the resume, not redone
     best = json.loads((run / "checkpoints/best.json").read_text())
     assert best["path"] == step and best["comparison_with_base"]["verdict"] == "better"
     event = summary.guard["events"][-1]

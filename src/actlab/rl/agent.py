@@ -87,6 +87,9 @@ class Agent(nn.Module):
         # residual RL: the residual's bound as a fraction of env.action_scale_deg (the guard widens and
         # narrows it; 0 makes the agent the base exactly). A plain attribute, saved in the guard's state.
         self.bound = 1.0
+        # residual RL: the weight of the residual-size term in the actor's loss (residual.penalty; 0 for a
+        # weak base, which the guard decides once the base is measured)
+        self.penalty = float(cfg.residual.penalty)
 
     # ------------------------------------------------------------------------------- what the env gives
     @property

@@ -12,6 +12,8 @@ paired with it (:func:`actlab.utils.stats.paired_compare`, McNemar's exact test)
 - **rolled back**: ``residual.patience`` consecutive evaluations below the base (fewer seeds solved)
   restore the last good actor (or the zero residual: the base) and divide the bound by the growth.
 - **stopped**: a roll-back due after ``residual.max_rollbacks`` of them stops the run instead.
+- **weak base**: a base under ``residual.weak_below`` on the evaluation seeds starts at the full bound with
+  no size penalty (it has little to lose and needs large corrections); the rules above still hold.
 
 This module decides; the trainer (``actlab.rl.train``) measures, restores and saves. The decisions are
 pure functions of the evaluations, so they are tested without a simulator.
@@ -37,6 +39,7 @@ class GuardState:
     rollbacks: int = 0
     good_step: int | None = None  # env steps of the last evaluation not below the base (its actor kept)
     best: dict[str, Any] | None = None  # the handed-back residual: step and its comparison; None: the base
+    weak_base: bool = False  # the base measured under residual.weak_below: full bound, no size penalty
     events: list[dict[str, Any]] = field(default_factory=list)  # widenings, roll-backs, a stop, with reasons
 
     def as_dict(self) -> dict[str, Any]:
@@ -95,6 +98,24 @@ def decide(state: GuardState, cfg: Any, step: int, per_seed: list[bool]) -> Deci
     reason = f"rolled back to {target}, bound {old:g} -> {state.bound:g}: {why}"
     state.events.append({"step": step, "event": "rolled_back", "to": state.good_step, "reason": reason})
     return Decision("rollback", cmp.as_dict(), new_best, False, reason)
+
+
+def adapt_to_base(state: GuardState, cfg: Any) -> str | None:
+    """After the base's first measurement (``state.base``): a base under ``residual.weak_below`` of the
+    evaluation seeds is weak, and its residual starts at the full bound with no size penalty. Returns the
+    reason (also an event), or None for a base that keeps the preset's narrow start."""
+    g, base = cfg.residual, state.base
+    if base is None or base["success_rate"] >= g.weak_below or state.weak_base:
+        return None
+    state.weak_base = True
+    old, state.bound = state.bound, 1.0
+    reason = (
+        f"weak base: {base['successes']}/{base['episodes']} of the evaluation seeds (under "
+        f"residual.weak_below {g.weak_below:g}): the residual starts at the full bound ({old:g} -> 1) with "
+        "no size penalty; the base is still what is handed back until a residual is significantly better"
+    )
+    state.events.append({"step": 0, "event": "weak_base", "bound": [old, 1.0], "reason": reason})
+    return reason
 
 
 def handed_back(state: GuardState | None) -> str:

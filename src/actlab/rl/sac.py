@@ -55,9 +55,9 @@ class SAC:
         x = ag.critic_input(b["vec"], img, b.get("priv"), grad=False).detach()
         q_pi = ag.critics(x, ag.bounded(a)).min(0).values  # (B,)
         actor_loss = (alpha * logp - q_pi).mean()
-        if ag.base is not None and ag.cfg.residual.penalty > 0:
+        if ag.base is not None and ag.penalty > 0:
             # the residual's size (in units of its bound) costs: it stays small where the critics see no gain
-            actor_loss = actor_loss + ag.cfg.residual.penalty * a.pow(2).mean()
+            actor_loss = actor_loss + ag.penalty * a.pow(2).mean()
         self.actor_opt.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_opt.step()

@@ -34,7 +34,7 @@ from actlab.lifecycle.rundir import config_hash as lifecycle_config_hash
 from actlab.lifecycle.stop import StopSignals, catch_sigterm
 from actlab.rl.checkpoint import AGENT_FILE, CONFIG_FILE, RLCheckpoints, read_tensors
 from actlab.rl.config import RESUMABLE, TRAIN_SEED_BASE, RLConfig, config_from_dict, config_to_dict
-from actlab.rl.guard import Decision, GuardState, decide, handed_back
+from actlab.rl.guard import Decision, GuardState, adapt_to_base, decide, handed_back
 from actlab.rl.inputs import check_inputs
 from actlab.utils.config import flatten
 from actlab.utils.io import atomic_dir, atomic_write_json, file_sha256, read_json, refuse_overlapping_paths
@@ -204,7 +204,7 @@ class _Trainer:
         if last is not None:
             self._restore(last)
         if self.guard is not None:
-            self.agent.bound = self.guard.bound
+            self._apply_guard()
         atomic_write_json(out / RUN_CONFIG, config_to_dict(cfg))
         from actlab.rl.envs import VecSim  # lazy: imports MuJoCo
 
@@ -587,6 +587,17 @@ class _Trainer:
             f"{s.successes}/{s.episodes}; the policy handed back stays the base until a residual is "
             f"significantly better on them (McNemar exact, p < {cfg.residual.alpha:g})"
         )
+        # only before any training: a base re-measured on a resume does not change a run under way
+        if self.env_steps == 0 and (reason := adapt_to_base(self.guard, cfg)) is not None:
+            self._apply_guard()
+            self.log.log({"step": 0, "guard/event": "weak_base", "guard/reason": reason})
+            self.log.message(f"guard: {reason}")
+
+    def _apply_guard(self) -> None:
+        """The guard's bound and size penalty on the agent (after a build, a restore, or the base's
+        measurement)."""
+        self.agent.bound = self.guard.bound
+        self.agent.penalty = 0.0 if self.guard.weak_base else float(self.cfg.residual.penalty)
 
 
 def _per_seed(ev: Any) -> list[bool]:
