@@ -25,7 +25,7 @@ from actlab.lifecycle.checkpoints import read_pointer
 from actlab.lifecycle.metrics_log import read_metrics
 from actlab.rl.evaluate import evaluate_agent
 from actlab.rl.train import BASE_COPY, load_agent, newest_checkpoint
-from actlab.utils.io import atomic_write_json, atomic_write_text, claimed_out_dir, read_json
+from actlab.utils.io import atomic_file, atomic_write_json, atomic_write_text, claimed_out_dir, read_json
 from actlab.utils.stats import paired_compare
 
 
@@ -66,7 +66,14 @@ def _report(run: Path, episodes: int, seed: int, out: Path, batch_envs: int, vid
     result["residual_checkpoint"] = str(chosen)
     result["handed_back"] = handed
     base_line = next((r["eval/base_success"] for r in rows if "eval/base_success" in r), None)
-    curve = plot_learning_curve(rows, out / "learning_curve.png", cfg.name, base_success=base_line)
+    # the evaluation of the checkpoint this report evaluates, marked on the curve (checkpoints are named by
+    # their env steps: step_NNNNNNN)
+    step = int(chosen.name.removeprefix("step_")) if chosen.name.startswith("step_") else None
+    mark = (step, "handed back" if handed != "base" else "evaluated here, not handed back")
+    title = f"{root_name(run)}: {cfg.name} preset" + (f", handed back: {handed}" if cfg.base else "")
+    curve = plot_learning_curve(
+        rows, out / "learning_curve.png", title, base_success=base_line, mark=mark if step else None
+    )
     if videos and len(evals) == 2:
         seeds = result["fixed_by_residual"][:videos] + result["broken_by_residual"][:videos]
         result["videos"] = _film(agent, cfg, _base(run, cfg), seeds, out) if seeds else []
@@ -182,22 +189,33 @@ def _markdown(evals: list, result: dict[str, Any], curve: str) -> str:
     return "\n".join(lines)
 
 
-def plot_learning_curve(
-    rows: list[dict[str, Any]], path: str | Path, title: str, base_success: float | None = None
-) -> Path:
-    """PNG: training-episode success per round (and its running mean), evaluation success vs env steps,
-    and ``base_success`` (the base on the same evaluation seeds) as a horizontal line."""
-    import matplotlib
+def root_name(run: Path) -> str:
+    """The run directory's name (``run`` may be one of its checkpoints)."""
+    return (run.parent.parent if run.parent.name == "checkpoints" else run).resolve().name
 
-    matplotlib.use("Agg")  # headless
-    import matplotlib.pyplot as plt
+
+def plot_learning_curve(
+    rows: list[dict[str, Any]],
+    path: str | Path,
+    title: str,
+    base_success: float | None = None,
+    mark: tuple[int, str] | None = None,
+) -> Path:
+    """PNG (written atomically): training-episode success per round (and its running mean), evaluation
+    success vs env steps, ``base_success`` (the base on the same evaluation seeds) as a horizontal line,
+    and ``mark`` = (env steps, label): a star on that step's evaluation (the checkpoint a report evaluates).
+    The legend sits right of the axes: inside, it covered the last evaluations, where a run ends."""
     import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     train = [(r["step"], r["train/success"]) for r in rows if "train/success" in r]
     evals = [(r["step"], r["eval/success"]) for r in rows if "eval/success" in r]
     if not train:
         raise ActlabError("the run logged no training round", file=path, fix="train longer")
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig = Figure(figsize=(9.5, 3.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     x, y = np.array(train).T
     ax.plot(x, y, ".", alpha=0.35, color="#888888", label="training episodes (per round, with noise)")
     k = min(10, len(y))
@@ -207,12 +225,16 @@ def plot_learning_curve(
     if evals:
         ex, ey = np.array(evals).T
         ax.plot(ex, ey, "o-", color="#1b998b", label="harness evaluation (deterministic)")
+        marked = [(s, v) for s, v in evals if mark is not None and s == mark[0]]
+        if marked:
+            ax.plot(*marked[0], "*", color="#f39c12", ms=16, mec="black", zorder=5, label=mark[1])
     if base_success is not None:
         ax.axhline(base_success, color="#c0392b", linestyle="--", label="base on the same evaluation seeds")
-    ax.set(xlabel="env steps", ylabel="success", ylim=(-0.02, 1.02), title=title)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+    ax.set(xlabel="env steps", ylabel="success", ylim=(-0.02, 1.02))
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, fontsize=8)
     path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with atomic_file(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=110)
     return path
