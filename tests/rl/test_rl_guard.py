@@ -104,6 +104,14 @@ def test_a_run_whose_residual_is_not_better_hands_back_the_base(tiny_base, tmp_p
     assert result["handed_back"] == "base" and result["paired_test"]["verdict"] == "no evidence"
     page = (tmp_path / "report/report.md").read_text()
     assert "handed back: **the base**" in page and "not handed back" in page
+    # a checkpoint asked for by path is evaluated, and the report still says the run hands back the base
+    last = json.loads((tmp_path / "run/checkpoints/last.json").read_text())["path"]
+    ckpt = tmp_path / "run/checkpoints" / last
+    asked = rl_report(ckpt, episodes=2, seed=7, out=tmp_path / "report2", batch_envs=2)
+    assert asked["handed_back"] == "base" and asked["asked"] and asked["residual_checkpoint"] == str(ckpt)
+    page = (tmp_path / "report2/report.md").read_text()
+    assert "handed back: **the base**" in page
+    assert f"the checkpoint asked for, {ckpt}, not handed back" in page
 
 
 @pytest.mark.timeout(300)

@@ -47,6 +47,7 @@ def rl_report(
 
 def _report(run: Path, episodes: int, seed: int, out: Path, batch_envs: int, videos: int) -> dict[str, Any]:
     chosen, handed = _choose(run)
+    asked = run.parent.name == "checkpoints"
     agent = load_agent(chosen)
     if run.parent.name == "checkpoints":
         run = run.parent.parent
@@ -65,11 +66,12 @@ def _report(run: Path, episodes: int, seed: int, out: Path, batch_envs: int, vid
     result = _result(evals, rows, run, episodes, seed, cfg.residual.alpha)
     result["residual_checkpoint"] = str(chosen)
     result["handed_back"] = handed
+    result["asked"] = asked  # a checkpoint directory was given: it is evaluated whatever is handed back
     base_line = next((r["eval/base_success"] for r in rows if "eval/base_success" in r), None)
     # the evaluation of the checkpoint this report evaluates, marked on the curve (checkpoints are named by
     # their env steps: step_NNNNNNN)
     step = int(chosen.name.removeprefix("step_")) if chosen.name.startswith("step_") else None
-    mark = (step, "handed back" if handed != "base" else "evaluated here, not handed back")
+    mark = (step, "handed back" if handed == chosen.name else "evaluated here, not handed back")
     title = f"{root_name(run)}: {cfg.name} preset" + (f", handed back: {handed}" if cfg.base else "")
     curve = plot_learning_curve(
         rows, out / "learning_curve.png", title, base_success=base_line, mark=mark if step else None
@@ -84,17 +86,27 @@ def _report(run: Path, episodes: int, seed: int, out: Path, batch_envs: int, vid
 
 def _choose(run: Path) -> tuple[Path, str]:
     """The checkpoint to evaluate and what the run hands back (``"base"`` or a checkpoint name). A
-    checkpoint directory given is evaluated as it is."""
-    ckpts = run / "checkpoints"
-    if run.parent.name == "checkpoints" or not ckpts.is_dir():
+    checkpoint directory given is evaluated as it is; what its run hands back is still the run's (the
+    checkpoint asked for is not the handed-back policy unless best.json names it)."""
+    if run.parent.name == "checkpoints":
+        root = run.parent.parent
+        return run, _handed_back(root, newest_checkpoint(root)) if root.is_dir() else run.name
+    if not (run / "checkpoints").is_dir():
         return run, run.name
+    newest = newest_checkpoint(run)
+    handed = _handed_back(run, newest)
+    return (newest if handed == "base" else run / "checkpoints" / handed), handed
+
+
+def _handed_back(root: Path, newest: Path) -> str:
+    """What the run at ``root`` hands back: best.json's checkpoint, else the base (a residual run), else
+    its newest checkpoint."""
+    ckpts = root / "checkpoints"
     best = ckpts / "best.json"
     if best.is_file() and (ckpts / read_pointer(best)["path"]).is_dir():
-        name = read_pointer(best)["path"]
-        return ckpts / name, name
-    residual = (run / BASE_COPY).is_dir() or _is_residual(run)
-    chosen = newest_checkpoint(run)
-    return chosen, "base" if residual else chosen.name
+        return read_pointer(best)["path"]
+    residual = (root / BASE_COPY).is_dir() or _is_residual(root)
+    return "base" if residual else newest.name
 
 
 def _is_residual(run: Path) -> bool:
@@ -156,15 +168,18 @@ def _markdown(evals: list, result: dict[str, Any], curve: str) -> str:
         f"- {result['episodes']} episodes per policy, seeds {result['seeds'][0]}..{result['seeds'][1]} "
         "(the same for each)",
     ]
-    handed = result.get("handed_back")
-    if handed == "base":
+    handed, evaluated = result.get("handed_back"), result["residual_checkpoint"]
+    which = "the checkpoint asked for" if result.get("asked") else "the last checkpoint"
+    if handed and handed == Path(evaluated).name:
+        lines.append(f"- handed back: {handed} ({evaluated})")
+    elif handed == "base":
         lines.append(
             f"- handed back: **the base** (no residual was significantly better on the run's evaluation "
             f"seeds, nor in a confirmation at its end where one ran); the "
-            f"residual evaluated is the last checkpoint, {result['residual_checkpoint']}, not handed back"
+            f"residual evaluated is {which}, {evaluated}, not handed back"
         )
     elif handed:
-        lines.append(f"- handed back: {handed} ({result['residual_checkpoint']})")
+        lines.append(f"- handed back: {handed}; the residual evaluated is {which}, {evaluated}, not it")
     lines += ["", results_table(evals, markdown=True), ""]
     if "paired_test" in result:
         lines += [
