@@ -72,7 +72,7 @@ def _report(run: Path, episodes: int, seed: int, out: Path, batch_envs: int, vid
     # their env steps: step_NNNNNNN)
     step = int(chosen.name.removeprefix("step_")) if chosen.name.startswith("step_") else None
     mark = (step, "handed back" if handed == chosen.name else "evaluated here, not handed back")
-    title = f"{root_name(run)}: {cfg.name} preset" + (f", handed back: {handed}" if cfg.base else "")
+    title = f"{_root_name(run)}: {cfg.name} preset" + (f", handed back: {handed}" if cfg.base else "")
     curve = plot_learning_curve(
         rows, out / "learning_curve.png", title, base_success=base_line, mark=mark if step else None
     )
@@ -204,7 +204,7 @@ def _markdown(evals: list, result: dict[str, Any], curve: str) -> str:
     return "\n".join(lines)
 
 
-def root_name(run: Path) -> str:
+def _root_name(run: Path) -> str:
     """The run directory's name (``run`` may be one of its checkpoints)."""
     return (run.parent.parent if run.parent.name == "checkpoints" else run).resolve().name
 
