@@ -3,6 +3,8 @@ never changes the base, demonstrations enter as residual actions, and the succes
 
 from __future__ import annotations
 
+import pathlib
+
 import torch
 
 from actlab.evaluation.policy_io import ObsAdapter, inputs_from_features
@@ -109,4 +111,7 @@ def test_report_puts_base_and_residual_side_by_side_on_the_same_seeds(tiny_base,
     assert set(result["policies"]) == {"base", "residual"} and result["seeds"] == [7, 8]
     page = (tmp_path / "report" / "report.md").read_text()
     assert "| base |" in page and "| residual |" in page and "never_picked_up" in page
+    # the residual's row carries the env steps of the checkpoint evaluated
+    steps = int(pathlib.Path(result["residual_checkpoint"]).name.removeprefix("step_"))
+    assert f"| residual | {steps} |" in page
     assert (tmp_path / "report" / "learning_curve.png").stat().st_size > 1000

@@ -59,7 +59,9 @@ def _report(run: Path, episodes: int, seed: int, out: Path, batch_envs: int, vid
         ecfg = EvalConfig(
             episodes=episodes, seed=seed, workers=1, batch_envs=batch_envs, threads_per_worker=1
         )
-        sources = [PolicySource(name="base", path=_base(run, cfg)), PolicySource(name="residual", obj=agent)]
+        # its env steps in the table's step column
+        residual = PolicySource(name="residual", obj=agent, step=_env_steps(chosen))
+        sources = [PolicySource(name="base", path=_base(run, cfg)), residual]
         evals = evaluate_many(sources, spec, ecfg)
     out.mkdir(parents=True, exist_ok=True)
     rows = read_metrics(run)
@@ -68,9 +70,7 @@ def _report(run: Path, episodes: int, seed: int, out: Path, batch_envs: int, vid
     result["handed_back"] = handed
     result["asked"] = asked  # a checkpoint directory was given: it is evaluated whatever is handed back
     base_line = next((r["eval/base_success"] for r in rows if "eval/base_success" in r), None)
-    # the evaluation of the checkpoint this report evaluates, marked on the curve (checkpoints are named by
-    # their env steps: step_NNNNNNN)
-    step = int(chosen.name.removeprefix("step_")) if chosen.name.startswith("step_") else None
+    step = _env_steps(chosen)  # the evaluation of the checkpoint this report evaluates, marked on the curve
     mark = (step, "handed back" if handed == chosen.name else "evaluated here, not handed back")
     title = f"{_root_name(run)}: {cfg.name} preset" + (f", handed back: {handed}" if cfg.base else "")
     curve = plot_learning_curve(
@@ -202,6 +202,12 @@ def _markdown(evals: list, result: dict[str, Any], curve: str) -> str:
     lines += [f"| {e['env_steps']} | {e['success']:.2f} |" for e in result["evaluations_during_training"]]
     lines += ["", f"![learning curve]({curve})", ""]
     return "\n".join(lines)
+
+
+def _env_steps(checkpoint: Path) -> int | None:
+    """The env steps of an RL checkpoint (named by them: step_NNNNNNN), or None for another name."""
+    name = checkpoint.name
+    return int(name.removeprefix("step_")) if name.startswith("step_") and name[5:].isdigit() else None
 
 
 def _root_name(run: Path) -> str:
