@@ -21,7 +21,7 @@ from actlab.evaluation.envs import EnvSpec
 from actlab.evaluation.harness import EvalConfig, evaluate_many
 from actlab.evaluation.results import results_table
 from actlab.evaluation.sources import PolicySource
-from actlab.lifecycle.checkpoints import read_pointer
+from actlab.lifecycle.checkpoints import STEP_DIR, read_pointer
 from actlab.lifecycle.metrics_log import read_metrics
 from actlab.rl.evaluate import evaluate_agent
 from actlab.rl.train import BASE_COPY, load_agent, newest_checkpoint
@@ -49,8 +49,11 @@ def _report(run: Path, episodes: int, seed: int, out: Path, batch_envs: int, vid
     chosen, handed = _choose(run)
     asked = run.parent.name == "checkpoints"
     agent = load_agent(chosen)
-    if run.parent.name == "checkpoints":
+    if asked:
         run = run.parent.parent
+    # the checkpoint's env steps (its name: step_NNNNNNN): the table's step column, the curve's mark
+    named = STEP_DIR.match(chosen.name)
+    step = int(named.group(1)) if named else None
     cfg = agent.cfg
     if cfg.base is None:
         evals = [evaluate_agent(agent, cfg, episodes=episodes, seed=seed)]
@@ -59,8 +62,7 @@ def _report(run: Path, episodes: int, seed: int, out: Path, batch_envs: int, vid
         ecfg = EvalConfig(
             episodes=episodes, seed=seed, workers=1, batch_envs=batch_envs, threads_per_worker=1
         )
-        # its env steps in the table's step column
-        residual = PolicySource(name="residual", obj=agent, step=_env_steps(chosen))
+        residual = PolicySource(name="residual", obj=agent, step=step)
         sources = [PolicySource(name="base", path=_base(run, cfg)), residual]
         evals = evaluate_many(sources, spec, ecfg)
     out.mkdir(parents=True, exist_ok=True)
@@ -70,9 +72,8 @@ def _report(run: Path, episodes: int, seed: int, out: Path, batch_envs: int, vid
     result["handed_back"] = handed
     result["asked"] = asked  # a checkpoint directory was given: it is evaluated whatever is handed back
     base_line = next((r["eval/base_success"] for r in rows if "eval/base_success" in r), None)
-    step = _env_steps(chosen)  # the evaluation of the checkpoint this report evaluates, marked on the curve
     mark = (step, "handed back" if handed == chosen.name else "evaluated here, not handed back")
-    title = f"{_root_name(run)}: {cfg.name} preset" + (f", handed back: {handed}" if cfg.base else "")
+    title = f"{run.resolve().name}: {cfg.name} preset" + (f", handed back: {handed}" if cfg.base else "")
     curve = plot_learning_curve(
         rows, out / "learning_curve.png", title, base_success=base_line, mark=mark if step else None
     )
@@ -90,15 +91,14 @@ def _choose(run: Path) -> tuple[Path, str]:
     checkpoint asked for is not the handed-back policy unless best.json names it)."""
     if run.parent.name == "checkpoints":
         root = run.parent.parent
-        return run, _handed_back(root, newest_checkpoint(root)) if root.is_dir() else run.name
+        return run, _handed_back(root) if root.is_dir() else run.name
     if not (run / "checkpoints").is_dir():
         return run, run.name
-    newest = newest_checkpoint(run)
-    handed = _handed_back(run, newest)
-    return (newest if handed == "base" else run / "checkpoints" / handed), handed
+    handed = _handed_back(run)
+    return (newest_checkpoint(run) if handed == "base" else run / "checkpoints" / handed), handed
 
 
-def _handed_back(root: Path, newest: Path) -> str:
+def _handed_back(root: Path) -> str:
     """What the run at ``root`` hands back: best.json's checkpoint, else the base (a residual run), else
     its newest checkpoint."""
     ckpts = root / "checkpoints"
@@ -106,7 +106,7 @@ def _handed_back(root: Path, newest: Path) -> str:
     if best.is_file() and (ckpts / read_pointer(best)["path"]).is_dir():
         return read_pointer(best)["path"]
     residual = (root / BASE_COPY).is_dir() or _is_residual(root)
-    return "base" if residual else newest.name
+    return "base" if residual else newest_checkpoint(root).name
 
 
 def _is_residual(run: Path) -> bool:
@@ -202,17 +202,6 @@ def _markdown(evals: list, result: dict[str, Any], curve: str) -> str:
     lines += [f"| {e['env_steps']} | {e['success']:.2f} |" for e in result["evaluations_during_training"]]
     lines += ["", f"![learning curve]({curve})", ""]
     return "\n".join(lines)
-
-
-def _env_steps(checkpoint: Path) -> int | None:
-    """The env steps of an RL checkpoint (named by them: step_NNNNNNN), or None for another name."""
-    name = checkpoint.name
-    return int(name.removeprefix("step_")) if name.startswith("step_") and name[5:].isdigit() else None
-
-
-def _root_name(run: Path) -> str:
-    """The run directory's name (``run`` may be one of its checkpoints)."""
-    return (run.parent.parent if run.parent.name == "checkpoints" else run).resolve().name
 
 
 def plot_learning_curve(

@@ -502,7 +502,7 @@ class _Trainer:
             # runs at the narrowed bound
             judged_bound = row["bound"] if decision.action == "keep" else self.guard.bound
             self.judged = (self.env_steps, judged_bound)
-            self.agent.bound = self.guard.bound
+            self._apply_guard()
         self.evals.append(row)
         self.log.log(log_row)
         self.log.message(f"eval @ {self.env_steps} env steps: {text}")
