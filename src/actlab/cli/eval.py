@@ -449,8 +449,8 @@ def _run_perturb(args: argparse.Namespace, sources, spec, cfg, realtime: dict) -
     from pathlib import Path
 
     from actlab.errors import ActlabError
-    from actlab.evaluation.perturb import parse_perturb
-    from actlab.evaluation.perturb_sweep import perturb_table, run_perturb
+    from actlab.evaluation.perturb import parse_perturbs
+    from actlab.evaluation.perturb_sweep import execution_words, perturb_table, run_perturb
 
     if cfg.videos or args.whiskers or realtime.get("grid"):
         raise ActlabError(
@@ -458,7 +458,7 @@ def _run_perturb(args: argparse.Namespace, sources, spec, cfg, realtime: dict) -
             field="--perturb",
             fix="run one evaluation with --videos, or the delay sweep, separately",
         )
-    perturbs = [parse_perturb(text) for text in args.perturb]
+    perturbs = parse_perturbs(args.perturb)
 
     def say(cell: dict) -> None:
         if not args.json:
@@ -474,7 +474,10 @@ def _run_perturb(args: argparse.Namespace, sources, spec, cfg, realtime: dict) -
         sys.stdout.write("\n")
         return 0
     print(perturb_table(report["cells"], markdown=args.markdown))
-    print(f"\n{cfg.episodes} episodes per cell, {report['seeds']}, {report['seconds']:.1f} s")
+    print(
+        f"\n{cfg.episodes} episodes per cell, {report['seeds']}, {execution_words(cfg.execution)}, "
+        f"{report['seconds']:.1f} s"
+    )
     if args.out:
         for f in ("perturb.json", "perturb.md", "perturb.png"):
             print(f"{f}: {Path(args.out) / f}")

@@ -140,7 +140,7 @@ def _bounded(low: int, high: int):
 
 def _resolve(args: argparse.Namespace):
     """Preset (or the saved config on --resume) + --base + --demos + --set."""
-    from actlab.rl.config import PRESETS, apply_rl_overrides
+    from actlab.rl.config import PRESETS, apply_rl_overrides, refuse_inert_rl_overrides
     from actlab.rl.train import load_run_config
 
     sets = list(args.overrides)
@@ -149,7 +149,9 @@ def _resolve(args: argparse.Namespace):
     if args.demos:
         sets.append(f"demos={args.demos}")
     cfg = resolve_preset_config(args, PRESETS, load_run_config, help_preset="residual")
-    return apply_rl_overrides(cfg, sets)
+    cfg = apply_rl_overrides(cfg, sets)
+    refuse_inert_rl_overrides(cfg, args.overrides)
+    return cfg
 
 
 def _train(args: argparse.Namespace) -> int:

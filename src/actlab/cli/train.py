@@ -117,7 +117,7 @@ def _resolve_config(args: argparse.Namespace):
     from pathlib import Path
 
     from actlab.errors import ActlabError
-    from actlab.training.config import apply_train_overrides
+    from actlab.training.config import apply_train_overrides, refuse_inert_train_overrides
     from actlab.training.loop import load_run_config, overfit_config
     from actlab.training.presets import PRESETS, with_dataset
 
@@ -142,6 +142,7 @@ def _resolve_config(args: argparse.Namespace):
         if args.overfit < 1:
             raise ActlabError("--overfit needs N >= 1", field="--overfit", found=args.overfit)
         cfg = overfit_config(cfg, args.overfit)
+    refuse_inert_train_overrides(cfg, args.overrides)  # after --overfit, which sets overfit.samples
     return cfg
 
 

@@ -72,6 +72,7 @@ def read_data(layout: Layout, report: Report) -> Data | None:
     columns = _check_columns(layout, table, file, report)
     _check_rows(layout, table.num_rows, columns, file, report)
     _check_index(columns, file, report)
+    _check_task_index(layout, columns, file, report)
     _check_finite(columns, file, report)
     _check_outliers(columns, file, report)
     _check_checksums(layout, report)  # last: a file edited on purpose is first named for what is wrong
@@ -341,6 +342,54 @@ def _check_index(cols: Mapping[str, np.ndarray], file: Path, report: Report) -> 
             idx[r],
             "sort the rows by index (and episode_index, frame_index) or re-export",
         )
+
+
+def _check_task_index(layout: Layout, cols: Mapping[str, np.ndarray], file: Path, report: Report) -> None:
+    """Every frame's ``task_index`` is a row of tasks.parquet and names a task of its episode (the
+    episodes metadata). A frame whose index points at no task (or another episode's) was read without a
+    word: lerobot looks the task up per frame and fails there, a language-conditioned policy learns from
+    the wrong instruction."""
+    if "task_index" not in cols or not layout.tasks or "episode_index" not in cols:
+        return
+    ti = cols["task_index"][:, 0]
+    ep = cols["episode_index"][:, 0]
+    n = len(layout.tasks)
+    bad = np.flatnonzero((ti < 0) | (ti >= n))
+    if bad.size:
+        r = int(bad[0])
+        eps = [int(e) for e in np.unique(ep[bad])]
+        report.add(
+            "task_index",
+            f"{bad.size} frame(s) have a task_index that is no row of tasks.parquet",
+            file,
+            "task_index",
+            f"0..{n - 1} (the {n} task(s) of {fmt.TASKS_PATH})",
+            f"{int(ti[r])} at row {r} (episode {int(ep[r])})",
+            f"set each frame's task_index to its episode's task in {fmt.TASKS_PATH}, or re-export "
+            "(actlab data curate DATASET --out NEW writes each frame's task from its episode)",
+            episodes=eps,
+        )
+        return
+    index_of = {t: i for i, t in enumerate(layout.tasks)}
+    for info in layout.episodes:
+        allowed = [index_of[t] for t in info.tasks if t in index_of]
+        if not allowed:  # no task of the episode in tasks.parquet: check_tasks says so
+            continue
+        rows = ep == info.index
+        wrong = np.flatnonzero(rows & ~np.isin(ti, allowed))
+        if wrong.size:
+            r = int(wrong[0])
+            report.add(
+                "task_index",
+                f"episode {info.index}: {wrong.size} frame(s) name another task than the episode's",
+                file,
+                "task_index",
+                f"{', '.join(str(a) for a in allowed)} ({', '.join(repr(t) for t in info.tasks)[:120]})",
+                f"{int(ti[r])} ({layout.tasks[int(ti[r])]!r}) at row {r}"[:200],
+                f"set the frames' task_index to the episode's task in {fmt.TASKS_PATH}, or re-export "
+                "(actlab data curate DATASET --out NEW writes each frame's task from its episode)",
+                episodes=[info.index],
+            )
 
 
 def _episodes_of(sorted_ep: np.ndarray, rows: np.ndarray) -> list[int]:

@@ -51,7 +51,7 @@ from actlab.sim.tasks import TASKS, task_config
 from actlab.sim.view import render_strip
 from actlab.training import apply_train_overrides, get_preset, load_run_config, train, with_dataset
 from actlab.training.checkpoint import CheckpointManager
-from actlab.training.config import resume_diff
+from actlab.training.config import refuse_inert_train_overrides, resume_diff
 from actlab.training.loop import refuse_cache_in_other_output
 from actlab.training.preflight import checkpoint_bytes
 from actlab.utils.config import override_key, to_dict
@@ -266,6 +266,7 @@ def resolve(cfg: DemoConfig) -> dict[str, Any]:
         ]
     _refuse_owned_overrides(cfg.overrides)
     train_cfg = apply_train_overrides(train_cfg, [*demo_overrides, *cfg.overrides])
+    refuse_inert_train_overrides(train_cfg, cfg.overrides)
     # checked here, not where the training stage meets them: after the recording stage had run
     refuse_cache_in_other_output(train_cfg.data.cache_dir, out)
     beyond = sorted(e for e in train_cfg.data.episodes if e >= cfg.episodes)

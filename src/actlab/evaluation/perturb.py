@@ -19,6 +19,7 @@ from __future__ import annotations
 import colorsys
 import dataclasses
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -136,6 +137,36 @@ def parse_perturb(text: str) -> tuple[str, tuple[float, ...]]:
     return name, values
 
 
+def parse_perturbs(texts: Sequence[str]) -> list[tuple[str, tuple[float, ...]]]:
+    """Every ``--perturb`` of a command (:func:`parse_perturb`); a perturbation named twice, or a level
+    given twice, is refused: each would be evaluated again as a cell of its own (the same episodes run
+    twice, the table and figure showing two panels of one perturbation)."""
+    parsed = [parse_perturb(text) for text in texts]
+    names = [name for name, _ in parsed]
+    for name in dict.fromkeys(names):
+        if names.count(name) > 1:
+            given = [t for t in texts if t.partition("=")[0].strip() == name]
+            raise ActlabError(
+                f"--perturb {name} is given {names.count(name)} times: each would be a panel of its own, "
+                "the same levels evaluated again",
+                field=f"--perturb {name}",
+                expected="each perturbation once, with all its levels: NAME=L1,L2,...",
+                found=", ".join(f"--perturb {t}" for t in given),
+                fix=f"give one --perturb {name}=L1,L2,... (nothing was run)",
+            )
+    for name, levels in parsed:
+        twice = sorted({v for v in levels if levels.count(v) > 1})
+        if twice:
+            raise ActlabError(
+                f"a level of --perturb {name} is given twice: it would be evaluated twice",
+                field=f"--perturb {name}",
+                expected="each level once",
+                found=", ".join(f"{v:g}" for v in twice),
+                fix=f"list each level of --perturb {name} once (nothing was run)",
+            )
+    return parsed
+
+
 def spec_changes(task: str, name: str, level: float) -> dict[str, Any]:
     """How the evaluation's EnvSpec changes for a level: ``task`` and ``env_kwargs`` for ``distractors``
     (another scene), ``perturb`` for every other perturbation (a wrapper around the env)."""
@@ -214,4 +245,4 @@ class PerturbedEnv:
         return True
 
 
-__all__ = ["PERTURBATIONS", "Perturbation", "PerturbedEnv", "parse_perturb", "spec_changes"]
+__all__ = ["PERTURBATIONS", "Perturbation", "PerturbedEnv", "parse_perturb", "parse_perturbs", "spec_changes"]

@@ -92,6 +92,14 @@ def perturb_table(cells: Sequence[dict], markdown: bool = False) -> str:
     )
 
 
+def execution_words(execution: Any) -> str:
+    """How every cell executed its chunks, in words (perturb.md, the command's last line)."""
+    if execution is None or execution.mode == "sync":  # (sync with a delay or a horizon is refused)
+        return "execution sync (the sim waits for the policy)"
+    horizon = execution.horizon if execution.horizon is not None else "the policy's n_action_steps"
+    return f"execution {execution.mode} at delay {execution.latency} step(s), horizon {horizon}"
+
+
 def run_perturb(
     sources: Sequence[Any],
     spec: EnvSpec,
@@ -114,6 +122,9 @@ def run_perturb(
         "episodes": cfg.episodes,
         "seeds": f"{cfg.seed}..{cfg.seed + cfg.episodes - 1} (episode i uses seed + i, every cell)",
         "perturbations": {n: PERTURBATIONS[n].what for n, _ in perturbs},
+        # how chunks were executed in every cell (--execution/--latency/--horizon; null: sync): a sweep
+        # at delay 2 is not the same measurement as one where the sim waits for the policy
+        "execution": dataclasses.asdict(cfg.execution) if cfg.execution is not None else None,
         "seconds": round(time.perf_counter() - t0, 2),
         "cells": cells,
     }
@@ -123,7 +134,8 @@ def run_perturb(
             what = "\n".join(f"- `{n}`: {w}" for n, w in report["perturbations"].items())
             atomic_write_text(
                 tmp / "perturb.md",
-                f"# actlab eval --perturb: {spec.task}\n\n{what}\n\n{perturb_table(cells, markdown=True)}\n",
+                f"# actlab eval --perturb: {spec.task}\n\n{what}\n\n{execution_words(cfg.execution)}, "
+                f"{report['seeds']}\n\n{perturb_table(cells, markdown=True)}\n",
             )
             plot_perturb(cells, tmp / "perturb.png", title=f"{spec.task}: success under perturbations")
     return report

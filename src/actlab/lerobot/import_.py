@@ -296,6 +296,18 @@ def import_plugin_policy(policy_dir: str | Path, out: str | Path, overwrite: boo
     actlab bundle: the plugin keeps the actlab bundle itself in ``actlab_bundle/`` (safetensors + JSON)."""
     root = Path(policy_dir)
     kind = _plugin_type(root)
+    if not (root / PLUGIN_BUNDLE).is_dir():
+        # the plugin's weights live only there: "policy bundle directory not found, check the path" named
+        # a directory the user never made and a fix that could not work
+        raise ActlabError(
+            f"a checkpoint of actlab's LeRobot plugin ({kind}) keeps its weights in {PLUGIN_BUNDLE}/, "
+            "which is missing: nothing to import",
+            file=root / PLUGIN_BUNDLE,
+            expected=f"{PLUGIN_BUNDLE}/ beside config.json (what actlab policy export writes)",
+            found="missing" if not (root / PLUGIN_BUNDLE).exists() else "not a directory",
+            fix="export the actlab bundle again (actlab policy export BUNDLE --to lerobot --out NEW), or "
+            "restore the directory from a copy",
+        )
     policy = load_policy(root / PLUGIN_BUNDLE, device="cpu")
     # the training record (task, joint units, seeds) travels with the weights, so eval still checks them
     extra = {

@@ -480,6 +480,52 @@ def from_flat(flat: dict[str, Any], where: str = "RL config") -> dict[str, Any]:
     return out
 
 
+# --set keys a resolved RL config ignores: refused (refuse_inert_rl_overrides) rather than accepted
+_VIT_KEYS = (
+    "obs.vision_backbone",
+    "obs.pretrained_backbone_weights",
+    "obs.vit_config",
+    "obs.downscale_img_square",
+)
+_RESIDUAL_KEYS = tuple(
+    f"residual.{k}"
+    for k in ("alpha", "bound_start", "bound_growth", "penalty", "weak_below", "patience", "max_rollbacks",
+              "confirm_episodes", "confirm_seed")
+)  # fmt: skip
+INERT_KEYS: tuple[cfgutil.Inert, ...] = (
+    cfgutil.Inert(
+        ("env.reward_model",),
+        lambda c: c.env.reward != "classifier",
+        lambda c: f"env.reward={c.env.reward} (the reward model is read only by env.reward=classifier)",
+        "env.reward=classifier",
+    ),
+    cfgutil.Inert(
+        ("sac.demo_episodes",), lambda c: c.demos is None, "no demos (demos=null)", "--demos DATASET"
+    ),
+    cfgutil.Inert(_RESIDUAL_KEYS, lambda c: c.base is None, "no base (RL from scratch)", "--base BUNDLE"),
+    cfgutil.Inert(
+        ("obs.frame_stack", "obs.image_size", "obs.cameras"),
+        lambda c: c.obs.encoder in ("none", "frozen"),
+        lambda c: (
+            f"obs.encoder={c.obs.encoder} ("
+            + ("the actor sees no frames)" if c.obs.encoder == "none" else "the base's own cameras and size)")
+        ),
+        "obs.encoder=cnn or vit",
+    ),
+    cfgutil.Inert(
+        _VIT_KEYS,
+        lambda c: c.obs.encoder != "vit",
+        lambda c: f"obs.encoder={c.obs.encoder}",
+        "obs.encoder=vit",
+    ),
+)
+
+
+def refuse_inert_rl_overrides(cfg: RLConfig, overrides: list[str]) -> None:
+    """Refuse a ``--set`` the resolved RL config ignores (:data:`INERT_KEYS`), before any work."""
+    cfgutil.refuse_inert_overrides(cfg, overrides, INERT_KEYS)
+
+
 def apply_rl_overrides(cfg: RLConfig, overrides: list[str]) -> RLConfig:
     """``--set section.key=value`` overrides; a flat key of the first layout (``utd=2``) is refused naming
     its new key (``sac.utd``)."""

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from actlab.datasets import open_dataset
 from actlab.errors import ActlabError
 from actlab.rl.replay import ReplayBuffer, nstep_transitions
+from actlab.utils.say import say
 
 STATE_KEY = "observation.state"
 
@@ -54,6 +55,7 @@ def demo_buffer(cfg: Any, agent: Any, progress: bool = False) -> ReplayBuffer:
         )
     states, actions = ds.column(STATE_KEY), ds.column("action")
     episodes = ds.episodes[: cfg.sac.demo_episodes]
+    say_fewer_demos(cfg.demos, len(ds.episodes), cfg.sac.demo_episodes, "sac.demo_episodes")
     parts = []
     bar = tqdm(episodes, desc="demos -> transitions", unit="episode", disable=not progress, leave=False)
     for ep in bar:
@@ -64,6 +66,13 @@ def demo_buffer(cfg: Any, agent: Any, progress: bool = False) -> ReplayBuffer:
         buf.add(p)
     ds.close()
     return buf
+
+
+def say_fewer_demos(path: Any, held: int, asked: int, key: str) -> None:
+    """The first ``asked`` episodes are read; a dataset that holds fewer is read whole, and said (it was
+    a clamp without a word, and the reward model recorded the number asked as the number read)."""
+    if held < asked:
+        say(f"note: {path} holds {held} episode(s): {key}={asked} reads all {held}")
 
 
 @torch.no_grad()

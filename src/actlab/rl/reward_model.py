@@ -26,6 +26,7 @@ from actlab.policies import load_policy
 from actlab.rl.agent import Agent
 from actlab.rl.checkpoint import read_tensors
 from actlab.rl.config import EnvConfig, ObsConfig, RLConfig, check_ranges
+from actlab.rl.demos import say_fewer_demos
 from actlab.rl.inputs import check_base_task, check_demos
 from actlab.utils.io import atomic_dir, atomic_write_json, check_out_dir, read_json
 
@@ -150,6 +151,7 @@ def _demo_frames(cfg: RewardModelConfig, agent: Any, demos: str) -> list[tuple[t
     ds = open_dataset(demos)
     states = ds.column("observation.state")
     out = []
+    say_fewer_demos(demos, len(ds.episodes), cfg.episodes, "episodes")  # (actlab.rl.demos)
     for ep in ds.episodes[: cfg.episodes]:
         idx = np.arange(ep.start, ep.stop)
         frames = {
@@ -195,10 +197,40 @@ def _rollout_frames(cfg: RewardModelConfig, rlcfg: Any, agent: Any) -> tuple[lis
     return out, failures
 
 
+def _split_sizes(n: int, cfg: RewardModelConfig) -> tuple[int, int]:
+    return max(1, round(n * cfg.val_fraction)), max(1, round(n * cfg.test_fraction))
+
+
 def _split(n: int, cfg: RewardModelConfig) -> tuple[list[int], list[int], list[int]]:
     order = np.random.default_rng(cfg.seed).permutation(n).tolist()
-    n_val, n_test = max(1, round(n * cfg.val_fraction)), max(1, round(n * cfg.test_fraction))
+    n_val, n_test = _split_sizes(n, cfg)
     return order[n_val + n_test :], order[:n_val], order[n_val : n_val + n_test]
+
+
+def _check_episode_count(cfg: RewardModelConfig, demos: str | Path) -> int:
+    """The demonstrations the run reads; refused before any work when demos and rollouts together cannot
+    fill the train, validation and test splits (an empty training split was a torch.cat traceback, after
+    every rollout had run)."""
+    from actlab.datasets import open_dataset  # lazy, as in _demo_frames
+
+    ds = open_dataset(demos)
+    n_demos = min(cfg.episodes, len(ds.episodes))
+    ds.close()
+    n_rollouts = -(-cfg.rollouts // cfg.rollout_envs) * cfg.rollout_envs  # whole rounds of rollout_envs
+    n = n_demos + n_rollouts
+    n_val, n_test = _split_sizes(n, cfg)
+    if n - n_val - n_test < 1:
+        raise ActlabError(
+            "too few episodes for the reward model's training, validation and test splits",
+            field="episodes, rollouts",
+            expected=f"at least {n_val + n_test + 1} episodes: one to train on beside {n_val} for validation "
+            f"and {n_test} for the test (val_fraction {cfg.val_fraction:g}, "
+            f"test_fraction {cfg.test_fraction:g})",
+            found=f"{n}: {n_demos} demonstration(s) of {demos} and {n_rollouts} rollout(s)",
+            fix="raise --set rollouts (or --set episodes, up to the episodes the dataset holds); "
+            "nothing was run",
+        )
+    return n_demos
 
 
 def _stack(episodes: list, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -224,6 +256,7 @@ def train_reward_model(cfg: RewardModelConfig, demos: str, base: str, out: str |
     check_out_dir(out, KIND, overwrite=True, inputs=(demos, base))
     check_demos(Path(demos))  # rollouts run pick-and-place: another task's demos or base are refused
     check_base_task(Path(base))
+    n_demos = _check_episode_count(cfg, demos)
     torch.manual_seed(cfg.seed)
     rlcfg = RLConfig(
         base=base,
@@ -256,7 +289,7 @@ def train_reward_model(cfg: RewardModelConfig, demos: str, base: str, out: str |
         "heldout_accuracy_at_0.5": float(((ph > 0.5) == (yh > 0.5)).float().mean()),
         "heldout_n": len(yh),
         "heldout_positives": int((yh > 0.5).sum()),
-        "episodes": {"demos": cfg.episodes, "rollouts": len(rollouts), "failed_rollouts": failures},
+        "episodes": {"demos": n_demos, "rollouts": len(rollouts), "failed_rollouts": failures},
         "split_episodes": {"train": len(train_ids), "val": len(val_ids), "test": len(test_ids)},
         "input_dim": int(xt.shape[1]),
         "hidden": cfg.hidden,

@@ -431,6 +431,46 @@ def apply_train_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig
     return cfgutil.apply_overrides(cfg, overrides)
 
 
+# --set keys a resolved config ignores: refused (refuse_inert_train_overrides) rather than accepted
+INERT_KEYS: tuple[cfgutil.Inert, ...] = (
+    cfgutil.Inert(
+        ("policy.kl_weight", "policy.n_vae_encoder_layers"),
+        lambda c: c.policy is not None and getattr(c.policy, "use_vae", True) is False,
+        "policy.use_vae=false (no VAE encoder, no KL term)",
+        "policy.use_vae=true",
+    ),
+    cfgutil.Inert(
+        ("policy.correction_hidden_dim",),
+        lambda c: c.policy is not None and getattr(c.policy, "correction_head", True) is False,
+        "policy.correction_head=false (no correction head)",
+        "policy.correction_head=true",
+    ),
+    cfgutil.Inert(
+        ("overfit.loss_threshold", "overfit.max_steps"),
+        lambda c: not c.overfit.samples,
+        "overfit.samples=0 (normal training, no overfit check)",
+        "--overfit N (or overfit.samples=N)",
+    ),
+    cfgutil.Inert(
+        ("schedule.min_lr_ratio",),
+        lambda c: c.schedule.kind == "constant",
+        "schedule.kind=constant (the lr is held, never decayed)",
+        "schedule.kind=cosine",
+    ),
+    cfgutil.Inert(
+        ("log.wandb_project",),
+        lambda c: not c.log.wandb,
+        "log.wandb=false (nothing is sent to Weights & Biases)",
+        "log.wandb=true",
+    ),
+)
+
+
+def refuse_inert_train_overrides(cfg: TrainConfig, overrides: list[str]) -> None:
+    """Refuse a ``--set`` the resolved training config ignores (:data:`INERT_KEYS`), before any work."""
+    cfgutil.refuse_inert_overrides(cfg, overrides, INERT_KEYS)
+
+
 def _rederive_backbone_fields(policy: PolicyConfig | None, overrides: list[str]) -> list[str]:
     """Fields a built config derived from ``vision_backbone`` are derived again when the overrides switch
     it, unless the same overrides set them.

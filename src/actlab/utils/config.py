@@ -301,3 +301,37 @@ def _own_field_docs(cls: type) -> dict[str, str]:
                 docs[name] = " ".join([*pending, tail]).strip()
         pending = []
     return docs
+
+
+@dataclasses.dataclass(frozen=True)
+class Inert:
+    """A config key that has no effect under some setting of another key (``--set policy.kl_weight=50``
+    with ``policy.use_vae=false``): a ``--set`` of it is refused rather than accepted without a word."""
+
+    keys: tuple[str, ...]  # the keys without effect, as --set spells them
+    inert: typing.Callable[[Any], bool]  # True when, under the resolved config, those keys do nothing
+    # the setting that makes them inert, in words ("policy.use_vae=false"), or a function of the config
+    state: str | typing.Callable[[Any], str]
+    remedy: str  # the setting under which they take effect ("policy.use_vae=true")
+
+
+def refuse_inert_overrides(cfg: Any, overrides: typing.Iterable[str], rules: typing.Iterable[Inert]) -> None:
+    """Refuse a ``--set KEY=VALUE`` the resolved ``cfg`` ignores (a rule of ``rules`` holds for it), naming
+    the setting that makes it inert and the one under which it would act. Only keys the user set are
+    checked: a preset's own value of an inert key is not the user's doing."""
+    given = {}
+    for item in overrides:
+        key, value = split_override(item)
+        if value is not None:
+            given[key] = value
+    for rule in rules:
+        for key in rule.keys:
+            if key in given and rule.inert(cfg):
+                state = rule.state(cfg) if callable(rule.state) else rule.state
+                raise ActlabError(
+                    f"--set {key} has no effect with {state}",
+                    field=key,
+                    expected=f"--set {key} together with {rule.remedy}",
+                    found=f"--set {key}={given[key]}"[:300],
+                    fix=f"add {rule.remedy}, or leave --set {key} out (nothing was run)",
+                )
