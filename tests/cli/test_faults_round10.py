@@ -282,3 +282,18 @@ def test_a_demo_dataset_shorter_than_asked_is_said(recording, capsys):
     assert (
         capsys.readouterr().err == f"note: {recording} holds 1 episode(s): sac.demo_episodes=5 reads all 1\n"
     )
+
+
+@pytest.mark.timeout(60)
+def test_a_whiskers_episode_the_evaluation_does_not_run_is_refused(tmp_path, bundle, capsys):
+    """SILENT before (noticed in the tenth run, left then): `eval --whiskers --whiskers-episode 5
+    --episodes 1` filmed seed 100005, an episode the evaluation never ran, whose seed nothing checked
+    against the training seeds. Refused before any episode, nothing written; the last episode is filmed."""
+    out = tmp_path / "ev"
+    args = ["eval", str(bundle), "--episodes", "1", "--max-steps", "3", "--workers", "1", "--whiskers"]
+    assert main([*args, "--whiskers-episode", "5", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "the whiskers episode is not one of the evaluation's episodes" in err, err
+    assert "an index among 0..0 (--episodes 1)" in err and not out.exists()
+    assert main([*args, "--whiskers-episode", "0", "--out", str(out)]) == 0
+    assert list((out / "whiskers").glob("*episode_000.mp4")), sorted(out.rglob("*"))

@@ -180,7 +180,8 @@ def run_eval(
     """
     sources = [as_source(p) for p in policies]
     if whiskers is not None:
-        check_whiskers_options(whiskers, spec, cfg.execution)  # before the evaluation, not after it
+        # before the evaluation, not after it
+        check_whiskers_options(whiskers, spec, cfg.execution, cfg.episodes)
     meta = {
         "task": spec.task,
         "episodes": cfg.episodes,

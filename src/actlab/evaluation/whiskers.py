@@ -111,11 +111,16 @@ def draw_whiskers(
     return np.asarray(Image.alpha_composite(base, layer).convert("RGB"))
 
 
-def check_whiskers_options(options: Mapping[str, Any], spec: EnvSpec, execution: Any = None) -> None:
+def check_whiskers_options(
+    options: Mapping[str, Any], spec: EnvSpec, execution: Any = None, episodes: int | None = None
+) -> None:
     """Refuse bad whiskers options up front: the whiskers video is made after the whole evaluation, and a
     late error would throw the evaluation away. ``execution``: the evaluation's ExecutionSpec (None: sync);
     the whiskers episode runs each step's action from ``select_action`` (sync), so a real-time execution
-    is refused rather than filmed as something it is not (it was, without a word)."""
+    is refused rather than filmed as something it is not (it was, without a word). ``episodes``: the
+    evaluation's episode count; the filmed episode is one of them (``--whiskers-episode 5 --episodes 1``
+    filmed seed +5, an episode the evaluation never ran and whose seed nothing checked against the
+    training seeds)."""
     mode = getattr(execution, "mode", "sync")
     if mode != "sync":
         raise ActlabError(
@@ -135,6 +140,14 @@ def check_whiskers_options(options: Mapping[str, Any], spec: EnvSpec, execution:
         raise ActlabError("every must be >= 1", field="--whiskers-every", found=options["every"])
     if int(options.get("episode", 0)) < 0:
         raise ActlabError("episode index must be >= 0", field="--whiskers-episode", found=options["episode"])
+    if episodes is not None and int(options.get("episode", 0)) >= episodes:
+        raise ActlabError(
+            "the whiskers episode is not one of the evaluation's episodes",
+            field="--whiskers-episode",
+            expected=f"an index among 0..{episodes - 1} (--episodes {episodes})",
+            found=options["episode"],
+            fix=f"pass --whiskers-episode {episodes - 1} or lower, or more --episodes (nothing was run)",
+        )
     if spec.is_peer:
         raise ActlabError(
             "whiskers need an env that can forward-simulate and project the grasp point",
