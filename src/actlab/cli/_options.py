@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
-from actlab.utils.config import override_key
+from actlab.utils.config import no_effect, override_key
 
 
 def _action(p: argparse.ArgumentParser, name: str) -> argparse.Action:
@@ -88,12 +88,8 @@ def check(args: argparse.Namespace) -> None:
             continue
         ok = when(args) if when is not None else _given(getattr(args, on_dest, None), on_default)
         if not ok:
-            raise ActlabError(
-                f"{label} has no effect without {what or on_label}",
-                field=label,
-                expected=f"{label} together with {what or on_label}",
-                found=f"{label} {getattr(args, dest)!s}"[:200],
-                fix=f"add {what or on_label}, or leave {label} out (nothing was run)",
+            raise no_effect(
+                label, f"without {what or on_label}", what or on_label, f"{label} {getattr(args, dest)!s}"
             )
     for label, dest, default, key in getattr(args, "_sets", None) or []:
         also = [o for o in getattr(args, "overrides", None) or [] if override_key(o) == key]

@@ -328,10 +328,20 @@ def refuse_inert_overrides(cfg: Any, overrides: typing.Iterable[str], rules: typ
         for key in rule.keys:
             if key in given and rule.inert(cfg):
                 state = rule.state(cfg) if callable(rule.state) else rule.state
-                raise ActlabError(
-                    f"--set {key} has no effect with {state}",
-                    field=key,
-                    expected=f"--set {key} together with {rule.remedy}",
-                    found=f"--set {key}={given[key]}"[:300],
-                    fix=f"add {rule.remedy}, or leave --set {key} out (nothing was run)",
+                raise no_effect(
+                    f"--set {key}", f"with {state}", rule.remedy, f"--set {key}={given[key]}", key
                 )
+
+
+def no_effect(label: str, because: str, remedy: str, found: str, field: str | None = None) -> ActlabError:
+    """The refusal of a setting that another setting (or its absence) makes do nothing, in one wording
+    for command-line flags (``cli._options.needs``) and ``--set`` keys (:func:`refuse_inert_overrides`):
+    ``label`` as the user wrote it, ``because`` the reason ("without --whiskers", "with use_vae=false"),
+    ``remedy`` the setting under which it acts."""
+    return ActlabError(
+        f"{label} has no effect {because}",
+        field=field or label,
+        expected=f"{label} together with {remedy}",
+        found=found[:300],
+        fix=f"add {remedy}, or leave {label} out (nothing was run)",
+    )
