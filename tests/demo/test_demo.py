@@ -335,3 +335,21 @@ def test_the_demo_records_with_the_codec_asked_for(tmp_path):
     assert info["video.codec"] == "h264" and state["record"]["settings"]["codec"] == "h264"
     auto = demo_config(build_parser().parse_args(["demo", "--episodes", "2"]))
     assert auto.codec == "auto"
+
+
+def test_the_cpu_demo_trains_at_batch_16_with_an_ema_unless_told_otherwise(tmp_path):
+    """The CPU demo's recipe (CPU_DEMO_RECIPE over so101_sim_cpu): half the step time of the preset's batch
+    32, as good at its last checkpoint (docs/benchmarks.md "Demo"); a --set of the same keys wins, and other
+    presets are left as they are."""
+    from actlab.demo.pipeline import DemoConfig, resolve
+
+    train = resolve(DemoConfig(out=str(tmp_path / "d"), device="cpu"))["train"]
+    assert (train.batch_size, train.ema_decay, train.steps) == (16, 0.995, 5000)
+    told = ("batch_size=32", "ema_decay=0.0")
+    train = resolve(DemoConfig(out=str(tmp_path / "d"), device="cpu", overrides=told))["train"]
+    assert (train.batch_size, train.ema_decay) == (32, 0.0)
+    from actlab.training import get_preset
+
+    tiny = get_preset("tiny")
+    train = resolve(DemoConfig(out=str(tmp_path / "d"), device="cpu", preset="tiny"))["train"]
+    assert (train.batch_size, train.ema_decay) == (tiny.batch_size, tiny.ema_decay)

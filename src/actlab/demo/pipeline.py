@@ -98,6 +98,14 @@ WHISKERS_VIDEO_BYTES_PER_FRAME = 2600
 REPORT_BYTES = 2_000_000
 # Rollout videos of the best checkpoint when --videos is not given (fewer when there are fewer episodes).
 DEFAULT_VIDEOS = 3
+# The CPU demo's training recipe over the so101_sim_cpu preset (a --set of the same key wins): batch 16
+# with an EMA of the weights over the preset's 5,000 steps. A batch-16 step costs half a batch-32 step
+# (74.8 against 144.3 ms at 1 thread, `actlab policy bench`), so the whole demo fits in 5 minutes on 2
+# cores that train the preset at 56 ms a step (266 s against 395 s), and it learns as well: the last
+# checkpoint 49/50 and 47/50 on the sweep's seeds, 99 and 97 of 100 fresh, with training seeds 0 and 1,
+# against 49/50 and 99/100 for the preset's batch 32 without EMA; 3,000 batch-32 steps with EMA, the
+# other way to halve the time, gave 46/50 and 96/100, and 131/150 with seed 1 (docs/benchmarks.md "Demo").
+CPU_DEMO_RECIPE = ("batch_size=16", "ema_decay=0.995")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,6 +272,8 @@ def resolve(cfg: DemoConfig) -> dict[str, Any]:
             "checkpoint.keep_last=5",
             "eval.every=4000",
         ]
+    elif preset == "so101_sim_cpu":
+        demo_overrides += list(CPU_DEMO_RECIPE)
     _refuse_owned_overrides(cfg.overrides)
     train_cfg = apply_train_overrides(train_cfg, [*demo_overrides, *cfg.overrides])
     refuse_inert_train_overrides(train_cfg, cfg.overrides)
