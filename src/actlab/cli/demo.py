@@ -12,7 +12,8 @@ _EPILOG = """\
 stages (each reused on a re-run when its settings are unchanged; --fresh starts over; --set steps=8000
 trains longer: the recording is reused and the run resumes from its last checkpoint):
   1. record   scripted-expert demonstrations in the built-in SO-101 sim  -> DIR/data
-  2. train    the so101_sim_cpu preset (CPU) or so101_sim (GPU)          -> DIR/run
+  2. train    the so101_sim_cpu preset at batch 16 with an EMA of the weights (CPU; --set batch_size=32
+              --set ema_decay=0 for the preset as it is) or so101_sim (GPU)  -> DIR/run
   3. eval     every checkpoint on the same held-out episodes, then the best one again on fresh
               seeds (the unbiased success rate), with rollout videos and whiskers -> DIR/eval
      --realtime: then the best checkpoint under inference delays 0/4/8 steps (sync, async, blend;
