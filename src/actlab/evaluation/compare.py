@@ -28,15 +28,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
 
 from actlab.errors import ActlabError
-from actlab.utils.io import special_file_kind
+from actlab.utils.io import not_a_file
 from actlab.utils.stats import paired_compare
 
 POWER = 0.8  # power of the sample size (the usual 80%)
@@ -71,21 +69,6 @@ def _split(spec: str) -> tuple[Path, str | None]:
     return Path(spec), None
 
 
-def _not_a_file(path: Path) -> str | None:
-    """What ``path`` is when it exists but is no regular file (a directory, a FIFO, a device, a socket,
-    a broken symbolic link); None when it is a file or nothing is there. A FIFO is never opened: reading
-    one waits for a writer."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        return "a symbolic link to nothing" if path.is_symlink() else None
-    except OSError as e:
-        return f"unreadable ({e.strerror})"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    return special_file_kind(mode)
-
-
 def _refuse_not_a_file(file: Path, kind: str) -> None:
     raise ActlabError(
         f"the evaluation record is {kind}, not a file",
@@ -101,7 +84,7 @@ def _json_file(path: Path, label: str) -> Path:
         _refuse_not_a_file(path, "a directory")
     if path.is_dir():
         for f in FILES:  # there, but no file: said as what it is (it was "neither" / "not found")
-            kind = _not_a_file(path / f)
+            kind = not_a_file(path / f)
             if kind is not None:
                 _refuse_not_a_file(path / f, kind)
         found = [path / f for f in FILES if (path / f).is_file()]
@@ -124,7 +107,7 @@ def _json_file(path: Path, label: str) -> Path:
                 fix="pass the --out directory of an actlab eval run, or its results.json",
             )
         return found[0]
-    kind = _not_a_file(path)
+    kind = not_a_file(path)
     if kind is not None:
         _refuse_not_a_file(path, kind)
     if not path.is_file():

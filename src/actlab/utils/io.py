@@ -106,6 +106,21 @@ def special_file_kind(mode: int) -> str | None:
     return None
 
 
+def not_a_file(path: Path) -> str | None:
+    """What ``path`` is, in words, when it exists but is no regular file (a directory, a FIFO, a device,
+    a socket, a symbolic link to nothing); None when it is a file or nothing is there. Nothing is opened
+    (reading a FIFO waits for a writer)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a symbolic link to nothing" if path.is_symlink() else None
+    except OSError as e:
+        return f"unreadable ({e.strerror})"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return special_file_kind(mode)
+
+
 def _refuse_special_file(path: Path) -> None:
     """An output path that is a device, FIFO or socket (``--out /dev/null``) is refused: the rename that
     makes a write atomic would replace the device node itself with a regular file (as root, /dev/null for
@@ -644,11 +659,11 @@ def require_file(
     path: str | Path, problem: str, *, expected: str, fix: str, field: str | None = None
 ) -> Path:
     """``path``, when it is a file; else the one error of a required file that is not there: ``problem``
-    with the file named, ``expected`` (what belongs there), what was found (nothing, or a directory) and
-    the ``fix``."""
+    with the file named, ``expected`` (what belongs there), what was found (nothing, a directory, a FIFO,
+    a device, a symbolic link to nothing: :func:`not_a_file`) and the ``fix``."""
     path = Path(path)
     if not path.is_file():
-        found = "a directory" if path.is_dir() else "missing"
+        found = not_a_file(path) or "missing"
         raise ActlabError(problem, file=path, field=field, expected=expected, found=found, fix=fix)
     return path
 
