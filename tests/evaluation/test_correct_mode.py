@@ -84,3 +84,34 @@ def test_a_bundle_without_the_head_is_refused_before_any_episode(head_run, tmp_p
     err = capsys.readouterr().err
     assert "field:    --execution" in err and "fix:      train with --set policy.correction_head=true" in err
     assert not out.exists()
+
+
+@pytest.mark.timeout(300)
+def test_a_head_that_reads_the_cameras_trains_alone_on_the_frozen_policy(head_run, tmp_path, capsys):
+    """A2C2's recipe: --init-from a trained bundle, correction_only + correction_images: only the new
+    head moves (the chunk policy and its statistics are the bundle's), then it evaluates and exports."""
+    base = head_run / "run" / "checkpoints" / "step_0000010"
+    args = ["train", "--preset", "tiny", "--dataset", head_run / "data", "--init-from", base]
+    head_only = ["--set", "policy.correction_only=true", "--set", "policy.correction_images=true"]
+    steps = ["--set", "steps=6", "--set", "checkpoint.every=6", "--set", "log.plot=false"]
+    # without a trained policy to start from: refused before anything is written
+    alone = ["train", "--preset", "tiny", "--dataset", head_run / "data", "--out", tmp_path / "x"]
+    assert main([*map(str, alone), "--set", "policy.correction_head=true", *head_only[:2], *steps]) == 2
+    assert "field:    init_from" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    assert main([*map(str, args), "--out", str(tmp_path / "run"), *head_only, *steps]) == 0
+    assert "chunks of the frozen policy" in capsys.readouterr().err
+    bundle = tmp_path / "run" / "checkpoints" / "step_0000006"
+    before, after = load_policy(base).state_dict(), load_policy(bundle).state_dict()
+    for name, tensor in after.items():
+        if not name.startswith("correction_head."):
+            assert torch.equal(tensor, before[name]), name  # frozen, statistics included
+    assert any(n.startswith("correction_head.keypoint_convs.") for n in after)
+    assert not torch.equal(
+        after["correction_head.mlp.3.weight"], torch.zeros_like(after["correction_head.mlp.3.weight"])
+    )
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert any("correction_zero_l1" in row and "l1_loss" not in row for row in logged)
+    out = tmp_path / "eval"
+    ev = [str(bundle), "--episodes", "2", "--max-steps", "12", "--workers", "1", "--out", str(out)]
+    assert main(["eval", *ev, "--execution", "correct", "--latency", "2"]) == 0
+    assert "--policy.execution=correct" in capsys.readouterr().out

@@ -94,6 +94,9 @@ def make_batch(policy, batch_size: int = 4, seed: int = 0, n_pad: int = 3) -> di
         elif key in ("observation.state", "observation.state.future"):
             batch[key] = torch.randn(batch_size, t, policy.state_dim, generator=g)
             batch[key + "_is_pad"] = torch.zeros(batch_size, t, dtype=torch.bool)
+        elif key == "action.past_chunks":  # correction_only: the frozen policy's chunks of earlier frames
+            batch[key] = torch.randn(batch_size, t, t, policy.action_dim, generator=g)
+            batch[key + "_is_pad"] = torch.zeros(batch_size, t, dtype=torch.bool)
         else:
             c, h, w = policy.image_shapes[key]
             batch[key] = torch.randint(0, 256, (batch_size, t, c, h, w), generator=g, dtype=torch.uint8)

@@ -161,3 +161,69 @@ def test_correct_is_refused_for_a_policy_without_the_head_naming_the_fix():
     assert e.value.field == "--execution" and "--set policy.correction_head=true" in e.value.fix
     assert check_execution(spec, ChunkLimits.from_config({"chunk_size": 8, "n_action_steps": 4,
                                                            "correction_head": True})) == 4  # fmt: skip
+
+
+# ------------------------------------------------------------------------------- correction_only (A2C2)
+def _image_head(make, features, stats):
+    cfg = make(correction_head=True, correction_only=True, correction_images=True)
+    torch.manual_seed(0)
+    return make_policy(cfg, features, stats, pretrained=False)
+
+
+def test_images_and_head_alone_are_validated_with_the_fix_named():
+    with pytest.raises(ActlabError) as e:
+        tiny_act(correction_images=True, correction_only=True)  # no head
+    assert e.value.field == "correction_images" and "correction_head=true" in e.value.fix
+    with pytest.raises(ActlabError) as e:
+        tiny_act(correction_head=True, correction_images=True)  # images while the chunk still trains
+    assert e.value.field == "correction_images" and "--init-from" in e.value.fix
+    with pytest.raises(ActlabError) as e:
+        tiny_act(correction_only=True)
+    assert e.value.field == "correction_only"
+    cfg = tiny_act(correction_head=True, correction_only=True)
+    deltas = cfg.delta_indices(["observation.images.top"])
+    assert deltas["action.past_chunks"] == list(range(1 - cfg.chunk_size, 1))
+    assert "observation.state.future" not in deltas
+
+
+@pytest.mark.parametrize("make", [tiny_act, tiny_relative], ids=["act", "act_relative"])
+def test_head_alone_trains_only_the_head_on_the_chunk_planned_k_frames_earlier(make, features, stats):
+    policy = _image_head(make, features, stats).train()
+    trainable = {n for n, p in policy.named_parameters() if p.requires_grad}
+    assert trainable and all(n.startswith("correction_head.") for n in trainable)
+    assert any(n.startswith("correction_head.keypoint_convs.") for n in trainable)
+    assert {g["name"] for g in policy.param_groups(1e-3, 1e-3, 0.0)} <= {"head", "head_no_decay"}
+    batch = make_batch(policy, n_pad=0)
+    h = policy.config.chunk_size
+    # The chunk planned k frames before the sample (row H-1-k) says `1` at its step k, every other
+    # entry says 100: with a zero head the loss is |norm(a[t]) - norm(1)| whatever k was drawn.
+    chunks = torch.full_like(batch["action.past_chunks"], 100.0)
+    for k in range(h):
+        chunks[:, h - 1 - k, k] = 1.0
+    batch["action.past_chunks"] = chunks
+    batch["action"][:, 0] = 0.0
+    std = policy.normalizer.get("action").std
+    expected = (1.0 / std).abs().mean()
+    torch.manual_seed(3)
+    loss, metrics = policy(batch)
+    assert set(metrics) == {"correction_l1", "correction_zero_l1", "loss"}
+    assert torch.allclose(metrics["correction_zero_l1"], expected, rtol=1e-4)
+    assert torch.allclose(loss, metrics["correction_zero_l1"])  # the zero start
+    loss.backward()
+    assert all(p.grad is None for n, p in policy.named_parameters() if not n.startswith("correction_head."))
+    # chunks planned before the episode began add nothing
+    batch["action.past_chunks_is_pad"][:] = True
+    _, metrics = policy(batch)
+    assert metrics["correction_zero_l1"] == 0
+
+
+def test_an_image_head_corrects_from_the_newest_frame(features, stats):
+    policy = _image_head(tiny_act, features, stats).eval()
+    obs = observation(make_batch(policy), policy)
+    planned, steps = torch.randn(4, 6), torch.tensor([0, 3, 5, 7])
+    assert torch.equal(policy.correct_actions(obs, planned, steps), planned)  # zero-initialised
+    torch.nn.init.normal_(policy.correction_head.mlp[-1].weight)
+    moved = dict(obs, **{k: torch.flip(obs[k], dims=[-1]) for k in policy.camera_keys})
+    a, b = policy.correct_actions(obs, planned, steps), policy.correct_actions(moved, planned, steps)
+    assert not torch.allclose(a, b)  # what the cameras show now changes the correction
+    assert torch.equal(policy.correct_actions(obs, planned, steps), a)

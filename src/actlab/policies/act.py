@@ -30,7 +30,7 @@ from torch import nn
 from actlab.errors import ActlabError
 from actlab.policies.backbones import IMAGENET_MEAN, IMAGENET_STD, load_imagenet_weights, make_backbone
 from actlab.policies.configs import VIT_BACKBONES, ACTConfig
-from actlab.policies.contract import FEATURES_SUFFIX, FUTURE_STATE
+from actlab.policies.contract import FEATURES_SUFFIX, FUTURE_STATE, PAST_CHUNKS
 from actlab.policies.correction import CorrectionHead, pick_steps
 from actlab.policies.ensemble import TemporalEnsembler
 from actlab.policies.inference import GraphedInference, plan_inference_graphs
@@ -150,6 +150,10 @@ class ACTPolicy(nn.Module):
                 load_imagenet_weights(self.backbone)
             if self.config.freeze_backbone:
                 self.backbone.requires_grad_(False)
+        if self.config.correction_only:
+            # only the correction head trains; the chunk policy stays as --init-from gave it
+            for name, p in self.named_parameters():
+                p.requires_grad_(name.startswith("correction_head."))
         self._action_queue: collections.deque = collections.deque()
         # the last n_obs_steps - 1 observations seen by select_action, oldest first (reset() clears it)
         self._obs_history: collections.deque = collections.deque(maxlen=max(1, config.n_obs_steps - 1))
@@ -230,8 +234,22 @@ class ACTPolicy(nn.Module):
         self.decoder_pos_embed = nn.Embedding(cfg.chunk_size, d)
         self.action_head = nn.Linear(d, self.action_dim)
         if cfg.correction_head:
+            if cfg.correction_images and not self.camera_keys:
+                raise ActlabError(
+                    "policy.correction_images reads the cameras, and this policy has none",
+                    field="policy.correction_images",
+                    expected="false for a policy without cameras",
+                    found=True,
+                    fix="drop --set policy.correction_images=true",
+                )
+            cameras = len(self.camera_keys) if cfg.correction_images else 0
             self.correction_head = CorrectionHead(
-                self.state_dim, self.action_dim, cfg.chunk_size, cfg.correction_hidden_dim
+                self.state_dim,
+                self.action_dim,
+                cfg.chunk_size,
+                cfg.correction_hidden_dim,
+                cameras=cameras,
+                image_channels=self.backbone.out_channels if cameras else 0,
             )
 
     def _build_vision(self, d: int) -> None:
@@ -305,7 +323,7 @@ class ACTPolicy(nn.Module):
 
     @property
     def observation_delta_indices(self) -> dict[str, list[int]]:
-        return {k: v for k, v in self.delta_indices.items() if k not in (ACTION, FUTURE_STATE)}
+        return {k: v for k, v in self.delta_indices.items() if k not in (ACTION, FUTURE_STATE, PAST_CHUNKS)}
 
     @property
     def action_delta_indices(self) -> list[int]:
@@ -520,7 +538,9 @@ class ACTPolicy(nn.Module):
     def _check_batch(self, batch: dict[str, torch.Tensor]) -> None:
         """Shape checks on Python ints only (static under torch.compile, no host sync)."""
         needed = [STATE, ACTION, ACTION + "_is_pad"]
-        if self.config.correction_head:
+        if self.config.correction_only:
+            needed += [PAST_CHUNKS, PAST_CHUNKS + "_is_pad"]
+        elif self.config.correction_head:
             needed += [FUTURE_STATE, FUTURE_STATE + "_is_pad"]
         for key in needed:
             if key not in batch:
@@ -530,8 +550,9 @@ class ACTPolicy(nn.Module):
                     expected=", ".join(self.delta_indices) + ", action_is_pad",
                     found=", ".join(sorted(batch)),
                     fix="gather the batch with policy.delta_indices (actlab train does; the correction "
-                    "head's observation.state.future is the state column at its offsets)"
-                    if key.startswith(FUTURE_STATE)
+                    "head's observation.state.future is the state column at its offsets, action.past_chunks "
+                    "the frozen policy's chunk of every frame)"
+                    if key.startswith((FUTURE_STATE, PAST_CHUNKS))
                     else None,
                 )
         act, pad = batch[ACTION], batch[ACTION + "_is_pad"]
@@ -567,6 +588,10 @@ class ACTPolicy(nn.Module):
         the L1 of what inference would predict (a validation loss).
         """
         self._check_batch(batch)
+        if self.config.correction_only:
+            corr, zero = self._late_chunk_correction_loss(batch)
+            metrics = {"correction_l1": corr.detach(), "correction_zero_l1": zero.detach()}
+            return corr, {**metrics, "loss": corr.detach()}
         keep = ~batch[ACTION + "_is_pad"]  # (B, H) True for real steps
         targets = self._action_targets(batch)  # (B, H, A)
         # Zero padded targets so that nothing (not even NaN) at padded steps reaches any computation.
@@ -615,6 +640,42 @@ class ACTPolicy(nn.Module):
         n_valid = valid.sum().clamp(min=1) * self.action_dim
         err = torch.where(valid[:, None], (residual - target).abs(), torch.zeros_like(residual))
         return err.sum() / n_valid, target.abs().sum() / n_valid
+
+    def _late_chunk_correction_loss(
+        self, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``correction_only``: the head's L1 on ``a[t] - p_{t-k}[k]`` (the action demonstrated at the
+        sample's frame ``t`` minus what the frozen policy's chunk planned at ``t - k`` says for it), ``k``
+        uniform in ``0 .. H-1`` per sample, from the newest observation at ``t``: exactly the triple the
+        executor hands the head ``k`` steps into a chunk. Masked where ``t - k`` is before the episode.
+        Returns it and the L1 a zero head would have (the late chunk's own error)."""
+        chunks = batch[PAST_CHUNKS]  # (B, H, H, A) absolute: row j planned H - 1 - j frames before t
+        b, h = chunks.shape[:2]
+        k = torch.randint(0, h, (b,), device=chunks.device)  # (B,) drawn on the device: no host sync
+        rows = torch.arange(b, device=chunks.device)
+        planned = chunks[rows, h - 1 - k, k]  # (B, A)
+        valid = ~batch[PAST_CHUNKS + "_is_pad"][rows, h - 1 - k]  # (B,)
+        planned_n = self.normalizer.normalize(ACTION, planned)
+        target = self.normalizer.normalize(ACTION, batch[ACTION][:, 0]) - planned_n  # (B, A)
+        target = torch.where(valid[:, None], target, torch.zeros_like(target))
+        state_n = self.normalizer.normalize(STATE, last_frame(batch[STATE], 1))
+        residual = self.correction_head(state_n, planned_n, k, self._correction_features(batch))
+        n_valid = valid.sum().clamp(min=1) * self.action_dim
+        err = torch.where(valid[:, None], (residual - target).abs(), torch.zeros_like(residual))
+        return err.sum() / n_valid, target.abs().sum() / n_valid
+
+    def _correction_features(self, obs: dict[str, torch.Tensor]) -> list[torch.Tensor] | None:
+        """The newest frame's backbone features per camera, (B, C', h, w) each, for a head that reads
+        images (``correction_images``); None otherwise. Cached features are used as given."""
+        if not self.config.correction_images:
+            return None
+        out = []
+        for key in self.camera_keys:
+            if key + FEATURES_SUFFIX in obs:
+                out.append(last_frame(obs[key + FEATURES_SUFFIX], 3))
+            else:
+                out.append(self.encode_images(key, last_frame(obs[key], 3)))
+        return out
 
     # ------------------------------------------------------------------------------------------ inference
     def _check_prefix(self, prefix: torch.Tensor | None) -> None:
@@ -734,8 +795,9 @@ class ACTPolicy(nn.Module):
         state = last_frame(obs[STATE], 1)  # (B, D)
         p = planned.to(device=state.device, dtype=state.dtype)  # (B, A)
         state_n = self.normalizer.normalize(STATE, state)
+        feats = self._correction_features(obs)  # the newest frame's, for a head that reads images
         residual_n = self.correction_head(
-            state_n, self.normalizer.normalize(ACTION, p), steps.to(state.device)
+            state_n, self.normalizer.normalize(ACTION, p), steps.to(state.device), feats
         )
         return p + residual_n.to(p.dtype) * self.normalizer.get(ACTION).std  # (B, A)
 

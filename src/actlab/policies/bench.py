@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 import torch
 
-from actlab.policies.contract import FEATURES_SUFFIX, FUTURE_STATE
+from actlab.policies.contract import FEATURES_SUFFIX, FUTURE_STATE, PAST_CHUNKS
 from actlab.policies.info import synthetic_features, unit_stats
 from actlab.policies.registry import apply_config_overrides, get_config_class, make_policy
 from actlab.utils.device import resolve_device
@@ -45,6 +45,9 @@ def _batch(
             batch[key] = torch.randn(*shape, generator=gen)
         elif key == FUTURE_STATE:  # a correction head's states over the chunk
             batch[key] = torch.randn(batch_size, t, policy.state_dim, generator=gen)
+            batch[key + "_is_pad"] = torch.zeros(batch_size, t, dtype=torch.bool)
+        elif key == PAST_CHUNKS:  # correction_only: the frozen policy's chunks of the frames before
+            batch[key] = torch.randn(batch_size, t, t, policy.action_dim, generator=gen)
             batch[key + "_is_pad"] = torch.zeros(batch_size, t, dtype=torch.bool)
         else:
             batch[key] = torch.randint(

@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any, ClassVar
 
 from actlab.errors import ActlabError
-from actlab.policies.contract import FEATURES_SUFFIX, FUTURE_STATE
+from actlab.policies.contract import FEATURES_SUFFIX, FUTURE_STATE, PAST_CHUNKS
 from actlab.utils.config import did_you_mean
 
 RESNETS = ("resnet18", "resnet34")
@@ -178,6 +178,12 @@ class ACTConfig:
     correction_head: bool = False
     # hidden width of the correction head's MLP
     correction_hidden_dim: int = 128
+    # the head also reads the newest camera frames (through the policy's backbone, as spatial keypoints):
+    # what moved in the images since the chunk's observation, not only the arm. Trained with correction_only
+    correction_images: bool = False
+    # train the correction head alone on the --init-from policy, every other weight frozen (A2C2's recipe):
+    # each sample's chunk is the one the frozen policy planned k frames earlier, as at inference under delay
+    correction_only: bool = False
 
     # --- normalization ---
     # state/action/relative/delta dims whose std is at or below this never moved in the data: they are
@@ -312,12 +318,38 @@ class ACTConfig:
             "an integer >= 1",
             self.correction_hidden_dim,
         )
+        self._check_correction(name)
         _check(
             isinstance(self.n_obs_steps, int) and self.n_obs_steps >= 1,
             name,
             "n_obs_steps",
             "an integer >= 1",
             self.n_obs_steps,
+        )
+
+    def _check_correction(self, name: str) -> None:
+        for field in ("correction_images", "correction_only"):
+            value = getattr(self, field)
+            _check(isinstance(value, bool), name, field, "true or false", value)
+            _check(
+                not value or self.correction_head,
+                name,
+                field,
+                "false without a correction head (correction_head = false)",
+                value,
+                "add --set policy.correction_head=true",
+            )
+        # Why: with images the head's training sample needs the chunk planned k frames before it, and the
+        # chunk of a policy still training changes every step; frozen, every frame's chunk is computed once.
+        _check(
+            not self.correction_images or self.correction_only,
+            name,
+            "correction_images",
+            "true only with correction_only = true (the head reads images when trained alone on a trained "
+            "policy)",
+            self.correction_images,
+            "train the policy first, then: actlab train --init-from RUN/checkpoints/step_N --set "
+            "policy.correction_only=true --set policy.correction_images=true ...",
         )
 
     def _check_vision(self, name: str) -> None:
@@ -404,7 +436,11 @@ class ACTConfig:
         for key in camera_keys:
             out[key] = self.obs_offsets()
         out["action"] = list(range(self.chunk_size))
-        if self.correction_head:
+        if self.correction_only:
+            # the frozen policy's chunks planned 0 .. H-1 frames before each sample (oldest first): the
+            # head's training sample is the newest frame with a chunk as late as inference makes it
+            out[PAST_CHUNKS] = list(range(1 - self.chunk_size, 1))
+        elif self.correction_head:
             # the state at every step of the chunk: the correction head's training input (never read at
             # inference, where the newest observation is the state)
             out[FUTURE_STATE] = list(range(self.chunk_size))

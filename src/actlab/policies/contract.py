@@ -35,6 +35,11 @@ FEATURES_SUFFIX = ".features"
 # ``delta_indices`` (a training input only, never an observation): a policy with a correction head reads
 # the state at every step of its chunk. The trainer gathers it from the ``observation.state`` column.
 FUTURE_STATE = "observation.state.future"
+# Batch key of the frozen policy's own chunks planned at the frames before a sample's
+# (``policy.correction_only``): ``(B, H, H, A)``, row ``j`` the chunk planned ``H - 1 - j`` frames earlier,
+# absolute actions. The trainer computes every frame's chunk once (the policy is frozen) and gathers them
+# at the offsets the policy asks for under this name; a training input only, never an observation.
+PAST_CHUNKS = "action.past_chunks"
 
 
 @runtime_checkable

@@ -27,7 +27,7 @@ from actlab.datasets.doctor import warnings_line
 from actlab.datasets.framestore import stored_features
 from actlab.errors import ActlabError
 from actlab.policies import make_policy
-from actlab.policies.contract import FEATURES_SUFFIX, FUTURE_STATE, TrainablePolicy
+from actlab.policies.contract import FEATURES_SUFFIX, FUTURE_STATE, PAST_CHUNKS, TrainablePolicy
 from actlab.training import ddp, preflight
 from actlab.training.augment import prepare_images
 from actlab.training.capture import GraphPlan, announce_fallback, plan_cuda_graphs
@@ -578,8 +578,16 @@ def _device_data(ds, store, policy: TrainablePolicy, cfg: TrainConfig, device) -
     _check_shift_pad(cfg, store)
     deltas = dict(policy.delta_indices)
     override = None
-    if cfg.policy.freeze_backbone and store is not None:
-        if cfg.augment.enabled:
+    correction_only = bool(getattr(cfg.policy, "correction_only", False))
+    if (cfg.policy.freeze_backbone or correction_only) and store is not None:
+        if correction_only:
+            # everything but the head is frozen: one backbone pass per stored frame serves every step
+            print(
+                "correction_only: the frozen policy's image features and chunks are computed once per "
+                "frame (augment.* does not apply)",
+                file=sys.stderr,
+            )
+        elif cfg.augment.enabled:
             warnings.warn(
                 "augment.* is ignored with policy.freeze_backbone: backbone features are computed once per "
                 "stored frame, so images are never augmented (set augment.shift_pad=0 etc. to silence this)",
@@ -596,6 +604,9 @@ def _device_data(ds, store, policy: TrainablePolicy, cfg: TrainConfig, device) -
             **(override or {}),
             FUTURE_STATE: np.asarray(ds.column("observation.state"), dtype=np.float32),
         }
+    if PAST_CHUNKS in deltas:
+        chunks = precompute_chunks(policy, ds, store, deltas, override, device, _amp_on(cfg, device))
+        override = {**(override or {}), PAST_CHUNKS: chunks}
     return DeviceData(ds, store, deltas, device, frames_on_device=on_device, feature_override=override)
 
 
@@ -609,6 +620,38 @@ def _frames_on_device(cfg: TrainConfig, store, device) -> bool | str:
     import psutil
 
     return store.nbytes < psutil.virtual_memory().available // 2
+
+
+def precompute_chunks(
+    policy: TrainablePolicy, ds, store, deltas, override, device, amp: bool, chunk: int = 256
+):
+    """``(N, H, A)``: the (frozen) policy's inference chunk at every frame, absolute actions.
+
+    Why: with ``correction_only`` a training sample at frame ``t`` needs the chunk planned at ``t - k``,
+    for any ``k`` up to the chunk size; the policy never changes, so each frame's chunk is computed once
+    (latent 0, eval mode: what ``predict_action_chunk`` returns) and gathered like any other column.
+    """
+    import time
+
+    import torch
+
+    from actlab.datasets import DeviceData
+
+    # what inference reads: the state and the cameras (as cached features when they are), no targets
+    obs_deltas = {k: v for k, v in deltas.items() if k not in ("action", FUTURE_STATE, PAST_CHUNKS)}
+    data = DeviceData(ds, store, obs_deltas, device, frames_on_device=False, feature_override=override)
+    t0 = time.perf_counter()
+    parts = []
+    with autocast(device, torch.bfloat16 if amp else None):
+        for i in range(0, len(ds), chunk):
+            batch = data.gather(np.arange(i, min(i + chunk, len(ds))))
+            batch = {k: v for k, v in batch.items() if k != "index" and not k.endswith("_is_pad")}
+            parts.append(policy.predict_action_chunk(batch).float())  # (b, H, A)
+    print(
+        f"correction_only: {len(ds)} chunks of the frozen policy in {time.perf_counter() - t0:.0f} s",
+        file=sys.stderr,
+    )
+    return torch.cat(parts)
 
 
 def precompute_features(

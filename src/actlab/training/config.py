@@ -510,7 +510,12 @@ def _switch_policy_type(old: PolicyConfig | None, items: list[str]) -> PolicyCon
 
 # Fields added after runs were written, at the value that changes nothing (the run of a config without the
 # field trains the same): hashed as if absent, so an earlier run's config_hash stays what it wrote.
-ADDED_FIELD_DEFAULTS: dict[str, Any] = {"policy.correction_head": False, "policy.correction_hidden_dim": 128}
+ADDED_FIELD_DEFAULTS: dict[str, Any] = {
+    "policy.correction_head": False,
+    "policy.correction_hidden_dim": 128,
+    "policy.correction_images": False,
+    "policy.correction_only": False,
+}
 
 
 def config_hash(cfg: TrainConfig) -> str:

@@ -28,8 +28,29 @@ TRAINING_ONLY_FIELDS = frozenset(
         "std_floor",
         "image_std_floor",
         "rtc_max_delay",
+        "correction_only",
     }
 )
+# The correction head's fields: with correction_only the head is new (trained alone on the bundle's frozen
+# policy), so the bundle may have none, or another one; its weights are not copied.
+CORRECTION_FIELDS = frozenset({"correction_head", "correction_hidden_dim", "correction_images"})
+
+
+def _correction_only(policy: Any) -> bool:
+    return bool(getattr(policy, "correction_only", False))
+
+
+def check_correction_only(cfg: Any) -> None:
+    """ActlabError before any work when ``policy.correction_only`` has no trained policy to start from."""
+    if _correction_only(cfg.policy) and not cfg.init_from:
+        raise ActlabError(
+            "policy.correction_only trains a correction head on a trained policy, and none was given",
+            field="init_from",
+            expected="the bundle of a trained policy (its weights are frozen; only the head trains)",
+            found=None,
+            fix="actlab train --init-from RUN/checkpoints/step_N --set policy.correction_only=true "
+            "--set policy.correction_head=true [--set policy.correction_images=true] ...",
+        )
 
 
 def bundle_policy_config(bundle: str | Path) -> Any:
@@ -70,8 +91,9 @@ def check_same_model(run_policy: Any, bundle_policy: Any, bundle: str | Path) ->
             found=run_policy.type,
             fix="drop policy.type from --set (actlab train --init-from uses the bundle's policy config)",
         )
+    skip = TRAINING_ONLY_FIELDS | (CORRECTION_FIELDS if _correction_only(run_policy) else frozenset())
     for f in dataclasses.fields(bundle_policy):
-        if f.name in TRAINING_ONLY_FIELDS:
+        if f.name in skip:
             continue
         mine, theirs = getattr(run_policy, f.name), getattr(bundle_policy, f.name)
         if mine != theirs:
@@ -86,7 +108,10 @@ def check_same_model(run_policy: Any, bundle_policy: Any, bundle: str | Path) ->
 
 
 def load_initial_weights(policy: Any, bundle: str | Path) -> None:
-    """Copy every weight of ``bundle`` except its normalization statistics into ``policy`` (in place)."""
+    """Copy every weight of ``bundle`` except its normalization statistics into ``policy`` (in place).
+
+    With ``correction_only`` the statistics are copied too (the frozen policy stays the bundle's policy)
+    and the correction head is not (it is the run's new one)."""
     import torch
 
     check_same_model(policy.config, bundle_policy_config(bundle), bundle)
@@ -94,8 +119,10 @@ def load_initial_weights(policy: Any, bundle: str | Path) -> None:
     from actlab.policies import load_policy
 
     source = load_policy(bundle, device="cpu")
-    theirs = {k: v for k, v in source.state_dict().items() if not k.startswith("normalizer.")}
-    mine = {k: v for k, v in policy.state_dict().items() if not k.startswith("normalizer.")}
+    # the normalization stats are this run's; with correction_only the head is new (it starts at zero)
+    skip = ("normalizer.", "correction_head.") if _correction_only(policy.config) else ("normalizer.",)
+    theirs = {k: v for k, v in source.state_dict().items() if not k.startswith(skip)}
+    mine = {k: v for k, v in policy.state_dict().items() if not k.startswith(skip)}
     bad = sorted(set(mine) ^ set(theirs)) + [
         k for k in mine if k in theirs and mine[k].shape != theirs[k].shape
     ]
@@ -112,3 +139,12 @@ def load_initial_weights(policy: Any, bundle: str | Path) -> None:
     with torch.no_grad():
         for name, tensor in mine.items():
             tensor.copy_(theirs[name].to(tensor.device, tensor.dtype))
+        if _correction_only(policy.config):
+            # The frozen policy must plan the chunks it planned when it was trained: its own statistics,
+            # not this dataset's (a head that corrects another policy's chunks would be deployed on this
+            # one). A statistic the bundle lacks (act_relative's absolute action stats, which only a
+            # correction head needs) stays this dataset's.
+            own = source.state_dict()
+            for name, tensor in policy.state_dict().items():
+                if name.startswith("normalizer.") and name in own and own[name].shape == tensor.shape:
+                    tensor.copy_(own[name].to(tensor.device, tensor.dtype))

@@ -44,6 +44,7 @@ from actlab.training.config import (
     resume_diff,
 )
 from actlab.training.ddp import DistInfo
+from actlab.training.init_from import check_correction_only
 from actlab.training.schedule import sync_lr
 from actlab.training.slowdown import SlowdownWatch, cure_applied
 from actlab.utils.disk import write_error
@@ -119,6 +120,7 @@ def train(
     dist = dist or ddp.dist_info_from_env()
     out = Path(out_dir)
     check_run_path(out)
+    check_correction_only(cfg)
     # the config's paths, however they were given (--dataset, --set data.path=, --set data.cache_dir=):
     # neither the run nor the frame cache may be written into the dataset or the bundle it starts from
     refuse_overlapping_paths(
