@@ -107,3 +107,16 @@ def test_eval_and_sweeps_end_with_the_recommendation(bundles, tmp_path, capsys):
     md = (sweep / "sweep.md").read_text()
     assert "## Recommendation for the arm (rtc, delay 2): async, 0/2 solved" in md
     assert "```bash\nactlab policy export" in md and "# on the arm:\nlerobot-rollout" in md
+
+
+@pytest.mark.timeout(60)
+def test_a_lone_mode_or_one_that_loses_to_sync_is_said_in_the_note(bundles):
+    """A sweep of one mode "recommended" it whatever it scored (a head trained alone: 107/200 at delay
+    8 where plain async made 132): the note says nothing was weighed against it, and when sync did better."""
+    lone = recommend(bundles["plain"], [_cell("correct", 8, [1] * 5 + [0] * 15)])
+    assert lone.mode == "correct" and "the only mode measured at delay 8" in lone.note
+    assert "--execution sync,async,correct --latency 8" in lone.note
+    rec = recommend(bundles["plain"], [SYNC, ASYNC4, BLEND4])
+    assert "only mode" not in rec.note and "sync solved more (20/20)" in rec.note
+    even = recommend(bundles["plain"], [_cell("sync", 0, [1] * 10 + [0] * 10), ASYNC4])
+    assert "sync solved more" not in even.note and "only mode" in even.note

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +108,25 @@ def recommend(
     sync = next((c for c in cells if c.mode == "sync"), None)
     if not at:
         at = [sync] if sync is not None else list(cells)
-    return _build(src, min(at, key=_rank), limits, delay, env)
+    best = min(at, key=_rank)
+    rec = _build(src, best, limits, delay, env)
+    said = []
+    if delay > 0 and best.mode != "sync" and len({c.mode for c in at}) == 1:
+        # Why: a sweep of one mode "recommends" it whatever it scored; the user must know nothing was
+        # weighed against it (a head trained alone scored 107/200 at delay 8, plain async 132).
+        said.append(
+            f"{best.mode} is the only mode measured at delay {delay}: nothing was weighed against it "
+            f"(measure it beside others: --execution sync,async,{best.mode} --latency {delay})"
+        )
+    if (
+        sync is not None
+        and best is not sync
+        and sync.successes * max(1, best.episodes) > (best.successes * max(1, sync.episodes))
+    ):
+        said.append(f"sync solved more ({sync.successes}/{sync.episodes}): this delay still costs success")
+    if said:
+        rec = replace(rec, note="; ".join([*([rec.note] if rec.note else []), *said]))
+    return rec
 
 
 def _commands(src: PolicySource, flags: str, env: EnvSpec) -> tuple[str, str, str]:
