@@ -213,7 +213,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             _expand_home(args)
             _options.check(args)  # options that contradict each other: refused before any work
-            with said_once():  # a note that several evaluations of one command find is said once
+            from actlab.utils.procs import exit_on_sigterm
+
+            # SIGTERM raises Terminated in every command (every `finally` runs: worker pools stopped,
+            # temporary outputs removed) and is said below; a command with a handler of its own (train and
+            # rl train checkpoint, monitor forwards it) installs it inside and keeps it. A command without
+            # it exited 143 without a word (rl reward-model while it rolled out).
+            with said_once(), exit_on_sigterm():  # a note that several evaluations find is said once
                 code = int(run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
         return code
@@ -223,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         return _refused(from_environment(e))  # a pipe to a child process (e.g. the LeRobot bridge)
     except Terminated as e:  # (a SystemExit: caught before the one of argparse below)
         with contextlib.suppress(BrokenPipeError, ValueError):
-            print("terminated (SIGTERM): worker processes stopped, partial output removed", file=sys.stderr)
+            print(terminated_line(e), file=sys.stderr)
         return int(e.code)
     except SystemExit:  # argparse after --help or a usage error: its output may not have reached a pipe
         try:
@@ -241,6 +247,13 @@ def main(argv: list[str] | None = None) -> int:
         if err is None or os.environ.get("ACTLAB_TRACEBACK"):
             raise  # a bug: its traceback is what a report needs
         return _refused(err)
+
+
+def terminated_line(e: Terminated) -> str:
+    """What a command a SIGTERM stopped says: its workers and temporary output are gone, and what it
+    wrote or did not (``e.note``, set by a command that knows, e.g. rl reward-model's "nothing written")."""
+    line = "terminated (SIGTERM): worker processes stopped, partial output removed"
+    return f"{line}; {e.note}" if e.note else line
 
 
 def _closed_streams_to_devnull() -> None:
