@@ -240,6 +240,9 @@ def _stats(g) -> None:
     p.add_argument("--write-meta", action="store_true", help="rewrite meta/stats.json (absolute stats)")
     p.add_argument("--no-cache", action="store_true", help="recompute even if cached")
     add_json_flag(p)
+    _options.file_outputs(p, "--out")
+    # (--absolute-dims 9 without --relative-horizon was accepted and ignored: it shapes only those stats)
+    _options.needs(p, "--absolute-dims", "--relative-horizon")
     p.set_defaults(_run=_run_stats)
 
 

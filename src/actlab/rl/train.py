@@ -700,11 +700,17 @@ def load_agent(path: str | Path, device: str = "cpu") -> Any:
     if not (path / AGENT_FILE).is_file() and (path / "checkpoints").is_dir():
         path = newest_checkpoint(path)
     if not (path / AGENT_FILE).is_file():
+        from actlab.utils.kinds import describe  # lazy: only for the refusal
+
+        # (a supervised run or a policy bundle was "not an RL checkpoint ... pass a run directory")
+        what = describe(path)
         raise ActlabError(
             "not an RL checkpoint",
             file=path,
-            expected=f"a directory with {AGENT_FILE}",
-            fix="pass a run directory",
+            expected=f"an actlab rl train run directory, or one of its checkpoints/step_N ({AGENT_FILE})",
+            found=what or ("a directory without " + AGENT_FILE if path.is_dir() else "nothing there"),
+            fix="pass the --out of an actlab rl train run"
+            + ("; a policy of actlab train is evaluated by actlab eval PATH" if what else ""),
         )
     cfg = config_from_dict(read_json(path / CONFIG_FILE, "RL config"), str(path / CONFIG_FILE))
     cfg = dataclasses.replace(cfg, device=device)
