@@ -179,3 +179,127 @@ def test_task_indices_with_gaps_are_read_by_value(tmp_path, tiny_dataset, frames
     else:
         assert len(problems) == 1 and said in problems[0].problem, problems
         assert "0, 2, 5" in problems[0].expected or "5 (" in problems[0].expected, problems[0].expected
+
+
+# ----------------------------------------------------------------------------- the eleventh run's probes
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["policy", "bench", "act", "--batch-size", "0"],  # b24: a torch reshape traceback
+        ["policy", "bench", "act", "--steps", "0"],  # b25: "no median for empty data"
+        ["bench", "threads", "--rounds", "0"],  # b36
+        ["bench", "threads", "--batch-size", "0"],  # b37
+        ["policy", "info", "act", "--state-dim", "0"],  # b20: a torch warning, then a count
+    ],
+    ids=["policy bench batch", "policy bench steps", "bench threads rounds", "bench threads batch", "info"],
+)
+def test_a_count_of_zero_is_refused_at_parse_time(capsys, argv):
+    """TRACEBACK before (b24, b25, b36, b37), after seconds of work; now argparse's usage error."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "expected a number >= 1, found 0" in err and "Traceback" not in err, err
+
+
+@pytest.mark.timeout(30)
+def test_a_ceiling_says_its_own_reason(capsys):
+    """UNCLEAR before: `--seed 4294967296` and `--margin 1.5` were "more than one machine can hold or
+    finish" (b45, s03)."""
+    with pytest.raises(SystemExit):
+        main(["sim", "record", "--out", "x", "--seed", "4294967296"])
+    assert "expected a number <= 4294967295 (seeds of numpy's" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["find-batch-size", "--preset", "tiny", "--dataset", "x", "--margin", "1.5"])
+    assert "(a fraction of the memory limit)" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)
+def test_policy_info_checks_its_shape_options(bundle, capsys):
+    """SILENT before: `policy info BUNDLE --cameras top` ignored --cameras (b22); `--image-size 0 16`
+    (b17) and `--cameras top top` (b18) were counted."""
+    assert main(["policy", "info", str(bundle), "--cameras", "top"]) == 2
+    err = capsys.readouterr().err
+    assert "--cameras size a policy type's inputs, not a saved bundle's" in err, err
+    assert main(["policy", "info", "act", "--image-size", "0", "16"]) == 2
+    assert "camera image too small" in capsys.readouterr().err
+    assert main(["policy", "info", "act", "--cameras", "top", "top"]) == 2
+    assert "a camera is named twice" in capsys.readouterr().err
+    assert main(["policy", "info", str(bundle), "--json"]) == 0  # the bundle alone: counted
+    capsys.readouterr()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("key", ["batch_size", "steps"])
+def test_find_batch_size_refuses_a_set_of_what_it_searches(tiny_dataset, capsys, key):
+    """SILENT before: `find-batch-size --set batch_size=4` ran the search, the setting overridden (b50)."""
+    argv = ["find-batch-size", "--preset", "tiny", "--dataset", str(tiny_dataset), "--memory-limit", "4GiB"]
+    assert main([*argv, "--set", f"{key}=4"]) == 2
+    err = capsys.readouterr().err
+    assert f"--set {key} has no effect here" in err and "nothing was run" in err, err
+
+
+@pytest.mark.timeout(30)
+def test_a_single_file_output_never_replaces_a_file_of_a_dataset_or_a_run(
+    tmp_path, tiny_dataset, run_dir, capsys
+):
+    """LOSS before: `monitor --summary-json DS/meta/info.json` replaced the dataset's info.json (m06),
+    `data stats A --out B/meta/stats.json` B's stats (m11), `sim view --out RUN/training.png` and
+    `monitor --plot RUN/training.png` the run's curves (m12, m13). A new file there is still written."""
+    ds = tmp_path / "ds"
+    shutil.copytree(tiny_dataset, ds)
+    before = {p: p.read_bytes() for p in (ds / "meta" / "info.json", ds / "meta" / "stats.json")}
+    png = run_dir / "training.png"
+    png_before = png.read_bytes()
+    for argv in (
+        ["monitor", "--summary-json", str(ds / "meta" / "info.json"), "--", "true"],
+        ["data", "stats", str(tiny_dataset), "--out", str(ds / "meta" / "stats.json")],
+        ["sim", "view", "--out", str(png), "--image-size", "16", "--frames", "2"],
+        ["monitor", "--plot", str(png), "--", "true"],
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "writing it would replace that file" in err and "nothing was run or written" in err, err
+    assert {p: p.read_bytes() for p in before} == before and png.read_bytes() == png_before
+    assert main(["data", "stats", str(tiny_dataset), "--out", str(ds / "stats_copy.json"), "--json"]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.timeout(30)
+def test_absolute_dims_without_relative_stats_are_refused(tiny_dataset, capsys):
+    """SILENT before: `data stats DS --absolute-dims 9` printed the stats, the option ignored (d02, d05)."""
+    assert main(["data", "stats", str(tiny_dataset), "--absolute-dims", "9"]) == 2
+    assert "--absolute-dims has no effect without --relative-horizon" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)
+def test_a_chunk_longer_than_every_episode_is_said(tmp_path, tiny_dataset, capsys):
+    """SILENT before: policy.chunk_size=1000 on 40-frame episodes trained without a word (t05)."""
+    out = tmp_path / "run"
+    args = ["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(out)]
+    assert (
+        main([*args, "--set", "steps=1", "--set", "policy.chunk_size=100", "--set", "log.progress=false"])
+        == 0
+    )
+    err = capsys.readouterr().err
+    assert "note: policy.chunk_size=100 is longer than the longest training episode" in err, err
+
+
+@pytest.mark.timeout(30)
+def test_an_unknown_sim_task_is_refused_before_the_policy_is_loaded(bundle, tmp_path, capsys):
+    """UNCLEAR before: `eval --task nosuch` loaded the policy, warned "trained on so101_pick_place and
+    evaluated on nosuch", then refused (e02)."""
+    out = tmp_path / "ev"
+    assert main(["eval", str(bundle), "--episodes", "1", "--task", "nosuch", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown sim task 'nosuch'" in err and "evaluated on nosuch" not in err, err
+
+
+@pytest.mark.timeout(30)
+def test_rl_report_of_a_supervised_policy_names_what_it_is(bundle, tmp_path, capsys):
+    """UNCLEAR before: `rl report RUN` (of actlab train) or a bundle: "not an RL checkpoint", fix "pass a
+    run directory" (r01, r02)."""
+    assert main(["rl", "report", str(bundle), "--episodes", "1", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "found:    an actlab policy bundle" in err and "actlab eval PATH" in err, err

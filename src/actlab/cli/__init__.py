@@ -207,9 +207,8 @@ def _bounded(kind: type, floor: float, ceiling: float, why: str = _MACHINE) -> o
             allowed = f"a number >= 0 (or {floor:g}, automatic)" if floor < 0 else f"a number >= {floor:g}"
             raise argparse.ArgumentTypeError(f"expected {allowed}, found {text}")
         if value > ceiling:
-            raise argparse.ArgumentTypeError(
-                f"expected a number <= {int(ceiling) if kind is int else ceiling:g} ({why}), found {text}"
-            )
+            shown = int(ceiling) if kind is int else f"{ceiling:g}"  # (4294967295, not 4.29497e+09)
+            raise argparse.ArgumentTypeError(f"expected a number <= {shown} ({why}), found {text}")
         return value
 
     parse.__name__ = kind.__name__  # argparse names the type in "invalid int value: 'x'"

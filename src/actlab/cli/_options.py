@@ -68,7 +68,9 @@ def file_outputs(p: argparse.ArgumentParser, *options: str) -> None:
         _add(p, "_files", (_label(a), a.dest))
 
 
-def _refuse_replacing_anothers_file(label: str, raw: str) -> None:
+def refuse_replacing_anothers_file(label: str, raw: str) -> None:
+    """The rule of :func:`file_outputs` for one path (also called by a command after its own, more
+    specific checks: data stats refuses its own dataset first, naming --write-meta)."""
     # (imported here: --help stays light)
     from actlab.utils.kinds import enclosing_kind
 
@@ -136,7 +138,7 @@ def check(args: argparse.Namespace) -> None:
     for label, dest in getattr(args, "_files", None) or []:
         value = getattr(args, dest, None)
         if value not in (None, ""):
-            _refuse_replacing_anothers_file(label, str(value))
+            refuse_replacing_anothers_file(label, str(value))
     for outs, ins, probe in getattr(args, "_paths", None) or []:
         _check_paths(args, outs, ins)
         if not probe:
