@@ -317,7 +317,7 @@ def _say_chunk_past_episodes(chunk: int | None, split: Any, where: str) -> None:
     loss, never learned), which trained without a word (policy.chunk_size=1000 on 10-frame episodes)."""
     longest = max((b - a for a, b in split.train_ranges), default=0)
     if chunk and longest and chunk > longest:
-        from actlab.utils.say import say
+        from actlab.utils.say import say  # lazy: only a chunk longer than the episodes needs it
 
         say(
             f"note: policy.chunk_size={chunk} is longer than the longest training episode of {where} "
