@@ -63,6 +63,9 @@ class Terminated(SystemExit):
     def __init__(self, signum: int = 15) -> None:
         super().__init__(128 + signum)
         self.signum = signum
+        # what the stopped command wrote or did not, said after "terminated (SIGTERM)" (None: the
+        # generic line; set by a command that knows, as the exception passes through it)
+        self.note: str | None = None
 
 
 # ------------------------------------------------------------------------- failures of the environment

@@ -72,14 +72,27 @@ def _guard_numbers(parser: argparse.ArgumentParser) -> None:
                 _guard_numbers(sp)
         elif action.type in (int, float):
             floor = _FLOORS.get(action.dest, min(_negatives(action.default), default=0))
-            action.type = _bounded(action.type, floor, _CEILINGS.get(action.dest, _CEILING))
+            ceiling = _CEILINGS.get(action.dest, _CEILING)
+            action.type = _bounded(action.type, floor, ceiling, _CEILING_WHY.get(action.dest, _MACHINE))
         elif action.dest.endswith("_python") and action.type in (None, str):
             action.type = _python_program  # --lerobot-python: a directory failed as "permission denied"
 
 
 # The smallest value of a numeric option whose 0 means nothing, by its dest (others: 0). `--horizon -3`
 # was refused as "expected a number >= 0", then `--horizon 0` as "an integer >= 1".
-_FLOORS: dict[str, float] = {"horizon": 1, "whiskers_every": 1}
+_FLOORS: dict[str, float] = {
+    "horizon": 1,
+    "whiskers_every": 1,
+    # counts and sizes of every command that has them (policy bench, bench threads, policy info, find-batch-
+    # size, bench train, data synth, policy doctor): 0 was a torch reshape or "no median for empty data"
+    # traceback (policy bench --batch-size 0 / --steps 0, bench threads --rounds 0 / --batch-size 0), and
+    # policy info --state-dim 0 printed a count for a policy without a state after a torch warning
+    "batch_size": 1,
+    "steps": 1,
+    "rounds": 1,
+    "state_dim": 1,
+    "action_dim": 1,
+}
 
 # The largest value of a numeric option, by its dest: what one machine of ours (2 cores, a few GB free)
 # can hold or finish. A value above it is refused at parse time with the ceiling named.
@@ -138,6 +151,17 @@ _CEILINGS: dict[str, float] = {
 }
 
 
+# Why a value above the ceiling is refused: most ceilings are what one machine can hold or finish; a seed's
+# and a fraction's are not ("--seed 4294967296: more than one machine can hold or finish" named the wrong
+# cause)
+_MACHINE = "more than one machine can hold or finish"
+_CEILING_WHY: dict[str, str] = {
+    "seed": "seeds of numpy's and MuJoCo's generators are 32-bit unsigned integers",
+    "margin": "a fraction of the memory limit",
+    "tolerance": "a fraction of the best fit",
+}
+
+
 def _expand_home(args: argparse.Namespace) -> None:
     """A leading ``~`` of an option's value is the home directory, as the shell would make it where it
     does not (``--out=~/x``, a quoted path): before, the overlap checks expanded it and the writers did
@@ -174,7 +198,7 @@ def _negatives(default: object) -> list[float]:
     return [v for v in values if isinstance(v, (int, float)) and v < 0]
 
 
-def _bounded(kind: type, floor: float, ceiling: float) -> object:
+def _bounded(kind: type, floor: float, ceiling: float, why: str = _MACHINE) -> object:
     def parse(text: str) -> int | float:
         value = kind(text)  # ValueError: argparse says "invalid int value"
         if value != value or value in (float("inf"), float("-inf")):
@@ -183,9 +207,8 @@ def _bounded(kind: type, floor: float, ceiling: float) -> object:
             allowed = f"a number >= 0 (or {floor:g}, automatic)" if floor < 0 else f"a number >= {floor:g}"
             raise argparse.ArgumentTypeError(f"expected {allowed}, found {text}")
         if value > ceiling:
-            raise argparse.ArgumentTypeError(
-                f"expected a number <= {ceiling:g} (more than one machine can hold or finish), found {text}"
-            )
+            shown = int(ceiling) if kind is int else f"{ceiling:g}"  # (4294967295, not 4.29497e+09)
+            raise argparse.ArgumentTypeError(f"expected a number <= {shown} ({why}), found {text}")
         return value
 
     parse.__name__ = kind.__name__  # argparse names the type in "invalid int value: 'x'"
@@ -201,6 +224,18 @@ def main(argv: list[str] | None = None) -> int:
     the fix, so no command ends in a traceback for them; ``ACTLAB_TRACEBACK=1`` shows the traceback.
     """
     _closed_streams_to_devnull()
+    from actlab.utils.procs import exit_on_sigterm
+
+    # SIGTERM raises Terminated in every command from here on, the parser's imports included (every
+    # `finally` runs: worker pools stopped, temporary outputs removed), said below; a command with a
+    # handler of its own (train and rl train checkpoint, monitor forwards it) installs it inside and keeps
+    # it. A command without one exited 143 without a word (rl reward-model while it rolled out, any
+    # command in its first seconds).
+    with exit_on_sigterm():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)  # inside: --help and --help-config print to a pipe too
@@ -223,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         return _refused(from_environment(e))  # a pipe to a child process (e.g. the LeRobot bridge)
     except Terminated as e:  # (a SystemExit: caught before the one of argparse below)
         with contextlib.suppress(BrokenPipeError, ValueError):
-            print("terminated (SIGTERM): worker processes stopped, partial output removed", file=sys.stderr)
+            print(terminated_line(e), file=sys.stderr)
         return int(e.code)
     except SystemExit:  # argparse after --help or a usage error: its output may not have reached a pipe
         try:
@@ -241,6 +276,13 @@ def main(argv: list[str] | None = None) -> int:
         if err is None or os.environ.get("ACTLAB_TRACEBACK"):
             raise  # a bug: its traceback is what a report needs
         return _refused(err)
+
+
+def terminated_line(e: Terminated) -> str:
+    """What a command a SIGTERM stopped says: its workers and temporary output are gone, and what it
+    wrote or did not (``e.note``, set by a command that knows, e.g. rl reward-model's "nothing written")."""
+    line = "terminated (SIGTERM): worker processes stopped, partial output removed"
+    return f"{line}; {e.note}" if e.note else line
 
 
 def _closed_streams_to_devnull() -> None:

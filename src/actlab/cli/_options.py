@@ -10,6 +10,10 @@
   ``monitor --plot`` on one ran the whole command and then failed);
 - :func:`needs`: an option that only means something together with another is refused without it
   (``eval --whiskers-episode 3`` without ``--whiskers`` ran and never drew a whisker);
+- :func:`file_outputs`: a single file an option names is never an existing file of a dataset, a run, a
+  bundle or another command's output (``monitor --summary-json DS/meta/info.json`` replaced the dataset's
+  info.json, ``data stats A --out B/meta/stats.json`` B's stats, ``sim view --out RUN/training.png`` the
+  run's curves); a new file there, or any file elsewhere, is written as named;
 - :func:`sets`: an option that sets a config key is refused together with ``--set`` of that key (one of
   the two was ignored without a word: ``train --dataset A --set data.path=B`` trained on B).
 
@@ -57,6 +61,36 @@ def paths(
     _add(p, "_paths", (tuple(outs), tuple(ins), probe))
 
 
+def file_outputs(p: argparse.ArgumentParser, *options: str) -> None:
+    """Declare ``options`` as naming one file the command writes (see the module docstring)."""
+    for name in options:
+        a = _action(p, name)
+        _add(p, "_files", (_label(a), a.dest))
+
+
+def refuse_replacing_anothers_file(label: str, raw: str) -> None:
+    """The rule of :func:`file_outputs` for one path (also called by a command after its own, more
+    specific checks: data stats refuses its own dataset first, naming --write-meta)."""
+    # (imported here: --help stays light)
+    from actlab.utils.kinds import enclosing_kind
+
+    path = Path(os.path.expanduser(raw))
+    if not (path.exists() or path.is_symlink()):
+        return
+    found = enclosing_kind(path.parent)
+    if found is None:
+        return
+    where, kind = found
+    raise ActlabError(
+        f"{label} names a file of {kind}: writing it would replace that file",
+        file=str(path),
+        field=label,
+        expected="a new file, or a file outside datasets, runs, bundles and other commands' outputs",
+        found=f"{path} exists inside {where} ({kind})",
+        fix=f"choose another {label} path (nothing was run or written)",
+    )
+
+
 def needs(
     p: argparse.ArgumentParser,
     option: str,
@@ -101,6 +135,10 @@ def check(args: argparse.Namespace) -> None:
                 found=f"{label} {getattr(args, dest)!s}, --set {also[-1]}"[:300],
                 fix=f"keep {label} or --set {key}, not both (nothing was run)",
             )
+    for label, dest in getattr(args, "_files", None) or []:
+        value = getattr(args, dest, None)
+        if value not in (None, ""):
+            refuse_replacing_anothers_file(label, str(value))
     for outs, ins, probe in getattr(args, "_paths", None) or []:
         _check_paths(args, outs, ins)
         if not probe:

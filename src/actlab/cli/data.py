@@ -240,6 +240,8 @@ def _stats(g) -> None:
     p.add_argument("--write-meta", action="store_true", help="rewrite meta/stats.json (absolute stats)")
     p.add_argument("--no-cache", action="store_true", help="recompute even if cached")
     add_json_flag(p)
+    # (--absolute-dims 9 without --relative-horizon was accepted and ignored: it shapes only those stats)
+    _options.needs(p, "--absolute-dims", "--relative-horizon")
     p.set_defaults(_run=_run_stats)
 
 
@@ -278,6 +280,8 @@ def _run_stats(args) -> int:
             found=f"inside {ds.root}",
             fix="choose an --out outside the dataset; --write-meta is the way to write its meta/stats.json",
         )
+    if args.out:  # (another dataset's meta/stats.json was replaced by these stats)
+        _options.refuse_replacing_anothers_file("--out", args.out)
     try:
         dims = parse_episodes(args.absolute_dims) or []
     except ActlabError as e:

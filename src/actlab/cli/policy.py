@@ -48,16 +48,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "target", metavar="NAME|PATH", help="policy type (act, act_relative) or a bundle directory"
     )
-    p.add_argument("--state-dim", type=int, default=6, help="observation.state size (default 6, SO-101)")
-    p.add_argument("--action-dim", type=int, default=6, help="action size (default 6)")
+    # (defaults None: given with a bundle, which has its own features, they are refused; see _shapes)
+    p.add_argument("--state-dim", type=int, default=None, help="observation.state size (default 6, SO-101)")
+    p.add_argument("--action-dim", type=int, default=None, help="action size (default 6)")
     p.add_argument(
-        "--cameras", nargs="*", default=["top"], help="camera names (default: top); none for no camera"
+        "--cameras", nargs="*", default=None, help="camera names (default: top); none for no camera"
     )
     p.add_argument(
         "--image-size",
         type=int,
         nargs=2,
-        default=[480, 640],
+        default=None,
         metavar=("H", "W"),
         help="camera image height and width (default 480 640)",
     )
@@ -70,18 +71,62 @@ def register(sub: argparse._SubParsersAction) -> None:
     _register_import(g)
 
 
+_SHAPE_DEFAULTS = {"state_dim": 6, "action_dim": 6, "cameras": ["top"], "image_size": [480, 640]}
+
+
+def _shapes(args: argparse.Namespace, bundle: bool = False) -> dict:
+    """The synthetic features' sizes of `policy info TYPE` / `policy bench`, checked: an image side below
+    16 px (0 was counted without a word), a camera named twice (counted as two), and, for a saved bundle
+    (whose features are its own), any of them given (--cameras was ignored without a word)."""
+    from actlab.errors import ActlabError
+
+    given = [k for k in _SHAPE_DEFAULTS if getattr(args, k, None) is not None]
+    if bundle and given:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise ActlabError(
+            f"{flags} size a policy type's inputs, not a saved bundle's",
+            field=flags,
+            expected="a policy type (act, act_relative) with these options, or a bundle without them",
+            found=f"{args.target}: a bundle, counted with the features it was trained on",
+            fix=f"drop {flags} (nothing was run), or pass the bundle's type with them",
+        )
+    values = {
+        k: getattr(args, k) if getattr(args, k, None) is not None else v for k, v in _SHAPE_DEFAULTS.items()
+    }
+    if any(side < 16 for side in values["image_size"]):
+        raise ActlabError(
+            "camera image too small",
+            field="--image-size",
+            expected="H and W of at least 16 pixels",
+            found=" ".join(map(str, values["image_size"])),
+            fix="pass --image-size H W with both >= 16 (nothing was run)",
+        )
+    twice = sorted({c for c in values["cameras"] if values["cameras"].count(c) > 1})
+    if twice:
+        raise ActlabError(
+            "a camera is named twice",
+            field="--cameras",
+            expected="each camera once",
+            found=" ".join(values["cameras"]),
+            fix=f"name {', '.join(twice)} once (nothing was run)",
+        )
+    return {
+        "state_dim": values["state_dim"],
+        "action_dim": values["action_dim"],
+        "cameras": tuple(values["cameras"]),
+        "image_shape": tuple(values["image_size"]),
+    }
+
+
 def _run_info(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.policies.info import policy_info
     from actlab.utils.table import table
 
     info = policy_info(
-        args.target,
-        state_dim=args.state_dim,
-        action_dim=args.action_dim,
-        cameras=tuple(args.cameras),
-        image_shape=tuple(args.image_size),
-        overrides=tuple(args.overrides),
+        args.target, **_shapes(args, bundle=Path(args.target).is_dir()), overrides=tuple(args.overrides)
     )
     if args.json:
         print(json.dumps(info, indent=2))
@@ -179,15 +224,13 @@ def _run_bench(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     _refuse_bench_path(args.type)
+    _shapes(args)  # before any policy is built
     result = bench_policy(
         args.type,
         overrides=tuple(args.overrides),
         variants=tuple(args.variants) or ("base:",),
         batch_size=args.batch_size,
-        cameras=tuple(args.cameras),
-        image_shape=tuple(args.image_size),
-        state_dim=args.state_dim,
-        action_dim=args.action_dim,
+        **_shapes(args),
         steps=args.steps,
         device=str(resolve_device(args.device)),
         progress=sys.stderr,  # stdout stays the report (or --json)

@@ -59,6 +59,7 @@ def _register_monitor(sub: argparse._SubParsersAction) -> None:
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
     # the CSV, the plot and the summary are three files: one path given twice lost all but the last
     _options.paths(p, outputs=("--out", "--plot", "--summary-json"))
+    _options.file_outputs(p, "--out", "--plot", "--summary-json")
     p.set_defaults(_run=_run_monitor)
 
 

@@ -208,11 +208,18 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _reward_model(args: argparse.Namespace) -> int:
+    from actlab.errors import Terminated
     from actlab.rl.reward_model import RewardModelConfig, train_reward_model
     from actlab.utils.config import apply_overrides
 
     cfg = apply_overrides(RewardModelConfig(), args.overrides)
-    result = train_reward_model(cfg, args.demos, args.base, args.out)
+    try:
+        result = train_reward_model(cfg, args.demos, args.base, args.out)
+    except Terminated as e:  # the model is written at the end, in one atomic step: nothing of it yet
+        e.note = (
+            f"nothing was written to {args.out} (the model is written once trained; an earlier one is kept)"
+        )
+        raise
     if args.json:
         print(json.dumps(result, indent=2))
     else:

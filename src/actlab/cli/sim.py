@@ -155,6 +155,7 @@ def _view(g) -> None:
     p = _parser(g, "view", "write a PNG strip of frames of one expert episode from every camera")
     _task(p)
     p.add_argument("--out", required=True, metavar="FILE.png", help="PNG to write")
+    _options.file_outputs(p, "--out")
     p.add_argument("--seed", type=int, default=0, help="episode seed (0)")
     p.add_argument("--image-size", type=int, default=128, metavar="PX", help="frame size (128)")
     p.add_argument("--frames", type=int, default=8, help="frames per camera, evenly spaced (8)")

@@ -305,17 +305,19 @@ def parse(root: str | Path, report: Report) -> Layout | None:
     parsed = report.stage("episodes", lambda: read_episodes(root, info, report))
     if parsed is None:
         return None
-    tasks = report.stage("tasks", lambda: read_tasks(root, info, report))
+    indexed = report.stage("tasks", lambda: read_tasks(root, info, report))
+    tasks = None if indexed is None else [t for t, _ in indexed]
     episodes, episodes_file = parsed
-    layout = Layout(root, info, tasks or [], episodes, episodes_file)
+    layout = Layout(root, info, tasks or [], episodes, episodes_file, dict(indexed or []))
     if tasks is not None:
         report.stage("tasks", lambda: check_tasks(layout, report))
     return layout
 
 
-def read_tasks(root: Path, info: Mapping[str, Any], report: Report) -> list[str] | None:
-    """Task strings ordered by ``task_index``; None when meta/tasks.parquet is missing (lerobot cannot
-    load such a dataset) or its columns are wrong."""
+def read_tasks(root: Path, info: Mapping[str, Any], report: Report) -> list[tuple[str, int]] | None:
+    """(task string, its ``task_index``) ordered by ``task_index`` (the indices as the file holds them,
+    which need not be 0..n-1); None when meta/tasks.parquet is missing (lerobot cannot load such a
+    dataset) or its columns are wrong."""
     path = root / fmt.TASKS_PATH
     if not path.is_file():
         report.add(
@@ -337,9 +339,10 @@ def read_tasks(root: Path, info: Mapping[str, Any], report: Report) -> list[str]
             REEXPORT,
         )
         return None
-    order = np.argsort(np.asarray(table.column("task_index").to_pylist()))
+    indices = table.column("task_index").to_pylist()
+    order = np.argsort(np.asarray(indices))
     tasks = table.column(col).to_pylist()
-    return [tasks[i] for i in order]
+    return [(tasks[i], int(indices[i])) for i in order]
 
 
 def check_tasks(layout: Layout, report: Report) -> None:

@@ -186,6 +186,9 @@ class Layout:
     episodes: list[EpisodeInfo]
     # the first meta/episodes parquet (where episode problems are reported)
     episodes_file: Path
+    # task string -> its task_index in tasks.parquet (the value a frame's task_index holds; indices need
+    # not be 0..n-1: 0, 2, 5 is a valid table, so a task's position in ``tasks`` is not its index)
+    task_indices: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def features(self) -> dict[str, dict[str, Any]]:

@@ -353,24 +353,30 @@ def _check_task_index(layout: Layout, cols: Mapping[str, np.ndarray], file: Path
         return
     ti = cols["task_index"][:, 0]
     ep = cols["episode_index"][:, 0]
-    n = len(layout.tasks)
-    bad = np.flatnonzero((ti < 0) | (ti >= n))
+    # by value: tasks.parquet's task_index column may have gaps (0, 2, 5); a frame's task_index is one of
+    # those values, not a position in the table (a dataset without the indices read: positions)
+    index_of = layout.task_indices or {t: i for i, t in enumerate(layout.tasks)}
+    task_of = {i: t for t, i in index_of.items()}
+    valid = np.asarray(sorted(task_of), dtype=ti.dtype)
+    bad = np.flatnonzero(~np.isin(ti, valid))
     if bad.size:
         r = int(bad[0])
         eps = [int(e) for e in np.unique(ep[bad])]
+        n = len(task_of)
+        contiguous = list(task_of) and sorted(task_of) == list(range(n))
+        values = f"0..{n - 1}" if contiguous else ", ".join(str(int(v)) for v in valid[:20])
         report.add(
             "task_index",
             f"{bad.size} frame(s) have a task_index that is no row of tasks.parquet",
             file,
             "task_index",
-            f"0..{n - 1} (the {n} task(s) of {fmt.TASKS_PATH})",
+            f"{values} (the task_index values of the {n} task(s) of {fmt.TASKS_PATH})",
             f"{int(ti[r])} at row {r} (episode {int(ep[r])})",
             f"set each frame's task_index to its episode's task in {fmt.TASKS_PATH}, or re-export "
             "(actlab data curate DATASET --out NEW writes each frame's task from its episode)",
             episodes=eps,
         )
         return
-    index_of = {t: i for i, t in enumerate(layout.tasks)}
     for info in layout.episodes:
         allowed = [index_of[t] for t in info.tasks if t in index_of]
         if not allowed:  # no task of the episode in tasks.parquet: check_tasks says so
@@ -385,7 +391,7 @@ def _check_task_index(layout: Layout, cols: Mapping[str, np.ndarray], file: Path
                 file,
                 "task_index",
                 f"{', '.join(str(a) for a in allowed)} ({', '.join(repr(t) for t in info.tasks)[:120]})",
-                f"{int(ti[r])} ({layout.tasks[int(ti[r])]!r}) at row {r}"[:200],
+                f"{int(ti[r])} ({task_of[int(ti[r])]!r}) at row {r}"[:200],
                 f"set the frames' task_index to the episode's task in {fmt.TASKS_PATH}, or re-export "
                 "(actlab data curate DATASET --out NEW writes each frame's task from its episode)",
                 episodes=[info.index],

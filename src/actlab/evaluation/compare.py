@@ -79,7 +79,7 @@ def _refuse_not_a_file(file: Path, kind: str) -> None:
     )
 
 
-def _json_file(path: Path, label: str) -> Path:
+def _json_file(path: Path, label: str, name: str | None = None) -> Path:
     if path.name in FILES and path.is_dir():  # results.json given, and a directory
         _refuse_not_a_file(path, "a directory")
     if path.is_dir():
@@ -105,6 +105,20 @@ def _json_file(path: Path, label: str) -> Path:
                 expected="results.json (actlab eval --out) or sweep.json (a delay sweep)",
                 found="neither",
                 fix="pass the --out directory of an actlab eval run, or its results.json",
+            )
+        if len(found) > 1 and name is not None:
+            # a sweep's cells are named MODE@DELAY (POLICY/MODE@DELAY), a results.json's checkpoints by
+            # their directory: DIR#async@4 names a cell of sweep.json, DIR#step_N a checkpoint
+            return path / FILES[1] if "@" in name else path / FILES[0]
+        if len(found) > 1:  # (results.json was read without a word; no actlab command writes both)
+            raise ActlabError(
+                "the directory holds two evaluation records: which one to compare cannot be told",
+                file=str(path),
+                expected="one of results.json (actlab eval --out) and sweep.json (a delay sweep)",
+                found="both",
+                fix=f"name the file ({path / FILES[0]} or {path / FILES[1]}), or the record by what it "
+                f"holds: {path}#CHECKPOINT (a checkpoint of results.json) or {path}#MODE@DELAY (a cell of "
+                "sweep.json, e.g. async@4)",
             )
         return found[0]
     kind = not_a_file(path)
@@ -245,7 +259,7 @@ def load_outcomes(spec: str | Path) -> Outcomes:
     episodes are damaged (a success that is no boolean, a seed that is no integer or given twice, no
     episode at all) is refused naming the field, never read as values."""
     path, name = _split(str(spec))
-    file = _json_file(path, str(spec))
+    file = _json_file(path, str(spec), name)
     try:
         data = json.loads(file.read_text())
     except json.JSONDecodeError as e:

@@ -9,7 +9,8 @@ from typing import Any
 from actlab.errors import ActlabError
 from actlab.evaluation.peers import is_peer_task, make_peer_env
 from actlab.evaluation.perturb import PerturbedEnv
-from actlab.sim import make_env
+from actlab.sim import TASKS, make_env
+from actlab.utils.config import unknown_name_error
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,15 @@ class EnvSpec:
     def __post_init__(self) -> None:
         if not self.task:
             raise ActlabError("no task given", field="task", expected="e.g. so101_pick_place")
+        # before any policy is loaded (`eval --task nosuch` loaded it and warned "trained on
+        # so101_pick_place, evaluated on nosuch" first)
+        if not is_peer_task(self.task) and self.task not in TASKS:
+            raise unknown_name_error(
+                "sim task",
+                self.task,
+                TASKS,
+                fix="actlab sim tasks lists them (or a gymnasium id such as gym_pusht/PushT-v0)",
+            )
         if self.image_size is not None and self.image_size < 8:
             raise ActlabError(
                 "image size too small", field="image_size", expected=">= 8", found=self.image_size

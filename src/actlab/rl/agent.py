@@ -91,6 +91,19 @@ class Agent(nn.Module):
         # weak base, which the guard decides once the base is measured)
         self.penalty = float(cfg.residual.penalty)
 
+    def transition_bytes(self) -> int:
+        """Bytes of one replay row as :class:`actlab.rl.envs.VecSim` fills it: ``vec`` (float32), ``img``
+        (uint8, 3 channels x cameras x frame_stack, with the CNN), ``priv`` (float32, privileged critic),
+        each also as ``next_``; the action (6 float32), the n-step reward and the discount. Known before
+        any episode runs (the disk check of ``rl train`` refuses before anything is written)."""
+        cfg = self.cfg
+        obs = 4 * self.vec_dim
+        if self.encoder is not None:
+            obs += 3 * len(cfg.obs.cameras) * cfg.obs.frame_stack * cfg.obs.image_size**2
+        if cfg.critic_privileged:
+            obs += 4 * privileged_dim(cfg.env.task)
+        return 2 * obs + 4 * ACT_DIM + 4 + 4
+
     # ------------------------------------------------------------------------------- what the env gives
     @property
     def image_keys(self) -> list[str]:

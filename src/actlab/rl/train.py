@@ -174,8 +174,18 @@ class _Trainer:
             (self.ckpt.root / "last.json").unlink(missing_ok=True)
         torch.manual_seed(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed)
+        copied = cfg.base is not None and not (out / BASE_COPY).is_dir()
         base = _load_base(cfg, out)
         self.agent = Agent(cfg, base).to(cfg.device)
+        self.guard_on = cfg.residual_rl
+        try:  # before config.json, metrics.jsonl and the demonstrations (a refusal left the first two)
+            self._check_disk()
+        except ActlabError:
+            if copied:  # the base copy this start made, and nothing else: a user's files are never touched
+                import shutil
+
+                shutil.rmtree(out / BASE_COPY, ignore_errors=True)
+            raise
         # the guard of a residual run (actlab.rl.guard); the zero residual is the actor as built
         self.guard = GuardState(bound=cfg.residual.bound_start) if cfg.residual_rl else None
         self.zero_actor = {k: v.clone() for k, v in self.agent.actor.state_dict().items()}
@@ -275,16 +285,18 @@ class _Trainer:
         """Refuse to go on when the checkpoints cannot fit: each holds the agent, its Adam state and the
         filled replay (up to ``min(total_env_steps, buffer_size)`` rows), and ``keep_last`` of them (+ the
         one being written, + a residual run's best) live at once. A run on a small disk trained to its
-        end and then failed writing its only checkpoint ("the disk is full"): every step lost."""
-        from actlab.utils.disk import require_free  # lazy: only a run that collects gets here
+        end and then failed writing its only checkpoint ("the disk is full"): every step lost. Checked when
+        the agent is built, before the run writes anything (config.json and metrics.jsonl were left by a
+        refusal after the first round)."""
+        from actlab.utils.disk import require_free  # lazy: imports nothing heavy
         from actlab.utils.units import human_bytes  # lazy: as above
 
         cfg = self.cfg
-        row = sum(v[0].numel() * v.element_size() for v in self.buffer.data.values())
+        row = self.agent.transition_bytes()  # (checked before the first round: no row is stored yet)
         rows = min(cfg.total_env_steps, cfg.sac.buffer_size)
         agent = sum(v.numel() * v.element_size() for v in self.agent.trainable_state().values())
         one = rows * row + 3 * agent + (1 << 20)  # weights + two Adam moments; configs, RNG state
-        alive = cfg.checkpoint.keep_last + 1 + (1 if self.guard is not None else 0)
+        alive = cfg.checkpoint.keep_last + 1 + (1 if self.guard_on else 0)
         need = max(one, one * alive - self.ckpt.bytes_on_disk())
         require_free(
             need,
@@ -326,7 +338,6 @@ class _Trainer:
         t0 = time.perf_counter()
         last_ckpt = self.ckpt.last_step()
         stopped = "completed"
-        disk_checked = False
         if self.env_steps >= cfg.total_env_steps:  # a resume of a run that got there: said, as train does
             self.log.message(
                 f"the run already has {self.env_steps} env steps (total_env_steps {cfg.total_env_steps}): "
@@ -349,9 +360,6 @@ class _Trainer:
                 t_round = time.perf_counter()
                 stats = self._round()
                 self.rounds += 1
-                if not disk_checked:  # the first round of this process: the replay's rows are known now
-                    self._check_disk()
-                    disk_checked = True
                 if self.rounds % cfg.log.every == 0:
                     self._log(stats, time.perf_counter() - t_round)
                 decision = None
@@ -692,11 +700,17 @@ def load_agent(path: str | Path, device: str = "cpu") -> Any:
     if not (path / AGENT_FILE).is_file() and (path / "checkpoints").is_dir():
         path = newest_checkpoint(path)
     if not (path / AGENT_FILE).is_file():
+        from actlab.utils.kinds import describe  # lazy: only for the refusal
+
+        # (a supervised run or a policy bundle was "not an RL checkpoint ... pass a run directory")
+        what = describe(path)
         raise ActlabError(
             "not an RL checkpoint",
             file=path,
-            expected=f"a directory with {AGENT_FILE}",
-            fix="pass a run directory",
+            expected=f"an actlab rl train run directory, or one of its checkpoints/step_N ({AGENT_FILE})",
+            found=what or ("a directory without " + AGENT_FILE if path.is_dir() else "nothing there"),
+            fix="pass the --out of an actlab rl train run"
+            + ("; a policy of actlab train is evaluated by actlab eval PATH" if what else ""),
         )
     cfg = config_from_dict(read_json(path / CONFIG_FILE, "RL config"), str(path / CONFIG_FILE))
     cfg = dataclasses.replace(cfg, device=device)

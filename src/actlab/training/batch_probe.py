@@ -41,6 +41,7 @@ from actlab.training.batch_size import (
 from actlab.training.build import build_run, camera_keys
 from actlab.training.config import apply_train_overrides, config_from_dict, config_to_dict
 from actlab.training.presets import get_preset, with_dataset
+from actlab.utils.config import override_key
 from actlab.utils.device import resolve_device
 from actlab.utils.threads import keeps_torch_threads
 from actlab.utils.units import parse_bytes
@@ -286,6 +287,19 @@ def load_config(preset: str, dataset: str, overrides: list[str] | None, device: 
     """The preset with the dataset, overrides and device applied (validated: errors name the key)."""
     if not dataset_location(dataset).exists():  # a path, or owner/name in LeRobot's local Hub cache
         raise ActlabError("dataset not found", file=dataset, field="--dataset", fix="check the path")
+    # the search sets these itself (each trial runs --steps steps at the batch size it tries): a --set of
+    # them was overridden without a word
+    searched = {"batch_size": "--start and --max (the batch sizes tried)", "steps": "--steps"}
+    for item in overrides or []:
+        key = override_key(item)
+        if key in searched:
+            raise ActlabError(
+                f"--set {key} has no effect here: find-batch-size sets {key} itself for every trial",
+                field=f"--set {key}",
+                expected=f"{searched[key]} instead",
+                found=item,
+                fix=f"leave --set {key} out and use {searched[key]} (nothing was run)",
+            )
     cfg = apply_train_overrides(with_dataset(get_preset(preset), dataset), list(overrides or []))
     if device is not None:
         cfg = dataclasses.replace(cfg, device=device)

@@ -312,10 +312,25 @@ def build_run(
     return _assemble(cfg, device, dist, ds, store, stats, features, policy, graphs)
 
 
+def _say_chunk_past_episodes(chunk: int | None, split: Any, where: str) -> None:
+    """A chunk longer than every training episode: its tail is padding in every sample (masked out of the
+    loss, never learned), which trained without a word (policy.chunk_size=1000 on 10-frame episodes)."""
+    longest = max((b - a for a, b in split.train_ranges), default=0)
+    if chunk and longest and chunk > longest:
+        from actlab.utils.say import say  # lazy: only a chunk longer than the episodes needs it
+
+        say(
+            f"note: policy.chunk_size={chunk} is longer than the longest training episode of {where} "
+            f"({longest} frames): the last {chunk - longest} or more actions of every chunk are padding, "
+            f"masked out of the loss and never learned; --set policy.chunk_size={longest} or less fits them"
+        )
+
+
 def _assemble(cfg, device, dist, ds, store, stats, features, policy, graphs: GraphPlan) -> TrainRun:
     import torch
 
     split = split_episodes(ds.episodes, cfg.data, cfg.seed, where=str(ds.root))
+    _say_chunk_past_episodes(getattr(policy.config, "chunk_size", None), split, str(ds.root))
     train_ranges = list(split.train_ranges)
     if cfg.overfit.samples:
         train_ranges = overfit_ranges(train_ranges, cfg.overfit.samples, cfg.seed)
