@@ -31,3 +31,14 @@ def run_dir(tmp_path_factory, tiny_dataset) -> Path:
 
     assert main(["train", "--preset", "tiny", "--dataset", str(tiny_dataset), "--out", str(out), *args]) == 0
     return out
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    """A one-episode 16 px pick-and-place recording (the fault runs' rl and reward-model probes)."""
+    from actlab.cli import main
+
+    out = tmp_path_factory.mktemp("rec") / "rec"
+    args = ["sim", "record", "--episodes", "1", "--image-size", "16", "--workers", "0", "--out", str(out)]
+    assert main(args) == 0
+    return out

@@ -241,15 +241,6 @@ def test_a_plugin_export_without_its_bundle_is_named(tmp_path, bundle, capsys):
 
 
 # ---------------------------------------------------------------------------------------- rl demos
-@pytest.fixture(scope="module")
-def recording(tmp_path_factory):
-    """A one-episode 16 px pick-and-place recording."""
-    out = tmp_path_factory.mktemp("rec") / "rec"
-    args = ["sim", "record", "--episodes", "1", "--image-size", "16", "--workers", "0", "--out", str(out)]
-    assert main(args) == 0
-    return out
-
-
 @pytest.mark.timeout(90)
 def test_a_reward_model_with_too_few_episodes_is_refused_before_any_rollout(
     tmp_path, recording, bundle, capsys

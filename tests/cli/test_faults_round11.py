@@ -23,15 +23,6 @@ from actlab.cli import main
 SMOKE = ["--preset", "smoke", "--set", "total_env_steps=400", "--set", "eval.episodes=2"]
 
 
-@pytest.fixture(scope="module")
-def recording(tmp_path_factory):
-    """A one-episode 16 px pick-and-place recording."""
-    out = tmp_path_factory.mktemp("rec") / "rec"
-    args = ["sim", "record", "--episodes", "1", "--image-size", "16", "--workers", "0", "--out", str(out)]
-    assert main(args) == 0
-    return out
-
-
 # --------------------------------------------------------------------------- rows left by the tenth run
 @pytest.mark.timeout(60)
 def test_an_rl_run_refused_for_the_disk_writes_nothing(small_fs, tmp_path, capsys):
