@@ -76,11 +76,14 @@ def test_synth_refuses_bad_sizes_and_writes_nothing(tmp_path, capsys):
         (["--episodes", "0"], "--episodes"),
         (["--episodes", "10", "--frames", "5"], "--frames/--episodes"),
         (["--image-size", "0"], "--image-size (top)"),
-        (["--state-dim", "0"], "--state-dim"),
     ):
         assert main([*base, *extra]) == 2, extra
         assert f"field:    {field}" in capsys.readouterr().err
         assert list(tmp_path.iterdir()) == []
+    with pytest.raises(SystemExit) as e:  # a count of 0 is a usage error of the parser (every command)
+        main([*base, "--state-dim", "0"])
+    assert e.value.code == 2 and "--state-dim: expected a number >= 1" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_bench_data_refuses_bad_arguments(tiny_dataset, capsys):

@@ -650,7 +650,7 @@ def precompute_chunks(
 
     import torch
 
-    from actlab.datasets import DeviceData
+    from actlab.datasets import DeviceData  # lazy: DeviceData may import torch, as in _device_data
 
     # what inference reads: the state and the cameras (as cached features when they are), no targets
     obs_deltas = {k: v for k, v in deltas.items() if k not in ("action", FUTURE_STATE, PAST_CHUNKS)}
