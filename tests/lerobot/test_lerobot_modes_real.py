@@ -30,13 +30,15 @@ EPISODES = 3  # compared: the episodes lerobot-rollout finished within DURATION,
 STEPS = 40  # episode length: enough for several chunks in every mode, cheap on a CPU
 DURATION = 25  # seconds of lerobot-rollout's control loop: 3 episodes of 40 steps at 30 fps need 4 s
 LATENCY = 2
-# (policy, mode, delay): plain ACT in sync and the three modes of a delay, act_relative in rtc
+# (policy, mode, delay): plain ACT in sync and the three modes of a delay, act_relative in rtc, and an ACT
+# whose correction head reads the cameras in correct (it runs at every control step, in the loop)
 CELLS = [
     ("act", "sync", 0),
     ("act", "async", LATENCY),
     ("act", "ensemble", LATENCY),
     ("act", "blend", LATENCY),
     ("rel", "rtc", LATENCY),
+    ("head", "correct", LATENCY),
 ]
 
 
@@ -47,13 +49,15 @@ def work(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def policies(work, sim_data) -> dict[str, tuple[Path, Path]]:
-    """{name: (actlab bundle, its plugin export)}: a plain ACT (chunk 10, 4 actions per chunk) and an
-    act_relative trained-shape for prefixes up to 4 (rtc_max_delay 4)."""
+    """{name: (actlab bundle, its plugin export)}: a plain ACT (chunk 10, 4 actions per chunk), an
+    act_relative trained-shape for prefixes up to 4 (rtc_max_delay 4) and an ACT with a correction head
+    that reads the cameras (its zero last layer moved too, so the head changes every action)."""
     from actlab.lerobot.export import export_policy
     from actlab.policies import save_policy
 
     out = {}
-    for name, cfg in (("act", _base()), ("rel", _relative(rtc_max_delay=4))):
+    head = _base(correction_head=True, correction_only=True, correction_images=True)
+    for name, cfg in (("act", _base()), ("rel", _relative(rtc_max_delay=4)), ("head", head)):
         policy = _policy(cfg, sim_data)
         bundle, export = work / f"{name}_bundle", work / f"{name}_export"
         save_policy(policy, bundle)
