@@ -90,12 +90,17 @@ def test_a_bundle_without_the_head_is_refused_before_any_episode(head_run, tmp_p
 def test_a_head_that_reads_the_cameras_trains_alone_on_the_frozen_policy(head_run, tmp_path, capsys):
     """A2C2's recipe: --init-from a trained bundle, correction_only + correction_images: only the new
     head moves (the chunk policy and its statistics are the bundle's), then it evaluates and exports."""
+    from actlab.sim import RecordConfig, record_dataset
+
     base = head_run / "run" / "checkpoints" / "step_0000010"
-    args = ["train", "--preset", "tiny", "--dataset", head_run / "data", "--init-from", base]
+    # other demonstrations than the base's (other statistics): the frozen policy keeps its own
+    other = tmp_path / "other"
+    record_dataset(other, RecordConfig(episodes=2, image_size=32, workers=0, seed=50), progress=False)
+    args = ["train", "--preset", "tiny", "--dataset", other, "--init-from", base]
     head_only = ["--set", "policy.correction_only=true", "--set", "policy.correction_images=true"]
     steps = ["--set", "steps=6", "--set", "checkpoint.every=6", "--set", "log.plot=false"]
     # without a trained policy to start from: refused before anything is written
-    alone = ["train", "--preset", "tiny", "--dataset", head_run / "data", "--out", tmp_path / "x"]
+    alone = ["train", "--preset", "tiny", "--dataset", other, "--out", tmp_path / "x"]
     assert main([*map(str, alone), "--set", "policy.correction_head=true", *head_only[:2], *steps]) == 2
     assert "field:    init_from" in capsys.readouterr().err and not (tmp_path / "x").exists()
     assert main([*map(str, args), "--out", str(tmp_path / "run"), *head_only, *steps]) == 0

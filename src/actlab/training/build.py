@@ -531,7 +531,16 @@ def _build_store(ds, cfg: TrainConfig, dist: DistInfo):
 
 def _stats(ds, cfg: TrainConfig, store) -> dict[str, Any]:
     cache = Path(cfg.data.cache_dir) / "stats" if cfg.data.cache_dir else None
-    return compute_stats(ds, **cfg.policy.stats_request(), store=store, cache_dir=cache)
+    stats = compute_stats(ds, **cfg.policy.stats_request(), store=store, cache_dir=cache)
+    if getattr(cfg.policy, "correction_only", False) and cfg.init_from:
+        # The frozen policy must plan the chunks it planned when it was trained, so it keeps its own
+        # statistics (its bundle's stats.json), not this dataset's: the head corrects the deployed
+        # policy's chunks. A key the bundle lacks (act_relative's absolute action stats, which only a
+        # correction head reads) stays this dataset's.
+        from actlab.utils.io import read_json
+
+        stats = {**stats, **read_json(Path(cfg.init_from) / "stats.json", "normalization stats")}
+    return stats
 
 
 def _make_policy(cfg: TrainConfig, features, stats, device) -> TrainablePolicy:

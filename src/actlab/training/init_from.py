@@ -110,8 +110,8 @@ def check_same_model(run_policy: Any, bundle_policy: Any, bundle: str | Path) ->
 def load_initial_weights(policy: Any, bundle: str | Path) -> None:
     """Copy every weight of ``bundle`` except its normalization statistics into ``policy`` (in place).
 
-    With ``correction_only`` the statistics are copied too (the frozen policy stays the bundle's policy)
-    and the correction head is not (it is the run's new one)."""
+    With ``correction_only`` the correction head is not copied (it is the run's new one); the run's
+    statistics are then the bundle's own already (``training.build._stats``)."""
     import torch
 
     check_same_model(policy.config, bundle_policy_config(bundle), bundle)
@@ -139,12 +139,3 @@ def load_initial_weights(policy: Any, bundle: str | Path) -> None:
     with torch.no_grad():
         for name, tensor in mine.items():
             tensor.copy_(theirs[name].to(tensor.device, tensor.dtype))
-        if _correction_only(policy.config):
-            # The frozen policy must plan the chunks it planned when it was trained: its own statistics,
-            # not this dataset's (a head that corrects another policy's chunks would be deployed on this
-            # one). A statistic the bundle lacks (act_relative's absolute action stats, which only a
-            # correction head needs) stays this dataset's.
-            own = source.state_dict()
-            for name, tensor in policy.state_dict().items():
-                if name.startswith("normalizer.") and name in own and own[name].shape == tensor.shape:
-                    tensor.copy_(own[name].to(tensor.device, tensor.dtype))
