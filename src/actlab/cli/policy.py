@@ -224,13 +224,13 @@ def _run_bench(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     _refuse_bench_path(args.type)
-    _shapes(args)  # before any policy is built
+    shapes = _shapes(args)  # checked before any policy is built
     result = bench_policy(
         args.type,
         overrides=tuple(args.overrides),
         variants=tuple(args.variants) or ("base:",),
         batch_size=args.batch_size,
-        **_shapes(args),
+        **shapes,
         steps=args.steps,
         device=str(resolve_device(args.device)),
         progress=sys.stderr,  # stdout stays the report (or --json)

@@ -177,7 +177,6 @@ class _Trainer:
         copied = cfg.base is not None and not (out / BASE_COPY).is_dir()
         base = _load_base(cfg, out)
         self.agent = Agent(cfg, base).to(cfg.device)
-        self.guard_on = cfg.residual_rl
         try:  # before config.json, metrics.jsonl and the demonstrations (a refusal left the first two)
             self._check_disk()
         except ActlabError:
@@ -296,7 +295,7 @@ class _Trainer:
         rows = min(cfg.total_env_steps, cfg.sac.buffer_size)
         agent = sum(v.numel() * v.element_size() for v in self.agent.trainable_state().values())
         one = rows * row + 3 * agent + (1 << 20)  # weights + two Adam moments; configs, RNG state
-        alive = cfg.checkpoint.keep_last + 1 + (1 if self.guard_on else 0)
+        alive = cfg.checkpoint.keep_last + 1 + (1 if cfg.residual_rl else 0)  # a residual run's best
         need = max(one, one * alive - self.ckpt.bytes_on_disk())
         require_free(
             need,
