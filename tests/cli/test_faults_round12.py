@@ -244,6 +244,26 @@ def test_a_damaged_checkpoint_state_points_to_the_previous_checkpoint(tmp_path, 
 
 
 @pytest.mark.timeout(60)
+def test_an_immutable_checkpoint_directory_is_named_as_an_attribute(tmp_path, run_dir, capsys):
+    """UNCLEAR before (p02): EPERM of `chattr +i RUN/checkpoints` (root has every permission) was
+    "permission denied ... user root needs write access there"."""
+    if shutil.which("chattr") is None:
+        pytest.skip("chattr is not installed")
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    ckpts = run / "checkpoints"
+    if subprocess.run(["chattr", "+i", str(ckpts)], capture_output=True).returncode != 0:
+        pytest.skip("this filesystem or user cannot set the immutable attribute")
+    try:
+        assert main(["train", "--out", str(run), "--resume", "--set", "steps=3"]) == 2
+    finally:
+        subprocess.run(["chattr", "-i", str(ckpts)], check=True)
+    err = capsys.readouterr().err
+    assert "operation not permitted" in err and f"lsattr -d {ckpts}" in err, err
+    assert "needs write access" not in err, err
+
+
+@pytest.mark.timeout(60)
 def test_curate_on_a_full_disk_blames_the_disk_not_an_episode(tmp_path, tiny_dataset, monkeypatch, capsys):
     """UNCLEAR before (f05): "episode 1 cannot be written: the disk is full ... fix: drop it
     (--drop-episodes 1) or trim the bad frames". The disk fills while the second episode is written (the
@@ -279,6 +299,19 @@ def test_a_name_that_is_not_utf8_is_not_blamed_on_the_terminal(tmp_path, capsys)
     err = capsys.readouterr().err
     assert "bytes that are not UTF-8" in err and "PYTHONIOENCODING" not in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_damaged_rl_run_config_points_to_its_checkpoint_copy(tmp_path, capsys):
+    """UNCLEAR before (r06): a cut-short config.json of an RL run was "repair or regenerate the file";
+    every checkpoint keeps the run's config as rl_config.json."""
+    out = tmp_path / "rl"
+    smoke = ["--preset", "smoke", "--set", "total_env_steps=400", "--set", "eval.episodes=2"]
+    assert main(["rl", "train", *smoke, "--out", str(out)]) == 0
+    (out / "config.json").write_text("{")
+    assert main(["rl", "train", "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "restore it from a checkpoint's copy: cp " in err and "rl_config.json" in err, err
 
 
 @pytest.mark.timeout(30)
@@ -331,6 +364,21 @@ def test_a_run_stopped_before_its_first_logged_step_draws_no_curve(tmp_path, cap
     _plot(tmp_path, get_preset("tiny"))
     assert "could not draw" not in capsys.readouterr().err
     assert not (tmp_path / "training.png").exists()
+
+
+@pytest.mark.timeout(30)
+def test_a_run_directory_named_in_bytes_that_are_not_utf8_gets_its_curve(tmp_path, capsys):
+    """UNCLEAR (n24, found by the confirmation pass): `train --out $'t\xff'` trained, then warned "could
+    not draw training.png: set_text(): incompatible function arguments" (the title held a surrogate)."""
+    from actlab.training import get_preset
+    from actlab.training.loop import _plot
+
+    run = tmp_path / os.fsdecode(b"t\xff")
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "loss": 0.5}\n')
+    _plot(run, get_preset("tiny"))
+    assert "could not draw" not in capsys.readouterr().err
+    assert (run / "training.png").is_file()
 
 
 def _wait_for(predicate, seconds: float) -> bool:

@@ -500,7 +500,10 @@ def _plot(out: Path, cfg: TrainConfig) -> None:
         rows = read_metrics(out)
         if not any("loss" in r for r in rows):  # stopped before its first logged step: nothing to draw
             return  # (it warned "could not draw ... no training rows to plot" after a SIGTERM at step 2)
-        plot_training(rows, out / "training.png", title=f"{out.name} ({cfg.name})")
+        # a directory name of bytes that are no UTF-8 (surrogates) is drawn with U+FFFD: matplotlib refused
+        # the title ("set_text(): incompatible function arguments") and the curve was not drawn
+        name = out.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        plot_training(rows, out / "training.png", title=f"{name} ({cfg.name})")
     except Exception as e:  # the checkpoints and metrics are written; a figure must not fail the run
         print(f"warning: could not draw {out / 'training.png'}: {e}", file=sys.stderr)
 
