@@ -6,6 +6,7 @@ The CLI prints these without a traceback and exits with status 2.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -95,6 +96,16 @@ def from_environment(e: BaseException) -> ActlabError | None:
             expected="UTF-8 text (JSON metadata and configs are UTF-8)",
             found=f"{e.reason} at byte {e.start} ({e.object[e.start : e.start + 4]!r})",
             fix="the file is damaged or not the file actlab expects: restore it from a copy or regenerate it",
+        )
+    if isinstance(e, UnicodeEncodeError) and "surrogate" in str(e.reason):
+        # Not the terminal: a name holds bytes that are no UTF-8 (Python carries them as surrogates), and
+        # no encoding can print or write it as text (`sim record --out $'d\xff'` blamed the terminal).
+        bad = e.object[e.start : e.end] if isinstance(e.object, str) else ""
+        raw = os.fsencode(bad) if bad else b""
+        return ActlabError(
+            "a path or name holds bytes that are not UTF-8 text, which actlab cannot print or record",
+            found=f"{raw!r} in {e.object[:200]!r}" if raw else e.reason,
+            fix="rename it to a UTF-8 name, or choose another --out (a UTF-8 path)",
         )
     if isinstance(e, UnicodeEncodeError):
         return ActlabError(

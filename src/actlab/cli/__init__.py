@@ -14,6 +14,7 @@ import os
 import pkgutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from actlab import __version__
 from actlab.cli import _options
@@ -75,7 +76,45 @@ def _guard_numbers(parser: argparse.ArgumentParser) -> None:
             ceiling = _CEILINGS.get(action.dest, _CEILING)
             action.type = _bounded(action.type, floor, ceiling, _CEILING_WHY.get(action.dest, _MACHINE))
         elif action.dest.endswith("_python") and action.type in (None, str):
-            action.type = _python_program  # --lerobot-python: a directory failed as "permission denied"
+            action.type = _non_empty(_python_program)  # a directory failed as "permission denied"
+        elif _takes_text(action):
+            action.type = _non_empty(action.type)
+    nested = getattr(parser, "compare_parser", None)  # `actlab eval compare`'s own parser
+    if nested is not None:
+        _guard_numbers(nested)
+
+
+# Text options where an empty string is a value of its own (an empty instruction is sent as given).
+_EMPTY_ALLOWED = frozenset({"instruction"})
+
+
+def _takes_text(action: argparse.Action) -> bool:
+    """An option or positional whose values are strings (paths, names, lists): an empty one is refused.
+    Why: ``--out ""``, ``--cache-dir ""`` or ``--init-from ""`` (an unset shell variable) meant the current
+    directory or nothing at all: ``data cache DS --cache-dir ""`` wrote its store into the current
+    directory and ``train --init-from ""`` trained from scratch, exit 0; ``--out ""`` was refused as "output
+    directory already exists"."""
+    return (
+        action.type in (None, str)
+        and action.nargs not in (0, argparse.REMAINDER, argparse.SUPPRESS)
+        and not isinstance(action, argparse._SubParsersAction)
+        and action.dest not in _EMPTY_ALLOWED
+        and action.dest != "help"
+        and action.default != ""
+    )
+
+
+def _non_empty(kind: Any) -> object:
+    def parse(text: str) -> Any:
+        if text == "":
+            raise argparse.ArgumentTypeError(
+                "expected a value, found '' (an empty string: an unset shell variable? An empty path is "
+                "not the current directory here: write . for it)"
+            )
+        return text if kind in (None, str) else kind(text)
+
+    parse.__name__ = getattr(kind, "__name__", "str") if kind is not None else "str"
+    return parse
 
 
 # The smallest value of a numeric option whose 0 means nothing, by its dest (others: 0). `--horizon -3`
@@ -268,8 +307,9 @@ def _main(argv: list[str] | None) -> int:
         raise
     except ActlabError as e:
         return _refused(e)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        # (a command that stopped cleanly on Ctrl-C says how to go on in the exception's text)
+        print(f"interrupted: {e}" if str(e) else "interrupted", file=sys.stderr)
         return 130
     except Exception as e:
         err = from_environment(e)

@@ -116,6 +116,7 @@ def _given(value: Any, default: Any) -> bool:
 
 def check(args: argparse.Namespace) -> None:
     """Refuse the parsed ``args`` when a declared rule of their command does not hold."""
+    _say_a_key_set_twice(getattr(args, "overrides", None) or [])
     rules = getattr(args, "_needs", None) or []
     for label, dest, default, on_label, on_dest, on_default, when, what in rules:
         if not _given(getattr(args, dest, None), default):
@@ -149,6 +150,25 @@ def check(args: argparse.Namespace) -> None:
         for _, dest in outs:
             for _, raw in _pairs(getattr(args, dest, None)):
                 check_writable(raw)  # a read-only disk found before the work, not after it
+
+
+def _say_a_key_set_twice(overrides: Sequence[str]) -> None:
+    """``--set steps=2 --set steps=3``: the last value was used and the other dropped without a word. The
+    last one still wins (a script's base options followed by an override is a way of working), and the
+    dropped values are said (every command's --set, one rule). The same value twice says nothing."""
+    values: dict[str, list[str]] = {}
+    for item in overrides:
+        if "=" in item:
+            values.setdefault(override_key(item), []).append(item)
+    for key, items in values.items():
+        if len({i.split("=", 1)[1].strip() for i in items}) > 1:
+            from actlab.utils.say import say  # (imported here: --help stays light)
+
+            dropped = ", ".join(items[:-1])
+            say(
+                f"note: --set {key} is given {len(items)} times: the last, {items[-1]}, is used "
+                f"({dropped} not)"
+            )
 
 
 def _check_paths(args: argparse.Namespace, outs: Sequence[tuple[str, str]], ins: Sequence[tuple[str, str]]):

@@ -233,6 +233,10 @@ def curate(
                     except EncoderStalled:  # not this episode's fault: the whole write runs again
                         raise
                     except ActlabError as err:
+                        if isinstance(err.__cause__, OSError):
+                            # a full disk, a read-only one, no permission: not this episode's fault (it was
+                            # "episode 1 cannot be written ... fix: drop it (--drop-episodes 1)")
+                            raise
                         raise ActlabError(
                             f"episode {e.index} cannot be written: {err.problem}",
                             file=root / e.data_file,

@@ -94,7 +94,12 @@ class DeviceData:
         self._tables: dict[str, torch.Tensor] = {}
         for key in deltas:
             if key in overrides:
-                self._tables[key] = torch.as_tensor(overrides[key]).to(self.device)
+                table = overrides[key]
+                if isinstance(table, np.ndarray) and not table.flags.writeable:
+                    # a read-only column (a memory map): torch warned "The given NumPy array is not
+                    # writable ... undefined behavior" into a correction head's training
+                    table = np.array(table)
+                self._tables[key] = torch.as_tensor(table).to(self.device)
             elif not fmt.is_camera(ds.features[key]):
                 col = ds.column(key)
                 if key in fmt.DEFAULT_FEATURES and col.shape[1:] == (1,):

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.demo.report import write_report
-from actlab.errors import ActlabError
+from actlab.errors import ActlabError, Terminated
 from actlab.evaluation import EnvSpec, EvalConfig, run_eval, wilson_interval
 from actlab.evaluation.realtime import mark_vs_sync, plan_cells, run_sweep, write_sweep
 from actlab.evaluation.results import FAILURES
@@ -385,6 +385,16 @@ def _train(plan: dict, out: Path, state: dict, log: StageLog) -> dict:
     if not resume:
         _remove_run(run)
     summary = train(train_cfg, run, resume=resume)
+    if summary.stopped in ("sigterm", "sigint"):
+        # the user's own stop: exit as the signal asks (143 / 130) and say how to go on, not "error:
+        # training stopped early (sigterm)", exit 2
+        where = f"training stopped at step {summary.step} after writing a checkpoint in {run}"
+        again = "run actlab demo again with the same options: it continues from that checkpoint"
+        if summary.stopped == "sigint":
+            raise KeyboardInterrupt(f"{where}; {again}")
+        stop = Terminated(15)
+        stop.note = f"{where}; {again}"
+        raise stop
     if summary.stopped != "completed":
         raise ActlabError(
             f"training stopped early ({summary.stopped}) at step {summary.step}",

@@ -132,6 +132,19 @@ def _json_file(path: Path, label: str, name: str | None = None) -> Path:
             found="nothing there",
             fix=f"check the path of {label}",
         )
+    if path.suffix.lower() != ".json":
+        # results.md, a plot, a video of an evaluation: "not valid JSON, fix: re-run actlab eval" blamed the
+        # record for the wrong file
+        beside = [path.parent / f for f in FILES if (path.parent / f).is_file()]
+        raise ActlabError(
+            f"{path.name} is not an evaluation record: compare reads the JSON record an evaluation writes",
+            file=str(path),
+            expected="results.json (actlab eval --out) or sweep.json (a delay sweep), or their directory",
+            found=f"a {path.suffix or 'suffix-less'} file",
+            fix=f"pass {beside[0]}" + (f" or {path.parent}" if beside else "")
+            if beside
+            else "pass the --out directory of an actlab eval run, or its results.json",
+        )
     return path
 
 

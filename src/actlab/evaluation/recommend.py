@@ -116,7 +116,8 @@ def recommend(
         # weighed against it (a head trained alone scored 107/200 at delay 8, plain async 132).
         said.append(
             f"{best.mode} is the only mode measured at delay {delay}: nothing was weighed against it "
-            f"(measure it beside others: --execution sync,async,{best.mode} --latency {delay})"
+            f"(measure it beside others: --execution {','.join(dict.fromkeys(['sync', 'async', best.mode]))} "
+            f"--latency {delay})"
         )
     if (
         sync is not None

@@ -35,7 +35,7 @@ from actlab.evaluation.sources import PolicySource
 from actlab.evaluation.sweep import note_left_out
 from actlab.lerobot.child import PROTOCOL_VERSION, ProtocolError, read_message, write_message
 from actlab.utils.io import read_json
-from actlab.utils.procs import kill_tree, start_group_kwargs
+from actlab.utils.procs import ChildGuard, kill_tree, start_group_kwargs
 
 CHILD_SCRIPT = Path(__file__).with_name("child.py")
 # Characters of the child's stderr quoted in an error.
@@ -266,6 +266,7 @@ class LeRobotBridgePolicy:
         self.env = env if env is not None else child_env()
         self.info: dict[str, Any] | None = None
         self._proc: subprocess.Popen | None = None
+        self._guard: ChildGuard | None = None
         self._pipe: DeadlinePipe | None = None
         self._stderr: Any = None
 
@@ -301,6 +302,7 @@ class LeRobotBridgePolicy:
             bufsize=0,
             **start_group_kwargs(),
         )
+        self._guard = ChildGuard(self._proc, group=True)  # ended with its tree if we are killed (-9)
         self._pipe = DeadlinePipe(self._proc.stdin, self._proc.stdout)
         header, _ = self._exchange("hello", None, None, self.timeout_s)
         if header.get("protocol") != PROTOCOL_VERSION:
@@ -325,7 +327,8 @@ class LeRobotBridgePolicy:
         return ActlabError(
             problem,
             file=self.policy_dir,
-            found=(f"{found}\n" if found else "") + ("child stderr (end):\n" + tail if tail else ""),
+            found=((f"{found}\n" if found else "") + ("child stderr (end):\n" + tail if tail else ""))
+            or None,
             fix=fix or f"run the lerobot python by hand: {self.python} {self.child_script} {self.policy_dir}",
         )
 
@@ -394,13 +397,18 @@ class LeRobotBridgePolicy:
             kill_tree(proc)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=CLOSE_WAIT_S)  # reap it (SIGKILL: only a process stuck in the kernel waits)
+        guard, self._guard = self._guard, None
+        if guard is not None:
+            guard.disarm()
         if pipe is not None:
             pipe.close()
 
     def close(self) -> None:
         """Ask the child to exit (its tree killed after CLOSE_WAIT_S); a no-op when it is not running."""
         proc, pipe = self._proc, self._pipe
-        if proc is not None and pipe is not None and proc.poll() is None:
+        # A child that never said hello is not asked for a goodbye: it was waited on for CLOSE_WAIT_S
+        # (30 s) after a SIGTERM or a failure of the command, while it would never answer.
+        if proc is not None and pipe is not None and proc.poll() is None and self.info is not None:
             # The goodbye is read under its own deadline: a child that never answers it is killed.
             deadline = time.monotonic() + CLOSE_WAIT_S
             try:

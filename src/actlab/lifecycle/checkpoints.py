@@ -141,7 +141,10 @@ class Checkpoints:
         the directory's (an edited ``env_steps`` resumed an RL run at step 99 from ``step_0003000`` and
         wrote its checkpoints under the wrong numbers, exit 0)."""
         file = self.path(step) / STATE_DIR / STATE_FILE
-        meta = read_json(file, "checkpoint state")
+        try:
+            meta = read_json(file, "checkpoint state")
+        except ActlabError as e:  # cut short, overwritten, gone: the fix is the previous checkpoint, not
+            raise self.damaged(step, file, e.problem) from e  # "repair or regenerate the file"
         counters = {k: meta[k] for k in ("step", "env_steps") if k in meta}  # env_steps: an RL run's step
         if any(v != step for v in counters.values()):
             found = ", ".join(f"{k} {v!r}" for k, v in counters.items())

@@ -45,6 +45,12 @@ FILES = ("model.safetensors", "config.json", "stats.json", "features.json", "act
 # The files whose sha256 actlab.json records (actlab.json itself is written last, holding them).
 CHECKSUMMED = FILES[:4]
 
+# How a bundle file that cannot be read is repaired: no command regenerates one file of a bundle.
+DAMAGED_FIX = (
+    "the bundle is damaged or incomplete (an interrupted copy, a bad disk, an edit): use another checkpoint "
+    "of its run, or copy the bundle again from its source"
+)
+
 
 def _jsonable_stats(stats: dict[str, Any]) -> dict[str, Any]:
     return {k: {f: np.asarray(v).tolist() for f, v in entry.items()} for k, entry in stats.items()}
@@ -155,7 +161,7 @@ def _in_file(e: ActlabError, file: Path) -> ActlabError:
 
 
 def _read_config(path: Path) -> Any:
-    data = read_json(path / "config.json", "policy config")
+    data = read_json(path / "config.json", "policy config", fix=DAMAGED_FIX)
     if not isinstance(data, dict) or "type" not in data:
         raise ActlabError(
             "the policy config has no 'type'",
@@ -192,7 +198,7 @@ def _read_tensors(file: Path) -> dict[str, torch.Tensor]:
 
 def _read_mapping(file: Path, what: str, expected: str) -> dict[str, Any]:
     """A JSON object whose values are objects (features.json, stats.json), or an ActlabError."""
-    data = read_json(file, what)
+    data = read_json(file, what, fix=DAMAGED_FIX)
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         bad = {k: v for k, v in data.items() if not isinstance(v, dict)} if isinstance(data, dict) else data
         raise ActlabError(
@@ -325,7 +331,7 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu") -> Any:
             expected="model.safetensors, config.json, stats.json, features.json, actlab.json",
             fix="the bundle is incomplete; use another checkpoint or re-save it",
         )
-    meta = read_json(path / "actlab.json", "bundle metadata")
+    meta = read_json(path / "actlab.json", "bundle metadata", fix=DAMAGED_FIX)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ActlabError(
             "not an actlab policy bundle",

@@ -34,6 +34,7 @@ from typing import Any
 from actlab.errors import ActlabError
 from actlab.profiling.nvml import GpuSet, gpu_columns, open_gpus
 from actlab.utils.io import atomic_file
+from actlab.utils.procs import ChildGuard
 
 _MIB = 1024 * 1024
 
@@ -332,6 +333,7 @@ def run_monitored(
             problem = f"could not start {cmd[0]}: {e.strerror or e}"
             raise ActlabError(problem, field="CMD", found=cmd[0]) from e
         forwarder.attach(child)
+        guard = ChildGuard(child, group=False)  # a kill -9 of the monitor ends the command too
         try:
             _sample_until_exit(
                 child, interval_s, started, gpus, psutil, run, writer, stream, on_sample, forwarder
@@ -339,6 +341,8 @@ def run_monitored(
         except BaseException:
             _stop_child(child)
             raise
+        finally:
+            guard.disarm()
         run.duration_s = time.monotonic() - started
         run.exit_code, run.signal_name = _exit_status(child.returncode)
     return run

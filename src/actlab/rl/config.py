@@ -376,9 +376,13 @@ class RLConfig:
         _check(self.version == CONFIG_VERSION, "version", str(CONFIG_VERSION), self.version,
                "a config.json of another layout is converted when read (config_from_dict)")  # fmt: skip
         check_ranges(self, self.LIMITS)
+        for key in ("base", "demos"):  # "" is not "unset": it named the current directory
+            value = getattr(self, key)
+            _check(value is None or str(value).strip() != "", key, "a path, or null for none", value)
         if self.base is not None:
             _check(self.env.task == "pick_place", "env.task", "pick_place (a base policy acts on it)",
-                   self.env.task)  # fmt: skip
+                   self.env.task, "add --set env.task=pick_place (a base policy is a pick-and-place "
+                   "policy of actlab train)")  # fmt: skip
         if self.env.reward == "classifier":
             _check(
                 self.obs.encoder == "frozen" and self.base is not None,

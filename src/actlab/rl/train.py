@@ -100,7 +100,12 @@ def config_hash(cfg: RLConfig) -> str:
 def load_run_config(out: str | Path) -> RLConfig:
     """The config a run directory was started with."""
     check_run_path(Path(out))  # a bundle given as the run: named as such, not as a bad config
-    return config_from_dict(read_json(Path(out) / RUN_CONFIG, "RL run config"), str(Path(out) / RUN_CONFIG))
+    file = Path(out) / RUN_CONFIG
+    # every checkpoint keeps a copy of the run's config: the repair of a damaged one (it was "repair or
+    # regenerate the file", which no command does)
+    copies = sorted((Path(out) / "checkpoints").glob("step_*/rl_config.json"))
+    fix = f"restore it from a checkpoint's copy: cp {copies[-1]} {file}" if copies else None
+    return config_from_dict(read_json(file, "RL run config", fix=fix), str(file))
 
 
 def train_rl(cfg: RLConfig, out: str | Path, resume: bool = False, progress: bool = True) -> RLSummary:

@@ -42,7 +42,12 @@ from actlab.training.data import (
     validation_batches,
 )
 from actlab.training.ddp import DistInfo
-from actlab.training.init_from import load_initial_weights
+from actlab.training.init_from import (
+    bundle_policy_config,
+    bundle_stats,
+    check_same_features,
+    load_initial_weights,
+)
 from actlab.training.schedule import build_scheduler
 from actlab.training.step import CaptureError, GraphedStep, WorkingWeights, autocast, train_step
 from actlab.utils.device import resolve_device
@@ -270,8 +275,12 @@ def build_run(
     *,
     out_dir: str | Path | None = None,
     existing_checkpoint_bytes: int = 0,
+    resume_from: str | Path | None = None,
 ) -> TrainRun:
     """Open the data, build policy + optimizer + schedule for ``cfg`` on ``device`` (None: ``cfg.device``).
+
+    ``resume_from``: the checkpoint a resumed run continues from; with ``cfg.init_from`` it replaces the
+    bundle as the source of the starting weights (and of correction_only's statistics).
 
     With ``out_dir`` the disk preflight runs before the FrameStore is written and before step 1.
     Seeds: the policy init uses ``cfg.seed`` on every rank (identical weights); dropout, augmentation
@@ -298,12 +307,19 @@ def build_run(
     if dist.is_main and (line := warnings_line(cfg.data.path)):
         print(line, file=sys.stderr)  # likely recording faults: trained on, but said
     features = select_features(ds, cfg)
+    # A resumed run takes its starting weights and (correction_only) statistics from its own checkpoint,
+    # not from --init-from again: the bundle may have been replaced since (its stats were written into the
+    # new checkpoints beside the old normalizer: a bundle refused at load, exit 0) or removed.
+    source = resume_from if resume_from is not None else cfg.init_from
+    if source:
+        bundle_policy_config(source)  # a run, an export, no bundle at all: said as --init-from's
+        check_same_features(features, source)
     store = _cached_store(ds, cfg)
-    stats = _stats(ds, cfg, store)
+    stats = _stats(ds, cfg, store, source)
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank
     policy = _make_policy(cfg, features, stats, device)
-    if cfg.init_from:
-        load_initial_weights(policy, cfg.init_from)
+    if source:
+        load_initial_weights(policy, source)
     if out_dir is not None:
         _preflight(cfg, policy, ds, store, out_dir, existing_checkpoint_bytes)
     store = store if store is not None else _build_store(ds, cfg, dist)
@@ -529,17 +545,15 @@ def _build_store(ds, cfg: TrainConfig, dist: DistInfo):
     return store if store is not None else build()
 
 
-def _stats(ds, cfg: TrainConfig, store) -> dict[str, Any]:
+def _stats(ds, cfg: TrainConfig, store, source: str | Path | None = None) -> dict[str, Any]:
     cache = Path(cfg.data.cache_dir) / "stats" if cfg.data.cache_dir else None
     stats = compute_stats(ds, **cfg.policy.stats_request(), store=store, cache_dir=cache)
-    if getattr(cfg.policy, "correction_only", False) and cfg.init_from:
+    if getattr(cfg.policy, "correction_only", False) and source:
         # The frozen policy must plan the chunks it planned when it was trained, so it keeps its own
         # statistics (its bundle's stats.json), not this dataset's: the head corrects the deployed
         # policy's chunks. A key the bundle lacks (act_relative's absolute action stats, which only a
         # correction head reads) stays this dataset's.
-        from actlab.utils.io import read_json
-
-        stats = {**stats, **read_json(Path(cfg.init_from) / "stats.json", "normalization stats")}
+        stats = {**stats, **bundle_stats(source)}
     return stats
 
 

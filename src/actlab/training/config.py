@@ -315,6 +315,9 @@ class TrainConfig:
             0 <= self.seed <= 2**32 - 1, "seed", "0 <= x <= 2**32 - 1 (numpy's and torch's seeds)", self.seed
         )
         _check(self.steps >= 1, "steps", ">= 1", self.steps)
+        # "" is not "unset": --set init_from= trained from scratch without a word
+        _check(self.init_from is None or str(self.init_from).strip() != "", "init_from",
+               "a policy bundle directory, or null for none", self.init_from)  # fmt: skip
         _check(self.batch_size >= 1, "batch_size", ">= 1", self.batch_size)
         _check(self.num_threads >= 0, "num_threads", ">= 0", self.num_threads)
         _check(0.0 <= self.ema_decay < 1.0, "ema_decay", "0 (off) or 0 < x < 1", self.ema_decay)

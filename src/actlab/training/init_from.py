@@ -75,7 +75,55 @@ def bundle_policy_config(bundle: str | Path) -> Any:
             expected="an actlab policy bundle (RUN/checkpoints/step_N, or what `actlab policy import` wrote)",
             fix="check the path",
         )
-    return policy_config_from_dict(read_json(file, "policy config"), where=str(file))
+    return policy_config_from_dict(read_json(file, "policy config", fix=_damaged_fix()), where=str(file))
+
+
+def _damaged_fix() -> str:
+    from actlab.policies.bundle import DAMAGED_FIX  # lazy: the bundle module imports torch
+
+    return DAMAGED_FIX
+
+
+def bundle_stats(bundle: str | Path) -> dict[str, Any]:
+    """The normalization statistics a bundle was saved with (its stats.json): a correction head trained
+    alone keeps its frozen policy's. A missing or damaged file is the bundle's fault, said as such (it
+    was "normalization stats not found ... fix: check the path")."""
+    return read_json(Path(bundle) / "stats.json", "normalization stats of the frozen policy's bundle",
+                     fix=_damaged_fix())  # fmt: skip
+
+
+def _inputs_and_outputs(features: dict[str, Any]) -> tuple[list[str], dict[str, list[int]]]:
+    from actlab.datasets import format as fmt  # lazy: as the callers' dataset code
+
+    cams = sorted(k for k, v in features.items() if isinstance(v, dict) and fmt.is_camera(v))
+    dims = {k: list(features[k].get("shape") or []) for k in ("observation.state", "action") if k in features}
+    return cams, dims
+
+
+def check_same_features(features: dict[str, Any], bundle: str | Path) -> None:
+    """ActlabError before any work when the run's dataset gives the policy other cameras, or another state
+    or action size, than the bundle was trained with. Why: ACT shares its backbone across cameras, so a
+    bundle of cameras top and wrist loads into a policy of top alone without a tensor of another shape;
+    --init-from a two-camera bundle on a one-camera dataset trained (a correction head on a frozen
+    policy that now saw one camera), exit 0."""
+    file = Path(bundle) / "features.json"
+    theirs = read_json(file, "feature spec", fix=_damaged_fix())
+    (their_cams, their_dims), (my_cams, my_dims) = _inputs_and_outputs(theirs), _inputs_and_outputs(features)
+    if their_cams != my_cams or their_dims != my_dims:
+
+        def words(cams: list[str], dims: dict[str, list[int]]) -> str:
+            sizes = ", ".join(f"{k} {v}" for k, v in dims.items())
+            return f"cameras {', '.join(cams) or 'none'}; {sizes}"
+
+        raise ActlabError(
+            "the dataset gives the policy other inputs or outputs than the --init-from bundle was trained on",
+            file=file,
+            field="init_from",
+            expected=words(their_cams, their_dims),
+            found=f"{words(my_cams, my_dims)} (the dataset, with policy.cameras)",
+            fix="train on a dataset with the bundle's cameras and state/action sizes (or name the bundle's "
+            "cameras with --set policy.cameras=[...]); nothing was trained",
+        )
 
 
 def check_same_model(run_policy: Any, bundle_policy: Any, bundle: str | Path) -> None:

@@ -448,7 +448,14 @@ def _train(
     device,
 ) -> RunSummary:
     _prepare_resume(out, start, ckpts, dist)
-    run = build_run(cfg, device, dist, out_dir=out, existing_checkpoint_bytes=ckpts.bytes_on_disk())
+    run = build_run(
+        cfg,
+        device,
+        dist,
+        out_dir=out,
+        existing_checkpoint_bytes=ckpts.bytes_on_disk(),
+        resume_from=ckpts.path(start) if start and cfg.init_from else None,
+    )
     log = None
     try:
         _write_run_config(cfg, out, dist)
@@ -490,7 +497,13 @@ def _train(
 def _plot(out: Path, cfg: TrainConfig) -> None:
     """``training.png`` from metrics.jsonl; a plotting failure is reported, the finished run stands."""
     try:
-        plot_training(read_metrics(out), out / "training.png", title=f"{out.name} ({cfg.name})")
+        rows = read_metrics(out)
+        if not any("loss" in r for r in rows):  # stopped before its first logged step: nothing to draw
+            return  # (it warned "could not draw ... no training rows to plot" after a SIGTERM at step 2)
+        # a directory name of bytes that are no UTF-8 (surrogates) is drawn with U+FFFD: matplotlib refused
+        # the title ("set_text(): incompatible function arguments") and the curve was not drawn
+        name = out.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        plot_training(rows, out / "training.png", title=f"{name} ({cfg.name})")
     except Exception as e:  # the checkpoints and metrics are written; a figure must not fail the run
         print(f"warning: could not draw {out / 'training.png'}: {e}", file=sys.stderr)
 

@@ -118,6 +118,16 @@ def write_error(
             + f"){save_less}, then "
             f"{again}; or {elsewhere}"
         )
+    elif e.errno == errno.EPERM:
+        # EPERM, not EACCES: not the permissions (root has them) but an attribute, e.g. immutable (chattr +i):
+        # it was "permission denied ... user root needs write access there"
+        kind = "operation not permitted"
+        fix = (
+            f"check the attributes, ownership and permissions of {where} and its parents "
+            f"(`lsattr -d {where}`: an immutable or append-only flag is removed with chattr -i / -a; "
+            f"`ls -ld {where}`); then "
+            f"{again}; or {elsewhere}"
+        )
     elif e.errno in PERMISSION_ERRNOS:
         kind = "permission denied"
         fix = (

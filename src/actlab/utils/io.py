@@ -668,19 +668,22 @@ def require_file(
     return path
 
 
-def read_json(path: str | Path, what: str = "JSON file", obj: bool = True) -> Any:
+def read_json(path: str | Path, what: str = "JSON file", obj: bool = True, fix: str | None = None) -> Any:
     """Read JSON with an error that names the file and the position of a syntax error. Every JSON file
     actlab reads is an object: one that parses as anything else (``[]``, a number) is refused here, with
     the file named (``config.json`` holding ``[]`` was "'list' object has no attribute 'get'" deep in
-    the evaluation); ``obj=False`` reads any JSON value."""
-    path = require_file(path, f"{what} not found", expected=f"a {what}", fix="check the path")
+    the evaluation); ``obj=False`` reads any JSON value. ``fix``: what repairs this file where the caller
+    knows better than the generic advice (a bundle's stats.json: another checkpoint, not "check the path"
+    or "regenerate the file", which no command does)."""
+    name = Path(path).name
+    path = require_file(path, f"{what} not found", expected=f"{name} ({what})", fix=fix or "check the path")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ActlabError(
             f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}",
             file=path,
-            fix="repair or regenerate the file",
+            fix=fix or "repair or regenerate the file",
         ) from e
     except UnicodeDecodeError as e:  # bytes overwritten, or a binary file where JSON belongs
         raise ActlabError(
@@ -688,7 +691,7 @@ def read_json(path: str | Path, what: str = "JSON file", obj: bool = True) -> An
             file=path,
             expected="UTF-8 JSON",
             found=f"{e.reason} at byte {e.start}",
-            fix="restore the file from a copy or regenerate it",
+            fix=fix or "restore the file from a copy or regenerate it",
         ) from e
     if obj and not isinstance(data, dict):
         raise ActlabError(
@@ -696,6 +699,6 @@ def read_json(path: str | Path, what: str = "JSON file", obj: bool = True) -> An
             file=path,
             expected="a JSON object ({...})",
             found=f"a JSON {type(data).__name__}".replace("dict", "object").replace("NoneType", "null"),
-            fix="restore the file from a copy or regenerate it",
+            fix=fix or "restore the file from a copy or regenerate it",
         )
     return data

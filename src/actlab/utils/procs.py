@@ -242,6 +242,82 @@ def start_group_kwargs() -> dict[str, Any]:
     return {"start_new_session": True}
 
 
+# The guard of a child program (see ChildGuard): waits on a pipe from the parent; a byte on it disarms
+# the guard (the parent ended the child itself, or let it finish), end of file without one means the
+# parent died (SIGKILL, a crash): the child and every process it started are killed then.
+_GUARD = r"""
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the parent's to handle
+pid, started, group = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "1"
+if sys.stdin.buffer.read(1):
+    sys.exit(0)
+import psutil
+try:
+    root = psutil.Process(pid)
+    ours = abs(root.create_time() - started) < 0.01
+    family = [root, *root.children(recursive=True)] if ours else []
+except psutil.NoSuchProcess:
+    ours, family = True, []  # gone: what is left of its process group is still ours to end
+except psutil.Error:
+    ours, family = False, []
+if group and ours:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+for p in family:
+    try:
+        p.kill()
+    except psutil.Error:
+        pass
+"""
+
+
+class ChildGuard:
+    """A small process that kills a child program (and what it started) if this process dies without
+    ending it: a SIGKILL runs no ``finally``, and the child of ``actlab monitor`` (the monitored command)
+    or of the LeRobot bridge (a ``--lerobot-python`` wrapper and its own child) lived on, re-parented to
+    init (``sleep 1000`` left behind after ``kill -9`` of the actlab process). Worker pools need none:
+    their workers ask the kernel for a parent-death signal, which a program we run cannot be made to ask
+    for its own children. ``group``: the child leads a process group of its own (start_group_kwargs),
+    killed as a whole. :meth:`disarm` when the child was ended (or finished) by the parent."""
+
+    def __init__(self, proc: Any, group: bool) -> None:
+        import subprocess  # here: only the commands that run other programs need it
+
+        import psutil
+
+        self._guard: Any = None
+        try:
+            started = psutil.Process(proc.pid).create_time()
+        except psutil.Error:  # already gone: nothing to guard
+            return
+        self._guard = subprocess.Popen(
+            [sys.executable, "-c", _GUARD, str(proc.pid), repr(started), "1" if group else "0"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def disarm(self) -> None:
+        """Tell the guard the child is the parent's to end (or has ended); wait for it to exit."""
+        import subprocess
+
+        guard, self._guard = self._guard, None
+        if guard is None:
+            return
+        with contextlib.suppress(OSError):
+            guard.stdin.write(b"x")
+            guard.stdin.flush()
+        with contextlib.suppress(OSError):
+            guard.stdin.close()
+        try:
+            guard.wait(timeout=TREE_KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            guard.kill()
+            guard.wait()
+
+
 def kill_tree(proc: Any, wait_s: float = TREE_KILL_WAIT_S) -> list[int]:
     """SIGKILL a child started with :func:`start_group_kwargs` (a ``subprocess.Popen``), its process group
     and all its descendants, also those that left the group (``setsid``); wait up to ``wait_s`` seconds
@@ -311,6 +387,7 @@ def run_tree(
             found=e.strerror or str(e),
             fix=f"check the path given to {field}",
         ) from e
+    guard = ChildGuard(proc, group=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except BaseException:  # the timeout, or Ctrl-C / SIGTERM of the caller
@@ -318,4 +395,6 @@ def run_tree(
         with contextlib.suppress(subprocess.TimeoutExpired):  # a descendant that escaped may hold a pipe
             proc.communicate(timeout=TREE_KILL_WAIT_S)
         raise
+    finally:
+        guard.disarm()
     return proc.returncode, out, err
