@@ -140,12 +140,29 @@ def from_environment(e: BaseException) -> ActlabError | None:
     return None
 
 
+def _stdout_file_on_full_disk() -> str | None:
+    """The file stdout is redirected to when it is a regular file on a disk with no space left (the
+    unnamed write that failed was most likely the command's output to it), else None."""
+    import os
+    import stat
+
+    try:
+        path = os.readlink("/proc/self/fd/1")
+        if not path.startswith("/") or not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        return path if os.statvfs(os.path.dirname(path)).f_bavail == 0 else None
+    except OSError:
+        return None
+
+
 def _os_error(e: OSError) -> ActlabError:
     import errno
     import os
 
     name = e.filename if isinstance(e.filename, (str, bytes, os.PathLike)) and e.filename else None
     file = os.fsdecode(name) if name is not None else _file_in_traceback(e)
+    if file is None and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        file = _stdout_file_on_full_disk()  # `actlab ... > FILE` on a full disk: was `df -h .`
     found = f"[Errno {e.errno}] {e.strerror}" if e.errno else f"{type(e).__name__}: {e}"
     folder = os.path.dirname(os.path.abspath(file)) if file else "."
     while not os.path.isdir(folder) and os.path.dirname(folder) != folder:

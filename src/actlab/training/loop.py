@@ -327,6 +327,7 @@ def _resume_step(cfg: TrainConfig, out: Path, ckpts: CheckpointManager) -> int:
     if step == 0:
         return 0
     saved = load_run_config(out)
+    _check_config_unedited(saved, out, ckpts, step)
     refuse_changes(
         resume_diff(saved, cfg),
         out / CONFIG_FILE,
@@ -339,6 +340,17 @@ def _resume_step(cfg: TrainConfig, out: Path, ckpts: CheckpointManager) -> int:
     # a bundle file gone from the checkpoint (actlab.json) said "not found, fix: check the path": the
     # fix for a checkpoint that cannot be read is the previous one, as for its training state
     ckpts.require(step, [ckpts.path(step) / name for name in BUNDLE_FILES], "actlab train")
+    if (
+        Path(cfg.data.path).is_absolute() and not Path(cfg.data.path).exists()
+    ):  # moved: "dataset directory not found, fix: check the path"
+        raise ActlabError(
+            "the run's dataset is not where it was",
+            file=cfg.data.path,
+            field="data.path",
+            expected="the dataset the run was trained on",
+            found="no directory there (moved or removed?)",
+            fix="resume with --dataset PATH where the dataset (or a copy of it) is now",
+        )
     _check_same_dataset(cfg, ckpts.path(step))
     if step > cfg.steps:
         raise ActlabError(
@@ -350,6 +362,42 @@ def _resume_step(cfg: TrainConfig, out: Path, ckpts: CheckpointManager) -> int:
             fix=f"resume with --set steps={step} or more, or evaluate the checkpoint as it is",
         )
     return step
+
+
+def _check_config_unedited(saved: TrainConfig, out: Path, ckpts: CheckpointManager, step: int) -> None:
+    """Refuse a resume of a run whose config.json was edited after checkpoint ``step`` was written: the
+    hash of its keys that change what is computed, recorded in the checkpoint, differs. An edited
+    ``policy.dim_model`` was a traceback of torch's load_state_dict; an edited ``optim.lr`` resumed with
+    it, exit 0, where ``--set optim.lr=`` is refused. The policy keys are named (the checkpoint keeps its
+    policy's config.json); other keys only show in the hash."""
+    written = ckpts.meta(step).get("config_hash")
+    if written is None or written == config_hash(saved):
+        return
+    import json
+
+    from actlab.utils import config as cfgutil
+
+    ckpt = ckpts.path(step)
+    named = []
+    try:
+        own = json.loads((ckpt / "config.json").read_text())
+        now = json.loads(json.dumps(cfgutil.to_dict(saved.policy), default=str))
+        named = [
+            f"policy.{k}: {own[k]!r} -> {now[k]!r}" for k in sorted(own) if k in now and own[k] != now[k]
+        ]
+    except (OSError, ValueError, TypeError):  # the checkpoint's own reader names a damaged file later
+        pass
+    raise ActlabError(
+        f"the run's config.json was changed after checkpoint {ckpt.name} was written: the resume would "
+        "continue that checkpoint under another config",
+        file=out / CONFIG_FILE,
+        field=", ".join(n.split(":")[0] for n in named) or "config.json",
+        expected=f"the config {ckpt.name} was trained with (config_hash {written}, in its "
+        "training_state/state.json)",
+        found="; ".join(named) or f"config_hash {config_hash(saved)}: a key outside policy.* differs",
+        fix=f"undo the edit of {out / CONFIG_FILE}; to train on under another config, start a new run from "
+        f"the checkpoint's weights: actlab train --init-from {ckpt} --out NEW ... (nothing was trained)",
+    )
 
 
 def _check_same_dataset(cfg: TrainConfig, ckpt: Path) -> None:
@@ -435,7 +483,15 @@ def _rebuilt_summary(out: Path, ckpts: CheckpointManager, step: int, dist: DistI
 def load_run_config(out: str | Path) -> TrainConfig:
     """The ``TrainConfig`` saved in a run directory."""
     check_run_path(Path(out))  # a bundle given as the run: named as such, not "unknown config key 'type'"
-    return config_from_dict(read_json(Path(out) / CONFIG_FILE, "run config"), where=str(out))
+    # (gone: "run config not found, fix: check the path"; the checkpoints keep the weights, not the config)
+    last = sorted((Path(out) / "checkpoints").glob("step_*"))
+    fix = (
+        "restore it from a copy; or train on from the newest checkpoint's weights in a new run: "
+        f"actlab train --init-from {last[-1]} --out NEW ..."
+        if last
+        else None
+    )
+    return config_from_dict(read_json(Path(out) / CONFIG_FILE, "run config", fix=fix), where=str(out))
 
 
 # ------------------------------------------------------------------------------------------ train
