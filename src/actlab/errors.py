@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 
 class ActlabError(Exception):
@@ -242,3 +243,22 @@ def _names_a_path(text: str) -> bool:
     if "\n" in text or len(text) > 4096:
         return False
     return os.path.exists(text) or (os.sep in text and os.path.isdir(os.path.dirname(text) or "."))
+
+
+def plain_warnings(old: Any) -> Any:
+    """A ``warnings.showwarning`` that says actlab's own warnings as one line, "warning: MESSAGE", and
+    hands every other warning to ``old`` (Python's format). Installed by the command line for its
+    process and by :func:`actlab.utils.procs.worker_pool` in each worker: an evaluation's workers said
+    "/path/to/actlab/evaluation/harness.py:177: UserWarning: MESSAGE" and a line of the source."""
+    import contextlib
+    import os
+    import sys
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not (f"{os.sep}actlab{os.sep}" in str(filename) and issubclass(category, UserWarning)):
+            return old(message, category, filename, lineno, file, line)
+        with contextlib.suppress(OSError, ValueError):  # stderr closed: nothing to say it on
+            print(f"warning: {message}", file=file or sys.stderr)
+        return None
+
+    return show

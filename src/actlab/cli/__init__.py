@@ -291,14 +291,9 @@ def _plain_warnings():
         yield  # warnings are being recorded, not shown
         return
 
-    def show(message, category, filename, lineno, file=None, line=None):
-        ours = f"{os.sep}actlab{os.sep}" in str(filename) and issubclass(category, UserWarning)
-        if not ours:
-            return old(message, category, filename, lineno, file, line)
-        with contextlib.suppress(OSError, ValueError):  # stderr closed: nothing to say it on
-            print(f"warning: {message}", file=file or sys.stderr)
-        return None
+    from actlab.errors import plain_warnings
 
+    show = plain_warnings(old)
     warnings.showwarning = show
     try:
         yield
