@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 
 class ActlabError(Exception):
@@ -140,12 +141,29 @@ def from_environment(e: BaseException) -> ActlabError | None:
     return None
 
 
+def _stdout_file_on_full_disk() -> str | None:
+    """The file stdout is redirected to when it is a regular file on a disk with no space left (the
+    unnamed write that failed was most likely the command's output to it), else None."""
+    import os
+    import stat
+
+    try:
+        path = os.readlink("/proc/self/fd/1")
+        if not path.startswith("/") or not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        return path if os.statvfs(os.path.dirname(path)).f_bavail == 0 else None
+    except OSError:
+        return None
+
+
 def _os_error(e: OSError) -> ActlabError:
     import errno
     import os
 
     name = e.filename if isinstance(e.filename, (str, bytes, os.PathLike)) and e.filename else None
     file = os.fsdecode(name) if name is not None else _file_in_traceback(e)
+    if file is None and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        file = _stdout_file_on_full_disk()  # `actlab ... > FILE` on a full disk: was `df -h .`
     found = f"[Errno {e.errno}] {e.strerror}" if e.errno else f"{type(e).__name__}: {e}"
     folder = os.path.dirname(os.path.abspath(file)) if file else "."
     while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
@@ -225,3 +243,22 @@ def _names_a_path(text: str) -> bool:
     if "\n" in text or len(text) > 4096:
         return False
     return os.path.exists(text) or (os.sep in text and os.path.isdir(os.path.dirname(text) or "."))
+
+
+def plain_warnings(old: Any) -> Any:
+    """A ``warnings.showwarning`` that says actlab's own warnings as one line, "warning: MESSAGE", and
+    hands every other warning to ``old`` (Python's format). Installed by the command line for its
+    process and by :func:`actlab.utils.procs.worker_pool` in each worker: an evaluation's workers said
+    "/path/to/actlab/evaluation/harness.py:177: UserWarning: MESSAGE" and a line of the source."""
+    import contextlib
+    import os
+    import sys
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not (f"{os.sep}actlab{os.sep}" in str(filename) and issubclass(category, UserWarning)):
+            return old(message, category, filename, lineno, file, line)
+        with contextlib.suppress(OSError, ValueError):  # stderr closed: nothing to say it on
+            print(f"warning: {message}", file=file or sys.stderr)
+        return None
+
+    return show

@@ -131,6 +131,10 @@ _FLOORS: dict[str, float] = {
     "rounds": 1,
     "state_dim": 1,
     "action_dim": 1,
+    # eval --threads 0 was "threads must be >= 1, field: threads_per_worker" (no such option), data stats
+    # --relative-horizon 0 "relative_action_horizon must be >= 1"
+    "threads": 1,
+    "relative_horizon": 1,
 }
 
 # The largest value of a numeric option, by its dest: what one machine of ours (2 cores, a few GB free)
@@ -270,8 +274,31 @@ def main(argv: list[str] | None = None) -> int:
     # handler of its own (train and rl train checkpoint, monitor forwards it) installs it inside and keeps
     # it. A command without one exited 143 without a word (rl reward-model while it rolled out, any
     # command in its first seconds).
-    with exit_on_sigterm():
+    with exit_on_sigterm(), _plain_warnings():
         return _main(argv)
+
+
+@contextlib.contextmanager
+def _plain_warnings():
+    """actlab's own warnings said as one line, "warning: MESSAGE", as the rest of its notes: they were
+    Python's "/path/to/actlab/evaluation/harness.py:177: UserWarning: MESSAGE" followed by a line of the
+    source. Other packages' warnings keep Python's format; a caller that records warnings (pytest,
+    ``warnings.catch_warnings(record=True)``) keeps recording them."""
+    import warnings
+
+    old = warnings.showwarning
+    if getattr(getattr(warnings, "_showwarnmsg_impl", None), "__name__", "") != "_showwarnmsg_impl":
+        yield  # warnings are being recorded, not shown
+        return
+
+    from actlab.errors import plain_warnings
+
+    show = plain_warnings(old)
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = old
 
 
 def _main(argv: list[str] | None) -> int:

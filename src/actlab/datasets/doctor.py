@@ -54,6 +54,27 @@ class _Doctor:
         # (caption, (S, H, W, 3) uint8 sampled frames) of episodes a camera check flagged, for the report
         self.frames: list[tuple[str, np.ndarray]] = []
 
+    def check_names(self) -> None:
+        """A vector feature's ``names`` list one name per value: a list of another length (5 names for 6
+        action values) passed the doctor and training without a word, and mislabels every value after the
+        gap in whatever reads the names (LeRobot maps them to the robot's motors)."""
+        for key, spec in self.info["features"].items():
+            names, shape = spec.get("names"), spec.get("shape")
+            if spec.get("dtype") in ("video", "image") or not isinstance(names, list):
+                continue
+            if not (isinstance(shape, list) and len(shape) == 1) or len(names) == shape[0]:
+                continue
+            self.add(
+                "names",
+                f"feature {key!r} has {len(names)} names for {shape[0]} values",
+                self.root / "meta" / "info.json",
+                f"features.{key}.names",
+                f"{shape[0]} names (one per value of shape {shape})",
+                f"{len(names)}: {names[:8]}" + (" ..." if len(names) > 8 else ""),
+                "list one name per value in meta/info.json (or re-export the dataset)",
+                severity="warning",
+            )
+
     def check_videos(self) -> None:
         fps = float(self.info["fps"])
         tol = fmt.TIMESTAMP_TOLERANCE_S
@@ -576,6 +597,7 @@ def examine(path: str | Path, video_samples: int = VIDEO_SAMPLES) -> DoctorResul
     d.columns = data.columns if data is not None else {}
     if data is not None:
         report.stage("recording", lambda: check_recording(lay, data.columns, report))
+    report.stage("names", d.check_names)
     report.stage("videos", d.check_videos)
     if video_samples > 0:
         report.stage("video_content", lambda: d.sample_cameras(video_samples))

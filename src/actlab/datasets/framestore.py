@@ -211,6 +211,33 @@ def _frame_shape(ds: LeRobotV3Dataset, key: str, image_size: int | None) -> tupl
     return c, h, w
 
 
+def _check_native_size(ds: LeRobotV3Dataset, key: str) -> None:
+    """Refuse a camera whose video frames are not the size info.json gives, before a resized cache is
+    built: the native cache refused it ("decoded frame size differs from info.json"), a resized one
+    trained on, exit 0, and recorded info.json's size as the frames' source size in the bundle."""
+    spec = ds.features[key]
+    if spec.get("dtype") != "video" or not ds.episodes or key not in ds.episodes[0].videos:
+        return
+    from actlab.datasets.video import video_info  # lazy: PyAV
+
+    path = ds.root / ds.episodes[0].videos[key][0]
+    try:
+        vi = video_info(path)
+    except Exception:  # an unreadable file: the decode that follows names it
+        return
+    h, w = spec["shape"][0], spec["shape"][1]
+    if (vi.get("height"), vi.get("width")) != (h, w):
+        raise ActlabError(
+            "decoded frame size differs from info.json",
+            file=path,
+            field=f"features.{key}.shape",
+            expected=f"{h}x{w} (info.json)",
+            found=f"{vi.get('height')}x{vi.get('width')}",
+            fix="repair the shape in meta/info.json or re-encode the video (`actlab data doctor "
+            f"{ds.root}` lists every problem)",
+        )
+
+
 class FrameStore:
     """Decoded frames of a dataset's cameras: ``frames[key]`` is an (N, C, H, W) uint8 memmap."""
 
@@ -462,6 +489,8 @@ class FrameStore:
         bar = progress_bar(n * len(keys), "decode", "frame", disable=not progress)
         try:
             for j, key in enumerate(keys):
+                if image_size is not None:
+                    _check_native_size(ds, key)
                 shape = (n, *_frame_shape(ds, key, image_size))
                 fname = f"cam{j}.npy"
                 mm = _allocated_memmap(tmp / fname, shape)
@@ -555,6 +584,8 @@ def verify_stores(
     )
     if not paths:
         flag = "" if image_size is None else f" --image-size {image_size}"
+        if cache_dir is not None:  # the store is built where --verify looks (the fix built it elsewhere)
+            flag += f" --cache-dir {cache_dir}"
         raise ActlabError(
             "no frame store of this dataset to verify",
             file=base,

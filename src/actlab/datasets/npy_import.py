@@ -196,7 +196,19 @@ def read_npy_episodes(src: str | Path) -> tuple[list[dict[str, np.ndarray]], dic
             found=", ".join(f"rollout {i}: {int(lengths[i])}" for i in bad[:5]),
             fix="fix rollout_length.npy: one positive length per rollout, in order",
         )
-    if int(lengths.sum()) != total:
+    summed = int(lengths.sum())
+    if summed != total and cols and {len(a) for a in cols.values()} == {summed}:
+        # the observations and the lengths agree: actions.npy is the odd one out (it was blamed on
+        # rollout_length.npy, "fix rollout_length.npy so each rollout's length is listed once")
+        raise ActlabError(
+            "actions.npy has another number of frames than observations.npy and rollout_length.npy",
+            file=act_path,
+            field="actions",
+            expected=f"{summed} rows (the observations' frames, the sum of the rollout lengths)",
+            found=f"{total} rows",
+            fix="export actions.npy again with one action per frame (it was cut short or padded)",
+        )
+    if summed != total:
         raise ActlabError(
             "rollout lengths do not add up to the number of frames",
             file=len_path,

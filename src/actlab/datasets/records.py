@@ -140,14 +140,18 @@ class Report:
                 e.fix or REEXPORT,
             )
         except Exception as e:
+            # after errors that explain it (a length that disagrees with the rows), the crash of a check
+            # that relies on them said "unreadable" with numpy's words, as if a second fault
+            earlier = [p.check for p in self.problems if p.severity == "error"]
             self.add(
                 name,
-                f"check could not run: {type(e).__name__}: {e}",
+                f"check could not run: {type(e).__name__}: {e}"
+                + (f" (after the {', '.join(dict.fromkeys(earlier))} error(s) above)" if earlier else ""),
                 self.root,
                 "-",
                 "a readable dataset",
-                "unreadable",
-                REEXPORT,
+                "not checked" if earlier else "unreadable",
+                "fix the errors above first, then run the doctor again" if earlier else REEXPORT,
             )
         return None
 

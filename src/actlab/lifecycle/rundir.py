@@ -171,7 +171,12 @@ def resume_start(out: Path, ckpts: Checkpoints, kind: RunKind) -> int:
             file=out,
             fix=f"start without --resume ({kind.start_hint})",
         )
-    # A run that died before its first checkpoint has computed nothing: it restarts from step 0.
-    print(f"{out} has no checkpoint (the run stopped before its first): starting it over from step 0",
-          file=sys.stderr)  # fmt: skip
+    # A run that died before its first checkpoint has computed nothing: it restarts from step 0. One whose
+    # checkpoints were removed was said to have "stopped before its first".
+    why = (
+        "its checkpoints were removed"
+        if any((out / "checkpoints").glob("*.json"))
+        else "the run stopped before its first, or its checkpoints were removed"
+    )
+    print(f"{out} has no checkpoint ({why}): starting it over from step 0", file=sys.stderr)
     return 0

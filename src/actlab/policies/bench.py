@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 import torch
 
+from actlab.errors import ActlabError
 from actlab.policies.contract import FEATURES_SUFFIX, FUTURE_STATE, PAST_CHUNKS
 from actlab.policies.info import synthetic_features, unit_stats
 from actlab.policies.registry import apply_config_overrides, get_config_class, make_policy
@@ -108,6 +109,17 @@ def bench_policy(
     dev = resolve_device(device)
     base = apply_config_overrides(get_config_class(type_name)(), list(overrides))
     features = synthetic_features(state_dim, action_dim, cameras, image_shape)
+    names = [parse_variant(text)[0] for text in variants]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # the second of two variants of one name replaced the first's times, without a word
+        raise ActlabError(
+            "two --variant share a name: one measurement would replace the other",
+            field="--variant",
+            expected="a distinct NAME per --variant NAME:K=V,...",
+            found=", ".join(t for t in variants if parse_variant(t)[0] in twice),
+            fix="give each variant a name of its own, e.g. --variant d16:dim_model=16 --variant "
+            "d32:dim_model=32 (nothing was measured)",
+        )
     runs = {}
     for text in variants:
         name, extra = parse_variant(text)

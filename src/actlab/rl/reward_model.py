@@ -149,6 +149,17 @@ def _demo_frames(cfg: RewardModelConfig, agent: Any, demos: str) -> list[tuple[t
     from actlab.datasets import open_dataset  # lazy: the dataset reader (pyarrow, av) only for demos
 
     ds = open_dataset(demos)
+    missing = [k for k in agent.image_keys if k not in ds.camera_keys]
+    if missing:  # was "no camera 'observation.images.wrist' (did you mean ...?)", a typo nobody made
+        raise ActlabError(
+            "the demonstrations lack a camera the base policy reads",
+            file=Path(demos) / "meta" / "info.json",
+            field=", ".join(missing),
+            expected=f"the base's cameras: {', '.join(agent.image_keys)}",
+            found=f"the demonstrations' cameras: {', '.join(ds.camera_keys) or 'none'}",
+            fix="pass demonstrations recorded with the base's cameras (actlab sim record --cameras ...), or "
+            "a base trained on these cameras (nothing was trained)",
+        )
     states = ds.column("observation.state")
     out = []
     say_fewer_demos(demos, len(ds.episodes), cfg.episodes, "episodes")  # (actlab.rl.demos)

@@ -151,6 +151,7 @@ def _start_step(cfg: RLConfig, out: Path, resume: bool, ckpts: Any) -> int | Non
     if not step:
         return None
     saved = load_run_config(out)
+    _check_config_unedited(saved, out, ckpts, step)
     refuse_changes(
         resume_diff(flatten(config_to_dict(saved)), flatten(config_to_dict(cfg)), RESUMABLE),
         out / RUN_CONFIG,
@@ -159,6 +160,31 @@ def _start_step(cfg: RLConfig, out: Path, resume: bool, ckpts: Any) -> int | Non
         "path may change, or start a new --out",
     )
     return step
+
+
+def _check_config_unedited(saved: RLConfig, out: Path, ckpts: Any, step: int) -> None:
+    """Refuse a resume of a run whose config.json was edited after checkpoint ``step`` was written (an
+    edited ``env.num_envs`` resumed with it, exit 0, where ``--set env.num_envs=`` is refused): the keys
+    that change what is computed are compared with the checkpoint's own copy, rl_config.json."""
+    copy = ckpts.path(step) / CONFIG_FILE
+    if not copy.is_file():
+        return
+    try:
+        own = config_from_dict(read_json(copy, "RL checkpoint config"), str(copy))
+    except ActlabError:  # a damaged copy: the run's config.json is all there is to go by
+        return
+    diff = resume_diff(flatten(config_to_dict(own)), flatten(config_to_dict(saved)), RESUMABLE)
+    if diff:
+        raise ActlabError(
+            f"the run's config.json was changed after checkpoint {ckpts.path(step).name} was written: the "
+            "resume would continue that checkpoint under another config",
+            file=out / RUN_CONFIG,
+            field=", ".join(diff),
+            expected=f"the values of {copy}",
+            found="; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items()),
+            fix=f"undo the edit (cp {copy} {out / RUN_CONFIG}), or start a new --out with the new values "
+            "(nothing was trained)",
+        )
 
 
 class _Trainer:

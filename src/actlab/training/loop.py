@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from actlab.datasets import open_dataset
 from actlab.datasets.format import sim_seeds
 from actlab.errors import ActlabError
 from actlab.lifecycle.metrics_log import METRICS_FILE, MetricsLog, check_sinks, read_metrics
@@ -45,6 +44,7 @@ from actlab.training.config import (
 )
 from actlab.training.ddp import DistInfo
 from actlab.training.init_from import check_correction_only
+from actlab.training.resume_checks import check_config_unedited, check_dataset_present, check_same_dataset
 from actlab.training.schedule import sync_lr
 from actlab.training.slowdown import SlowdownWatch, cure_applied
 from actlab.utils.disk import write_error
@@ -327,6 +327,7 @@ def _resume_step(cfg: TrainConfig, out: Path, ckpts: CheckpointManager) -> int:
     if step == 0:
         return 0
     saved = load_run_config(out)
+    check_config_unedited(saved, out, ckpts, step)
     refuse_changes(
         resume_diff(saved, cfg),
         out / CONFIG_FILE,
@@ -339,7 +340,8 @@ def _resume_step(cfg: TrainConfig, out: Path, ckpts: CheckpointManager) -> int:
     # a bundle file gone from the checkpoint (actlab.json) said "not found, fix: check the path": the
     # fix for a checkpoint that cannot be read is the previous one, as for its training state
     ckpts.require(step, [ckpts.path(step) / name for name in BUNDLE_FILES], "actlab train")
-    _check_same_dataset(cfg, ckpts.path(step))
+    check_dataset_present(cfg)
+    check_same_dataset(cfg, ckpts.path(step))
     if step > cfg.steps:
         raise ActlabError(
             "the run is already past the requested number of steps",
@@ -350,43 +352,6 @@ def _resume_step(cfg: TrainConfig, out: Path, ckpts: CheckpointManager) -> int:
             fix=f"resume with --set steps={step} or more, or evaluate the checkpoint as it is",
         )
     return step
-
-
-def _check_same_dataset(cfg: TrainConfig, ckpt: Path) -> None:
-    """Refuse a resume whose dataset is not the one checkpoint ``ckpt`` was trained on, by identity
-    (episode and frame counts and a hash of the metadata's contents: see LeRobotV3Dataset.identity), not
-    by path: a directory replaced by another recording under the same name was decoded into a new frame
-    cache and trained on, exit 0. A copy elsewhere (``--dataset COPY``) is the same dataset. A checkpoint
-    written before identities were recorded is compared by its episode and frame counts, and says so."""
-    meta = read_json(ckpt / "actlab.json", "checkpoint bundle metadata")
-    saved = ((meta.get("extra") or {}).get("train") or {}).get("dataset") or {}
-    if not cfg.data.path:  # `--preset P --resume`: the preset's empty path was the current directory
-        raise ActlabError(
-            "no dataset given for the resume",
-            field="data.path",
-            expected=f"the dataset of {ckpt.name} (recorded as {saved.get('path', '?')})",
-            found="--preset replaced the run's saved config, and a preset names no dataset",
-            fix="leave --preset out (a resume takes the run's saved config, its dataset included), or pass "
-            "--dataset PATH",
-        )
-    now = open_dataset(cfg.data.path).identity
-    expected = saved.get("identity")
-    if not isinstance(expected, dict):
-        expected = {k: saved[k] for k in ("episodes", "frames") if k in saved}
-        print(f"{ckpt} predates dataset identities: the dataset is compared by its episode and frame counts "
-              "only", file=sys.stderr)  # fmt: skip
-    changed = [f"{k}: {expected[k]} -> {now.get(k)}" for k in expected if expected[k] != now.get(k)]
-    if changed:
-        raise ActlabError(
-            "the dataset is not the one the run was trained on",
-            file=cfg.data.path,
-            field="data.path",
-            expected=f"the dataset of {ckpt.name} (recorded as {saved.get('path', '?')})",
-            found="; ".join(changed)
-            + (" (meta_sha256: the contents of meta/ differ)" if "meta_sha256" in " ".join(changed) else ""),
-            fix="resume with the original dataset (--dataset PATH; a copy of it is fine), or train on this "
-            "one into a new --out: a resume would continue on other data",
-        )
 
 
 def refuse_cache_in_other_output(cache_dir: str | None, out: Path) -> None:
@@ -435,7 +400,15 @@ def _rebuilt_summary(out: Path, ckpts: CheckpointManager, step: int, dist: DistI
 def load_run_config(out: str | Path) -> TrainConfig:
     """The ``TrainConfig`` saved in a run directory."""
     check_run_path(Path(out))  # a bundle given as the run: named as such, not "unknown config key 'type'"
-    return config_from_dict(read_json(Path(out) / CONFIG_FILE, "run config"), where=str(out))
+    # (gone: "run config not found, fix: check the path"; the checkpoints keep the weights, not the config)
+    last = sorted((Path(out) / "checkpoints").glob("step_*"))
+    fix = (
+        "restore it from a copy; or train on from the newest checkpoint's weights in a new run: "
+        f"actlab train --init-from {last[-1]} --out NEW ..."
+        if last
+        else None
+    )
+    return config_from_dict(read_json(Path(out) / CONFIG_FILE, "run config", fix=fix), where=str(out))
 
 
 # ------------------------------------------------------------------------------------------ train

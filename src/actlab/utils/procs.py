@@ -135,6 +135,11 @@ def _child_init(parent: int, initializer: Callable[..., Any] | None, initargs: S
     if os.getppid() != parent:  # it died before the signal was armed
         os._exit(1)
     threading.Thread(target=_watch_parent, args=(parent,), name="actlab-parent-watch", daemon=True).start()
+    import warnings
+
+    from actlab.errors import plain_warnings  # lazy: only a worker process installs it
+
+    warnings.showwarning = plain_warnings(warnings.showwarning)  # as the command line says them
     if initializer is not None:
         initializer(*initargs)
 

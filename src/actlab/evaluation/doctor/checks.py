@@ -262,6 +262,17 @@ def choose_episodes(
     if cfg.train_episodes is not None or cfg.heldout_episodes is not None:
         train = _known(ds, have, cfg.train_episodes or (), "--train-episodes")
         held = _known(ds, have, cfg.heldout_episodes or (), "--heldout-episodes")
+        both = sorted(set(train) & set(held))
+        if both:  # the "held-out" replay of a training episode judged generalization on it, exit 1 or 0
+            raise ActlabError(
+                "--train-episodes and --heldout-episodes name the same episodes",
+                file=ds.root,
+                field="--train-episodes, --heldout-episodes",
+                expected="two lists without an episode in common (a held-out episode is one the policy "
+                "was not trained on)",
+                found=f"episode(s) {both[:10]} in both",
+                fix="name each episode in one list only (nothing was replayed)",
+            )
         numbers = {"train": train, "heldout": held, "source": "flags"}
         msg = f"episodes from the flags: {len(train)} training, {_count(len(held), 'held-out')}"
         return train, held, Finding("split", "episodes", "ok", msg, numbers)
