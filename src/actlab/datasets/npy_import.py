@@ -214,7 +214,7 @@ def read_npy_episodes(src: str | Path) -> tuple[list[dict[str, np.ndarray]], dic
             file=len_path,
             field="rollout_length",
             expected=f"positive lengths summing to {total} (rows of actions.npy)",
-            found=f"sum {int(lengths.sum())} over {len(lengths)} rollouts",
+            found=f"sum {summed} over {len(lengths)} rollouts",
             fix="fix rollout_length.npy so each rollout's length is listed once",
         )
     frames: dict[str, np.ndarray] = {"action": actions}
