@@ -1,0 +1,221 @@
+"""Faults of our fourteenth planted-fault run (docs/faults.md "Fourteenth fault run"), planted for real:
+the real parser, real files, real bundles, runs and exports, real processes and signals.
+
+Each test names the probes of docs/faults_round14_probes.md it plants again and what the command did
+before its fix. The LeRobot rows run without lerobot: the plugin's checks and the bridge's protocol are
+actlab's own code (a child script that speaks the protocol stands in for the lerobot python).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from actlab.cli import main
+from actlab.errors import ActlabError
+
+SMOKE = ["--preset", "smoke", "--set", "total_env_steps=200"]
+TASK = "so101_pick_place"
+
+
+def _edit_json(path, fn) -> None:
+    data = json.loads(path.read_text())
+    fn(data)
+    path.write_text(json.dumps(data, indent=2))
+
+
+def _record(path: Path, *, task=TASK, seed=100000, n=2, solved=(False, True), max_steps=10) -> Path:
+    """A results.json as actlab eval writes it (the keys a reader of it reads)."""
+    episodes = [
+        {"index": i, "seed": seed + i, "outcome": "success" if solved[i] else "timeout", "success": solved[i]}
+        for i in range(n)
+    ]
+    summary = {"episodes": n, "successes": sum(solved[:n]), "success_rate": sum(solved[:n]) / n}
+    data = {
+        "task": task,
+        "episodes": n,
+        "seed": seed,
+        "env": {"task": task, "max_steps": max_steps},
+        "checkpoints": [
+            {"name": "step_0000002", "path": str(path), "summary": summary, "episodes": episodes}
+        ],
+    }
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "results.json").write_text(json.dumps(data))
+    return path
+
+
+def _sweep(path: Path, *, task=TASK) -> Path:
+    """A delay sweep's sweep.json (two cells)."""
+    cells = [
+        {"policy": "p", "mode": m, "latency_steps": d, "episodes": 2, "successes": 1,
+         "outcomes_by_seed": {"100000": "success", "100001": "timeout"}}
+        for m, d in (("sync", 0), ("async", 2))
+    ]  # fmt: skip
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "sweep.json").write_text(json.dumps({"task": task, "episodes": 2, "cells": cells}))
+    return path
+
+
+# ------------------------------------------------------------------ eval compare of edited records
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("probe", "edit", "said"),
+    [
+        ("k01", lambda d: d.pop("task"), "ran different tasks"),  # env.task still says it
+        ("k02", lambda d: d.update(task=None), "field:    task"),
+        ("k03", lambda d: d.update(task=3), "field:    task"),
+    ],
+)
+def test_compare_refuses_a_record_whose_task_was_removed_or_edited(tmp_path, capsys, probe, edit, said):
+    """SILENT before (k01-k03): a results.json whose task key was removed, null or a number was paired
+    seed by seed with another task's evaluation, exit 0."""
+    push = _record(tmp_path / "push", task="so101_push")
+    other = _record(tmp_path / "b")
+    _edit_json(other / "results.json", edit)
+    assert main(["eval", "compare", str(push), str(other)]) == 2
+    assert said in capsys.readouterr().err
+
+
+@pytest.mark.timeout(30)
+def test_compare_refuses_a_sweep_that_records_no_task(tmp_path, capsys):
+    """SILENT before (k18): a sweep.json without its task compared with a so101_push evaluation, exit 0."""
+    push = _record(tmp_path / "push", task="so101_push")
+    sweep = _sweep(tmp_path / "s")
+    _edit_json(sweep / "sweep.json", lambda d: d.pop("task"))
+    assert main(["eval", "compare", str(push), f"{sweep}#async@2"]) == 2
+    err = capsys.readouterr().err
+    assert "does not record the task its episodes ran" in err and "so101_push" in err, err
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("probe", "edit", "field"),
+    [
+        ("k04", lambda d: d["checkpoints"][0]["summary"].update(successes=2), "summary.successes"),
+        ("k05", lambda d: d["env"].update(max_steps="300"), "env.max_steps"),
+        ("k06", lambda d: d.update(seed=5), "field:    seed"),
+    ],
+)
+def test_compare_refuses_a_record_that_contradicts_itself(tmp_path, capsys, probe, edit, field):
+    """SILENT before (k04-k06): a summary count, the step limit or the seed edited: compared from the
+    episodes without a word (and without the step-limit note)."""
+    a, b = _record(tmp_path / "a"), _record(tmp_path / "b")
+    assert main(["eval", "compare", str(a), str(b)]) == 0  # the intact pair compares
+    _edit_json(b / "results.json", edit)
+    capsys.readouterr()
+    assert main(["eval", "compare", str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert "the evaluation record is damaged" in err and field in err, err
+
+
+@pytest.mark.timeout(30)
+def test_compare_refuses_a_sweep_cell_whose_count_was_edited(tmp_path, capsys):
+    """SILENT before (k17): a sweep cell's successes 1 -> 2 (its outcomes unchanged), compared, exit 0."""
+    sweep = _sweep(tmp_path / "s")
+    _edit_json(sweep / "sweep.json", lambda d: d["cells"][1].update(successes=2))
+    assert main(["eval", "compare", f"{sweep}#sync@0", f"{sweep}#async@2"]) == 2
+    assert "cells[1].successes" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ policy doctor's sweep and best.json
+def _run_layout(tmp_path: Path, bundle: Path) -> Path:
+    ckpt = tmp_path / "run" / "checkpoints" / "step_0000002"
+    shutil.copytree(bundle, ckpt)
+    return ckpt
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("probe", "edit", "field"),
+    [
+        ("ds01", lambda c: [e.update(success="false") for e in c["episodes"]], "success"),
+        ("ds02", lambda c: c.update(episodes=[]), "at least one episode"),
+        ("ds03", lambda c: c["episodes"][0].update(success=None), "success"),
+    ],
+)
+def test_the_doctor_reads_a_sweep_as_compare_does(tmp_path, bundle, probe, edit, field):
+    """SILENT before (ds01-ds03): `policy doctor --sweep` read "false" as solved ("2/2 success"), an empty
+    episode list as "0/0 success", null as a failure."""
+    from actlab.evaluation.doctor.findings import compare_with_run_best
+
+    ckpt = _run_layout(tmp_path, bundle)
+    sweep = _record(tmp_path / "sweep")
+    _edit_json(sweep / "results.json", lambda d: d["checkpoints"][0].update(path=str(ckpt)))
+    assert compare_with_run_best(ckpt, sweep).severity == "ok"  # intact: judged
+    _edit_json(sweep / "results.json", lambda d: edit(d["checkpoints"][0]))
+    with pytest.raises(ActlabError) as e:
+        compare_with_run_best(ckpt, sweep)
+    assert "the evaluation record is damaged" in e.value.problem and field in str(e.value)
+
+
+@pytest.mark.timeout(30)
+def test_a_nan_in_best_json_is_said_not_compared(tmp_path, bundle):
+    """UNCLEAR before (rs14): best.json val_loss "nan": "validation loss 1.2241 is nanx the run's best"."""
+    from actlab.evaluation.doctor.findings import compare_with_run_best
+
+    ckpt = _run_layout(tmp_path, bundle)
+    _edit_json(ckpt / "actlab.json", lambda d: d.setdefault("extra", {}).update(train={"val_loss": 1.2}))
+    (ckpt.parent / "best.json").write_text(json.dumps({"step": 1, "path": "step_0000001", "val_loss": "nan"}))
+    found = compare_with_run_best(ckpt)
+    assert found.severity == "warning" and "nanx" not in found.message
+    assert "best.json records a validation loss of nan" in found.message
+
+
+# ------------------------------------------------------------------ bundles whose files disagree
+def _resized_bundle(tmp_path: Path, bundle: Path) -> Path:
+    """A copy of the bundle whose cameras record the frame store's resize (as a run on smaller frames
+    writes them), its features.json sha256 entry dropped (a hand-edited bundle)."""
+    b = tmp_path / "b"
+    shutil.copytree(bundle, b)
+
+    def resize(f):
+        for key, feat in f.items():
+            if key.startswith("observation.images."):
+                size = feat["shape"][0]
+                info = feat.setdefault("info", {})
+                info["actlab.resize"] = {"mode": "fit_pad", "from_shape": [8, 8, 3], "image_size": size}
+
+    _edit_json(b / "features.json", resize)
+    _edit_json(b / "actlab.json", lambda m: m["sha256"].pop("features.json", None))
+    return b
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("probe", "file", "edit", "said"),
+    [
+        (
+            "b09",
+            "features.json",
+            lambda f: f["observation.images.top"].update(shape=[24, 24, 3]),
+            "two sizes",
+        ),
+        (
+            "b35",
+            "features.json",
+            lambda f: f["observation.images.top"]["info"]["actlab.resize"].update(image_size=24),
+            "two sizes",
+        ),
+        ("b15", "actlab.json", lambda m: m.update(type="act_relative"), "different policy types"),
+    ],
+)
+def test_a_bundle_whose_files_declare_two_values_is_refused(
+    tmp_path, bundle, capsys, probe, file, edit, said
+):
+    """SILENT before (b09, b35, b15; pe1, pe2 with export): a camera's shape and its resize record edited
+    apart (the sim rendered, and the policy got, 24 px frames), or actlab.json's type edited away from
+    config.json's: evaluated and exported, exit 0."""
+    from actlab.policies import load_policy
+
+    b = _resized_bundle(tmp_path, bundle)
+    load_policy(b)  # the consistent copy loads
+    _edit_json(b / file, edit)
+    with pytest.raises(ActlabError) as e:
+        load_policy(b)
+    assert said in e.value.problem and e.value.file.endswith(file)
+    assert main(["policy", "export", str(b), "--to", "lerobot", "--out", str(tmp_path / "x")]) == 2
+    assert said in capsys.readouterr().err and not (tmp_path / "x").exists()
