@@ -9,9 +9,15 @@ actlab's own code (a child script that speaks the protocol stands in for the ler
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from actlab.cli import main
@@ -219,3 +225,181 @@ def test_a_bundle_whose_files_declare_two_values_is_refused(
     assert said in e.value.problem and e.value.file.endswith(file)
     assert main(["policy", "export", str(b), "--to", "lerobot", "--out", str(tmp_path / "x")]) == 2
     assert said in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
+# ------------------------------------------------------------------ LeRobot exports, the plugin, the bridge
+@pytest.fixture(scope="module")
+def export(tmp_path_factory, bundle) -> Path:
+    out = tmp_path_factory.mktemp("export") / "x"
+    assert main(["policy", "export", str(bundle), "--to", "lerobot", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("probe", "edit", "field"),
+    [
+        ("im02", lambda c: c["input_features"]["observation.images.top"].update(shape=[3, 48, 48]), "input"),
+        ("im06", lambda c: c["output_features"]["action"].update(shape=[7]), "output_features: action"),
+    ],
+)
+def test_import_refuses_an_export_whose_features_were_edited(tmp_path, export, capsys, probe, edit, field):
+    """SILENT before (im02, im06): the export's declared camera size or action size edited: imported
+    with the bundle's own, the edit dropped, exit 0."""
+    x = tmp_path / "x"
+    shutil.copytree(export, x)
+    _edit_json(x / "config.json", edit)
+    assert main(["policy", "import", str(x), "--out", str(tmp_path / "imp")]) == 2
+    err = capsys.readouterr().err
+    assert "declares other inputs or outputs than the model it ships" in err and field in err, err
+    assert not (tmp_path / "imp").exists()
+
+
+@pytest.mark.timeout(60)
+def test_the_plugin_refuses_edited_features_as_lerobot_gives_them(export, bundle):
+    """SILENT before (lr08, lr09, br03): lerobot-rollout of those exports ran, exit 0. The plugin's
+    from_pretrained calls check_export_features with LeRobot's PolicyFeature objects (shape tuples)."""
+    from actlab.lerobot.runtime import check_export_features
+    from actlab.policies import load_policy
+
+    model = load_policy(bundle)
+    cfg = json.loads((export / "config.json").read_text())
+
+    def features(d, **edits):  # as LeRobot's config holds them: objects with a shape tuple
+        return {
+            k: SimpleNamespace(type=v["type"], shape=tuple(edits.get(k, v["shape"]))) for k, v in d.items()
+        }
+
+    check_export_features(features(cfg["input_features"]), features(cfg["output_features"]), model, "c")
+    with pytest.raises(ActlabError, match="declares other inputs"):
+        top = {"observation.images.top": (3, 48, 48)}
+        check_export_features(
+            features(cfg["input_features"], **top), features(cfg["output_features"]), model, "c"
+        )
+    with pytest.raises(ActlabError, match="declares other inputs"):
+        check_export_features(
+            features(cfg["input_features"]), features(cfg["output_features"], action=(7,)), model, "c"
+        )
+
+
+@pytest.mark.timeout(30)
+def test_a_refusal_inside_a_lerobot_script_prints_as_actlabs_error(tmp_path):
+    """TRACEBACK before (lr01-lr07): the plugin's refusals in lerobot-rollout came under two tracebacks
+    (~40 lines). The plugin installs actlab.errors.plain_refusals as sys.excepthook; planted here in a
+    real interpreter: an ActlabError raised from inside another exception's handling, uncaught."""
+    script = textwrap.dedent(
+        """
+        import sys
+        from actlab.errors import ActlabError, plain_refusals
+        sys.excepthook = plain_refusals(sys.excepthook)
+        try:
+            raise ActlabError("invalid execution setting", field="--policy.execution_latency", found=-1)
+        except ActlabError as e:
+            raise RuntimeError("LeRobot's from_pretrained failed") from e
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "ACTLAB_TRACEBACK"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: invalid execution setting") and "Traceback" not in proc.stderr
+    assert "field:    --policy.execution_latency" in proc.stderr
+    other = subprocess.run(  # anything else keeps its traceback
+        [sys.executable, "-c", "import sys; from actlab.errors import plain_refusals; "
+         "sys.excepthook = plain_refusals(sys.excepthook); 1/0"],
+        capture_output=True, text=True, timeout=30, env=env,
+    )  # fmt: skip
+    assert "Traceback" in other.stderr and "ZeroDivisionError" in other.stderr
+
+
+def test_the_plugins_fix_says_leave_the_flag_out():
+    """UNCLEAR (lr07): the fix read "leave --policy.execution_horizon=out" (a value the flag refuses)."""
+    from actlab.lerobot.runtime import plugin_flag
+
+    text = plugin_flag("leave --horizon out, or run --execution async --latency 0 --horizon N")
+    assert text.startswith("leave --policy.execution_horizon out,")
+    assert "--policy.execution=async --policy.execution_latency=0 --policy.execution_horizon=N" in text
+
+
+def _fake_lerobot_python(tmp_path: Path, refusal: dict) -> Path:
+    """A "lerobot python" whose child answers the hello as the real child does when actlab's plugin
+    refuses the export (the ActlabError raised inside lerobot's from_pretrained)."""
+    child = tmp_path / "child.py"
+    child.write_text(
+        textwrap.dedent(
+            f"""
+            import importlib.util, sys, traceback
+            spec = importlib.util.spec_from_file_location("bridge_child", sys.argv[1])  # the real child.py
+            real = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(real)
+            from actlab.errors import ActlabError
+            try:
+                try:
+                    raise ActlabError(**{refusal!r})
+                except ActlabError as e:
+                    raise RuntimeError("from_pretrained failed") from e
+            except Exception as e:
+                _, out = real._protocol_streams()
+                answer = {{"op": "hello", "ok": False, "error": str(e), "traceback": traceback.format_exc()}}
+                real.write_message(out, {{**answer, "actlab_error": real.actlab_error(e)}})
+            """
+        )
+    )
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{child}" "$@"\n')
+    python.chmod(0o755)
+    return python
+
+
+@pytest.mark.timeout(60)
+def test_the_bridge_raises_the_plugins_refusal_as_itself(tmp_path, export, capsys):
+    """UNCLEAR before (br10): `eval --lerobot-policy` of an export the plugin refuses: the refusal came as
+    `found: Traceback (most recent call last): ...` and a second fix, "run the lerobot python by hand"."""
+    refusal = {"problem": "the export's config.json disagrees with the model it ships",
+               "file": "X/config.json", "field": "n_action_steps", "fix": "restore config.json"}  # fmt: skip
+    python = _fake_lerobot_python(tmp_path, refusal)
+    args = ["eval", "--lerobot-policy", str(export), "--lerobot-python", str(python)]
+    assert main([*args, "--episodes", "1", "--max-steps", "2", "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the export's config.json disagrees with the model it ships"), err
+    assert "Traceback" not in err and "by hand" not in err and "fix:      restore config.json" in err
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["async", "rtc"])
+def test_the_bridge_says_it_runs_sync_only(tmp_path, export, capsys, mode):
+    """UNCLEAR before (br02, br11): --execution with --lerobot-policy: "needs a policy that predicts action
+    chunks" of a policy that does (an actlab export), with no way named to measure the mode."""
+    python = _fake_lerobot_python(tmp_path, {"problem": "never started"})
+    args = ["eval", "--lerobot-policy", str(export), "--lerobot-python", str(python), "--episodes", "1"]
+    assert main([*args, "--execution", mode, "--latency", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "is not run through the LeRobot bridge" in err and "predicts action chunks" not in err
+    assert f"actlab policy import {export} --out B" in err and f"--policy.execution={mode}" in err
+
+
+@pytest.mark.timeout(60)
+def test_the_doctor_of_a_plugin_export_reads_its_bundle(export, tiny_dataset):
+    """UNCLEAR before (br04): `policy doctor --lerobot-policy` of an actlab export judged input_mismatch
+    ("trained on 32x32 frames, the dataset has 16x16": its training frames, resized), flagged its identity
+    processors as "an identity de-normalization ... off by up to 0.00 std", and said the bundle records no
+    training episodes. The bridge object is made without starting a child."""
+    from actlab.datasets import open_dataset
+    from actlab.evaluation.doctor.checks import check_processors
+    from actlab.lerobot.bridge import LeRobotBridgePolicy
+    from actlab.lerobot.doctor import LeRobotDoctorPolicy, plugin_bundle
+
+    bundle_dir = plugin_bundle(export)
+    assert bundle_dir == export / "actlab_bundle"
+    resize = {"actlab.resize": {"mode": "fit_pad", "from_shape": [8, 8, 3], "image_size": 16}}
+    _edit_json(
+        bundle_dir / "features.json",
+        lambda f: f["observation.images.top"].setdefault("info", {}).update(resize),
+    )
+    doctor = LeRobotDoctorPolicy(LeRobotBridgePolicy(export, sys.executable))
+    assert doctor.features["observation.images.top"]["info"]["actlab.resize"]["image_size"] == 16
+    # the plugin's processors are identities: float32 round trip of float64 actions is no normalization
+    probe = np.array([[83.2733, -104.719971, 22.830435]])
+    same = probe.astype(np.float32).astype(float)
+    found = {"normalized": same, "roundtrip": same, "where": "post", "missing": []}
+    assert [f.severity for f in check_processors(found, probe, np.ones(3))] == ["ok"]
+    assert open_dataset(tiny_dataset) is not None
