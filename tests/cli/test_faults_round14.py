@@ -9,11 +9,15 @@ actlab's own code (a child script that speaks the protocol stands in for the ler
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -403,3 +407,262 @@ def test_the_doctor_of_a_plugin_export_reads_its_bundle(export, tiny_dataset):
     found = {"normalized": same, "roundtrip": same, "where": "post", "missing": []}
     assert [f.severity for f in check_processors(found, probe, np.ones(3))] == ["ok"]
     assert open_dataset(tiny_dataset) is not None
+
+
+# ------------------------------------------------------------------ bench
+@pytest.mark.timeout(60)
+def test_bench_eval_times_no_configuration_twice(bundle, capsys):
+    """SILENT before (bn15-bn17): --workers 1 --batch-envs 1: serial, workers1 and batched1 are one
+    configuration, reported 19-30x apart (the first timed paid the one-time start)."""
+    args = ["bench", "eval", str(bundle), "--episodes", "1", "--max-steps", "2", "--workers", "1"]
+    assert main([*args, "--batch-envs", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ratios"] == {} and not any(k.startswith(("workers", "batched")) for k in report["metrics"])
+    assert any("serial's configuration" in n for n in report["notes"])
+    assert any("untimed warm-up" in n for n in report["notes"])
+
+
+def test_a_missing_camera_names_no_option_that_does_not_exist():
+    """UNCLEAR before (bn18): fix "render the missing cameras (--cameras)": no command takes it here."""
+    from actlab.evaluation.policy_io import PolicyInputs, match_keys
+
+    cams = {"observation.images.top": (16, 16), "observation.images.wrist": (16, 16)}
+    with pytest.raises(ActlabError) as e:
+        match_keys(
+            ["observation.state", "observation.images.top"], PolicyInputs(("observation.state",), cams)
+        )
+    assert "--cameras" not in e.value.fix and "observation.images.wrist" in e.value.fix
+
+
+@pytest.mark.timeout(60)
+def test_bench_threads_batches_a_policy_with_observation_history():
+    """UNCLEAR before (bn23): bench threads --preset aloha_clip (3 observations per sample) refused its own
+    synthetic batch ("fetch observations with policy.delta_indices")."""
+    import dataclasses
+
+    import torch
+
+    from actlab.policies.bench import _batch
+    from actlab.policies.info import synthetic_features, unit_stats
+    from actlab.policies.registry import make_policy
+    from actlab.training import get_preset
+
+    cfg = dataclasses.replace(get_preset("tiny").policy, n_obs_steps=2)
+    feats = synthetic_features(6, 6, ("top",), (16, 16))
+    policy = make_policy(cfg, feats, unit_stats(cfg, feats), pretrained=False)
+    batch = _batch(policy, 2, torch.Generator().manual_seed(0), torch.device("cpu"))
+    assert batch["observation.images.top"].shape[:2] == (2, 2)
+    loss, _ = policy.forward(batch)
+    assert math.isfinite(float(loss.detach()))
+
+
+# ------------------------------------------------------------------ a run's files edited, then resumed
+def _state(run: Path) -> Path:
+    return run / "checkpoints" / "step_0000002" / "training_state" / "state.json"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("probe", "key", "value"),
+    [("rs06", "position", -5), ("rs12", "position", 999), ("rs13", "epoch", "x"), ("rs11", "shuffle", False)],
+)
+def test_a_resume_refuses_a_damaged_sampler_state(tmp_path, run_dir, capsys, probe, key, value):
+    """TRACEBACK before (rs06, rs13): a sampler position of -5 (a reshape RuntimeError), an epoch "x"
+    (int()'s ValueError); SILENT (rs12, rs11): a position past the end of the epoch, an edited shuffle,
+    resumed without a word."""
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    _edit_json(_state(run), lambda s: s["ranks"][0]["sampler"].update({key: value}))
+    assert (
+        main(["train", "--out", str(run), "--resume", "--set", "steps=3", "--set", "log.progress=false"]) == 2
+    )
+    err = capsys.readouterr().err
+    assert "the checkpoint's sampler state is damaged" in err and f"sampler.{key}" in err, err
+    assert str(_state(run)) in err and "Traceback" not in err
+    assert not (run / "checkpoints" / "step_0000003").exists()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("probe", "section", "key", "value"),
+    [("rs15", "optim", "lr", -1), ("rs16", None, "batch_size", "NaN")],
+)
+def test_a_run_config_value_edited_is_named_with_its_file(
+    tmp_path, run_dir, capsys, probe, section, key, value
+):
+    """UNCLEAR before (rs15): config.json optim.lr -1: "invalid training config value", no file, no fix;
+    TRACEBACK (rs16): batch_size "NaN": int()'s ValueError."""
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    _edit_json(run / "config.json", lambda c: (c[section] if section else c).update({key: value}))
+    assert main(["train", "--out", str(run), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "the run's config.json holds a value actlab cannot use (edited?)" in err, err
+    assert f"file:     {run / 'config.json'}" in err and "undo the edit" in err and key in err
+
+
+@pytest.fixture(scope="module")
+def rl_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("rl") / "rl"
+    assert main(["rl", "train", *SMOKE, "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("probe", "where", "key", "value"),
+    [("rl03", "checkpoint", "max_steps", -1), ("rl04", "checkpoint", "action_scale_deg", "NaN"),
+     ("rl07", "run", "max_steps", -1)],
+)  # fmt: skip
+def test_an_rl_config_value_edited_is_named_with_its_file(tmp_path, rl_run, capsys, probe, where, key, value):
+    """UNCLEAR before (rl03, rl04): a checkpoint's rl_config.json edited: `rl report` said "invalid RL
+    config value", no file, fix "--set ..." (rl report takes no --set); (rl07) the run's config.json, then
+    `rl train --resume`: the same, no file."""
+    run = tmp_path / "rl"
+    shutil.copytree(rl_run, run)
+    step = sorted((run / "checkpoints").glob("step_*"))[-1]
+    file = step / "rl_config.json" if where == "checkpoint" else run / "config.json"
+    _edit_json(file, lambda c: c["env"].update({key: value}))
+    if where == "checkpoint":
+        code = main(["rl", "report", str(run), "--episodes", "1", "--out", str(tmp_path / "rep")])
+    else:
+        code = main(["rl", "train", "--out", str(run), "--resume", "--set", "total_env_steps=400"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"file:     {file}" in err and f"env.{key}" in err and "--set env" not in err, err
+
+
+@pytest.mark.timeout(60)
+def test_rl_report_refuses_an_edited_evaluation_row_before_any_episode(tmp_path, rl_run, capsys):
+    """TRACEBACK before (rl08): metrics.jsonl's eval/success "NaN": a format ValueError in the table."""
+    run = tmp_path / "rl"
+    shutil.copytree(rl_run, run)
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    i = max(k for k, line in enumerate(lines) if "eval/success" in line)
+    row = json.loads(lines[i])
+    row["eval/success"] = "NaN"
+    lines[i] = json.dumps(row)
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["rl", "report", str(run), "--episodes", "1", "--out", str(tmp_path / "rep")]) == 2
+    err = capsys.readouterr().err
+    assert "metrics.jsonl holds an evaluation row actlab did not write" in err and "'NaN'" in err, err
+    assert not (tmp_path / "rep").exists()
+
+
+# ------------------------------------------------------------------ processes: signals and launchers
+def _marked(token: str) -> list[int]:
+    found = []
+    for env in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"F14_MARK={token}".encode() in env.read_bytes():
+                found.append(int(env.parent.name))
+        except OSError:
+            pass
+    return found
+
+
+def _wait_gone(token: str, seconds: float) -> list[int]:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if not _marked(token):
+            return []
+        time.sleep(0.2)
+    return _marked(token)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_a_killed_encode_bench_takes_its_burners_along():
+    """LOSS before (g02): SIGKILL to `bench encode --burners 1`: its burner (a numpy loop at 100% of a
+    core) and the resource tracker ran on, re-parented to init."""
+    token = uuid.uuid4().hex
+    args = ["bench", "encode", "--encodes", "400", "--workers", "1", "--burners", "1", "--cameras", "1",
+            "--frames", "30", "--image-size", "32"]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "actlab.cli", *args],
+        env={**os.environ, "F14_MARK": token},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        end = time.monotonic() + 30
+        while len(_marked(token)) < 3 and time.monotonic() < end:  # the bench, its burner and a writer
+            time.sleep(0.2)
+        assert proc.poll() is None, "the bench ended before it could be killed"
+        proc.kill()
+        proc.wait(timeout=10)
+        assert _wait_gone(token, 8.0) == []
+    finally:
+        for pid in _marked(token):
+            with __import__("contextlib").suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl")
+def test_a_process_whose_launcher_is_killed_gets_sigterm(tmp_path):
+    """LOSS before (g09): SIGKILL to torchrun: both ranks trained on to their last step, re-parented to
+    init. A rank now stops as on SIGTERM (a checkpoint, exit 143) when its launcher dies: planted with a
+    real launcher process SIGKILLed and a real "rank" that records the signal it gets."""
+    token, got = uuid.uuid4().hex, tmp_path / "got"
+    rank = textwrap.dedent(
+        f"""
+        import signal, sys, time
+        from actlab.utils.procs import stop_with_parent
+        signal.signal(signal.SIGTERM, lambda *a: (open({str(got)!r}, "w").write("sigterm"), sys.exit(143)))
+        stop_with_parent()
+        open({str(got)!r} + ".ready", "w").close()
+        time.sleep(60)
+        """
+    )
+    launcher = (
+        f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {rank!r}]); time.sleep(60)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", launcher], env={**os.environ, "F14_MARK": token}, start_new_session=True
+    )
+    try:
+        end = time.monotonic() + 30
+        while not Path(str(got) + ".ready").exists() and time.monotonic() < end:
+            time.sleep(0.1)
+        proc.kill()
+        proc.wait(timeout=10)
+        end = time.monotonic() + 5
+        while not got.exists() and time.monotonic() < end:
+            time.sleep(0.1)
+        assert got.read_text() == "sigterm"
+        assert _wait_gone(token, 5.0) == []
+    finally:
+        for pid in _marked(token):
+            with __import__("contextlib").suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_stopped_torchrun_run_names_torchrun_to_resume(monkeypatch):
+    """UNCLEAR before (g08): SIGTERM to torchrun: each rank said "continue with actlab train --out TRS1
+    --resume", which is refused (world_size 2)."""
+    from actlab.cli.train import resume_command
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert resume_command("runs/x") == "torchrun --nproc_per_node 2 -m actlab.cli train --out runs/x --resume"
+    monkeypatch.delenv("WORLD_SIZE")
+    assert resume_command("runs/x") == "actlab train --out runs/x --resume"
+
+
+@pytest.mark.timeout(90)
+def test_torchrun_resume_of_a_one_process_run_gives_the_cause_on_every_rank(tmp_path, run_dir):
+    """UNCLEAR before (t03): a 1-process run resumed under torchrun with 2: rank 1 said "checkpoint is
+    incomplete: rng_rank1.pt missing, start a new run" (first), rank 0 the process count."""
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "actlab.cli"]
+    proc = subprocess.run(
+        [*torchrun, "train", "--out", str(run), "--resume", "--device", "cpu", "--set", "steps=3"],
+        capture_output=True, text=True, timeout=80,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "checkpoint is incomplete" not in proc.stderr
+    assert proc.stderr.count("resume needs the same number of processes") == 2, proc.stderr[-2000:]
+    assert "without torchrun" in proc.stderr or "no torchrun" in proc.stderr
