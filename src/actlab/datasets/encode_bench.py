@@ -35,7 +35,7 @@ from actlab.datasets.video import VideoOptions
 from actlab.datasets.writer import DatasetWriter
 from actlab.errors import ActlabError
 from actlab.profiling.report import make_result
-from actlab.utils.procs import _child_init
+from actlab.utils.procs import die_with_parent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +94,7 @@ def _episode_frames(rng: np.random.Generator, cfg: EncodeStressConfig) -> dict[s
 
 def _worker(wid: int, episodes: int, cfg: EncodeStressConfig, out: Path, report, parent: int) -> None:
     """Write ``episodes`` episodes into fresh datasets under ``out``; report each one on ``report``."""
-    _child_init(parent, None, ())  # dies with the bench (a SIGKILLed bench left its processes running)
+    die_with_parent(parent)  # dies with the bench (a SIGKILLed bench left its processes running)
     stacks = open(out / f"stacks-{wid}.txt", "w")  # noqa: SIM115 (open for the process's lifetime)
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     rng = np.random.default_rng(wid)
@@ -120,7 +120,7 @@ def _worker(wid: int, episodes: int, cfg: EncodeStressConfig, out: Path, report,
 
 def _burn(stop, parent: int) -> None:
     # A burner of a SIGKILLed bench spun at 100% of a core forever (re-parented to init): it dies with it.
-    _child_init(parent, None, ())
+    die_with_parent(parent)
     # Elementwise numpy only: one thread per burner (a BLAS matmul would start a thread per core).
     x = np.random.default_rng(0).random(1 << 18)
     while not stop.is_set():

@@ -143,6 +143,13 @@ def stop_with_parent(sig: int = signal.SIGTERM) -> None:
     threading.Thread(target=watch, name="actlab-launcher-watch", daemon=True).start()
 
 
+def die_with_parent(parent: int) -> None:
+    """In a child process started by ``parent`` (a ``multiprocessing.Process`` of one's own): end it when
+    ``parent`` dies, as every :func:`worker_pool` worker ends (a bench encode SIGKILLed left its burner
+    spinning at 100% of a core, re-parented to init)."""
+    _child_init(parent, None, ())
+
+
 def _child_init(parent: int, initializer: Callable[..., Any] | None, initargs: Sequence[Any]) -> None:
     """Initializer of every :func:`worker_pool` worker: die with ``parent``, then run the caller's own."""
     # The death signal fires when the *thread* that forked this worker exits; ProcessPoolExecutor starts

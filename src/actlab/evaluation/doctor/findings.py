@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
+from actlab.evaluation.compare import read_checkpoint_outcomes
 from actlab.evaluation.replay import (
     EpisodeReplay,
 )
@@ -363,8 +364,6 @@ def _sweep_comparison(here: Path, sweep: str | Path | None) -> Finding | None:
 
 def _seed_outcomes(checkpoint: dict, i: int, path: Path) -> list[bool]:
     """Checkpoint ``i``'s successes in seed order, refused as eval compare refuses a damaged record."""
-    from actlab.evaluation.compare import read_checkpoint_outcomes
-
     by_seed = read_checkpoint_outcomes(checkpoint, i, path)
     return [by_seed[s] for s in sorted(by_seed)]
 
