@@ -666,3 +666,27 @@ def test_torchrun_resume_of_a_one_process_run_gives_the_cause_on_every_rank(tmp_
     assert "checkpoint is incomplete" not in proc.stderr
     assert proc.stderr.count("resume needs the same number of processes") == 2, proc.stderr[-2000:]
     assert "without torchrun" in proc.stderr or "no torchrun" in proc.stderr
+
+
+@pytest.mark.timeout(90)
+def test_a_batch_size_trial_whose_search_was_killed_exits_without_a_traceback(tmp_path, tiny_dataset):
+    """TRACEBACK before (n01, found by the confirmation pass): SIGKILL to `find-batch-size`: the trial in
+    flight printed two chained BrokenPipeError tracebacks into the terminal when it reported to the dead
+    search. Planted for real: the trial runs in its own interpreter with its pipe's reading end closed."""
+    script = textwrap.dedent(
+        f"""
+        import dataclasses, multiprocessing as mp
+        from actlab.training import get_preset
+        from actlab.training.batch_probe import _cpu_trial
+        from actlab.training.config import config_to_dict
+        from actlab.training.presets import with_dataset
+        cfg = with_dataset(get_preset("tiny"), {str(tiny_dataset)!r})
+        data = dataclasses.replace(cfg.data, cache_dir={str(tmp_path)!r})
+        cfg = dataclasses.replace(cfg, device="cpu", data=data)
+        parent, child = mp.Pipe(duplex=False)
+        parent.close()  # the search is gone
+        _cpu_trial(config_to_dict(cfg), 1, child)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=80)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
