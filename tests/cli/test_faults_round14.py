@@ -108,6 +108,7 @@ def test_compare_refuses_a_sweep_that_records_no_task(tmp_path, capsys):
         ("k04", lambda d: d["checkpoints"][0]["summary"].update(successes=2), "summary.successes"),
         ("k05", lambda d: d["env"].update(max_steps="300"), "env.max_steps"),
         ("k06", lambda d: d.update(seed=5), "field:    seed"),
+        ("n06", lambda d: d["checkpoints"][0]["episodes"][1].update(seed=100002), "seeds 100000, 100002"),
     ],
 )
 def test_compare_refuses_a_record_that_contradicts_itself(tmp_path, capsys, probe, edit, field):

@@ -258,12 +258,14 @@ def _check_seed(data: dict, chosen: dict, file: Path) -> None:
     if seed is None:
         return
     want = [seed + k for k in range(len(episodes))] if isinstance(seed, int) else None
-    if want != [e.get("seed") for e in episodes]:
+    seeds = [e.get("seed") for e in episodes]
+    if want != seeds:  # (found named only the top-level seed: an edited episode seed looked like it)
+        shown = ", ".join(map(str, seeds[:SHOWN_SEEDS])) + (" ..." if len(seeds) > SHOWN_SEEDS else "")
         raise _damaged(
             file,
-            "seed",
-            "the seed of episode 0 (episode i runs seed + i), as its episodes record",
-            seed,
+            "seed, episodes[].seed",
+            "episode i runs seed + i (the seed and the episodes' seeds as actlab eval writes them)",
+            _Said(f"seed {seed!r}; the episodes' seeds {shown}"),
         )
 
 
