@@ -262,3 +262,32 @@ def plain_warnings(old: Any) -> Any:
         return None
 
     return show
+
+
+def refusal_in(exc: BaseException | None) -> ActlabError | None:
+    """The ActlabError in ``exc``'s chain (its causes and contexts), or None."""
+    while exc is not None:
+        if isinstance(exc, ActlabError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def plain_refusals(previous: Any) -> Any:
+    """A ``sys.excepthook`` for programs that are not actlab's command line (LeRobot's scripts with actlab's
+    plugin): an uncaught exception whose chain holds an ActlabError prints as actlab prints it, ``error:
+    ...`` with the file, field, expected value and fix, instead of two tracebacks (~40 lines of LeRobot's
+    from_pretrained chain around actlab's own) with the error at their end. Any other exception, or
+    ACTLAB_TRACEBACK=1, goes to ``previous``."""
+    import os
+    import sys
+
+    def hook(kind: Any, value: BaseException, tb: Any) -> None:
+        refusal = refusal_in(value)
+        if refusal is None or os.environ.get("ACTLAB_TRACEBACK"):
+            previous(kind, value, tb)
+            return
+        print(f"error: {refusal.render()}", file=sys.stderr)
+
+    hook.actlab_refusals = True  # type: ignore[attr-defined]
+    return hook

@@ -6,6 +6,9 @@ distribution named ``lerobot_policy_*``); importing the configuration modules re
 draccus. The model code is actlab's own (``actlab.policies``); this package holds adapters only.
 """
 
+import sys
+
+from actlab.errors import plain_refusals
 from lerobot_policy_actlab.actlab_so101_sim import ActlabSO101Sim
 from lerobot_policy_actlab.config_actlab_so101_env import ActlabSO101EnvConfig
 from lerobot_policy_actlab.config_actlab_so101_sim import ActlabSO101SimConfig
@@ -18,3 +21,9 @@ __all__ = [
     "ActlabSO101Sim",
     "ActlabSO101SimConfig",
 ]
+
+
+# An actlab refusal raised while a LeRobot script loads the policy (an edited export, an execution setting
+# out of range) prints as actlab's one error, not under two tracebacks (actlab.errors.plain_refusals).
+if not getattr(sys.excepthook, "actlab_refusals", False):
+    sys.excepthook = plain_refusals(sys.excepthook)

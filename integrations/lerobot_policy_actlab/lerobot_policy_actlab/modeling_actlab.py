@@ -32,6 +32,7 @@ from actlab.lerobot.runtime import (
     SIM_SIGNAL,
     camera_to_trained,
     check_export_config,
+    check_export_features,
     rollout_execution,
     rtc_prefix,
     trained_cameras,
@@ -125,6 +126,9 @@ class _ActlabPolicy(PreTrainedPolicy):
         check_export_config(
             {**top, "actlab_config": config.actlab_config}, _config_dict(model), root / "config.json"
         )
+        # input_features / output_features edited: the plugin resized to the trained size and sent the
+        # trained number of actions, LeRobot believing the edited ones
+        check_export_features(config.input_features, config.output_features, model, root / "config.json")
         policy = cls(config, actlab_policy=model)
         policy.to(device)
         policy.eval()

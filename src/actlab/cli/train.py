@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from actlab.cli import _options, add_preset_flags, answer_config_flags, resolve_preset_config, subcommand
@@ -105,10 +106,20 @@ def _run(args: argparse.Namespace) -> int:
     if summary.stopped in ("sigterm", "sigint"):
         from actlab.lifecycle.stop import EXIT_SIGINT, EXIT_SIGTERM, stopped_line
 
-        resume = f"actlab train --out {args.out} --resume"
+        resume = resume_command(args.out)
         print(stopped_line(summary.stopped, summary.last_checkpoint, resume), file=sys.stderr)
         return EXIT_SIGTERM if summary.stopped == "sigterm" else EXIT_SIGINT  # the run is not finished
     return 0
+
+
+def resume_command(out: str) -> str:
+    """The command that continues a stopped run: under torchrun with as many processes (the plain command
+    is refused for a run of several: it said "continue with actlab train --out DIR --resume")."""
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world > 1:
+        per_node = os.environ.get("LOCAL_WORLD_SIZE") or str(world)
+        return f"torchrun --nproc_per_node {per_node} -m actlab.cli train --out {out} --resume"
+    return f"actlab train --out {out} --resume"
 
 
 def _resolve_config(args: argparse.Namespace):

@@ -35,6 +35,7 @@ from actlab.datasets.video import VideoOptions
 from actlab.datasets.writer import DatasetWriter
 from actlab.errors import ActlabError
 from actlab.profiling.report import make_result
+from actlab.utils.procs import die_with_parent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +92,9 @@ def _episode_frames(rng: np.random.Generator, cfg: EncodeStressConfig) -> dict[s
     return frames
 
 
-def _worker(wid: int, episodes: int, cfg: EncodeStressConfig, out: Path, report) -> None:
+def _worker(wid: int, episodes: int, cfg: EncodeStressConfig, out: Path, report, parent: int) -> None:
     """Write ``episodes`` episodes into fresh datasets under ``out``; report each one on ``report``."""
+    die_with_parent(parent)  # dies with the bench (a SIGKILLed bench left its processes running)
     stacks = open(out / f"stacks-{wid}.txt", "w")  # noqa: SIM115 (open for the process's lifetime)
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     rng = np.random.default_rng(wid)
@@ -116,7 +118,9 @@ def _worker(wid: int, episodes: int, cfg: EncodeStressConfig, out: Path, report)
     report.put(("done", wid))
 
 
-def _burn(stop) -> None:
+def _burn(stop, parent: int) -> None:
+    # A burner of a SIGKILLed bench spun at 100% of a core forever (re-parented to init): it dies with it.
+    die_with_parent(parent)
     # Elementwise numpy only: one thread per burner (a BLAS matmul would start a thread per core).
     x = np.random.default_rng(0).random(1 << 18)
     while not stop.is_set():
@@ -171,7 +175,7 @@ def run_encode_stress(cfg: EncodeStressConfig, progress: bool = True) -> dict[st
     report = ctx.Queue()
     burners = (os.cpu_count() or 1) if cfg.burners < 0 else cfg.burners
     stop = ctx.Event()
-    burn = [ctx.Process(target=_burn, args=(stop,), daemon=True) for _ in range(burners)]
+    burn = [ctx.Process(target=_burn, args=(stop, os.getpid()), daemon=True) for _ in range(burners)]
     share = [cfg.episodes // cfg.workers + (i < cfg.episodes % cfg.workers) for i in range(cfg.workers)]
     left = {wid: n for wid, n in enumerate(share) if n}
     procs: dict[int, Any] = {}
@@ -186,7 +190,9 @@ def run_encode_stress(cfg: EncodeStressConfig, progress: bool = True) -> dict[st
         out = Path(tmp)
 
         def launch(wid: int) -> None:
-            procs[wid] = ctx.Process(target=_worker, args=(wid, left[wid], cfg, out, report), daemon=True)
+            procs[wid] = ctx.Process(
+                target=_worker, args=(wid, left[wid], cfg, out, report, os.getpid()), daemon=True
+            )
             procs[wid].start()
             last[wid] = time.monotonic()
             cpu[wid] = _cpu_seconds(procs[wid].pid)

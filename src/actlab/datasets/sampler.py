@@ -113,6 +113,17 @@ def select_ranges(
     return starts, stops
 
 
+def _whole(value: Any) -> int | None:
+    """An integer as a state file holds it (an int, or its digits as a string), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
 class EpisodeSampler:
     """Deterministic, resumable shuffling of the frames of selected episode ranges, shared over ranks.
 
@@ -198,7 +209,7 @@ class EpisodeSampler:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume at a saved position; refuses a state from a different frame set or seed."""
         for key, mine in (("frames", len(self.frames)), ("seed", self.seed), ("world_size", self.world_size)):
-            if int(state.get(key, -1)) != mine:
+            if _whole(state.get(key, -1)) != mine:
                 raise ActlabError(
                     "sampler state does not match this dataset selection",
                     field=f"sampler.{key}",
@@ -206,6 +217,23 @@ class EpisodeSampler:
                     found=state.get(key),
                     fix="resume with the same dataset, episodes, max-samples, seed and world size",
                 )
-        self.epoch = int(state["epoch"])
-        self.position = int(state["position"])
+        # The rest as this sampler wrote it: a position of -5 was a reshape traceback, 999 (of 20) an epoch
+        # cut short without a word, an edited shuffle or rank dropped without one, "x" a ValueError.
+        epoch, position = _whole(state.get("epoch")), _whole(state.get("position"))
+        for key, ok, want in (
+            ("epoch", epoch is not None and epoch >= 0, "an integer >= 0"),
+            ("position", position is not None and 0 <= position < self.per_rank, f"0 to {self.per_rank - 1}"),
+            ("shuffle", state.get("shuffle", self.shuffle) == self.shuffle, self.shuffle),
+            ("rank", _whole(state.get("rank", self.rank)) == self.rank, self.rank),
+        ):
+            if not ok:
+                raise ActlabError(
+                    "the checkpoint's sampler state is damaged (edited?): it is not what actlab wrote",
+                    field=f"sampler.{key}",
+                    expected=want,
+                    found=state.get(key),
+                    fix="use the previous checkpoint (move this one out of checkpoints/ and resume), or "
+                    "train on from this checkpoint's weights in a new run: actlab train --init-from CKPT",
+                )
+        self.epoch, self.position = int(epoch), int(position)
         self._order = self._epoch_order(self.epoch)

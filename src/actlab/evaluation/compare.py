@@ -208,6 +208,12 @@ def _per_seed(pairs: list[tuple[object, bool]], file: Path, field: str) -> dict[
     return out
 
 
+def read_checkpoint_outcomes(chosen: dict, i: int, file: Path) -> dict[int, bool]:
+    """seed -> solved of entry ``i`` of a results.json's ``checkpoints``, a damaged entry refused naming
+    the field (every reader of a checkpoint sweep reads it so: ``policy doctor --sweep`` too)."""
+    return _episodes(chosen, i, file)
+
+
 def _episodes(chosen: dict, i: int, file: Path) -> dict[int, bool]:
     field = f"checkpoints[{i}].episodes"
     episodes = chosen.get("episodes")
@@ -225,7 +231,54 @@ def _episodes(chosen: dict, i: int, file: Path) -> dict[int, bool]:
                 file, f"{field}[{k}]", "success true exactly when outcome is 'success'", e["outcome"]
             )
         pairs.append((e["seed"], solved))
-    return _per_seed(pairs, file, field)
+    success = _per_seed(pairs, file, field)
+    _check_counts(chosen.get("summary"), success, file, f"checkpoints[{i}].summary")
+    return success
+
+
+def _check_counts(summary: object, success: dict[int, bool], file: Path, field: str) -> None:
+    """The record's own counts (``episodes``, ``successes``) agree with its per-seed outcomes: a count
+    edited by hand (0/2 -> 2/2) was dropped without a word, the compare reading the outcomes."""
+    if not isinstance(summary, dict):
+        return
+    n, k = len(success), sum(success.values())
+    for key, mine in (("episodes", n), ("successes", k)):
+        if key in summary and summary[key] != mine:
+            raise _damaged(
+                file,
+                f"{field}.{key}",
+                f"{mine}, as its episodes' outcomes count ({k} solved of {n})",
+                summary[key],
+            )
+
+
+def _check_seed(data: dict, chosen: dict, file: Path) -> None:
+    """A results.json's ``seed``: episode i ran seed + i (an edited seed disagreed with the episodes)."""
+    seed, episodes = data.get("seed"), chosen.get("episodes") or []
+    if seed is None:
+        return
+    want = [seed + k for k in range(len(episodes))] if isinstance(seed, int) else None
+    seeds = [e.get("seed") for e in episodes]
+    if want != seeds:  # (found named only the top-level seed: an edited episode seed looked like it)
+        shown = ", ".join(map(str, seeds[:SHOWN_SEEDS])) + (" ..." if len(seeds) > SHOWN_SEEDS else "")
+        raise _damaged(
+            file,
+            "seed, episodes[].seed",
+            "episode i runs seed + i (the seed and the episodes' seeds as actlab eval writes them)",
+            _Said(f"seed {seed!r}; the episodes' seeds {shown}"),
+        )
+
+
+def _task(data: dict, file: Path) -> str | None:
+    """The task the record's episodes ran (``task``, else ``env.task``; None when it records neither); a
+    task edited to null or a number was read as "not recorded" and paired with any other task."""
+    env = data.get("env")
+    if "task" not in data and not (isinstance(env, dict) and "task" in env):
+        return None
+    task = data.get("task", env.get("task") if isinstance(env, dict) else None)
+    if not isinstance(task, str) or not task:
+        raise _damaged(file, "task", "the task the episodes ran (a name, e.g. so101_pick_place)", task)
+    return task
 
 
 def _cell_outcomes(cell: dict, i: int, file: Path) -> dict[int, bool]:
@@ -243,7 +296,9 @@ def _cell_outcomes(cell: dict, i: int, file: Path) -> dict[int, bool]:
     bad = [o for o in by_seed.values() if not isinstance(o, str) or not o]
     if bad:  # true (or any non-name) was read as a failure: only the string "success" counts as solved
         raise _damaged(file, field, "an outcome name per seed ('success', 'timeout', ...)", bad[0])
-    return _per_seed([(s, o == "success") for s, o in by_seed.items()], file, field)
+    success = _per_seed([(s, o == "success") for s, o in by_seed.items()], file, field)
+    _check_counts(cell, success, file, f"cells[{i}]")
+    return success
 
 
 def _entries(data: dict, key: str, file: Path) -> list[dict]:
@@ -261,10 +316,14 @@ def _entries(data: dict, key: str, file: Path) -> list[dict]:
     return entries
 
 
-def _max_steps(data: dict) -> int | None:
+def _max_steps(data: dict, file: Path) -> int | None:
     env = data.get("env")
     steps = env.get("max_steps") if isinstance(env, dict) else None
-    return steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+    if steps is None:
+        return None
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:  # "300" dropped the note
+        raise _damaged(file, "env.max_steps", "the episode step limit: an integer >= 1, or null", steps)
+    return steps
 
 
 def load_outcomes(spec: str | Path) -> Outcomes:
@@ -280,17 +339,19 @@ def load_outcomes(spec: str | Path) -> Outcomes:
             "not valid JSON", file=str(file), found=str(e), fix="re-run actlab eval to write it again"
         ) from None
     where = str(file.resolve())
-    task = data.get("task") if isinstance(data, dict) and isinstance(data.get("task"), str) else None
     if isinstance(data, dict) and isinstance(data.get("checkpoints"), list):
         ckpts = _entries(data, "checkpoints", file)
         i = _pick([str(c.get("name")) for c in ckpts], name, file, "checkpoint")
         success = _episodes(ckpts[i], i, file)
-        return Outcomes(str(spec), str(ckpts[i].get("name")), success, where, task, _max_steps(data))
+        _check_seed(data, ckpts[i], file)
+        task, steps = _task(data, file), _max_steps(data, file)
+        return Outcomes(str(spec), str(ckpts[i].get("name")), success, where, task, steps)
     if isinstance(data, dict) and isinstance(data.get("cells"), list):
         cells = _entries(data, "cells", file)
         names = [cell_name(c, cells) for c in cells]
         i = _pick(names, name, file, "cell")
-        return Outcomes(str(spec), names[i], _cell_outcomes(cells[i], i, file), where, task, _max_steps(data))
+        success = _cell_outcomes(cells[i], i, file)
+        return Outcomes(str(spec), names[i], success, where, _task(data, file), _max_steps(data, file))
     raise ActlabError(
         "not an actlab evaluation record",
         file=str(file),
@@ -345,6 +406,18 @@ def check_same_episodes(a: Outcomes, b: Outcomes) -> None:
             expected="two evaluations (two --out directories, or two cells or checkpoints of one: PATH#NAME)",
             found=f"{a.label} and {b.label}: {a.name} of {a.file} both times",
             fix="pass the other evaluation as B",
+        )
+    if (a.task is None) != (b.task is None):  # a record whose task was removed paired with any task
+        known, other = (a, b) if a.task is not None else (b, a)
+        raise ActlabError(
+            f"{other.label} does not record the task its episodes ran: it cannot be paired with "
+            f"{known.label}'s {known.task} episodes",
+            file=other.file,
+            field="task",
+            expected=f"task: {known.task} (as actlab eval writes it)",
+            found="no task (removed from the record?)",
+            fix=f"re-run actlab eval for {other.label} (the same --task, --seed and --episodes as "
+            f"{known.label})",
         )
     if a.task is not None and b.task is not None and a.task != b.task:
         raise ActlabError(

@@ -147,7 +147,10 @@ def match_keys(available: Sequence[str], inputs: PolicyInputs | None) -> dict[st
             field="observation keys",
             expected=", ".join(inputs.keys),
             found=", ".join(available),
-            fix="evaluate on the task the policy was trained for, or render the missing cameras (--cameras)",
+            # (it said "render the missing cameras (--cameras)": no command takes --cameras for this, and a
+            # gym env has the cameras it has)
+            fix=f"evaluate on a task whose environment gives {', '.join(missing)} (the task the policy was "
+            "trained for: --task, as its bundle records it)",
         )
     return mapping
 

@@ -170,6 +170,19 @@ def check_sources_execution(sources: Sequence[PolicySource], execution: Executio
         return notes
     for src in sources:
         limits = source_limits(src)
+        if limits is None and type(src.obj).__name__ == "LeRobotBridgePolicy":
+            # it blamed the policy ("needs a policy that predicts action chunks"): an actlab export does
+            raise ActlabError(
+                f"{src.name}: --execution {execution.mode} is not run through the LeRobot bridge, which "
+                "evaluates a LeRobot policy as LeRobot runs it (its select_action)",
+                field="--execution",
+                expected="sync with --lerobot-policy",
+                found=execution.mode,
+                fix=f"for an actlab export: actlab policy import {getattr(src.obj, 'policy_dir', src.name)} "
+                "--out B, then actlab "
+                f"eval B --execution {execution.mode}; on LeRobot's side, lerobot-rollout "
+                f"--policy.execution={execution.mode} runs it for actlab's plugin types (docs/lerobot.md)",
+            )
         if limits is None:
             raise ActlabError(
                 f"{src.name}: --execution {execution.mode} needs a policy that predicts action chunks "

@@ -370,6 +370,14 @@ class LeRobotBridgePolicy:
         header_in, arrays_in = answer
         if not header_in.get("ok", False):
             error = header_in.get("error", "?")
+            refusal = header_in.get("actlab_error")
+            if isinstance(refusal, dict) and isinstance(refusal.get("problem"), str):
+                # actlab's own refusal inside lerobot (the plugin): raised as itself; it was a traceback in
+                # found, then "run the lerobot python by hand", which shows the same refusal
+                if op == "hello":
+                    self._kill()
+                fields = {k: refusal.get(k) for k in ("file", "field", "expected", "found", "fix")}
+                raise ActlabError(refusal["problem"], **fields)
             if op == "hello":
                 raise self._fail(
                     f"lerobot could not load the policy: {error}", found=header_in.get("traceback")

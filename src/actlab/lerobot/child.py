@@ -146,8 +146,21 @@ def serve(handler: Any, inp: BinaryIO, out: BinaryIO) -> None:
                     "ok": False,
                     "error": f"{type(e).__name__}: {e}",
                     "traceback": traceback.format_exc(),
+                    "actlab_error": actlab_error(e),
                 },
             )
+
+
+def actlab_error(e: BaseException) -> dict[str, Any] | None:
+    """The fields of the actlab error in ``e``'s chain (raised by actlab's plugin inside lerobot: an edited
+    export refused, an execution setting out of range), so the parent raises it as itself instead of a
+    traceback with the error at its end; None for any other failure."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if type(seen).__name__ == "ActlabError" and callable(getattr(seen, "as_dict", None)):
+            return seen.as_dict()
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 class LeRobotHandler:
@@ -346,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
                 "ok": False,
                 "error": f"{type(e).__name__}: {e}",
                 "traceback": traceback.format_exc(),
+                "actlab_error": actlab_error(e),
             },
         )
         return 1

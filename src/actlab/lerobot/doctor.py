@@ -23,6 +23,7 @@ import numpy as np
 from actlab.datasets import open_dataset
 from actlab.errors import ActlabError
 from actlab.evaluation.doctor import DoctorConfig, diagnose
+from actlab.evaluation.doctor.checks import recorded_split
 from actlab.lerobot.bridge import LeRobotBridgePolicy
 from actlab.utils.io import require_file
 
@@ -104,6 +105,15 @@ def recorded_lerobot_split(policy_dir: str | Path, dataset: Any) -> dict[str, An
     }
 
 
+def plugin_bundle(policy_dir: str | Path) -> Path | None:
+    """The actlab bundle inside an export of actlab's LeRobot plugin (``actlab_bundle/``), or None: its
+    features record the training frames' resize, its actlab.json the training episodes (the doctor said
+    "trained on 32x32 frames, the dataset has 16x16" of the 16 px frames it was trained on, resized, and
+    "the bundle does not record which episodes trained it")."""
+    bundle = Path(policy_dir) / "actlab_bundle"
+    return bundle if (bundle / "actlab.json").is_file() and (bundle / "features.json").is_file() else None
+
+
 class LeRobotDoctorPolicy:
     """A bridged LeRobot policy with what the doctor asks of a policy: ``features`` (the env's names),
     ``stats`` (the preprocessor's), ``observation_delta_indices`` (``n_obs_steps`` frames up to now),
@@ -130,6 +140,13 @@ class LeRobotDoctorPolicy:
             if not (bridge.policy_dir / f).is_file()
         ]
         self.postprocessor_file = str(bridge.policy_dir / POSTPROCESSOR)
+        bundle = plugin_bundle(bridge.policy_dir)
+        if bundle is not None:  # actlab's plugin: how its frames were resized in training (actlab.resize)
+            trained = _json(bundle / "features.json", "actlab bundle's features")
+            for key, feat in trained.items() if isinstance(trained, dict) else ():
+                env_key = bridge.to_env.get(key, key)
+                if isinstance(feat, dict) and isinstance(feat.get("info"), dict) and env_key in self.features:
+                    self.features[env_key] = {**self.features[env_key], "info": feat["info"]}
 
     def reset(self) -> None:
         self.bridge.reset()
@@ -176,8 +193,15 @@ def doctor_lerobot(
     ds = open_dataset(dataset)
     with bridge:
         policy = LeRobotDoctorPolicy(bridge)
-        split = recorded_lerobot_split(policy_dir, ds)
+        bundle = plugin_bundle(policy_dir)
+        split = recorded_split(bundle) if bundle is not None else recorded_lerobot_split(policy_dir, ds)
         return diagnose(policy, ds, cfg, name=str(policy_dir), split=split)
 
 
-__all__ = ["LeRobotDoctorPolicy", "doctor_lerobot", "processor_stats", "recorded_lerobot_split"]
+__all__ = [
+    "LeRobotDoctorPolicy",
+    "doctor_lerobot",
+    "plugin_bundle",
+    "processor_stats",
+    "recorded_lerobot_split",
+]

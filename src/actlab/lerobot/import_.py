@@ -311,13 +311,15 @@ def import_plugin_policy(policy_dir: str | Path, out: str | Path, overwrite: boo
     policy = load_policy(root / PLUGIN_BUNDLE, device="cpu")
     # config.json's chunk_size / n_action_steps edited: LeRobot's plugin refuses the export, the import
     # wrote the bundle's own values without a word (the edit dropped)
-    from actlab.lerobot.runtime import check_export_config
+    from actlab.lerobot.runtime import check_export_config, check_export_features
     from actlab.utils import config as cfgutil
 
     top = read_json(root / "config.json", "LeRobot policy config")
     wanted = {k: top[k] for k in ("chunk_size", "n_action_steps", "n_obs_steps") if k in top}
     wanted["actlab_config"] = top.get("actlab_config") or {}
     check_export_config(wanted, cfgutil.to_dict(policy.config), root / "config.json")
+    # an edited input or output size was dropped without a word (the bundle's own written)
+    check_export_features(top.get("input_features"), top.get("output_features"), policy, root / "config.json")
     # the training record (task, joint units, seeds) travels with the weights, so eval still checks them
     extra = {
         "imported_from": str(policy_dir),

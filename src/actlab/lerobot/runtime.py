@@ -184,7 +184,10 @@ def plugin_flag(text: str) -> str:
     from actlab.policies.execution import EVAL_FLAGS, PLUGIN_FIELDS  # lazy: loads with a policy
 
     fields = {EVAL_FLAGS[k]: PLUGIN_FIELDS[k] for k in EVAL_FLAGS}
-    pattern = "(" + "|".join(map(re.escape, fields)) + r")\b( (\w+))?"
+    # a value is a number, a placeholder (N) or a mode: "leave --horizon out" was "--policy.
+    # execution_horizon=out", a value the flag refuses
+    value = r"( (\d+|[A-Z]|sync|async|ensemble|blend|rtc|correct)\b)?"
+    pattern = "(" + "|".join(map(re.escape, fields)) + r")\b" + value
     return re.sub(
         pattern, lambda m: f"--policy.{fields[m.group(1)]}" + (f"={m.group(3)}" if m.group(3) else ""), text
     )
@@ -293,6 +296,45 @@ def check_export_config(top: Mapping[str, Any], model: Mapping[str, Any], file: 
             fix="restore config.json (or export again: actlab policy export BUNDLE --to lerobot); the "
             "weights cannot follow an edit: to run other values, set them in actlab and export that bundle",
         )
+
+
+def check_export_features(
+    inputs: Mapping[str, Any], outputs: Mapping[str, Any], model: Any, file: str | Path
+) -> None:
+    """Refuse a LeRobot export whose ``config.json`` declares ``input_features`` / ``output_features``
+    (LeRobot's PolicyFeature objects, or their JSON ``{"type", "shape"}``) other than the model it ships
+    takes and gives: an edited camera size or action size loaded and ran, the plugin resizing to the
+    trained size and sending the trained number of actions, LeRobot believing the edited ones."""
+
+    def shapes(features: Mapping[str, Any]) -> dict[str, list[int]]:
+        out = {}
+        for key, f in (features or {}).items():
+            shape = f.get("shape") if isinstance(f, Mapping) else getattr(f, "shape", None)
+            out[str(key)] = [int(x) for x in shape] if isinstance(shape, (list, tuple)) else shape
+        return out
+
+    shipped = {"observation.state": [int(model.state_dim)]}
+    shipped.update({k: [int(x) for x in model.image_shapes[k]] for k in model.camera_keys})
+    for what, declared, wanted in (
+        ("input_features", shapes(inputs), shipped),
+        ("output_features", shapes(outputs), {"action": [int(model.action_dim)]}),
+    ):
+        if declared != wanted:
+            differ = sorted(k for k in set(declared) | set(wanted) if declared.get(k) != wanted.get(k))
+            raise ActlabError(
+                "the export's config.json declares other inputs or outputs than the model it ships",
+                file=file,
+                field=f"{what}: {', '.join(differ)}",
+                expected=", ".join(f"{k} {wanted.get(k)}" for k in differ) + " (the shipped weights')",
+                found=", ".join(f"{k} {declared.get(k)}" for k in differ),
+                fix="restore config.json (or export again: actlab policy export BUNDLE --to lerobot); the "
+                "weights cannot follow an edit"
+                + (
+                    "; the plugin resizes a camera's frames to the trained size itself"
+                    if what[0] == "i"
+                    else ""
+                ),
+            )
 
 
 # --------------------------------------------------------------------------------------- the sim robot

@@ -50,9 +50,11 @@ def _batch(
         elif key == PAST_CHUNKS:  # correction_only: the frozen policy's chunks of the frames before
             batch[key] = torch.randn(batch_size, t, t, policy.action_dim, generator=gen)
             batch[key + "_is_pad"] = torch.zeros(batch_size, t, dtype=torch.bool)
-        else:
+        else:  # a camera; with several observation offsets (aloha_clip's 3) one frame per offset: it was
+            # one frame, refused with "fetch observations with policy.delta_indices" (bench threads)
+            frames = (batch_size,) if t == 1 else (batch_size, t)
             batch[key] = torch.randint(
-                0, 256, (batch_size, *policy.image_shapes[key]), generator=gen, dtype=torch.uint8
+                0, 256, (*frames, *policy.image_shapes[key]), generator=gen, dtype=torch.uint8
             )
     return {k: v.to(device) for k, v in batch.items()}
 

@@ -42,6 +42,9 @@ from actlab.utils.kinds import describe
 FORMAT = "actlab.policy"
 FORMAT_VERSION = 1
 FILES = ("model.safetensors", "config.json", "stats.json", "features.json", "actlab.json")
+# How the FrameStore records a resize in a camera feature's "info" (datasets.framestore.RESIZE_INFO).
+RESIZE_INFO = "actlab.resize"
+
 # The files whose sha256 actlab.json records (actlab.json itself is written last, holding them).
 CHECKSUMMED = FILES[:4]
 
@@ -309,6 +312,39 @@ def _check_tensors(expected: dict[str, torch.Tensor], tensors: dict[str, torch.T
             )
 
 
+def _check_declared(meta: dict[str, Any], path: Path, features: dict[str, Any]) -> None:
+    """What two files of the bundle both declare agrees: the policy type (actlab.json and config.json:
+    an edited one was ignored), and a resized camera's size (its shape and the ``actlab.resize`` record
+    of the frame store: the sim rendered, and the policy got, frames of the edited size)."""
+    declared = read_json(path / "config.json", "policy config", fix=DAMAGED_FIX).get("type")
+    if "type" in meta and meta["type"] != declared:
+        raise ActlabError(
+            "actlab.json and config.json name different policy types",
+            file=path / "actlab.json",
+            field="type",
+            expected=f"{declared!r}, as config.json says (the weights were built from it)",
+            found=meta["type"],
+            fix="one of the two was edited: use the bundle's own files (another checkpoint of its run, or "
+            "copy the bundle again from its source)",
+        )
+    for key, feat in features.items():
+        resize = (feat.get("info") or {}).get(RESIZE_INFO) if isinstance(feat.get("info"), dict) else None
+        if not isinstance(resize, dict) or "image_size" not in resize:
+            continue
+        shape, size = feat.get("shape"), resize["image_size"]
+        if not (isinstance(shape, list) and len(shape) == 3 and shape[:2] == [size, size]):
+            raise ActlabError(
+                f"features.json declares two sizes for camera {key!r}",
+                file=path / "features.json",
+                field=f"{key}.shape",
+                expected=f"[{size}, {size}, 3], the size info.{RESIZE_INFO}.image_size records (its "
+                "frames were resized to one size in training)",
+                found=shape,
+                fix="features.json was edited (the shape or the resize record): use the bundle's own "
+                "features.json; actlab eval renders the sim at the trained size by itself",
+            )
+
+
 def load_policy(path: str | Path, device: str | torch.device = "cpu") -> Any:
     """Load a bundle written by :func:`save_policy`; returns the policy in eval mode on ``device``."""
     path = Path(path)
@@ -355,6 +391,7 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu") -> Any:
         path / "features.json", "feature spec", '{"observation.state": {"shape": [...], ...}, ...}'
     )
     stats = _read_mapping(path / "stats.json", "normalization stats", '{"observation.state": {"mean": ...}}')
+    _check_declared(meta, path, features)
     with warnings.catch_warnings():
         # Std floors were reported when the policy was first built; the weights carry the floored values.
         warnings.simplefilter("ignore")

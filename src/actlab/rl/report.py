@@ -51,6 +51,7 @@ def _report(run: Path, episodes: int, seed: int, out: Path, batch_envs: int, vid
     agent = load_agent(chosen)
     if asked:
         run = run.parent.parent
+    _checked_evals(read_metrics(run), run / "metrics.jsonl")  # before any episode runs
     # the checkpoint's env steps (its name: step_NNNNNNN): the table's step column, the curve's mark
     named = STEP_DIR.match(chosen.name)
     step = int(named.group(1)) if named else None
@@ -114,6 +115,25 @@ def _is_residual(run: Path) -> bool:
         return read_json(run / "config.json", "RL run config").get("base") is not None
     except ActlabError:
         return False
+
+
+def _checked_evals(rows: list[dict], file: Path) -> list[dict]:
+    """The training's evaluation rows as rl train writes them (a step, a success rate 0..1): an edited
+    ``"eval/success": "NaN"`` was a format traceback in the report's table."""
+    for i, r in enumerate(rows):
+        for key in ("eval/success", "eval/base_success"):
+            v = r.get(key)
+            if key in r and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1):
+                raise ActlabError(
+                    "the run's metrics.jsonl holds an evaluation row actlab did not write (edited?)",
+                    file=file,
+                    field=f"row {i + 1} (step {r.get('step')}): {key}",
+                    expected="a success rate: a number from 0 to 1",
+                    found=repr(v),
+                    fix="undo the edit; the report's own evaluation does not need the row: remove the line "
+                    "to report without it",
+                )
+    return rows
 
 
 def _result(

@@ -36,6 +36,7 @@ from actlab.rl.checkpoint import AGENT_FILE, CONFIG_FILE, RLCheckpoints, read_te
 from actlab.rl.config import RESUMABLE, TRAIN_SEED_BASE, RLConfig, config_from_dict, config_to_dict
 from actlab.rl.guard import Decision, GuardState, adapt_to_base, decide, handed_back
 from actlab.rl.inputs import check_inputs
+from actlab.utils import config as cfgutil
 from actlab.utils.config import flatten
 from actlab.utils.io import atomic_dir, atomic_write_json, file_sha256, read_json, refuse_overlapping_paths
 from actlab.utils.lock import DirLock
@@ -105,7 +106,9 @@ def load_run_config(out: str | Path) -> RLConfig:
     # regenerate the file", which no command does)
     copies = sorted((Path(out) / "checkpoints").glob("step_*/rl_config.json"))
     fix = f"restore it from a checkpoint's copy: cp {copies[-1]} {file}" if copies else None
-    return config_from_dict(read_json(file, "RL run config", fix=fix), str(file))
+    data = read_json(file, "RL run config", fix=fix)
+    edited = fix or f"undo the edit of {file}"
+    return cfgutil.from_file(lambda: config_from_dict(data, str(file)), file, "the run's config.json", edited)
 
 
 def train_rl(cfg: RLConfig, out: str | Path, resume: bool = False, progress: bool = True) -> RLSummary:
@@ -742,7 +745,13 @@ def load_agent(path: str | Path, device: str = "cpu") -> Any:
             fix="pass the --out of an actlab rl train run"
             + ("; a policy of actlab train is evaluated by actlab eval PATH" if what else ""),
         )
-    cfg = config_from_dict(read_json(path / CONFIG_FILE, "RL config"), str(path / CONFIG_FILE))
+    data = read_json(path / CONFIG_FILE, "RL config")
+    fix = (
+        f"undo the edit: actlab wrote it as the run's config; `cp {path.parent.parent / RUN_CONFIG} "
+        f"{path / CONFIG_FILE}` where the run's own config.json is intact"
+    )
+    cfg = cfgutil.from_file(lambda: config_from_dict(data, str(path / CONFIG_FILE)), path / CONFIG_FILE,
+                            "the checkpoint's rl_config.json", fix)  # fmt: skip
     cfg = dataclasses.replace(cfg, device=device)
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
     agent_file = path / AGENT_FILE

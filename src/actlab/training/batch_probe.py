@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import gc
 import multiprocessing as mp
+import os
 import signal
 import time
 import traceback
@@ -114,6 +115,8 @@ def _cpu_trial(cfg_dict: dict[str, Any], steps: int, conn: Any) -> None:
     try:
         seconds = _run_steps(config_from_dict(cfg_dict), "cpu", steps, built)
         conn.send({"ok": True, "peak": _peak_rss_self(), "seconds": seconds})
+    except (BrokenPipeError, ConnectionResetError):  # the search is gone (killed): nothing to report to;
+        os._exit(1)  # it printed two chained BrokenPipe tracebacks into the user's terminal
     except BaseException as e:  # reported to the parent, which decides what it means
         if _is_cpu_oom(e):
             conn.send({"ok": False, "peak": _peak_rss_self(), "detail": f"out of memory: {e}"[:200]})

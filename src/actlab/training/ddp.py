@@ -14,6 +14,7 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.utils.device import resolve_device
+from actlab.utils.procs import stop_with_parent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +70,7 @@ def setup(info: DistInfo, device_name: str):
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if info.distributed and not dist.is_initialized():
+        stop_with_parent()  # a SIGKILLed torchrun left its ranks training to the end
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(
             backend=backend,

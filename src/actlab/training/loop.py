@@ -47,6 +47,7 @@ from actlab.training.init_from import check_correction_only
 from actlab.training.resume_checks import check_config_unedited, check_dataset_present, check_same_dataset
 from actlab.training.schedule import sync_lr
 from actlab.training.slowdown import SlowdownWatch, cure_applied
+from actlab.utils.config import from_file
 from actlab.utils.disk import write_error
 from actlab.utils.io import atomic_write_json, read_json, refuse_overlapping_paths
 from actlab.utils.kinds import enclosing_kind
@@ -408,7 +409,9 @@ def load_run_config(out: str | Path) -> TrainConfig:
         if last
         else None
     )
-    return config_from_dict(read_json(Path(out) / CONFIG_FILE, "run config", fix=fix), where=str(out))
+    data, file = read_json(Path(out) / CONFIG_FILE, "run config", fix=fix), Path(out) / CONFIG_FILE
+    edited = f"undo the edit of {file} (actlab wrote every value valid)" + (f"; or {fix}" if fix else "")
+    return from_file(lambda: config_from_dict(data, where=str(out)), file, "the run's config.json", edited)
 
 
 # ------------------------------------------------------------------------------------------ train
@@ -491,17 +494,21 @@ def _restore(run: TrainRun, ckpts: CheckpointManager, step: int) -> tuple[dict[s
     # lazy: bundle imports torch; training modules import without it
     from actlab.policies import load_policy
 
-    state = ckpts.load(step, run.dist.rank)
-    saved_world = int(state.meta.get("world_size", 1))
+    # the process count first: rank 1 of a 1-process run's resume said "checkpoint is incomplete:
+    # rng_rank1.pt missing, start a new run" (printed first), rank 0 the cause
+    saved_world = int(ckpts.meta(step).get("world_size", 1))
     if saved_world != run.dist.world_size:
         raise ActlabError(
             "resume needs the same number of processes as the interrupted run",
-            file=state.path / "training_state/state.json",
+            file=ckpts.path(step) / "training_state/state.json",
             field="world_size",
             expected=saved_world,
             found=run.dist.world_size,
-            fix=f"launch with torchrun --nproc_per_node {saved_world}",
+            fix=f"launch with torchrun --nproc_per_node {saved_world}"
+            if saved_world > 1
+            else f"resume it as one process (no torchrun): actlab train --out {ckpts.root.parent} --resume",
         )
+    state = ckpts.load(step, run.dist.rank)
     loaded = load_policy(state.path, device=run.device)
     run.policy.load_state_dict(loaded.state_dict())
     run.load_optimizer_state(state.optimizer)  # with EMA: the bundle is averaged, the raw weights return
@@ -510,7 +517,19 @@ def _restore(run: TrainRun, ckpts: CheckpointManager, step: int) -> tuple[dict[s
     # it from the current schedule (identical unless `steps` changed, which stretches the cosine).
     sync_lr(run.scheduler)
     rank_meta = state.meta["ranks"][run.dist.rank]
-    run.load_rng_state(state.rng, rank_meta)
+    try:
+        run.load_rng_state(state.rng, rank_meta)
+    except ActlabError as e:  # the sampler's refusal, with the file it was read from
+        if e.file is not None:
+            raise
+        raise ActlabError(
+            e.problem,
+            file=state.path / "training_state/state.json",
+            field=e.field,
+            expected=e.expected,
+            found=e.found,
+            fix=e.fix.replace("CKPT", str(state.path)) if e.fix else None,
+        ) from e
     sums = {k: v.to(run.device) for k, v in state.rng.get("metric_sums", {}).items()}
     return sums, int(rank_meta.get("metric_steps", 0))
 

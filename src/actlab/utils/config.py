@@ -12,6 +12,7 @@ import difflib
 import json
 import types
 import typing
+from pathlib import Path
 from typing import Any, TypeVar
 
 from actlab.errors import ActlabError
@@ -126,7 +127,10 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if isinstance(value, float) and value.is_integer():
             return int(value)
         if isinstance(value, str):
-            return int(value.replace("_", ""))
+            try:
+                return int(value.replace("_", ""))
+            except ValueError:  # "NaN" was int()'s own message, without the key
+                raise ValueError(f"{where}: expected an integer, found {value!r}") from None
         raise ValueError(f"{where}: expected an integer, found {value!r}")
     if tp is float:
         if isinstance(value, bool):
@@ -137,6 +141,35 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise ValueError(f"{where}: expected a string, found {value!r}")
         return value
     return value
+
+
+def from_file(build: typing.Callable[[], T], file: str | Path, what: str, fix: str | None) -> T:
+    """``build()`` (a config made from the contents of ``file``), a value it refuses named with the file:
+    a run's config.json edited to ``optim.lr: -1`` was "invalid training config value for optim.lr" with
+    no file and no fix (or the fix ``--set KEY=VALUE`` of a command that takes no --set), and
+    ``batch_size: "NaN"`` int()'s traceback."""
+    try:
+        return build()
+    except ValueError as e:
+        key, _, rest = str(e).partition(": ")
+        raise ActlabError(
+            f"{what} holds a value actlab cannot use (edited?)",
+            file=file,
+            field=key if rest else None,
+            found=rest or str(e),
+            fix=fix,
+        ) from e
+    except ActlabError as e:
+        if e.file is not None and str(e.file) != str(file):
+            raise
+        raise ActlabError(
+            f"{what} holds a value actlab cannot use (edited?): {e.problem}",
+            file=file,
+            field=e.field,
+            expected=e.expected,
+            found=e.found,
+            fix=fix or e.fix,
+        ) from e
 
 
 def from_dict(cls: type[T], data: dict, where: str = "") -> T:

@@ -127,6 +127,29 @@ def _watch_parent(parent: int) -> None:
             os._exit(1)
 
 
+def stop_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Send ``sig`` to this process when its parent dies: a torchrun rank whose launcher was SIGKILLed
+    trained on to its last step, re-parented to init (a rank stops on SIGTERM as on its own: a
+    checkpoint, then exit 143). The kernel's parent-death signal, and a thread watching the parent pid
+    (where that signal is not available, or the parent died before it was armed)."""
+    parent = os.getppid()
+    set_parent_death_signal(sig)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os.kill(os.getpid(), sig)
+
+    threading.Thread(target=watch, name="actlab-launcher-watch", daemon=True).start()
+
+
+def die_with_parent(parent: int) -> None:
+    """In a child process started by ``parent`` (a ``multiprocessing.Process`` of one's own): end it when
+    ``parent`` dies, as every :func:`worker_pool` worker ends (a bench encode SIGKILLed left its burner
+    spinning at 100% of a core, re-parented to init)."""
+    _child_init(parent, None, ())
+
+
 def _child_init(parent: int, initializer: Callable[..., Any] | None, initargs: Sequence[Any]) -> None:
     """Initializer of every :func:`worker_pool` worker: die with ``parent``, then run the caller's own."""
     # The death signal fires when the *thread* that forked this worker exits; ProcessPoolExecutor starts

@@ -491,7 +491,11 @@ def check_processors(found: Mapping[str, Any], probe: np.ndarray, scale: np.ndar
     }
     if found["missing"]:
         return findings
-    if np.allclose(back, z, rtol=0, atol=1e-6) and not np.allclose(z, probe, rtol=0, atol=1e-6):
+    # "normalized" means moved by more than float32 rounding, in dataset std: identity processors (actlab's
+    # plugin normalizes inside the policy) differed from the float64 probe by ~1e-6 and were called "an
+    # identity de-normalization ... off by up to 0.00 std"
+    moved = float((np.abs(z - probe) / scale).max()) > ROUNDTRIP_TOL
+    if np.allclose(back, z, rtol=0, atol=1e-6) and moved:
         msg = (
             f"{where} returns the normalized action unchanged (an identity de-normalization): the robot "
             f"gets values around 0 +- 1 instead of the dataset's actions (off by up to {err.max():.2f} std); "

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
+from actlab.evaluation.compare import read_checkpoint_outcomes
 from actlab.evaluation.replay import (
     EpisodeReplay,
 )
@@ -259,6 +261,15 @@ def compare_with_run_best(bundle: str | Path, sweep: str | Path | None = None) -
         mine = float(mine)
     except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
+    if not (math.isfinite(best_loss) and math.isfinite(mine)):  # "1.2241 is nanx the run's best" before
+        bad, where = (best_loss, here.parent / "best.json")
+        if math.isfinite(best_loss):
+            bad, where = (mine, here / "actlab.json")
+        msg = (
+            f"not compared with the run's best checkpoint: {where} records a validation loss of {bad} "
+            "(edited or damaged; actlab writes a finite number)"
+        )
+        return Finding("checkpoint", "checkpoint vs run best", "warning", msg, {"criterion": "val_loss"})
     numbers = {"criterion": "val_loss", "val_loss": mine, "best": best_path, "best_val_loss": best_loss}
     unmeasured = (
         f"success not measured: `actlab eval {here.parent.parent} --out DIR` sweeps the checkpoints, then "
@@ -296,8 +307,14 @@ def _sweep_comparison(here: Path, sweep: str | Path | None) -> Finding | None:
         results = json.loads(path.read_text())
         checkpoints = results["checkpoints"]
         mine = next((i for i, c in enumerate(checkpoints) if _same_checkpoint(c["path"], here)), None)
-        outcomes = [[bool(e["success"]) for e in c["episodes"]] for c in checkpoints]
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        # each checkpoint's outcomes read as eval compare reads them: "false" was read as solved
+        # (bool("false")), null as failed, an empty list as "0/0 success"
+        outcomes = [_seed_outcomes(c, i, path) for i, c in enumerate(checkpoints)]
+    except ActlabError:
+        if not given:
+            return None
+        raise
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         if not given:
             return None
         raise ActlabError(
@@ -343,6 +360,12 @@ def _sweep_comparison(here: Path, sweep: str | Path | None) -> Finding | None:
         f"{paired.sentence(name, best_name)}; {path}): doctor {here.parent / best_name}"
     )
     return Finding("checkpoint", "checkpoint vs run best", "warning", msg, numbers)
+
+
+def _seed_outcomes(checkpoint: dict, i: int, path: Path) -> list[bool]:
+    """Checkpoint ``i``'s successes in seed order, refused as eval compare refuses a damaged record."""
+    by_seed = read_checkpoint_outcomes(checkpoint, i, path)
+    return [by_seed[s] for s in sorted(by_seed)]
 
 
 def _same_checkpoint(recorded: str, here: Path) -> bool:
