@@ -91,8 +91,11 @@ def bench_eval(
     spec = EnvSpec(task=task, max_steps=max_steps)
     cores = os.cpu_count() or 1
     modes = bench_modes(episodes, seed, workers, batch_envs, batched=path != "expert")
-    same = [f"--workers {workers}" for _ in [0] if workers <= 1]
-    same += [f"--batch-envs {batch_envs}" for _ in [0] if batch_envs <= 1 and path != "expert"]
+    same = []  # options that name serial's own configuration: left out of the timing
+    if workers <= 1:
+        same.append(f"--workers {workers}")
+    if batch_envs <= 1 and path != "expert":
+        same.append(f"--batch-envs {batch_envs}")
     if progress is not None:
         print(
             "[warm-up] one untimed episode (policy load, MuJoCo, first calls) ...", file=progress, flush=True
