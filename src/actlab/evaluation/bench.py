@@ -101,8 +101,8 @@ def bench_eval(
             "[warm-up] one untimed episode (policy load, MuJoCo, first calls) ...", file=progress, flush=True
         )
     # Paid once by whichever mode ran first (serial): the modes are timed on an equal footing after it.
-    evaluate(source, EnvSpec(task=task, max_steps=2), EvalConfig(episodes=1, seed=seed, workers=1,
-             batch_envs=1, threads_per_worker=1))  # fmt: skip
+    warm_up = EvalConfig(episodes=1, seed=seed, workers=1, batch_envs=1, threads_per_worker=1)
+    evaluate(source, EnvSpec(task=task, max_steps=2), warm_up)
     seconds, outcomes, steps = {}, {}, {}
     for i, (name, cfg) in enumerate(modes.items()):
         if progress is not None:

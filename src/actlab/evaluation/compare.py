@@ -211,10 +211,6 @@ def _per_seed(pairs: list[tuple[object, bool]], file: Path, field: str) -> dict[
 def read_checkpoint_outcomes(chosen: dict, i: int, file: Path) -> dict[int, bool]:
     """seed -> solved of entry ``i`` of a results.json's ``checkpoints``, a damaged entry refused naming
     the field (every reader of a checkpoint sweep reads it so: ``policy doctor --sweep`` too)."""
-    return _episodes(chosen, i, file)
-
-
-def _episodes(chosen: dict, i: int, file: Path) -> dict[int, bool]:
     field = f"checkpoints[{i}].episodes"
     episodes = chosen.get("episodes")
     if not isinstance(episodes, list):
@@ -342,7 +338,7 @@ def load_outcomes(spec: str | Path) -> Outcomes:
     if isinstance(data, dict) and isinstance(data.get("checkpoints"), list):
         ckpts = _entries(data, "checkpoints", file)
         i = _pick([str(c.get("name")) for c in ckpts], name, file, "checkpoint")
-        success = _episodes(ckpts[i], i, file)
+        success = read_checkpoint_outcomes(ckpts[i], i, file)
         _check_seed(data, ckpts[i], file)
         task, steps = _task(data, file), _max_steps(data, file)
         return Outcomes(str(spec), str(ckpts[i].get("name")), success, where, task, steps)

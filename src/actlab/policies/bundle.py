@@ -312,11 +312,11 @@ def _check_tensors(expected: dict[str, torch.Tensor], tensors: dict[str, torch.T
             )
 
 
-def _check_declared(meta: dict[str, Any], path: Path, features: dict[str, Any]) -> None:
-    """What two files of the bundle both declare agrees: the policy type (actlab.json and config.json:
-    an edited one was ignored), and a resized camera's size (its shape and the ``actlab.resize`` record
-    of the frame store: the sim rendered, and the policy got, frames of the edited size)."""
-    declared = read_json(path / "config.json", "policy config", fix=DAMAGED_FIX).get("type")
+def _check_declared(meta: dict[str, Any], path: Path, features: dict[str, Any], declared: str) -> None:
+    """What two files of the bundle both declare agrees: the policy type (actlab.json and ``declared``,
+    config.json's: an edited one was ignored), and a resized camera's size (its shape and the
+    ``actlab.resize`` record of the frame store: the sim rendered, and the policy got, frames of the
+    edited size)."""
     if "type" in meta and meta["type"] != declared:
         raise ActlabError(
             "actlab.json and config.json name different policy types",
@@ -391,7 +391,7 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu") -> Any:
         path / "features.json", "feature spec", '{"observation.state": {"shape": [...], ...}, ...}'
     )
     stats = _read_mapping(path / "stats.json", "normalization stats", '{"observation.state": {"mean": ...}}')
-    _check_declared(meta, path, features)
+    _check_declared(meta, path, features, cfg.type)
     with warnings.catch_warnings():
         # Std floors were reported when the policy was first built; the weights carry the floored values.
         warnings.simplefilter("ignore")

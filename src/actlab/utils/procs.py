@@ -120,11 +120,16 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
         return False
 
 
-def _watch_parent(parent: int) -> None:
+def _watch_parent(parent: int, sig: int | None = None) -> None:
+    """Until ``parent`` is gone (this process re-parented): then exit at once, or send ``sig`` to this
+    process (a rank that stops on it as on its own)."""
     while True:
         time.sleep(PARENT_POLL_S)
         if os.getppid() != parent:  # re-parented: the parent is gone
-            os._exit(1)
+            if sig is None:
+                os._exit(1)
+            os.kill(os.getpid(), sig)
+            return
 
 
 def stop_with_parent(sig: int = signal.SIGTERM) -> None:
@@ -134,13 +139,9 @@ def stop_with_parent(sig: int = signal.SIGTERM) -> None:
     (where that signal is not available, or the parent died before it was armed)."""
     parent = os.getppid()
     set_parent_death_signal(sig)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(PARENT_POLL_S)
-        os.kill(os.getpid(), sig)
-
-    threading.Thread(target=watch, name="actlab-launcher-watch", daemon=True).start()
+    threading.Thread(
+        target=_watch_parent, args=(parent, sig), name="actlab-launcher-watch", daemon=True
+    ).start()
 
 
 def die_with_parent(parent: int) -> None:
