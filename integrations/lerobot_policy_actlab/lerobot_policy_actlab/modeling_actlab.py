@@ -120,7 +120,7 @@ class _ActlabPolicy(PreTrainedPolicy):
         # config.json's chunk_size / n_action_steps edited: the weights run their own values, refused
         top = {
             k: getattr(config, k)
-            for k in ("chunk_size", "n_action_steps", "n_obs_steps")
+            for k in ("type", "chunk_size", "n_action_steps", "n_obs_steps")
             if hasattr(config, k)
         }
         check_export_config(

@@ -359,7 +359,7 @@ class FrameStore:
         if image_size is not None and image_size < 2:
             raise ActlabError("image_size must be >= 2", field="image_size", found=image_size)
         path = cls.path_for(ds, image_size, keys, cache_dir)
-        store, damage = (None, None) if rebuild else cls._try_open(path)
+        store, damage = (None, None) if rebuild else cls._try_open(path, keys)
         if store is not None:
             if cache_dir is not None:
                 remember_store(path)
@@ -367,14 +367,14 @@ class FrameStore:
         # A damaged store here is said and rebuilt below, not passed over for a copy elsewhere: the
         # damage stayed in the default cache without a word whenever another store of the dataset existed.
         reuse = not rebuild and damage is None and cache_dir is None
-        if reuse and (store := cls._reuse_elsewhere(ds, path, progress)):
+        if reuse and (store := cls._reuse_elsewhere(ds, path, progress, keys)):
             return store
         path.parent.mkdir(parents=True, exist_ok=True)
         # One builder at a time per store: a second process waits here, then opens the finished store
         # instead of decoding again (and never deletes a store another process has just finished).
         with _build_lock(path, progress):
             if not rebuild:
-                store, damage = cls._try_open(path)
+                store, damage = cls._try_open(path, keys)
                 if store is not None:
                     return store
                 if damage is not None:  # said even without progress output: the cache was damaged
@@ -387,12 +387,14 @@ class FrameStore:
         return store
 
     @classmethod
-    def _reuse_elsewhere(cls, ds: LeRobotV3Dataset, path: Path, progress: bool) -> FrameStore | None:
+    def _reuse_elsewhere(
+        cls, ds: LeRobotV3Dataset, path: Path, progress: bool, keys: Sequence[str] = ()
+    ) -> FrameStore | None:
         """A finished store of the same name (same dataset fingerprint, image size and cameras) outside
         the default location, instead of decoding the frames again into ``path``; None when there is none.
         An explicit ``cache_dir`` is honoured as given (never redirected)."""
         for other in store_candidates(ds, path.name):
-            store = cls._try_open(other)[0]
+            store = cls._try_open(other, keys)[0]
             if store is not None:
                 if progress:
                     print(
@@ -404,13 +406,22 @@ class FrameStore:
         return None
 
     @classmethod
-    def _try_open(cls, path: Path) -> tuple[FrameStore | None, str | None]:
+    def _try_open(cls, path: Path, keys: Sequence[str] = ()) -> tuple[FrameStore | None, str | None]:
         """(the finished store at ``path``, None), or (None, None) when there is none, or (None, what is
-        wrong) when it is damaged."""
+        wrong) when it is damaged; a store without one of ``keys`` (the cameras its name was made for) is
+        damaged: a camera removed from store.json was "not in the frame store" at every run, the fix
+        `actlab data cache` reusing the store as it was."""
         if not path.is_dir():
             return None, None
         try:
-            return cls.open(path), None
+            store = cls.open(path)
+            missing = [k for k in keys if k not in store.frames]
+            if missing:
+                return None, (
+                    f"store.json lacks camera(s) {', '.join(missing)} the store was built for "
+                    f"({path / _META}: {sorted(store.frames)})"
+                )
+            return store, None
         except ActlabError as e:
             return None, f"{e.problem} ({e.file}: {e.found})"
         except (OSError, ValueError, KeyError, EOFError) as e:  # e.g. vanished while being replaced
@@ -727,6 +738,11 @@ def _verify_chunks(path: Path, meta: dict, key: str, entry: dict, sample: int | 
     shape = tuple(int(x) for x in entry["shape"])
     sums = list(entry["checksums"])
     chunk_frames = int(entry["chunk_frames"])
+    if chunk_frames < 1:  # 0 was a ZeroDivisionError traceback
+        raise _damaged(
+            path, meta, "store.json's chunk size is not a positive number of frames", path / _META,
+            f"keys.{key}.chunk_frames", ">= 1", chunk_frames,
+        )  # fmt: skip
     if len(sums) != (shape[0] + chunk_frames - 1) // chunk_frames:
         raise _damaged(
             path,

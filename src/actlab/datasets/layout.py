@@ -41,7 +41,7 @@ from actlab.datasets.records import (
 )
 from actlab.datasets.rows import OUTLIER_SPREADS, Data, read_data
 from actlab.errors import ActlabError
-from actlab.utils.io import read_json, special_file_kind
+from actlab.utils.io import read_json, require_file, special_file_kind
 from actlab.utils.kinds import describe
 
 # The names callers import from here: this module's own and those of the two it was split from.
@@ -111,6 +111,14 @@ def read_info(root: Path) -> dict[str, Any]:
         )
     if (root / "meta" / "episodes.jsonl").is_file() and not (root / fmt.INFO_PATH).is_file():
         raise _v21_error(root, "v2.x (meta/episodes.jsonl)")
+    if os.path.lexists(root / fmt.INFO_PATH) and not (root / fmt.INFO_PATH).is_file():
+        # a directory, FIFO, device or dangling link where info.json belongs: named as such here; the kind
+        # below was "not a dataset ... found: the output of actlab sim record"
+        require_file(
+            root / fmt.INFO_PATH, "the dataset's meta/info.json is not a regular file",
+            expected="info.json (the dataset's JSON description)",
+            fix="restore meta/info.json from a copy of the dataset (or re-record / re-export it)",
+        )  # fmt: skip
     kind = describe(root)
     if kind is not None and kind != "a LeRobot dataset":  # a bundle was "dataset info not found"
         raise ActlabError(

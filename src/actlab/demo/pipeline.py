@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import shlex
 import shutil
@@ -323,13 +324,65 @@ def _load_state(out: Path) -> dict[str, Any]:
     return read_json(path, "demo state file") if path.is_file() else {}
 
 
-def _stage_current(state: dict, stage: str, settings: dict, outputs: list[Path]) -> bool:
+def _stage_current(state: dict, stage: str, settings: dict, outputs: list[Path], out: Path) -> bool:
+    """The stage ran with ``settings``, its outputs are there and its recorded result is the one it wrote
+    (then moved to ``out`` where the demo directory was moved or copied). A result edited or cut in
+    demo_state.json was the report's (a KeyError or matplotlib's traceback, or numbers the evaluation never
+    gave): the stage runs again, with a note."""
     entry = state.get(stage)
-    return bool(entry) and entry.get("settings") == settings and all(p.exists() for p in outputs)
+    if not (
+        isinstance(entry, dict) and entry.get("settings") == settings and all(p.exists() for p in outputs)
+    ):
+        return False
+    result = entry.get("result")
+    digest = entry.get("digest")
+    if not isinstance(result, dict) or (digest is not None and digest != _digest(result)):
+        print(
+            f"      {out / STATE_FILE}: the {stage} stage's result was changed since the stage wrote it "
+            "(edited?): running the stage again",
+            file=sys.stderr,
+            flush=True,
+        )
+        return False
+    old = entry.get("out") or _legacy_out(state)
+    if old and old != str(out.resolve()):  # a moved or copied demo: paths into the old directory follow it
+        entry["result"] = _rebased(result, old, str(out.resolve()))
+        # the state written at the next finished stage holds the moved result: its digest follows
+        entry.update(out=str(out.resolve()), digest=_digest(entry["result"]))
+    return True
+
+
+def _digest(result: dict) -> str:
+    return hashlib.sha256(json.dumps(result, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _legacy_out(state: dict) -> str | None:
+    """The demo directory a state file written before entries recorded it was in: its dataset's parent."""
+    path = ((state.get("record") or {}).get("result") or {}).get("path")
+    return str(Path(path).parent) if isinstance(path, str) and path else None
+
+
+def _rebased(value: Any, old: str, new: str) -> Any:
+    """``value`` with every string that is ``old`` or a path under it moved to ``new``: the report named
+    the checkpoint of the directory the demo was copied from."""
+    if isinstance(value, dict):
+        return {k: _rebased(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rebased(v, old, new) for v in value]
+    if isinstance(value, str) and (value == old or value.startswith(old + "/")):
+        return new + value[len(old) :]
+    return value
 
 
 def _finish_stage(out: Path, state: dict, stage: str, settings: dict, result: dict, seconds: float) -> None:
-    state[stage] = {"settings": settings, "result": result, "seconds": seconds}
+    result = json.loads(json.dumps(result, default=str))  # as the state file holds it (its digest too)
+    state[stage] = {
+        "settings": settings,
+        "result": result,
+        "seconds": seconds,
+        "out": str(out.resolve()),
+        "digest": _digest(result),
+    }
     # Later stages depended on this one: forget them so they run again.
     for later in REALTIME_STAGES[REALTIME_STAGES.index(stage) + 1 :]:
         state.pop(later, None)
@@ -356,7 +409,7 @@ def _record(cfg: DemoConfig, plan: dict, out: Path, state: dict, log: StageLog) 
         if settings.get(key) == default:  # is current
             del settings[key]
     t0 = log.start("record", f"recording {cfg.episodes} scripted-expert demonstrations -> {data}")
-    if _stage_current(state, "record", settings, [data / "meta" / "info.json"]):
+    if _stage_current(state, "record", settings, [data / "meta" / "info.json"], out):
         log.reuse("record", f"the dataset in {data}", state["record"])
         return state["record"]["result"]
     _forget_unmarked(data)
@@ -378,7 +431,7 @@ def _train(plan: dict, out: Path, state: dict, log: StageLog) -> dict:
     # not a setting that changes the run.
     settings["data"] = {k: v for k, v in settings["data"].items() if k not in ("path", "cache_dir")}
     t0 = log.start("train", f"training preset {plan['preset']} on {plan['device']} -> {run}")
-    if _stage_current(state, "train", settings, [run / "checkpoints"]):
+    if _stage_current(state, "train", settings, [run / "checkpoints"], out):
         log.reuse("train", f"the finished run in {run}", state["train"])
         return state["train"]["result"]
     resume = _can_resume(run, train_cfg, log)
@@ -473,7 +526,7 @@ def _evaluate(cfg: DemoConfig, out: Path, state: dict, log: StageLog) -> dict:
     t0 = log.start(
         "eval", f"evaluating every checkpoint on {cfg.eval_episodes} held-out episodes -> {sweep_dir}"
     )
-    if _stage_current(state, "eval", settings, [sweep_dir / "results.json", best_dir / "results.json"]):
+    if _stage_current(state, "eval", settings, [sweep_dir / "results.json", best_dir / "results.json"], out):
         log.reuse("eval", f"the evaluation in {out / 'eval'}", state["eval"])
         return state["eval"]["result"]
     spec = EnvSpec(cfg.task)
@@ -536,7 +589,7 @@ def _realtime(cfg: DemoConfig, out: Path, state: dict, evaluation: dict, log: St
         f"sweeping {evaluation['best']} over inference delays {', '.join(map(str, cfg.realtime_delays))} "
         f"(control steps) on {cfg.eval_episodes} fresh episodes -> {rt_dir}",
     )
-    if _stage_current(state, "realtime", settings, [rt_dir / "sweep.json"]):
+    if _stage_current(state, "realtime", settings, [rt_dir / "sweep.json"], out):
         log.reuse("realtime", f"the delay sweep in {rt_dir}", state["realtime"])
         return state["realtime"]["result"]
     # The checkpoint in this demo directory (the recorded path is stale once the directory is moved).

@@ -34,6 +34,7 @@ from actlab.lerobot.export import (
 from actlab.policies import ACTConfig, load_policy, make_policy, save_policy
 from actlab.policies.backbones import IMAGENET_MEAN, IMAGENET_STD
 from actlab.policies.bundle import training_record
+from actlab.utils.config import from_dict, from_file
 from actlab.utils.io import check_out_dir, read_json, require_file
 from actlab.utils.kinds import describe
 
@@ -246,13 +247,17 @@ def read_lerobot_act(policy_dir: str | Path) -> tuple[Any, dict, dict, dict[str,
             "applies it (actlab would floor it when training from scratch)"
         )
     fields = {name: cfg[name] for name in SHARED_FIELDS if name in cfg}
-    act_cfg = ACTConfig(
-        **fields,
-        cameras=tuple(cameras),
+    fields.update(
+        cameras=list(cameras),
         pretrained_backbone_weights=None,
         decoder_input="zeros",
         image_norm="imagenet" if imagenet else "dataset",
     )
+    # through the config reader: a value of the wrong type (dim_model "x") was ACTConfig's TypeError traceback
+    act_cfg = from_file(
+        lambda: from_dict(ACTConfig, fields), root / "config.json", "the LeRobot checkpoint's config.json",
+        "restore config.json from the checkpoint lerobot-train wrote (the weights hold the trained values)",
+    )  # fmt: skip
     features: dict[str, Any] = {
         STATE: {"dtype": "float32", "shape": [state_dim], "names": None},
         ACTION: {"dtype": "float32", "shape": [action_dim], "names": None},
@@ -315,7 +320,7 @@ def import_plugin_policy(policy_dir: str | Path, out: str | Path, overwrite: boo
     from actlab.utils import config as cfgutil
 
     top = read_json(root / "config.json", "LeRobot policy config")
-    wanted = {k: top[k] for k in ("chunk_size", "n_action_steps", "n_obs_steps") if k in top}
+    wanted = {k: top[k] for k in ("type", "chunk_size", "n_action_steps", "n_obs_steps") if k in top}
     wanted["actlab_config"] = top.get("actlab_config") or {}
     check_export_config(wanted, cfgutil.to_dict(policy.config), root / "config.json")
     # an edited input or output size was dropped without a word (the bundle's own written)

@@ -274,12 +274,26 @@ class RolloutExecution:
 
 
 def check_export_config(top: Mapping[str, Any], model: Mapping[str, Any], file: str | Path) -> None:
-    """Refuse a LeRobot export whose ``config.json`` (``top``: its ``chunk_size``, ``n_action_steps``,
-    ``n_obs_steps`` and the ``actlab_config`` it carries) disagrees with the config of the model it ships
-    (``model``: the actlab bundle's, whose weights and digests decide what runs). An edited
-    ``chunk_size`` / ``n_action_steps`` loaded and ran with the model executing its own values, LeRobot
+    """Refuse a LeRobot export whose ``config.json`` (``top``: its ``type``, ``chunk_size``,
+    ``n_action_steps``, ``n_obs_steps`` and the ``actlab_config`` it carries) disagrees with the config
+    of the model it ships (``model``: the actlab bundle's, whose weights and digests decide what runs). An
+    edited ``chunk_size`` / ``n_action_steps`` loaded and ran with the model executing its own values, LeRobot
     believing the edited ones."""
     model = json.loads(json.dumps(dict(model), default=str))  # tuples as the lists config.json holds
+    declared = top.get("type")
+    if declared is not None:
+        from actlab.lerobot.export import PLUGIN_TYPES  # lazy: export imports the policies
+
+        shipped = PLUGIN_TYPES.get(str(model.get("type")), model.get("type"))
+        if declared != shipped:  # an act_relative export of act weights loaded and imported without a word
+            raise ActlabError(
+                "the export's config.json declares another policy type than the model it ships",
+                file=file,
+                field="type",
+                expected=f"{shipped!r} (the shipped bundle's type {model.get('type')!r})",
+                found=repr(declared),
+                fix="restore config.json (or export again: actlab policy export BUNDLE --to lerobot)",
+            )
     wanted = json.loads(json.dumps(dict(top.get("actlab_config") or {}), default=str))
     for key in ("chunk_size", "n_action_steps", "n_obs_steps"):
         if key in top and top[key] != model.get(key, top[key]):

@@ -20,7 +20,16 @@ from actlab.utils.config import from_dict
 def build_policy_for_dataset(fields: dict[str, Any], root: str | Path, dataset_stats: Any = None) -> Any:
     """actlab policy (fresh weights) for the LeRobot v3 dataset at ``root`` from config ``fields``."""
     cls = get_config_class(fields.get("type", "act"))
-    cfg = from_dict(cls, {k: v for k, v in fields.items() if k != "type"}, where="policy.actlab_config")
+    try:
+        cfg = from_dict(cls, {k: v for k, v in fields.items() if k != "type"}, where="policy.actlab_config")
+    except ValueError as e:  # dim_model "x" or NaN: _coerce's ValueError was a traceback in lerobot-train
+        key, _, rest = str(e).partition(": ")
+        raise ActlabError(
+            "--policy.actlab_config holds a value of the wrong type",
+            field=key if rest else "policy.actlab_config",
+            found=rest or str(e),
+            fix="give the field a value of its type (actlab train --help-config lists the fields and types)",
+        ) from e
     if getattr(cfg, "obs_state_delta_frames", None) is not None:
         raise ActlabError(
             "state deltas need windows of the state alone; lerobot-train windows every observation key",

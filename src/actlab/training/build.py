@@ -523,9 +523,11 @@ def _cached_store(ds, cfg: TrainConfig):
     path = FrameStore.path_for(ds, cfg.data.image_size, keys, cfg.data.cache_dir)
     if path.is_dir():
         try:
-            return FrameStore.open(path)
+            store = FrameStore.open(path)
         except (ActlabError, OSError, ValueError, KeyError):
             return None  # damaged: rebuilt later
+        # a camera removed from its store.json: damaged as well (it was "not in the frame store")
+        return store if all(k in store.frames for k in keys) else None
     return None
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.training.config import policy_config_from_dict
+from actlab.utils.config import from_file
 from actlab.utils.io import read_json
 from actlab.utils.kinds import describe
 
@@ -75,7 +76,10 @@ def bundle_policy_config(bundle: str | Path) -> Any:
             expected="an actlab policy bundle (RUN/checkpoints/step_N, or what `actlab policy import` wrote)",
             fix="check the path",
         )
-    return policy_config_from_dict(read_json(file, "policy config", fix=_damaged_fix()), where=str(file))
+    data = read_json(file, "policy config", fix=_damaged_fix())
+    # a value of the wrong type (dim_model "x") was int()'s / a comparison's traceback
+    return from_file(lambda: policy_config_from_dict(data, where=str(file)), file, "the bundle's config.json",
+                     _damaged_fix())  # fmt: skip
 
 
 def _damaged_fix() -> str:

@@ -128,6 +128,16 @@ def write_error(
             f"`ls -ld {where}`); then "
             f"{again}; or {elsewhere}"
         )
+    elif e.errno in PERMISSION_ERRNOS and named is not None and _unreadable(named):
+        # a read of an input (a video, a checkpoint's optimizer.pt) that the user may not read: it was
+        # "user root needs write access there; or point the frame cache at a writable disk"
+        return ActlabError(
+            f"permission denied: cannot read {named.name}: {stopped}",
+            file=named,
+            found=f"[Errno {e.errno}] {os.strerror(e.errno)}{found}",
+            fix=f"check the ownership and permissions of {named} and its directories (`ls -l {named}`): user "
+            f"{_user()} needs read access to it; then {again}",
+        )
     elif e.errno in PERMISSION_ERRNOS:
         kind = "permission denied"
         fix = (
@@ -151,6 +161,15 @@ def write_error(
         found=f"[Errno {e.errno}] {os.strerror(e.errno)}{found}",
         fix=fix,
     )
+
+
+def _unreadable(p: Path) -> bool:
+    """``p`` exists (as a file, not followed elsewhere) and this process may not read it: the failed call
+    was a read, not a write."""
+    try:
+        return p.is_file() and not os.access(p, os.R_OK)
+    except OSError:
+        return False
 
 
 def _inside(p: Path, root: Path) -> bool:
