@@ -174,7 +174,8 @@ def _build_lock(path: Path, progress: bool) -> Iterator[None]:
 
 
 # Key in a camera feature's "info" that records how the FrameStore resized the frames; evaluation reads it
-# (through the policy bundle's features.json) to resize observations the same way.
+# (through the policy bundle's features.json) to resize observations the same way. policies/bundle.py
+# spells the same string (importing it would tie the policies to the datasets): change both together.
 RESIZE_INFO = "actlab.resize"
 # The resize FrameStore.build does with an image_size: longer side to image_size, black centred padding.
 RESIZE_MODE = "fit_pad"
