@@ -210,3 +210,12 @@ def test_non_finite_or_non_float_weights_are_rejected(bundle):
     assert e.value.field == "action_head.weight"
     save_file({k: v.to(torch.bfloat16) for k, v in good.items()}, str(file))  # a bf16 save still loads
     assert load_policy(bundle).action_head.weight.dtype == torch.float32
+
+
+def test_the_bundle_reads_the_resize_record_under_the_key_the_frame_store_writes():
+    # policies/bundle.py spells the key itself (importing it would tie the policies to the datasets): a
+    # change on one side only would make every bundle's resize record unread.
+    from actlab.datasets.framestore import RESIZE_INFO as written
+    from actlab.policies.bundle import RESIZE_INFO as read
+
+    assert read == written == "actlab.resize"
