@@ -139,7 +139,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return float(value)
         if isinstance(value, str):
             try:
-                return float(value.replace("_", ""))
+                return float(value)
             except ValueError:
                 pass
         raise ValueError(f"{where}: expected a number, found {value!r}")
