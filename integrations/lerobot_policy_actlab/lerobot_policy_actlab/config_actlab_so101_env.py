@@ -16,7 +16,7 @@ from lerobot.configs import FeatureType, PolicyFeature
 from lerobot.envs.configs import EnvConfig
 from lerobot.utils.constants import ACTION, OBS_IMAGES, OBS_STATE
 
-from actlab.lerobot.sim_env import GYM_NAMESPACE, register_gym_ids
+from actlab.lerobot.sim_env import GYM_NAMESPACE, check_env_settings, check_log_file, register_gym_ids
 from actlab.sim import task_config
 
 register_gym_ids()
@@ -46,6 +46,10 @@ class ActlabSO101EnvConfig(EnvConfig):
     features_map: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # the fields the sim cannot honour, named as --env.<field> (an fps of 12 was ignored, exit 0)
+        check_env_settings(self.episode_length, self.fps, self.camera_names, "--env.")
+        if self.log_file:
+            check_log_file(self.log_file, "--env.log_file")
         task_config(
             self.task or "", image_size=self.image_size, cameras=tuple(self.camera_names), units=self.units
         )

@@ -50,11 +50,10 @@ from actlab.sim.env import FPS, PickPlaceConfig
 from actlab.sim.expert import ExpertConfig
 from actlab.sim.tasks import TASKS, task_config
 from actlab.sim.view import render_strip
-from actlab.training import apply_train_overrides, get_preset, load_run_config, train, with_dataset
+from actlab.training import apply_train_overrides, get_preset, load_run_config, preflight, train, with_dataset
 from actlab.training.checkpoint import CheckpointManager
 from actlab.training.config import refuse_inert_train_overrides, resume_diff
 from actlab.training.loop import refuse_cache_in_other_output
-from actlab.training.preflight import checkpoint_bytes
 from actlab.utils.config import override_key, to_dict
 from actlab.utils.device import resolve_device
 from actlab.utils.disk import free_bytes
@@ -207,8 +206,9 @@ class StageLog:
 def estimate_disk(cfg: DemoConfig, plan: dict[str, Any]) -> dict[str, int]:
     """Bytes each part of the demo directory will take, estimated from the settings before anything runs:
     the recording (video + tables), the decoded frame cache (exact: frames x cameras x pixels), the
-    checkpoints kept at the end (weights + AdamW state, as the trainer's disk preflight counts them) and
-    the evaluation media. Frames per episode: the scripted expert's planned episode length."""
+    checkpoints and the log allowance the trainer's disk preflight reserves before its first step
+    (weights + AdamW state times the checkpoints alive at once) and the evaluation media. Frames per
+    episode: the scripted expert's planned episode length."""
     rec = RecordConfig()
     train_cfg = plan["train"]
     size = plan["image_size"]
@@ -221,13 +221,16 @@ def estimate_disk(cfg: DemoConfig, plan: dict[str, Any]) -> dict[str, int]:
     n_params = sum(p.numel() for p in policy.parameters())
     n_train = sum(p.numel() for p in policy.parameters() if p.requires_grad)
     keep = train_cfg.checkpoint
-    saved = -(-train_cfg.steps // keep.every)  # every `every` steps and at the end
-    kept = min(saved, keep.keep_last) + (1 if keep.keep_best and saved > keep.keep_last else 0)
+    # what training itself reserves before its first step (actlab.training.preflight: keep_last, the best
+    # one and the one being written, plus its logs): the checkpoints kept at the end and no log reserve
+    # let a disk with room for the demo's figure but not the trainer's record, then training refuse
+    alive = preflight.plan(n_params, n_train, keep.keep_last, keep.keep_best).checkpoints_alive
     episode_frames = PickPlaceConfig().max_steps + 1  # at most: a failed episode runs to the limit
     return {
         "recording": int(frames * (len(rec.cameras) * pixels * VIDEO_RAW_FRACTION + TABLE_BYTES_PER_FRAME)),
         "frame cache": frames * len(policy_cams) * pixels,
-        "checkpoints": kept * checkpoint_bytes(n_params, n_train),
+        f"checkpoints ({alive} reserved by training)": alive * preflight.checkpoint_bytes(n_params, n_train),
+        "training logs (reserved)": preflight.RUN_DIR_OVERHEAD_BYTES,
         "evaluation media": episode_frames
         * (cfg.videos * ROLLOUT_VIDEO_BYTES_PER_FRAME + WHISKERS_VIDEO_BYTES_PER_FRAME)
         + REPORT_BYTES,
@@ -239,6 +242,16 @@ def _disk_line(parts: dict[str, int]) -> str:
     return f"disk: about {human_bytes(sum(parts.values()))} ({items})"
 
 
+# What makes each part of the estimate smaller (the refusal's fix names the largest part's).
+_SHRINK = {
+    "recording": "fewer --episodes or a smaller --image-size",
+    "frame cache": "fewer --episodes or a smaller --image-size",
+    "checkpoints": "a lower --set checkpoint.keep_last, or --set checkpoint.keep_best=false",
+    "training logs": "the trainer reserves it for every run; it is fixed",
+    "evaluation media": "fewer --videos",
+}
+
+
 def _check_disk(out: Path, parts: dict[str, int]) -> None:
     """Refuse to start when the free space (plus what an earlier run of this demo already holds, which a
     re-run reuses or replaces) is below the estimate."""
@@ -246,13 +259,14 @@ def _check_disk(out: Path, parts: dict[str, int]) -> None:
     held = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) if out.is_dir() else 0
     free = free_bytes(out)
     if free + held < need:
+        largest = max(parts, key=parts.__getitem__)
         raise ActlabError(
             "not enough disk space for the demo; refusing to start rather than fail later",
             file=out,
             expected=_disk_line(parts),
             found=f"{human_bytes(free)} free" + (f" + {human_bytes(held)} in {out}" if held else ""),
-            fix="free disk space or choose an --out on a larger disk (or fewer --episodes / a smaller "
-            "--image-size: the frame cache is most of it)",
+            fix=f"free disk space or choose an --out on a larger disk; its largest part is the {largest} "
+            f"({human_bytes(parts[largest])}): {_SHRINK.get(largest.split(' (')[0], 'see the estimate')}",
         )
 
 

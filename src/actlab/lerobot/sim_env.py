@@ -20,6 +20,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
+from actlab.errors import ActlabError
 from actlab.evaluation.taxonomy import PhaseRecord, classify
 from actlab.sim import FPS, TASKS, make_env
 
@@ -27,6 +28,85 @@ logger = logging.getLogger(__name__)
 
 # The gymnasium namespace of the tasks: ``actlab_so101/so101_pick_place`` and so on.
 GYM_NAMESPACE = "actlab_so101"
+
+
+# The episode log's keys (one JSON object a line, appended by every finished seeded episode).
+LOG_KEYS = ("task", "seed", "outcome", "steps")
+
+
+def check_log_file(log_file: str | Path, field: str = "log_file") -> None:
+    """Refuse a ``log_file`` the env cannot append its episode lines to without damaging something: a
+    directory (IsADirectoryError's traceback at the end of the first episode), or a file that is not an
+    episode log of this env (a dataset's meta/info.json got a JSON line appended, exit 0: the dataset
+    unreadable). A new file, an empty one or an earlier log of the env is fine."""
+    path = Path(log_file)
+    fix = f"pass {field}=<a new .jsonl file> (or an episode log this env wrote, to add to it)"
+    if path.is_dir():
+        raise ActlabError(
+            "the episode log is a directory", file=path, field=field, expected="a JSONL file", fix=fix
+        )
+    if not path.exists():
+        return
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ActlabError(
+            "cannot read the episode log to append to it",
+            file=path,
+            field=field,
+            found=f"{type(e).__name__}: {e}",
+            fix=fix,
+        ) from e
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if not isinstance(row, dict) or not set(LOG_KEYS) <= row.keys():
+            raise ActlabError(
+                "the episode log is a file this env did not write: appending to it would change it",
+                file=path,
+                field=field,
+                expected=f"a JSONL file of episodes (each line an object with {', '.join(LOG_KEYS)})",
+                found=f"line {i + 1}: {line[:80]}",
+                fix=fix,
+            )
+
+
+def check_env_settings(max_steps: object, fps: object, cameras: object, field_prefix: str = "") -> None:
+    """Refuse settings of the env the sim cannot honour, named as the caller's fields (``--env.``): an
+    episode_length 0 was the sim's "max_steps must be at least 1" (a field the user never set), an fps
+    other than the sim's was ignored without a word (its rollout ran and LeRobot's videos were written at
+    30 Hz), no camera was "the observation has no camera" with a fix about the robot."""
+    checks = [
+        (
+            "episode_length",
+            isinstance(max_steps, int) and not isinstance(max_steps, bool) and 1 <= max_steps <= 10**7,
+            "a whole number of control steps from 1 to 10000000",
+            max_steps,
+        ),
+        ("fps", fps == FPS and not isinstance(fps, bool), f"{FPS}: the sim's control rate (fixed)", fps),
+        (
+            "camera_names",
+            isinstance(cameras, (list, tuple))
+            and len(cameras) > 0
+            and all(c in ("top", "wrist") for c in cameras)
+            and len(set(cameras)) == len(cameras),
+            "one or both of top, wrist, each once",
+            cameras,
+        ),
+    ]
+    for name, ok, expected, found in checks:
+        if not ok:
+            raise ActlabError(
+                f"invalid setting of the actlab sim env: {field_prefix}{name}",
+                field=f"{field_prefix}{name}",
+                expected=expected,
+                found=found,
+                fix=f"pass {field_prefix}{name}=<{expected.split(':')[0]}> (or leave it out for its default)",
+            )
 
 
 class LeRobotSimEnv(gym.Env):
@@ -44,6 +124,9 @@ class LeRobotSimEnv(gym.Env):
         log_file: str = "",
         render_mode: str | None = "rgb_array",
     ) -> None:
+        check_env_settings(max_steps, FPS, list(cameras), "")
+        if log_file:
+            check_log_file(log_file)
         self.env = make_env(
             task, image_size=image_size, cameras=tuple(cameras), max_steps=max_steps, units=units
         )

@@ -116,6 +116,14 @@ def refuse_changes(diff: Mapping[str, tuple[Any, Any]], file: Path, fix: str) ->
 
 def check_fresh(out: Path, ckpts: Checkpoints, kind: RunKind) -> int:
     """0, the step a new run starts from; refuses a directory that holds a run or foreign files."""
+    if ckpts.steps() and not kind.is_run_dir(out):
+        raise ActlabError(
+            f"the output directory holds checkpoints, but it is not {kind.article} {kind.name}",
+            file=out,
+            expected=f"a new or empty directory (or {kind.article} {kind.name}, with --resume)",
+            found=f"{out / 'config.json'} is not the config of {kind.article} {kind.name} ({kind.command})",
+            fix=f"choose a new --out directory: {kind.command} never writes into a directory it did not make",
+        )
     if ckpts.steps():
         raise ActlabError(
             f"the output directory already holds {kind.article} {kind.name}",

@@ -72,7 +72,7 @@ class RLCheckpoints(Checkpoints):
             [path / AGENT_FILE, *(path / STATE_DIR / f"{n}.pt" for n in STATE_FILES)],
             "actlab rl train",
         )
-        meta = self.meta(step)
+        meta = check_rl_meta(self.meta(step), self, step)
         recorded = meta.get("sha256") or {}
         return {
             "agent": read_tensors(self.verify(step, AGENT_FILE, meta), self),
@@ -84,6 +84,85 @@ class RLCheckpoints(Checkpoints):
             "meta": meta,
             "path": path,
         }
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_owed(value: Any) -> bool:
+    return _is_number(value) and 0.0 <= value < 1.0  # (NaN fails the comparison)
+
+
+def _is_evals(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(e, dict) and _is_count(e.get("env_steps")) for e in value
+    )
+
+
+def _is_bound(value: Any) -> bool:
+    return value is None or (_is_number(value) and 0.0 < value <= 1.0)
+
+
+def _is_object(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+# Each field of an RL checkpoint's state.json a resume or a report reads, with what it must hold. A count
+# "x" or null was int()'s traceback, owed NaN or -1e300 resumed with no update ever again (exit 0), an
+# episodes count 1.7 was truncated to 1, a policy_bound NaN became "the action contains NaN".
+_META_FIELDS: dict[str, tuple[Any, str]] = {
+    "env_steps": (_is_count, "a whole number >= 0"),
+    "episodes": (_is_count, "a whole number >= 0"),
+    "rounds": (_is_count, "a whole number >= 0"),
+    "updates": (_is_count, "a whole number >= 0"),
+    "owed": (_is_owed, "the fraction of an update owed: a number from 0 to below 1"),
+    "evals": (_is_evals, "a list of evaluations, each with its env_steps"),
+    "policy_bound": (_is_bound, "null or a number above 0 and at most 1"),
+    "guard": (lambda v: v is None or _is_object(v), "null or the guard's state (an object)"),
+    "sha256": (_is_object, "an object of file digests"),
+    "sha256_files": (_is_object, "an object of file digests"),
+}
+
+
+def check_rl_meta(meta: dict[str, Any], ckpts: Checkpoints, step: int) -> dict[str, Any]:
+    """``meta`` (a checkpoint's state.json), refused as damaged when a field a resume or a report reads
+    holds a value no run writes (the fix: the previous checkpoint)."""
+    file = ckpts.path(step) / STATE_DIR / "state.json"
+    required = ("env_steps", "episodes", "updates", "owed")
+    for name, (ok, words) in _META_FIELDS.items():
+        if name not in meta and name not in required:
+            continue
+        value = meta.get(name)
+        if not ok(value):
+            raise _damaged_field(ckpts, step, file, name, words, value)
+    if meta.get("guard") is not None:
+        from actlab.rl.guard import GuardState  # lazy: the guard module imports the statistics
+
+        try:
+            GuardState.from_dict(meta["guard"])
+        except (TypeError, ValueError) as e:
+            raise _damaged_field(
+                ckpts, step, file, "guard", "the guard's state as the run wrote it", e
+            ) from e
+    return meta
+
+
+def _damaged_field(
+    ckpts: Checkpoints, step: int, file: Path, name: str, words: str, found: Any
+) -> ActlabError:
+    return ActlabError(
+        f"checkpoint step {step} is damaged: its state.json holds a value no run writes (edited?)",
+        file=file,
+        field=name,
+        expected=words,
+        found=repr(found)[:200],
+        fix=ckpts.fallback_fix(step),
+    )
 
 
 def read_tensors(file: Path, ckpts: Checkpoints | None = None) -> dict[str, Any]:

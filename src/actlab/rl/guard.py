@@ -47,7 +47,18 @@ class GuardState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GuardState:
-        return cls(**data)
+        """The state as saved; a key it does not have or a value of the wrong type is a ValueError naming
+        the key (an edited state.json was ``__init__``'s TypeError traceback)."""
+        from actlab.errors import ActlabError
+        from actlab.utils.config import from_dict
+
+        try:
+            state = from_dict(cls, data, where="guard")
+        except ActlabError as e:  # an unknown key, with its did-you-mean
+            raise ValueError(f"{e.field}: {e.problem}") from e
+        if not 0.0 < state.bound <= 1.0:
+            raise ValueError(f"guard.bound: expected a number above 0 and at most 1, found {state.bound!r}")
+        return state
 
 
 @dataclass(frozen=True)

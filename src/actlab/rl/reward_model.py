@@ -115,6 +115,14 @@ class RewardModel:
         return (self.prob(nxt) > self.threshold).float().tolist()
 
 
+def _probability(value: Any) -> bool:
+    return not isinstance(value, bool) and 0.0 <= value <= 1.0  # (NaN fails the comparison)
+
+
+def _size(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
 def load_reward_model(path: str | Path) -> RewardModel:
     """A reward model directory written by ``actlab rl reward-model`` (loaded strictly)."""
     path = Path(path)
@@ -128,6 +136,23 @@ def load_reward_model(path: str | Path) -> RewardModel:
             found=meta,
             fix="train the reward model again with actlab rl reward-model",
         )
+    # a threshold NaN or above 1 rewarded no step, below 0 every step, without a word (the classifier's
+    # probability is compared with it); a size true or 390.5 built another classifier
+    checks = {
+        "threshold": (_probability(meta["threshold"]), "a probability from 0 to 1"),
+        "input_dim": (_size(meta["input_dim"]), "a whole number >= 1"),
+        "hidden": (_size(meta["hidden"]), "a whole number >= 1"),
+    }
+    for key, (ok, words) in checks.items():
+        if not ok:
+            raise ActlabError(
+                "the reward model metadata holds a value actlab rl reward-model never writes (edited?)",
+                file=path / META_FILE,
+                field=key,
+                expected=words,
+                found=meta[key],
+                fix="undo the edit, or train the reward model again with actlab rl reward-model",
+            )
     model = SuccessClassifier(int(meta["input_dim"]), int(meta["hidden"]))
     state = read_tensors(path / MODEL_FILE)
     try:

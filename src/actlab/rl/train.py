@@ -32,7 +32,7 @@ from actlab.lifecycle.rundir import (
 )
 from actlab.lifecycle.rundir import config_hash as lifecycle_config_hash
 from actlab.lifecycle.stop import StopSignals, catch_sigterm
-from actlab.rl.checkpoint import AGENT_FILE, CONFIG_FILE, RLCheckpoints, read_tensors
+from actlab.rl.checkpoint import AGENT_FILE, CONFIG_FILE, RLCheckpoints, check_rl_meta, read_tensors
 from actlab.rl.config import RESUMABLE, TRAIN_SEED_BASE, RLConfig, config_from_dict, config_to_dict
 from actlab.rl.guard import Decision, GuardState, adapt_to_base, decide, handed_back
 from actlab.rl.inputs import check_inputs
@@ -71,15 +71,19 @@ class RLSummary:
 
 
 def _is_run_dir(out: Path) -> bool:
-    """Whether ``out`` holds (the start of) an RL run: checkpoints, metrics, its base copy or a saved
-    RLConfig."""
-    if (out / "checkpoints").is_dir() or (out / METRICS_FILE).is_file() or (out / BASE_COPY).is_dir():
-        return True
-    try:
-        saved = read_json(out / RUN_CONFIG, "RL run config")
-    except ActlabError:
-        return False
-    return isinstance(saved, dict) and "total_env_steps" in saved
+    """Whether ``out`` holds (the start of) an RL run: its saved RLConfig; without a config.json (a run
+    stopped before writing it), checkpoints or its base copy. Metrics alone are no run (a run writes its
+    config.json first): a directory holding only a metrics.jsonl of the user's was taken for a run that
+    stopped early and its lines rewritten; a training run's directory was "already an RL run"."""
+    if (out / RUN_CONFIG).exists():
+        try:
+            saved = read_json(out / RUN_CONFIG, "RL run config")
+        except ActlabError:  # damaged: a resume names it; what else is there decides
+            return (
+                (out / "checkpoints").is_dir() or (out / METRICS_FILE).is_file() or (out / BASE_COPY).is_dir()
+            )
+        return isinstance(saved, dict) and "total_env_steps" in saved
+    return (out / "checkpoints").is_dir() or (out / BASE_COPY).is_dir()
 
 
 # What the run lifecycle (actlab.lifecycle) needs to know about an RL run directory.
@@ -755,10 +759,12 @@ def load_agent(path: str | Path, device: str = "cpu") -> Any:
     cfg = dataclasses.replace(cfg, device=device)
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
     agent_file = path / AGENT_FILE
+    meta: dict[str, Any] = {}
     if run_dir is not None and (path / "training_state" / "state.json").is_file():
         ckpts = RLCheckpoints(run_dir, cfg.checkpoint.keep_last)
         step = int(path.name.split("_")[1])
-        tensors = read_tensors(ckpts.verify(step, AGENT_FILE, ckpts.meta(step)), ckpts)
+        meta = check_rl_meta(ckpts.meta(step), ckpts, step)  # a policy_bound NaN: "the action contains NaN"
+        tensors = read_tensors(ckpts.verify(step, AGENT_FILE, meta), ckpts)
     else:
         tensors = read_tensors(agent_file)
     if run_dir is not None and not (run_dir / BASE_COPY).is_dir():
@@ -769,5 +775,6 @@ def load_agent(path: str | Path, device: str = "cpu") -> Any:
     state_file = path / "training_state" / "state.json"
     if cfg.residual_rl and state_file.is_file():
         # the residual's bound of this checkpoint's policy (a run before the guard: the full bound)
-        agent.bound = float(read_json(state_file, "checkpoint state").get("policy_bound") or 1.0)
+        state = meta or read_json(state_file, "checkpoint state")
+        agent.bound = float(state.get("policy_bound") or 1.0)
     return agent.eval()

@@ -304,13 +304,15 @@ def _write_run_config(cfg: TrainConfig, out: Path, dist: DistInfo) -> None:
 def _is_run_dir(out: Path) -> bool:
     """Whether ``out`` holds (the start of) an actlab training run: checkpoints, metrics, or a saved
     TrainConfig (a policy bundle's config.json has no ``steps``)."""
-    if (out / "checkpoints").is_dir() or (out / METRICS_FILE).is_file():
-        return True
-    try:
-        saved = read_json(out / CONFIG_FILE, "run config")
-    except ActlabError:
-        return False
-    return isinstance(saved, dict) and {"steps", "optim", "checkpoint"} <= saved.keys()
+    # Metrics alone are no run (a run writes its config.json first): a metrics.jsonl of the user's was
+    # taken for a run that stopped early and its lines rewritten; an RL run was "already a training run".
+    if (out / CONFIG_FILE).exists():
+        try:
+            saved = read_json(out / CONFIG_FILE, "run config")
+        except ActlabError:  # damaged: a resume names it; what else is there decides
+            return (out / "checkpoints").is_dir() or (out / METRICS_FILE).is_file()
+        return isinstance(saved, dict) and {"steps", "optim", "checkpoint"} <= saved.keys()
+    return (out / "checkpoints").is_dir()
 
 
 # What the run lifecycle (actlab.lifecycle) needs to know about a training run directory.

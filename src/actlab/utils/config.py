@@ -133,9 +133,16 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
                 raise ValueError(f"{where}: expected an integer, found {value!r}") from None
         raise ValueError(f"{where}: expected an integer, found {value!r}")
     if tp is float:
-        if isinstance(value, bool):
-            raise ValueError(f"{where}: expected a number, found {value!r}")
-        return float(value)
+        # null, a list, a dict or a word were float()'s TypeError traceback (--set sac.gamma=null), or its
+        # ValueError without the key, which from_file then named as the field ("could not convert string")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ValueError(f"{where}: expected a number, found {value!r}")
     if tp is str:
         if not isinstance(value, str):
             raise ValueError(f"{where}: expected a string, found {value!r}")
