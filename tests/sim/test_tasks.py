@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -164,7 +165,8 @@ def test_a_late_chunk_misses_the_cube_after_the_belt_turns():
     # What makes so101_pick_moving a real-time task (PickMovingConfig's docstring): even the expert,
     # executed in chunks 8 steps (267 ms) late, misses a cube whose belt turned meanwhile; on time it
     # picks it, and on a belt that never turns the same late chunks still pick it.
-    env = make_env("so101_pick_moving", cameras=(), max_steps=150)
+    # (a belt that always turns: this seed's turn, at 0.9 s)
+    env = make_env("so101_pick_moving", cameras=(), max_steps=150, belt_reverse_chance=1.0)
     try:
         assert _expert_in_chunks(env, 900, delay=0)["is_success"]
         late = _expert_in_chunks(env, 900, delay=8)
@@ -174,6 +176,31 @@ def test_a_late_chunk_misses_the_cube_after_the_belt_turns():
         env.close()
 
 
+def test_the_belt_turns_in_about_half_the_episodes_at_the_times_it_always_did():
+    # Whether the belt turns is drawn after its turn time, so a seed's cube, speeds and turn time are
+    # those of the belt that always turned; the episodes whose belt does not turn run out to its end.
+    coin = make_env("so101_pick_moving", cameras=())
+    always = make_env("so101_pick_moving", cameras=(), belt_reverse_chance=1.0)
+    try:
+        turns = []
+        for seed in range(300):
+            coin.reset(seed=seed)
+            always.reset(seed=seed)
+            assert 0.7 <= always._reverse_at <= 1.0
+            assert coin._speeds == always._speeds
+            assert coin._reverse_at in (always._reverse_at, math.inf)
+            turns.append(coin._reverse_at != math.inf)
+        assert 0.4 < np.mean(turns) < 0.6  # 300 fair coins: outside this 1 time in ~1,000
+        seed = turns.index(False)
+        coin.reset(seed=seed)
+        for _ in range(45):  # 1.5 s: past every turn time, the tray still runs out along -y
+            coin.step(coin.joint_positions())
+        assert coin.belt_velocity() < 0
+    finally:
+        coin.close()
+        always.close()
+
+
 def test_task_options_are_checked():
     with pytest.raises(ActlabError, match="distractors"):
         task_config("so101_pick_clutter", distractors=9)
@@ -181,6 +208,8 @@ def test_task_options_are_checked():
         task_config("so101_pick_moving", belt_speed_range=(0.05, 0.01))
     with pytest.raises(ActlabError, match="belt_reverse_range"):
         task_config("so101_pick_moving", belt_reverse_range=(1.0, 0.5))
+    with pytest.raises(ActlabError, match="belt_reverse_chance"):
+        task_config("so101_pick_moving", belt_reverse_chance=float("nan"))
     with pytest.raises(ActlabError, match="belt_far_y"):
         task_config("so101_pick_moving", belt_far_y=0.12)
     with pytest.raises(ActlabError, match="sim task"):
