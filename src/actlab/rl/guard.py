@@ -25,7 +25,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from actlab.errors import ActlabError
 from actlab.lifecycle.checkpoints import step_dir_name
+from actlab.utils.config import from_dict
 from actlab.utils.stats import paired_compare
 
 
@@ -49,9 +51,6 @@ class GuardState:
     def from_dict(cls, data: dict[str, Any]) -> GuardState:
         """The state as saved; a key it does not have or a value of the wrong type is a ValueError naming
         the key (an edited state.json was ``__init__``'s TypeError traceback)."""
-        from actlab.errors import ActlabError
-        from actlab.utils.config import from_dict
-
         try:
             state = from_dict(cls, data, where="guard")
         except ActlabError as e:  # an unknown key, with its did-you-mean
