@@ -41,6 +41,7 @@ from actlab.datasets.records import (
 )
 from actlab.datasets.rows import OUTLIER_SPREADS, Data, read_data
 from actlab.errors import ActlabError
+from actlab.utils.config import is_whole
 from actlab.utils.io import read_json, require_file, special_file_kind
 from actlab.utils.kinds import describe
 
@@ -173,15 +174,11 @@ def _info_error(root: Path, problem: str, field: str, expected: Any, found: Any)
     )
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def check_info_types(info: Mapping[str, Any], root: Path) -> None:
     """The types the reader relies on: fps a positive int, features ``{key: {dtype, shape, names}}``,
     path templates that format; raises an :class:`ActlabError` naming the first bad field."""
     fps = info["fps"]
-    if not ((_is_int(fps) or (isinstance(fps, float) and fps.is_integer())) and fps > 0):
+    if not ((is_whole(fps) or (isinstance(fps, float) and fps.is_integer())) and fps > 0):
         raise _info_error(root, "fps must be a positive integer", "fps", "e.g. 30", repr(fps))
     feats = info["features"]
     if not isinstance(feats, dict) or not feats:
@@ -192,7 +189,7 @@ def check_info_types(info: Mapping[str, Any], root: Path) -> None:
     for key, spec in feats.items():
         _check_feature(root, key, spec)
     for key in ("total_episodes", "total_frames", "total_tasks", "chunks_size"):
-        if key in info and not (_is_int(info[key]) and info[key] >= 0):
+        if key in info and not (is_whole(info[key]) and info[key] >= 0):
             raise _info_error(root, f"{key} must be a non-negative integer", key, "an int", repr(info[key]))
     for key, names in (("data_path", ("chunk_index", "file_index")), ("video_path", fmt.VIDEO_KEYS)):
         tmpl = info.get(key)
@@ -232,7 +229,7 @@ def _check_feature(root: Path, key: str, spec: Any) -> None:
                 "a numpy dtype (float32, int64, ...), video, image or string",
                 repr(dtype),
             ) from None
-    if not (isinstance(shape, list) and all(_is_int(n) and n > 0 for n in shape)):
+    if not (isinstance(shape, list) and all(is_whole(n) and n > 0 for n in shape)):
         found = "missing" if "shape" not in spec else repr(shape)
         raise _info_error(
             root, f"feature {key!r} has a bad shape", f"{where}.shape", "a list of positive ints", found

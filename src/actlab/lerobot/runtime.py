@@ -36,7 +36,7 @@ import numpy as np
 
 from actlab.errors import ActlabError
 from actlab.sim.units import check_units
-from actlab.utils.config import unknown_name_error
+from actlab.utils.config import is_number, unknown_name_error
 
 # LeRobot's robot feature names for the SO-101 follower's joints, in actlab's (= LeRobot's) order.
 JOINT_KEYS = (
@@ -566,7 +566,7 @@ def check_sim_robot_config(values: Mapping[str, Any]) -> None:
         value = values.get(name)
         if value is None and name == "max_relative_target":
             continue  # None: no limit
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and lo <= value <= hi
+        ok = is_number(value) and lo <= value <= hi
         if not ok:  # (NaN fails lo <= value)
             raise ActlabError(
                 "invalid simulated robot setting",

@@ -23,6 +23,7 @@ import numpy as np
 from actlab.errors import ActlabError
 from actlab.evaluation.taxonomy import PhaseRecord, classify
 from actlab.sim import FPS, TASKS, make_env
+from actlab.utils.config import is_whole
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def check_env_settings(max_steps: object, fps: object, cameras: object, field_pr
     checks = [
         (
             "episode_length",
-            isinstance(max_steps, int) and not isinstance(max_steps, bool) and 1 <= max_steps <= 10**7,
+            is_whole(max_steps) and 1 <= max_steps <= 10**7,
             "a whole number of control steps from 1 to 10000000",
             max_steps,
         ),

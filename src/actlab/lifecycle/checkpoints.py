@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
+from actlab.utils.config import is_whole
 from actlab.utils.io import (
     atomic_write_bytes,
     atomic_write_json,
@@ -52,7 +53,7 @@ def read_pointer(file: str | Path) -> dict[str, Any]:
     file = Path(file)
     data = read_json(file, f"checkpoint pointer {file.name}")
     step, name = data.get("step"), data.get("path")
-    is_step = isinstance(step, int) and not isinstance(step, bool) and step >= 0
+    is_step = is_whole(step) and step >= 0
     if not is_step or name != step_dir_name(step):
         raise ActlabError(
             f"checkpoint pointer {file.name} is damaged",

@@ -26,6 +26,7 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.lifecycle.checkpoints import STATE_DIR, Checkpoints
+from actlab.utils.config import is_number, is_whole
 from actlab.utils.io import atomic_write_bytes, atomic_write_json, read_json
 
 AGENT_FILE = "agent.safetensors"
@@ -87,15 +88,11 @@ class RLCheckpoints(Checkpoints):
 
 
 def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return is_whole(value) and value >= 0
 
 
 def _is_owed(value: Any) -> bool:
-    return _is_number(value) and 0.0 <= value < 1.0  # (NaN fails the comparison)
+    return is_number(value) and 0.0 <= value < 1.0  # (NaN fails the comparison)
 
 
 def _is_evals(value: Any) -> bool:
@@ -105,7 +102,7 @@ def _is_evals(value: Any) -> bool:
 
 
 def _is_bound(value: Any) -> bool:
-    return value is None or (_is_number(value) and 0.0 < value <= 1.0)
+    return value is None or (is_number(value) and 0.0 < value <= 1.0)
 
 
 def _is_object(value: Any) -> bool:

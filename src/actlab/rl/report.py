@@ -25,6 +25,7 @@ from actlab.lifecycle.checkpoints import STEP_DIR, read_pointer
 from actlab.lifecycle.metrics_log import read_metrics
 from actlab.rl.evaluate import evaluate_agent
 from actlab.rl.train import BASE_COPY, load_agent, newest_checkpoint
+from actlab.utils.config import is_number
 from actlab.utils.io import atomic_file, atomic_write_json, atomic_write_text, claimed_out_dir, read_json
 from actlab.utils.stats import paired_compare
 
@@ -123,7 +124,7 @@ def _checked_evals(rows: list[dict], file: Path) -> list[dict]:
     for i, r in enumerate(rows):
         for key in ("eval/success", "eval/base_success"):
             v = r.get(key)
-            if key in r and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1):
+            if key in r and not (is_number(v) and 0 <= v <= 1):
                 raise ActlabError(
                     "the run's metrics.jsonl holds an evaluation row actlab did not write (edited?)",
                     file=file,

@@ -28,6 +28,7 @@ from actlab.rl.checkpoint import read_tensors
 from actlab.rl.config import EnvConfig, ObsConfig, RLConfig, check_ranges
 from actlab.rl.demos import say_fewer_demos
 from actlab.rl.inputs import check_base_task, check_demos
+from actlab.utils.config import is_number, is_whole
 from actlab.utils.io import atomic_dir, atomic_write_json, check_out_dir, read_json
 
 MODEL_FILE = "reward_model.safetensors"
@@ -116,11 +117,11 @@ class RewardModel:
 
 
 def _probability(value: Any) -> bool:
-    return not isinstance(value, bool) and 0.0 <= value <= 1.0  # (NaN fails the comparison)
+    return is_number(value) and 0.0 <= value <= 1.0  # (NaN fails the comparison)
 
 
 def _size(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return is_whole(value) and value >= 1
 
 
 def load_reward_model(path: str | Path) -> RewardModel:

@@ -74,7 +74,7 @@ def _check_ceilings(cfg: Any) -> None:
         items = value if isinstance(value, (tuple, list)) else (value,)
         ceiling = _CEILINGS.get(key, _CEILING)
         for v in items:
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > ceiling:
+            if cfgutil.is_number(v) and v > ceiling:
                 _check(False, key, f"<= {ceiling:g} (more than one machine can hold or finish)", value)
 
 

@@ -54,6 +54,16 @@ def _resolved_hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+def is_whole(value: Any) -> bool:
+    """``value`` is an integer as JSON holds one (a bool is no number, though Python counts it an int)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """``value`` is a number as JSON holds one, int or float (NaN is one: range checks refuse it)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _coerce(value: Any, tp: Any, where: str) -> Any:
     """Convert a JSON value (or a command-line string) to the annotated type ``tp``."""
     origin = typing.get_origin(tp)
@@ -135,7 +145,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if tp is float:
         # null, a list, a dict or a word were float()'s TypeError traceback (--set sac.gamma=null), or its
         # ValueError without the key, which from_file then named as the field ("could not convert string")
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if is_number(value):
             return float(value)
         if isinstance(value, str):
             try:
