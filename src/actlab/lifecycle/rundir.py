@@ -23,6 +23,8 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.lifecycle.checkpoints import Checkpoints
+from actlab.lifecycle.metrics_log import METRICS_FILE
+from actlab.utils.io import read_json
 from actlab.utils.kinds import describe
 from actlab.utils.lock import LOCK_FILE
 
@@ -49,6 +51,22 @@ class RunKind:
     resumable: tuple[str, ...]
     # the article of ``name`` ("an RL run")
     article: str = "a"
+
+
+def holds_run(out: Path, config_file: str, config_keys: Iterable[str], markers: Iterable[str] = ()) -> bool:
+    """Whether ``out`` holds (the start of) a run whose saved config (``config_file``) has ``config_keys``;
+    without one (a run stopped before writing it), ``checkpoints/`` or another of the run's ``markers``
+    directories. Metrics alone are no run (a run writes its config first): a directory holding only a
+    metrics.jsonl of the user's was taken for a run that stopped early and its lines rewritten, and a run
+    of the other trainer was "already" one of this kind. A RunKind's ``is_run_dir``."""
+    dirs = ("checkpoints", *markers)
+    if (out / config_file).exists():
+        try:
+            saved = read_json(out / config_file, "run config")
+        except ActlabError:  # damaged: a resume names it; what else is there decides
+            return any((out / d).is_dir() for d in dirs) or (out / METRICS_FILE).is_file()
+        return isinstance(saved, dict) and set(config_keys) <= saved.keys()
+    return any((out / d).is_dir() for d in dirs)
 
 
 def check_run_path(out: Path) -> Path:

@@ -20,12 +20,13 @@ from typing import Any
 import numpy as np
 
 from actlab.errors import ActlabError
-from actlab.lifecycle.metrics_log import METRICS_FILE, MetricsLog
+from actlab.lifecycle.metrics_log import MetricsLog
 from actlab.lifecycle.rundir import (
     LOCKED_FIX,
     RunKind,
     check_fresh,
     check_run_path,
+    holds_run,
     refuse_changes,
     resume_diff,
     resume_start,
@@ -71,19 +72,8 @@ class RLSummary:
 
 
 def _is_run_dir(out: Path) -> bool:
-    """Whether ``out`` holds (the start of) an RL run: its saved RLConfig; without a config.json (a run
-    stopped before writing it), checkpoints or its base copy. Metrics alone are no run (a run writes its
-    config.json first): a directory holding only a metrics.jsonl of the user's was taken for a run that
-    stopped early and its lines rewritten; a training run's directory was "already an RL run"."""
-    if (out / RUN_CONFIG).exists():
-        try:
-            saved = read_json(out / RUN_CONFIG, "RL run config")
-        except ActlabError:  # damaged: a resume names it; what else is there decides
-            return (
-                (out / "checkpoints").is_dir() or (out / METRICS_FILE).is_file() or (out / BASE_COPY).is_dir()
-            )
-        return isinstance(saved, dict) and "total_env_steps" in saved
-    return (out / "checkpoints").is_dir() or (out / BASE_COPY).is_dir()
+    """Whether ``out`` holds (the start of) an RL run: its saved RLConfig, or its base copy."""
+    return holds_run(out, RUN_CONFIG, ("total_env_steps",), markers=(BASE_COPY,))
 
 
 # What the run lifecycle (actlab.lifecycle) needs to know about an RL run directory.

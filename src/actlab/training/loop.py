@@ -26,6 +26,7 @@ from actlab.lifecycle.rundir import (
     RunKind,
     check_fresh,
     check_run_path,
+    holds_run,
     refuse_changes,
     resume_start,
 )
@@ -302,17 +303,9 @@ def _write_run_config(cfg: TrainConfig, out: Path, dist: DistInfo) -> None:
 
 
 def _is_run_dir(out: Path) -> bool:
-    """Whether ``out`` holds (the start of) an actlab training run: checkpoints, metrics, or a saved
-    TrainConfig (a policy bundle's config.json has no ``steps``)."""
-    # Metrics alone are no run (a run writes its config.json first): a metrics.jsonl of the user's was
-    # taken for a run that stopped early and its lines rewritten; an RL run was "already a training run".
-    if (out / CONFIG_FILE).exists():
-        try:
-            saved = read_json(out / CONFIG_FILE, "run config")
-        except ActlabError:  # damaged: a resume names it; what else is there decides
-            return (out / "checkpoints").is_dir() or (out / METRICS_FILE).is_file()
-        return isinstance(saved, dict) and {"steps", "optim", "checkpoint"} <= saved.keys()
-    return (out / "checkpoints").is_dir()
+    """Whether ``out`` holds (the start of) an actlab training run (a policy bundle's config.json has no
+    ``steps``)."""
+    return holds_run(out, CONFIG_FILE, ("steps", "optim", "checkpoint"))
 
 
 # What the run lifecycle (actlab.lifecycle) needs to know about a training run directory.
