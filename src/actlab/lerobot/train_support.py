@@ -14,7 +14,7 @@ from typing import Any
 from actlab.datasets import compute_stats, open_dataset
 from actlab.errors import ActlabError
 from actlab.policies import get_config_class, make_policy
-from actlab.utils.config import from_dict
+from actlab.utils.config import from_dict, refused_value
 
 
 def build_policy_for_dataset(fields: dict[str, Any], root: str | Path, dataset_stats: Any = None) -> Any:
@@ -23,11 +23,10 @@ def build_policy_for_dataset(fields: dict[str, Any], root: str | Path, dataset_s
     try:
         cfg = from_dict(cls, {k: v for k, v in fields.items() if k != "type"}, where="policy.actlab_config")
     except ValueError as e:  # dim_model "x" or NaN: _coerce's ValueError was a traceback in lerobot-train
-        key, _, rest = str(e).partition(": ")
-        raise ActlabError(
+        raise refused_value(
+            e,
             "--policy.actlab_config holds a value of the wrong type",
-            field=key if rest else "policy.actlab_config",
-            found=rest or str(e),
+            field="policy.actlab_config",
             fix="give the field a value of its type (actlab train --help-config lists the fields and types)",
         ) from e
     if getattr(cfg, "obs_state_delta_frames", None) is not None:

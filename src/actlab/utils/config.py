@@ -160,6 +160,19 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
+def refused_value(
+    e: ValueError,
+    problem: str,
+    file: str | Path | None = None,
+    fix: str | None = None,
+    field: str | None = None,
+) -> ActlabError:
+    """The ActlabError for a value :func:`from_dict` (or a config's own check) refused with a ValueError
+    "KEY: what was wrong": the key as its field (``field`` where the message names none)."""
+    key, _, rest = str(e).partition(": ")
+    return ActlabError(problem, file=file, field=key if rest else field, found=rest or str(e), fix=fix)
+
+
 def from_file(build: typing.Callable[[], T], file: str | Path, what: str, fix: str | None) -> T:
     """``build()`` (a config made from the contents of ``file``), a value it refuses named with the file:
     a run's config.json edited to ``optim.lr: -1`` was "invalid training config value for optim.lr" with
@@ -168,14 +181,7 @@ def from_file(build: typing.Callable[[], T], file: str | Path, what: str, fix: s
     try:
         return build()
     except ValueError as e:
-        key, _, rest = str(e).partition(": ")
-        raise ActlabError(
-            f"{what} holds a value actlab cannot use (edited?)",
-            file=file,
-            field=key if rest else None,
-            found=rest or str(e),
-            fix=fix,
-        ) from e
+        raise refused_value(e, f"{what} holds a value actlab cannot use (edited?)", file=file, fix=fix) from e
     except ActlabError as e:
         if e.file is not None and str(e.file) != str(file):
             raise
