@@ -360,7 +360,7 @@ class FrameStore:
         if image_size is not None and image_size < 2:
             raise ActlabError("image_size must be >= 2", field="image_size", found=image_size)
         path = cls.path_for(ds, image_size, keys, cache_dir)
-        store, damage = (None, None) if rebuild else cls._try_open(path, keys)
+        store, damage = (None, None) if rebuild else cls.try_open(path, keys)
         if store is not None:
             if cache_dir is not None:
                 remember_store(path)
@@ -375,7 +375,7 @@ class FrameStore:
         # instead of decoding again (and never deletes a store another process has just finished).
         with _build_lock(path, progress):
             if not rebuild:
-                store, damage = cls._try_open(path, keys)
+                store, damage = cls.try_open(path, keys)
                 if store is not None:
                     return store
                 if damage is not None:  # said even without progress output: the cache was damaged
@@ -395,7 +395,7 @@ class FrameStore:
         the default location, instead of decoding the frames again into ``path``; None when there is none.
         An explicit ``cache_dir`` is honoured as given (never redirected)."""
         for other in store_candidates(ds, path.name):
-            store = cls._try_open(other, keys)[0]
+            store = cls.try_open(other, keys)[0]
             if store is not None:
                 if progress:
                     print(
@@ -407,7 +407,7 @@ class FrameStore:
         return None
 
     @classmethod
-    def _try_open(cls, path: Path, keys: Sequence[str] = ()) -> tuple[FrameStore | None, str | None]:
+    def try_open(cls, path: Path, keys: Sequence[str] = ()) -> tuple[FrameStore | None, str | None]:
         """(the finished store at ``path``, None), or (None, None) when there is none, or (None, what is
         wrong) when it is damaged; a store without one of ``keys`` (the cameras its name was made for) is
         damaged: a camera removed from store.json was "not in the frame store" at every run, the fix

@@ -521,14 +521,8 @@ def _cached_store(ds, cfg: TrainConfig):
     if not keys:
         return None
     path = FrameStore.path_for(ds, cfg.data.image_size, keys, cfg.data.cache_dir)
-    if path.is_dir():
-        try:
-            store = FrameStore.open(path)
-        except (ActlabError, OSError, ValueError, KeyError):
-            return None  # damaged: rebuilt later
-        # a camera removed from its store.json: damaged as well (it was "not in the frame store")
-        return store if all(k in store.frames for k in keys) else None
-    return None
+    # None where there is none or it is damaged (a camera removed from its store.json too): rebuilt later
+    return FrameStore.try_open(path, keys)[0]
 
 
 def _build_store(ds, cfg: TrainConfig, dist: DistInfo):
