@@ -49,7 +49,7 @@ def action_stats(policy_dir: str, file: str, step_name: str):
     with open(path) as f:
         steps = json.load(f)["steps"]
     step = next((s for s in steps if s["registry_name"] == step_name), None)
-    if step is None:
+    if step is None or "state_file" not in step:  # none, or one without statistics (passes through)
         return None
     stats = load_file(os.path.join(policy_dir, step["state_file"]))
     return stats["action.mean"].astype(np.float32), stats["action.std"].astype(np.float32)

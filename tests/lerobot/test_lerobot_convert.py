@@ -188,7 +188,16 @@ def test_plugin_export_round_trip_gives_the_same_actions_and_parameter_count(tmp
     assert cfg["type"] == "actlab_act" and cfg["actlab_config"]["vision_backbone"] == "cnn_small"
     assert cfg["input_features"][CAMS[0]] == {"type": "VISUAL", "shape": [3, 32, 32]}
     pre = json.loads((tmp_path / "lerobot" / "policy_preprocessor.json").read_text())
-    assert "normalizer_processor" not in [s["registry_name"] for s in pre["steps"]]
+    # LeRobot's step names (lerobot-train overrides them on a resume or a fine-tune), passing through:
+    # IDENTITY for every feature type and no statistics (actlab's policy normalizes inside)
+    post = json.loads((tmp_path / "lerobot" / "policy_postprocessor.json").read_text())
+    steps = {s["registry_name"]: s for s in pre["steps"] + post["steps"]}
+    assert [s["registry_name"] for s in pre["steps"]][-1] == "normalizer_processor"
+    assert post["steps"][0]["registry_name"] == "unnormalizer_processor"
+    for name in ("normalizer_processor", "unnormalizer_processor"):
+        assert set(steps[name]["config"]["norm_map"].values()) == {"IDENTITY"}
+        assert "state_file" not in steps[name]
+    assert list(steps["normalizer_processor"]["config"]["features"]) == [*cfg["input_features"], "action"]
     back_summary = import_lerobot_act(tmp_path / "lerobot", tmp_path / "bundle")
     n = sum(p.numel() for p in policy.parameters())
     assert summary["n_parameters"] == back_summary["n_parameters"] == n

@@ -291,3 +291,64 @@ def test_lerobot_train_actlab_act_relative_then_import_gives_the_same_actions(wo
     diff = max(float((a - theirs[f"chunk/{i}"]).abs().max()) for i, a in enumerate(ours))
     print(f"\nlerobot-train actlab_act_relative -> actlab policy import: max chunk diff {diff:.2e}")
     assert diff <= TOL
+
+
+def test_lerobot_train_of_the_plugin_type_resumes_and_fine_tunes(work, sim_data):
+    """lt1 (docs/faults.md, "Sixteenth fault run"): LeRobot 0.6.1's train script overrides the steps named
+    normalizer_processor / unnormalizer_processor of every pretrained pipeline it loads, so
+    `lerobot-train --resume=true` of a plugin-type run, and a fine-tune from a plugin export with
+    `--policy.path`, ended in "KeyError: Override keys ['normalizer_processor'] do not match any step".
+    The plugin's pipelines (and the export's) now have those steps, passing through (IDENTITY). And
+    chunk_size set only in --policy.actlab_config left config.json's LeRobot fields at their defaults
+    (30 / 10), which the plugin's loader refuses as an edit: they now state the trained values."""
+    out = work / "train_resume"
+    actlab_config = json.dumps(
+        {"vision_backbone": "cnn_small", "pretrained_backbone_weights": None, "dim_model": 32, "n_heads": 2,
+         "dim_feedforward": 64, "chunk_size": 10, "n_action_steps": 4, "n_encoder_layers": 1,
+         "n_vae_encoder_layers": 1, "latent_dim": 8}
+    )  # fmt: skip
+    common = ["--policy.push_to_hub=false", "--policy.device=cpu", "--wandb.enable=false", "--batch_size=2"]
+    common += ["--num_workers=0", "--log_freq=2"]
+    data = [f"--dataset.root={sim_data}", "--dataset.repo_id=local/sim", "--dataset.video_backend=pyav"]
+    first = [*data, "--policy.type=actlab_act", f"--policy.actlab_config={actlab_config}", *common]
+    res = run([str(BIN / "lerobot-train"), *first, "--steps=4", "--save_freq=2", f"--output_dir={out}"],
+              env=lerobot_env(work), timeout=600)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    cfg = json.loads((out / "checkpoints/000004/pretrained_model/config.json").read_text())
+    assert (
+        (cfg["chunk_size"], cfg["n_action_steps"])
+        == (10, 4)
+        == tuple(cfg["actlab_config"][k] for k in ("chunk_size", "n_action_steps"))
+    )
+    train_config = out / "checkpoints/last/pretrained_model/train_config.json"
+    resume = [f"--config_path={train_config}", "--resume=true", "--steps=6"]
+    res = run([str(BIN / "lerobot-train"), *resume], env=lerobot_env(work), timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "Override keys" not in res.stderr and (out / "checkpoints/000006/pretrained_model").is_dir()
+    # a fine-tune from the plugin export of the resumed run
+    bundle, export = work / "resumed_bundle", work / "resumed_export"
+    res = run_cli(
+        "policy", "import", out / "checkpoints/000006/pretrained_model", "--out", bundle, timeout=300
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    res = run_cli("policy", "export", bundle, "--to", "lerobot", "--out", export, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    tune = [*data, f"--policy.path={export}", *common, "--steps=2", "--save_freq=2"]
+    res = run([str(BIN / "lerobot-train"), *tune, f"--output_dir={work / 'fine_tune'}"],
+              env=lerobot_env(work), timeout=600)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (work / "fine_tune/checkpoints/000002/pretrained_model/actlab_bundle").is_dir()
+    # the LeRobot field and actlab_config set to two values: refused, both named
+    clash = [*first, "--policy.chunk_size=20", "--steps=2", f"--output_dir={work / 'clash'}"]
+    res = run([str(BIN / "lerobot-train"), *clash], env=lerobot_env(work), timeout=600)
+    assert res.returncode != 0 and "--policy.chunk_size and --policy.actlab_config disagree" in res.stderr
+    assert "--policy.chunk_size=20, actlab_config chunk_size=10" in res.stderr
+    # a normalization mode other than IDENTITY would normalize twice in a fine-tune: refused at parse time
+    nm = [
+        *first,
+        '--policy.normalization_mapping={"VISUAL": "MEAN_STD"}',
+        "--steps=2",
+        f"--output_dir={work / 'nm'}",
+    ]
+    res = run([str(BIN / "lerobot-train"), *nm], env=lerobot_env(work), timeout=600)
+    assert res.returncode != 0 and "--policy.normalization_mapping" in res.stderr and "IDENTITY" in res.stderr

@@ -9,6 +9,8 @@ from lerobot.configs.policies import PreTrainedConfig
 from lerobot.configs.types import NormalizationMode
 from lerobot.optim.optimizers import AdamWConfig
 
+from actlab.errors import ActlabError
+
 
 @dataclass
 class _ActlabConfig(PreTrainedConfig):
@@ -35,8 +37,9 @@ class _ActlabConfig(PreTrainedConfig):
     execution_latency: int = 0
     # control steps between inference starts (actlab eval --horizon); None: as actlab eval chooses
     execution_horizon: int | None = None
-    # LeRobot's processors do no normalization: actlab's policy normalizes inside (its statistics travel
-    # in the bundle), so this mapping is informational
+    # LeRobot's (un)normalizer steps pass everything through: actlab's policy normalizes inside (its
+    # statistics travel in the bundle). IDENTITY only: any other mode would normalize twice when
+    # lerobot-train hands a dataset's statistics to those steps (a fine-tune from --policy.path)
     normalization_mapping: dict[str, NormalizationMode] = field(
         default_factory=lambda: {
             "VISUAL": NormalizationMode.IDENTITY,
@@ -49,6 +52,19 @@ class _ActlabConfig(PreTrainedConfig):
     optimizer_weight_decay: float = 1e-4
 
     ACTLAB_TYPE = "act"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        modes = {str(k): getattr(v, "value", v) for k, v in (self.normalization_mapping or {}).items()}
+        if any(mode != "IDENTITY" for mode in modes.values()):
+            raise ActlabError(
+                "invalid setting of an actlab policy: --policy.normalization_mapping",
+                field="normalization_mapping",
+                expected="IDENTITY for every feature type (actlab's policy normalizes inside with its "
+                "bundle's statistics)",
+                found=modes,
+                fix="leave --policy.normalization_mapping out",
+            )
 
     def actlab_fields(self) -> dict[str, Any]:
         """actlab's config fields: ``actlab_config`` plus chunk_size / n_action_steps when it omits them."""

@@ -17,6 +17,7 @@ actions ``actlab eval --execution MODE --latency D`` measured.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -60,6 +61,26 @@ def _build_from_dataset(config: Any, dataset_meta: Any, dataset_stats: Any) -> A
     return build_policy_for_dataset(config.actlab_fields(), dataset_meta.root, dataset_stats)
 
 
+_TOP_FIELDS = ("chunk_size", "n_action_steps", "n_obs_steps")
+
+
+def _check_top_fields(config: Any) -> None:
+    """Refuse ``--policy.chunk_size`` (n_action_steps, n_obs_steps) set to one value and
+    ``--policy.actlab_config`` to another: actlab_config's would win without a word. A LeRobot field
+    left at its default gives way to actlab_config's value."""
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    for key in _TOP_FIELDS:
+        top, inner = getattr(config, key), (config.actlab_config or {}).get(key)
+        if inner is not None and top != inner and top != defaults.get(key):
+            raise ActlabError(
+                f"--policy.{key} and --policy.actlab_config disagree",
+                field=key,
+                expected="one value (set it in one place)",
+                found=f"--policy.{key}={top}, actlab_config {key}={inner}",
+                fix=f"drop --policy.{key} or the key from --policy.actlab_config",
+            )
+
+
 class _ActlabPolicy(PreTrainedPolicy):
     """actlab's policy behind LeRobot's ``PreTrainedPolicy`` interface."""
 
@@ -76,9 +97,15 @@ class _ActlabPolicy(PreTrainedPolicy):
     ) -> None:
         super().__init__(config)
         if actlab_policy is None:
+            _check_top_fields(config)
             actlab_policy = _build_from_dataset(config, dataset_meta, dataset_stats)
             config.actlab_config = _config_dict(actlab_policy)
             config.actlab_features = actlab_policy.features
+            # the saved config.json states what the weights run: actlab_config's values win over the
+            # LeRobot fields (actlab_fields), and from_pretrained refuses a config.json whose top-level
+            # chunk_size / n_action_steps / n_obs_steps disagree with the bundle (an edit)
+            for key in _TOP_FIELDS:
+                setattr(config, key, getattr(actlab_policy.config, key))
         self.model = actlab_policy
         self._cameras = trained_cameras(self.model.features, list(self.model.camera_keys))
         self._said: set[str] = set()

@@ -275,25 +275,43 @@ def normalizer_stats(policy: Any) -> dict[str, Any]:
 
 
 def processor_configs(policy: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``policy_preprocessor.json`` and ``policy_postprocessor.json`` (LeRobot's default ACT pipelines)."""
+    """``policy_preprocessor.json`` and ``policy_postprocessor.json`` (LeRobot's default ACT pipelines:
+    rename -> batch -> device -> normalizer, and unnormalizer -> device after), normalizing with the
+    statistics of the state files."""
     inputs, outputs = lerobot_features(policy)
-    norm_map = {"VISUAL": "MEAN_STD", "STATE": "MEAN_STD", "ACTION": "MEAN_STD"}
-    pre, post = plugin_processor_configs()  # rename -> batch -> device, and device after ...
-    pre["steps"].append(  # ... with LeRobot's normalization after them, and its inverse first after
-        {
-            "registry_name": "normalizer_processor",
-            "config": {"eps": NORM_EPS, "features": {**inputs, **outputs}, "norm_map": norm_map},
-            "state_file": PRE_STATE,
-        }
-    )
-    post["steps"].insert(
-        0,
-        {
-            "registry_name": "unnormalizer_processor",
-            "config": {"eps": NORM_EPS, "features": outputs, "norm_map": norm_map},
-            "state_file": POST_STATE,
-        },
-    )
+    return _pipelines(inputs, outputs, "MEAN_STD", state=True)
+
+
+def _pipelines(inputs: dict, outputs: dict, mode: str, state: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The two pipelines' JSON with LeRobot's (un)normalizer steps in ``mode`` for every feature type.
+
+    Both types of export have the steps by name: LeRobot 0.6.1's ``lerobot-train`` overrides the steps
+    named ``normalizer_processor`` / ``unnormalizer_processor`` of every pretrained processor it loads (a
+    resume, a fine-tune from ``--policy.path``) and stops with "Override keys ... do not match any step"
+    when a pipeline lacks them. ``state``: the steps read their statistics from the state files."""
+    norm_map = dict.fromkeys(("VISUAL", "STATE", "ACTION"), mode)
+    device = {"device": "cpu", "float_dtype": None}
+    normalizer = {"eps": NORM_EPS, "features": {**inputs, **outputs}, "norm_map": norm_map}
+    unnormalizer = {"eps": NORM_EPS, "features": outputs, "norm_map": norm_map}
+    pre = {
+        "name": PREPROCESSOR,
+        "steps": [
+            {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
+            {"registry_name": "to_batch_processor", "config": {}},
+            {"registry_name": "device_processor", "config": device},
+            {"registry_name": "normalizer_processor", "config": normalizer},
+        ],
+    }
+    post = {
+        "name": POSTPROCESSOR,
+        "steps": [
+            {"registry_name": "unnormalizer_processor", "config": unnormalizer},
+            {"registry_name": "device_processor", "config": device},
+        ],
+    }
+    if state:
+        pre["steps"][3]["state_file"] = PRE_STATE
+        post["steps"][0]["state_file"] = POST_STATE
     return pre, post
 
 
@@ -393,20 +411,12 @@ def plugin_config(policy: Any) -> dict[str, Any]:
     }
 
 
-def plugin_processor_configs() -> tuple[dict[str, Any], dict[str, Any]]:
-    """The plugin's pipelines: rename -> batch -> device, and device(cpu) after. No normalizer: actlab's
-    policy normalizes inside (its statistics are in the bundle), so LeRobot's path runs actlab's math."""
-    device = {"device": "cpu", "float_dtype": None}
-    pre = {
-        "name": PREPROCESSOR,
-        "steps": [
-            {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
-            {"registry_name": "to_batch_processor", "config": {}},
-            {"registry_name": "device_processor", "config": device},
-        ],
-    }
-    post = {"name": POSTPROCESSOR, "steps": [{"registry_name": "device_processor", "config": device}]}
-    return pre, post
+def plugin_processor_configs(policy: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The plugin's pipelines: LeRobot's ACT pipelines with (un)normalizer steps of mode IDENTITY and no
+    statistics, which pass everything through: actlab's policy normalizes inside with its bundle's
+    statistics, so LeRobot's path runs actlab's math (the plugin's factory builds the same steps)."""
+    inputs, outputs = lerobot_features(policy)
+    return _pipelines(inputs, outputs, "IDENTITY", state=False)
 
 
 def _plugin_notes(policy: Any) -> list[str]:
@@ -443,7 +453,7 @@ def export_plugin_policy(
             found=kind,
         )
     config = plugin_config(policy)
-    pre, post = plugin_processor_configs()
+    pre, post = plugin_processor_configs(policy)
     summary = {
         "source": source,
         "lerobot_format": LEROBOT_VERSION,
