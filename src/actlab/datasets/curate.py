@@ -144,6 +144,35 @@ def _plan(lay: Layout, spec: CurateSpec, root: Path) -> tuple[dict[int, str], di
     return dropped, trims
 
 
+# Checks whose errors the copy repairs by how it is written, not by hiding them: the writer numbers the
+# global index 0..N-1 and writes each frame's task_index from its episode's task.
+_REWRITTEN = ("index", "task_index")
+
+
+def _refuse_hidden_errors(loose: Report, dropped: Mapping[int, str], root: Path) -> None:
+    """Refuse an error of the input in an episode the copy keeps (or of the dataset as a whole): the
+    writer renumbers frames and rewrites timestamps, so rows in reverse order, timestamps missing, of
+    another clock or text, an unlisted column, a data file changed since it was written were copied into
+    a dataset whose doctor said "0 error(s)" (exit 0, not a word of the input's errors)."""
+    for p in loose.problems:
+        if p.severity != "error" or p.check in _REWRITTEN:
+            continue
+        kept = [e for e in p.episodes if e not in dropped]
+        if p.episodes and not kept:
+            continue  # only in episodes the copy drops: the point of dropping them
+        drop = ",".join(map(str, kept))
+        raise ActlabError(
+            f"the input has an error the curated copy would hide (`{p.check}`): {p.problem}",
+            file=p.file,
+            field=p.field,
+            expected=p.expected,
+            found=p.found,
+            fix=(f"drop the episode (--drop-episodes {drop}, or --drop-flagged), or " if kept else "")
+            + f"repair the input: {p.fix} (`actlab data doctor {root}` lists every problem; nothing was "
+            "written)",
+        )
+
+
 def curate(
     src: str | Path,
     out: str | Path,
@@ -198,6 +227,7 @@ def curate(
             fix=(said[0].fix if said else "re-export the dataset")
             + f" (`actlab data doctor {root}` lists every problem; nothing was written)",
         )
+    _refuse_hidden_errors(loose, dropped, root)
     kept = [e for e in lay.episodes if e.index not in dropped]
     fps = int(lay.info["fps"])
 
@@ -221,14 +251,16 @@ def curate(
                     frames: dict[str, np.ndarray] = {}
                     for k in numeric:
                         frames[k] = data.columns[k][e.start + start : e.start + stop]
-                    for k in cams:
-                        path, lo, _ = e.videos[k]
-                        if root / path not in decoders:  # one open decoder per video file
-                            decoders[root / path] = VideoDecoder(root / path)
-                        dec = decoders[root / path]
-                        ts = [lo + i / fps for i in range(start, stop)]
-                        frames[k] = np.stack(dec.frames_at(ts, fmt.TIMESTAMP_TOLERANCE_S))
                     try:
+                        # (decoding inside: a video shorter than its episode was said without the
+                        # episode, and with "run the doctor" for a fix instead of dropping it)
+                        for k in cams:
+                            path, lo, _ = e.videos[k]
+                            if root / path not in decoders:  # one open decoder per video file
+                                decoders[root / path] = VideoDecoder(root / path)
+                            dec = decoders[root / path]
+                            ts = [lo + i / fps for i in range(start, stop)]
+                            frames[k] = np.stack(dec.frames_at(ts, fmt.TIMESTAMP_TOLERANCE_S))
                         w.add_episode(frames, task=(e.tasks or ("",))[0] or "task")
                     except EncoderStalled:  # not this episode's fault: the whole write runs again
                         raise
@@ -239,7 +271,8 @@ def curate(
                             raise
                         raise ActlabError(
                             f"episode {e.index} cannot be written: {err.problem}",
-                            file=root / e.data_file,
+                            # the input's video that cannot give a frame, else the episode's data file
+                            file=err.file if (err.file or "").startswith(str(root)) else root / e.data_file,
                             field=err.field,
                             expected=err.expected,
                             found=err.found,

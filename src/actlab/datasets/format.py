@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from actlab.errors import ActlabError
+
 CODEBASE_VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
@@ -44,19 +46,51 @@ CAMERA_DTYPES = ("video", "image")
 SIM_INFO_KEY = "actlab_sim"
 
 
-def sim_seeds(info: Mapping[str, Any]) -> dict[str, Any] | None:
+# The joint units a recording may be in (actlab.sim.units.UNITS reads this: the sim sits above datasets).
+SIM_UNITS: tuple[str, ...] = ("degrees", "so101_follower")
+
+
+def sim_seeds(
+    info: Mapping[str, Any], file: Any = None, fix: str | None = None, key: str = SIM_INFO_KEY
+) -> dict[str, Any] | None:
     """The recorder's ``{"task", "episode_seeds", "units"}`` of a dataset's info.json, or None when it has
     none. ``units``: the joint units of its actions and states ("degrees" when the block does not name
     any: the recorder writes them only for another, so101_follower). A bundle keeps this block (training
-    copies it), so an evaluation knows the units its policy learned."""
+    copies it), so an evaluation knows the units its policy learned.
+
+    A block of another shape is refused, naming ``file`` (the info.json or the bundle's actlab.json) and
+    ``key`` (where the block sits in it): seeds "0..3" turned the training-seed check off without a word,
+    ["x"] was int()'s traceback, a task 5 was named as the task "5" and units "radians" gave the fix
+    "--units radians" (no such units)."""
     block = info.get(SIM_INFO_KEY)
-    if not isinstance(block, Mapping) or not isinstance(block.get("episode_seeds"), list):
+    if block is None:
         return None
-    return {
-        "task": str(block.get("task", "")),
-        "episode_seeds": [int(s) for s in block["episode_seeds"]],
-        "units": str(block.get("units", "degrees")),
-    }
+
+    def damaged(field: str, expected: str, found: Any) -> ActlabError:
+        return ActlabError(
+            "the sim recorder's record of the episodes is damaged (edited?)",
+            file=file,
+            field=f"{key}{field}",
+            expected=expected,
+            found=repr(found)[:120],
+            fix=fix
+            or f"restore the file from a copy (actlab sim record writes {SIM_INFO_KEY} as the episodes were "
+            f"recorded), or remove {SIM_INFO_KEY} (an evaluation then cannot refuse its training scenes)",
+        )
+
+    if not isinstance(block, Mapping):
+        raise damaged("", "an object {task, episode_seeds, units}", block)
+    seeds = block.get("episode_seeds")
+    whole = isinstance(seeds, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+    if not whole or any(s < 0 for s in seeds):
+        raise damaged(".episode_seeds", "a list of the episodes' env seeds (whole numbers >= 0)", seeds)
+    task = block.get("task", "")
+    if not isinstance(task, str):
+        raise damaged(".task", "the sim task's name, e.g. so101_pick_place", task)
+    units = block.get("units", "degrees")
+    if units not in SIM_UNITS:
+        raise damaged(".units", " or ".join(SIM_UNITS), units)
+    return {"task": task, "episode_seeds": list(seeds), "units": units}
 
 
 def is_camera(feature: Mapping[str, Any]) -> bool:

@@ -307,6 +307,8 @@ def parse(root: str | Path, report: Report) -> Layout | None:
     info = report.stage("info", lambda: read_info(root))
     if info is None:
         return None
+    # the recorder's block, read by training and evaluation: a damaged one is said at every open
+    report.stage("sim_record", lambda: fmt.sim_seeds(info, root / fmt.INFO_PATH))
     parsed = report.stage("episodes", lambda: read_episodes(root, info, report))
     if parsed is None:
         return None

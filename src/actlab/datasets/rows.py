@@ -261,6 +261,7 @@ def _check_within_episodes(
                 f"0..{int(rows.sum()) - 1}",
                 f"{fi[rows][:5].tolist()}...",
                 "sort the episode's rows by frame_index or re-export",
+                episodes=[e],
             )
     if "timestamp" in cols:
         ts = cols["timestamp"][order, 0].astype(np.float64)
@@ -275,6 +276,7 @@ def _check_within_episodes(
                 f"> {ts[i - 1]:.6f} at frame {pos[i]}",
                 f"{ts[i]:.6f}",
                 "sort the rows by frame_index or re-export; timestamps must be frame_index / fps",
+                episodes=[e],
             )
         grid = pos / fps
         off = np.flatnonzero(np.abs(ts - grid) > fmt.TIMESTAMP_TOLERANCE_S)
@@ -304,6 +306,13 @@ def _off_grid(ts: np.ndarray, fps: float, e: int) -> tuple[str, str]:
     step = float(np.median(dt))
     if step > 0 and abs(step - 1 / fps) > fmt.TIMESTAMP_TOLERANCE_S:
         shown = 1 / step
+        if round(shown) < 1:  # "set fps to 0 in info.json" was the fix of timestamps written in ms
+            return (
+                f"the timestamps advance at {shown:.4g} fps, info.json says {fps:g}",
+                f"no recording runs below 1 fps: the timestamps step {step * fps:.4g} x 1/fps (milliseconds "
+                "give 1000): the episode was written in another unit or clock; re-export it with timestamps "
+                "in seconds (frame_index / fps)",
+            )
         return (
             f"the timestamps advance at {shown:.4g} fps, info.json says {fps:g}",
             f"if the recording ran at {shown:.4g} fps, set fps to {round(shown)} in info.json (and the "
@@ -453,6 +462,8 @@ def _check_finite(cols: Mapping[str, np.ndarray], file: Path, report: Report) ->
         if bad.any():
             rows, dims = np.nonzero(bad)
             ep = cols["episode_index"][rows[0], 0] if "episode_index" in cols else "?"
+            # the episodes concerned: curate lets a NaN pass only in an episode it drops
+            eps = np.unique(cols["episode_index"][rows, 0]).tolist() if "episode_index" in cols else []
             report.add(
                 "nan",
                 f"{int(bad.any(axis=1).sum())} frame(s) of {key!r} hold NaN or inf",
@@ -461,4 +472,5 @@ def _check_finite(cols: Mapping[str, np.ndarray], file: Path, report: Report) ->
                 "finite values",
                 f"{flat[rows[0], dims[0]]} at frame {rows[0]} (episode {ep}, dim {dims[0]})",
                 "drop or repair the affected episodes (e.g. re-record them) and re-export",
+                episodes=eps,
             )

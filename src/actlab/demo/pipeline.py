@@ -335,7 +335,12 @@ def _refuse_owned_overrides(overrides: Sequence[str]) -> None:
 
 def _load_state(out: Path) -> dict[str, Any]:
     path = out / STATE_FILE
-    return read_json(path, "demo state file") if path.is_file() else {}
+    # (the fix was "repair or regenerate the file": no command regenerates it, --fresh starts over)
+    fix = (
+        "restore it from a copy, or run the demo again with --fresh (every stage runs again; the "
+        "directory's data/, run/ and eval/ are replaced)"
+    )
+    return read_json(path, "demo state file", fix=fix) if path.is_file() else {}
 
 
 def _stage_current(state: dict, stage: str, settings: dict, outputs: list[Path], out: Path) -> bool:
@@ -350,10 +355,17 @@ def _stage_current(state: dict, stage: str, settings: dict, outputs: list[Path],
         return False
     result = entry.get("result")
     digest = entry.get("digest")
-    if not isinstance(result, dict) or (digest is not None and digest != _digest(result)):
+    # An entry without a digest (an earlier actlab's, or one whose digest was removed) cannot be told from
+    # an edited one: its result was reused as written (a count edited to 5/2 in the report, or
+    # matplotlib's traceback). It runs again, once: the stage then writes its digest.
+    if not isinstance(result, dict) or digest != _digest(result):
+        why = (
+            "has no digest (written by an earlier actlab, or removed): it cannot be told from an edit"
+            if digest is None and isinstance(result, dict)
+            else "was changed since the stage wrote it (edited?)"
+        )
         print(
-            f"      {out / STATE_FILE}: the {stage} stage's result was changed since the stage wrote it "
-            "(edited?): running the stage again",
+            f"      {out / STATE_FILE}: the {stage} stage's result {why}: running the stage again",
             file=sys.stderr,
             flush=True,
         )
@@ -629,6 +641,9 @@ def _realtime(cfg: DemoConfig, out: Path, state: dict, evaluation: dict, log: St
     last = CONFIRM_SEED + cfg.eval_episodes - 1
     result = {
         "dir": REALTIME_DIR,
+        # (eval compare pairs a cell with another evaluation of the same task: without it the demo's own
+        # sync cell and its confirmation were refused as "no task (removed from the record?)")
+        "task": cfg.task,
         "checkpoint": evaluation["best"],
         "episodes": cfg.eval_episodes,
         "seeds": f"{CONFIRM_SEED}..{last}",  # episode i uses seed + i, in every cell

@@ -99,12 +99,21 @@ def _json_file(path: Path, label: str, name: str | None = None) -> Path:
                 "compare those",
             )
         if not found:
+            # a demo's eval/ holds its records one level down (sweep/, best/, realtime/): name them
+            below = sorted(d for d in path.iterdir() if d.is_dir() and any((d / f).is_file() for f in FILES))
             raise ActlabError(
                 "not an evaluation directory",
                 file=str(path),
                 expected="results.json (actlab eval --out) or sweep.json (a delay sweep)",
-                found="neither",
-                fix="pass the --out directory of an actlab eval run, or its results.json",
+                found="neither"
+                + (
+                    f"; evaluations in its subdirectories: {', '.join(d.name for d in below)}"
+                    if below
+                    else ""
+                ),
+                fix=f"pass one of {', '.join(str(d) for d in below)}"
+                if below
+                else "pass the --out directory of an actlab eval run, or its results.json",
             )
         if len(found) > 1 and name is not None:
             # a sweep's cells are named MODE@DELAY (POLICY/MODE@DELAY), a results.json's checkpoints by
@@ -149,6 +158,13 @@ def _json_file(path: Path, label: str, name: str | None = None) -> Path:
 
 
 def _pick(names: list[str], name: str | None, path: Path, what: str) -> int:
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # two entries of one name: the first was compared, whichever the user meant
+        i = [k for k, n in enumerate(names) if n == twice[0]][1]
+        key = "checkpoints" if what == "checkpoint" else "cells"
+        raise _damaged(
+            path, f"{key}[{i}]", f"each {what} once (names: {', '.join(names)})", _Said(f"{twice[0]} again")
+        )
     if name is None and len(names) == 1:
         return 0
     if name in names:
@@ -222,6 +238,10 @@ def read_checkpoint_outcomes(chosen: dict, i: int, file: Path) -> dict[int, bool
         solved = e.get("success")
         if not isinstance(solved, bool):  # "false" was read as solved (bool("false") is True), null as not
             raise _damaged(file, f"{field}[{k}].success", "true or false", solved)
+        if "outcome" in e and not isinstance(e["outcome"], str):  # 5 or null was not read at all
+            raise _damaged(
+                file, f"{field}[{k}].outcome", "an outcome name ('success', 'timeout', ...)", e["outcome"]
+            )
         if isinstance(e.get("outcome"), str) and (e["outcome"] == "success") != solved:
             raise _damaged(
                 file, f"{field}[{k}]", "success true exactly when outcome is 'success'", e["outcome"]
@@ -246,6 +266,35 @@ def _check_counts(summary: object, success: dict[int, bool], file: Path, field: 
                 f"{mine}, as its episodes' outcomes count ({k} solved of {n})",
                 summary[key],
             )
+    # the rate and the failure taxonomy beside them (a rate NaN or 1.0 over 0/4, a taxonomy of 3
+    # successes were read without a word: every other count of the record was checked)
+    rate = summary.get("success_rate")
+    if "success_rate" in summary and not (
+        isinstance(rate, (int, float)) and not isinstance(rate, bool) and abs(rate - k / n) <= 1e-9
+    ):
+        raise _damaged(file, f"{field}.success_rate", f"{k / n:g} ({k} solved of {n})", rate)
+    taxonomy = summary.get("outcomes")
+    if "outcomes" in summary:
+        counts = list(taxonomy.values()) if isinstance(taxonomy, dict) else None
+        if (
+            counts is None
+            or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)
+            or sum(counts) != n
+            or taxonomy.get("success", 0) != k
+        ):
+            raise _damaged(
+                file,
+                f"{field}.outcomes",
+                f"counts per outcome summing to {n}, success {k} (as its episodes' outcomes count)",
+                taxonomy,
+            )
+
+
+def _check_total(data: dict, success: dict[int, bool], file: Path) -> None:
+    """The record's own ``episodes`` (every checkpoint or cell ran that many): an edited 7 or NaN beside
+    4 episodes was not read, while the same count of a checkpoint was refused."""
+    if "episodes" in data and data["episodes"] != len(success):
+        raise _damaged(file, "episodes", f"{len(success)}, the episodes each entry holds", data["episodes"])
 
 
 def _check_seed(data: dict, chosen: dict, file: Path) -> None:
@@ -339,6 +388,7 @@ def load_outcomes(spec: str | Path) -> Outcomes:
         ckpts = _entries(data, "checkpoints", file)
         i = _pick([str(c.get("name")) for c in ckpts], name, file, "checkpoint")
         success = read_checkpoint_outcomes(ckpts[i], i, file)
+        _check_total(data, success, file)
         _check_seed(data, ckpts[i], file)
         task, steps = _task(data, file), _max_steps(data, file)
         return Outcomes(str(spec), str(ckpts[i].get("name")), success, where, task, steps)
@@ -347,6 +397,7 @@ def load_outcomes(spec: str | Path) -> Outcomes:
         names = [cell_name(c, cells) for c in cells]
         i = _pick(names, name, file, "cell")
         success = _cell_outcomes(cells[i], i, file)
+        _check_total(data, success, file)
         return Outcomes(str(spec), names[i], success, where, _task(data, file), _max_steps(data, file))
     raise ActlabError(
         "not an actlab evaluation record",
@@ -411,7 +462,8 @@ def check_same_episodes(a: Outcomes, b: Outcomes) -> None:
             file=other.file,
             field="task",
             expected=f"task: {known.task} (as actlab eval writes it)",
-            found="no task (removed from the record?)",
+            found="no task (removed from the record, or a demo's delay sweep written before demos recorded "
+            "it)",
             fix=f"re-run actlab eval for {other.label} (the same --task, --seed and --episodes as "
             f"{known.label})",
         )

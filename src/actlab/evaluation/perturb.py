@@ -115,13 +115,22 @@ _LIMITS: dict[str, tuple[float, float]] = {
 
 def parse_perturb(text: str) -> tuple[str, tuple[float, ...]]:
     """``NAME`` or ``NAME=L1,L2,...`` -> (name, levels); the default levels for a bare name."""
-    name, _, levels = text.partition("=")
+    name, eq, levels = text.partition("=")
     name = name.strip()
     if name not in PERTURBATIONS:
         raise unknown_name_error("perturbation", name, PERTURBATIONS, fix="docs/evaluation.md lists them")
     p = PERTURBATIONS[name]
-    if not levels.strip():
+    if not eq:
         return name, p.levels
+    if not levels.strip():  # `NAME=` (an empty $LEVELS) ran the default levels without a word
+        raise ActlabError(
+            "no levels given after '='",
+            field=f"--perturb {name}",
+            expected=f"NAME=L1,L2,... (e.g. {name}={','.join(f'{v:g}' for v in p.levels)}), or NAME "
+            "alone for those default levels",
+            found=text,
+            fix=f"list the levels after '=', or pass --perturb {name} for its defaults (nothing was run)",
+        )
     try:
         values = tuple(float(v) for v in levels.split(",") if v.strip())
     except ValueError as e:
@@ -133,7 +142,16 @@ def parse_perturb(text: str) -> tuple[str, tuple[float, ...]]:
     for v in values:
         p.check(v)
     if name in ("distractors", "obs_delay") and any(v != int(v) for v in values):
-        raise ActlabError(f"{name} levels are whole numbers", field=f"--perturb {name}", found=values)
+        # (found was the Python tuple "(2.5,)", with neither the range nor a fix)
+        lo, hi = _LIMITS[name]
+        raise ActlabError(
+            f"{name} levels are whole numbers",
+            field=f"--perturb {name}",
+            expected=f"whole numbers from {lo:g} to {hi:g}",
+            found=", ".join(f"{v:g}" for v in values if v != int(v)),
+            fix=f"round the levels, e.g. --perturb {name}={','.join(str(round(v)) for v in values)} "
+            "(nothing was run)",
+        )
     return name, values
 
 

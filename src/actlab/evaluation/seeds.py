@@ -23,7 +23,7 @@ from actlab.datasets.format import INFO_PATH, sim_seeds
 from actlab.errors import ActlabError
 from actlab.evaluation.sources import source_dir
 from actlab.utils.io import read_json
-from actlab.utils.kinds import EXPORT_BUNDLE
+from actlab.utils.kinds import BUNDLE_DAMAGED_FIX, EXPORT_BUNDLE
 
 # The first seed of `actlab eval` and of EvalConfig: above every seed the sim recorder uses by default,
 # and the seeds of the demo's checkpoint sweep, so `actlab eval runs/demo/run` repeats the demo's sweep.
@@ -36,11 +36,13 @@ def _bundle_sim_seeds(path: Path) -> tuple[dict[str, Any], str] | None:
     meta_file = path / "actlab.json"
     if not meta_file.is_file():
         return None
-    meta = read_json(meta_file, "bundle metadata")
+    meta = read_json(meta_file, "bundle metadata", fix=BUNDLE_DAMAGED_FIX)
     dataset = ((meta.get("extra") or {}).get("train") or {}).get("dataset") or {}
     where = str(dataset.get("path") or "its training dataset")
     if dataset.get("sim") is not None:
-        block = sim_seeds({"actlab_sim": dataset["sim"]})
+        block = sim_seeds(
+            {"actlab_sim": dataset["sim"]}, meta_file, BUNDLE_DAMAGED_FIX, "extra.train.dataset.sim"
+        )
         if block and isinstance(dataset["sim"], dict) and "units" not in dataset["sim"]:
             block["units"] = None  # a bundle from before its units were recorded: not known
         return (block, where) if block else None

@@ -24,6 +24,7 @@ from actlab.evaluation.policy_io import PolicyInputs, bundle_inputs, policy_inpu
 from actlab.policies.contract import RolloutPolicy
 from actlab.policies.execution import ChunkLimits, ExecutionSpec, check_execution, horizon_note
 from actlab.utils.io import read_json
+from actlab.utils.kinds import BUNDLE_DAMAGED_FIX
 from actlab.utils.say import say
 from actlab.utils.threads import cpu_busy, format_load, load_1m, torch_thread_count, usable_cpus
 
@@ -153,7 +154,7 @@ def source_limits(src: PolicySource) -> ChunkLimits | None:
     """What a policy source can execute (from a bundle's config.json or the object's config); None for
     a policy that does not predict chunks (a scripted expert, a factory)."""
     if src.path is not None:
-        cfg = read_json(Path(src.path) / "config.json", "policy config")
+        cfg = read_json(Path(src.path) / "config.json", "policy config", fix=BUNDLE_DAMAGED_FIX)
         return ChunkLimits.from_config(cfg) if "chunk_size" in cfg else None
     obj = src.obj
     cfg = getattr(obj, "config", None)

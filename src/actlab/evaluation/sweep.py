@@ -35,7 +35,7 @@ from actlab.evaluation.results import (
 from actlab.evaluation.sources import PolicySource, as_source, source_dir
 from actlab.evaluation.whiskers import check_whiskers_options, whiskers_video
 from actlab.utils.io import atomic_dir, atomic_write_json, atomic_write_text, read_json
-from actlab.utils.kinds import describe
+from actlab.utils.kinds import BUNDLE_DAMAGED_FIX, describe
 from actlab.viz.eval import plot_success_vs_step
 
 STEP_RE = re.compile(r"^step_(\d+)$")
@@ -56,7 +56,7 @@ def _step_of(path: Path) -> int | None:
         return int(m.group(1))
     meta = path / "actlab.json"
     if meta.is_file():
-        step = read_json(meta, "bundle metadata").get("step")
+        step = read_json(meta, "bundle metadata", fix=BUNDLE_DAMAGED_FIX).get("step")
         if isinstance(step, int):
             return step
     return None

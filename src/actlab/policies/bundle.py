@@ -37,7 +37,7 @@ from actlab.utils.io import (
     read_json,
     require_file,
 )
-from actlab.utils.kinds import describe
+from actlab.utils.kinds import BUNDLE_DAMAGED_FIX, describe
 
 FORMAT = "actlab.policy"
 FORMAT_VERSION = 1
@@ -49,10 +49,7 @@ RESIZE_INFO = "actlab.resize"
 CHECKSUMMED = FILES[:4]
 
 # How a bundle file that cannot be read is repaired: no command regenerates one file of a bundle.
-DAMAGED_FIX = (
-    "the bundle is damaged or incomplete (an interrupted copy, a bad disk, an edit): use another checkpoint "
-    "of its run, or copy the bundle again from its source"
-)
+DAMAGED_FIX = BUNDLE_DAMAGED_FIX
 
 
 def _jsonable_stats(stats: dict[str, Any]) -> dict[str, Any]:
@@ -227,7 +224,18 @@ def _format_version(meta: dict[str, Any], file: Path) -> int:
         ) from e
 
 
-def _check_stats_copy(built: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor], path: Path) -> None:
+def _written(stats: dict[str, Any], safe_key: str, what: str) -> tuple[str, str | None]:
+    """(the feature's key as stats.json names it, its ``what`` values as the file holds them): the found of
+    a refusal showed the normalizer built from them (std -1 and 0 as 1.0, the std floor; 1e300 as inf)."""
+    for key, entry in stats.items():
+        if key.replace(".", "_") == safe_key and isinstance(entry, dict) and what in entry:
+            return key, str(np.asarray(entry[what], dtype=object).ravel()[:6].tolist())
+    return safe_key, None
+
+
+def _check_stats_copy(
+    built: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor], path: Path, stats: dict[str, Any]
+) -> None:
     """stats.json is the human-readable copy of the normalizer stored with the weights, which the policy
     uses: a copy that disagrees (edited by hand, digests refreshed) would otherwise be ignored without a
     word. The normalizer built from stats.json (std floors applied, in ``built``: the state dict of the
@@ -238,13 +246,17 @@ def _check_stats_copy(built: dict[str, torch.Tensor], tensors: dict[str, torch.T
         stored = tensors[name].float()
         ref = ref.to(tensors[name].dtype).float()  # a bf16/fp16 save rounds the stats the same way
         if not torch.allclose(ref, stored, rtol=1e-5, atol=1e-6, equal_nan=True):
-            key, what = name[len("normalizer.entries.") :].rsplit(".", 1)
+            safe, what = name[len("normalizer.entries.") :].rsplit(".", 1)
+            key, written = _written(stats, safe, what)
+            built_text = str([round(v, 6) for v in ref.flatten()[:6].tolist()])
             raise ActlabError(
                 "stats.json disagrees with the normalizer in model.safetensors (which the policy uses)",
                 file=path / "stats.json",
-                field=f"{key} (dots written as _).{what}",
+                field=f"{key}.{what}",
                 expected=str([round(v, 6) for v in stored.flatten()[:6].tolist()]),
-                found=str([round(v, 6) for v in ref.flatten()[:6].tolist()]),
+                found=built_text
+                if written is None
+                else f"{written} (as the policy would use them: {built_text})",
                 fix="stats.json was edited or comes from another policy: use the bundle's own stats.json; "
                 "to normalize with other stats, train or fine-tune with them (actlab train)",
             )
@@ -409,6 +421,17 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu") -> Any:
                     fix="stats.json and features.json disagree on this feature's shape: one of them was "
                     "edited or comes from another policy; use the bundle's own files",
                 )
+            elif e.problem.startswith("normalization stats"):
+                # (the fix was an API call to compute stats, or "check the dataset with actlab data
+                # doctor": the dataset is fine, the bundle's stats.json is not as it was written)
+                e = ActlabError(
+                    e.problem,
+                    field=e.field,
+                    expected=e.expected,
+                    found=e.found,
+                    fix="stats.json was edited or is damaged: use the bundle's own stats.json (another "
+                    "checkpoint of its run, or the bundle copied again from its source)",
+                )
             if e.field == "cameras":  # config.json's cameras name keys that features.json must have
                 e = ActlabError(
                     e.problem,
@@ -424,6 +447,6 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu") -> Any:
     tensors = _read_tensors(path / "model.safetensors")
     built = policy.state_dict()  # what the bundle's config, features and stats make
     _check_tensors(built, tensors, path / "model.safetensors")
-    _check_stats_copy(built, tensors, path)
+    _check_stats_copy(built, tensors, path, stats)
     policy.load_state_dict(tensors, strict=True)
     return policy.to(device).eval()

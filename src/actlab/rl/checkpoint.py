@@ -109,6 +109,10 @@ def _is_object(value: Any) -> bool:
     return isinstance(value, dict)
 
 
+def _is_digest(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
 # Each field of an RL checkpoint's state.json a resume or a report reads, with what it must hold. A count
 # "x" or null was int()'s traceback, owed NaN or -1e300 resumed with no update ever again (exit 0), an
 # episodes count 1.7 was truncated to 1, a policy_bound NaN became "the action contains NaN".
@@ -123,6 +127,7 @@ _META_FIELDS: dict[str, tuple[Any, str]] = {
     "guard": (lambda v: v is None or _is_object(v), "null or the guard's state (an object)"),
     "sha256": (_is_object, "an object of file digests"),
     "sha256_files": (_is_object, "an object of file digests"),
+    "base_sha256": (_is_digest, "the sha256 of the base bundle (64 hex digits)"),
 }
 
 

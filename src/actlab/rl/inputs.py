@@ -16,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from actlab.datasets.format import sim_seeds
+from actlab.datasets.format import INFO_PATH, sim_seeds
 from actlab.datasets.layout import read_info
 from actlab.errors import ActlabError
 from actlab.evaluation.seeds import check_trained_units, trained_task
@@ -63,7 +63,7 @@ def check_base_task(path: Path) -> None:
 def check_demos(path: Path) -> None:
     """Demonstrations recorded by ``actlab sim record`` say their task and units; another task's, or
     another unit's, are refused."""
-    recorded = sim_seeds(read_info(path))
+    recorded = sim_seeds(read_info(path), Path(path) / INFO_PATH)
     if recorded is not None and recorded["task"] and recorded["task"] != RL_SIM_TASK:
         raise ActlabError(
             f"the demonstrations were recorded on {recorded['task']}; residual RL runs on {RL_SIM_TASK}",

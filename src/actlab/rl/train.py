@@ -203,7 +203,9 @@ class _Trainer:
         torch.manual_seed(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         copied = cfg.base is not None and not (out / BASE_COPY).is_dir()
-        base = _load_base(cfg, out)
+        base = _load_base(cfg, out, recorded=_recorded_base(self.ckpt, last))
+        # the base its checkpoints are trained on, recorded in each: a resume or a report compares it
+        self.base_digest = bundle_digest(out / BASE_COPY) if cfg.base is not None else None
         self.agent = Agent(cfg, base).to(cfg.device)
         try:  # before config.json, metrics.jsonl and the demonstrations (a refusal left the first two)
             self._check_disk()
@@ -292,6 +294,8 @@ class _Trainer:
             "guard": self.guard.as_dict() if self.guard is not None else None,
             "policy_bound": self._policy_bound(),
         }
+        if self.base_digest is not None:
+            meta["base_sha256"] = self.base_digest
         guard = None
         if self.guard is not None:
             guard = {"good_actor": self.good_actor or {}}
@@ -662,14 +666,51 @@ def _differ(a: Path, b: Path) -> bool:
     return bundle_digest(a) != bundle_digest(b)
 
 
-def _load_base(cfg: RLConfig, run_dir: Path | None, check: bool = True) -> Any:
+def _recorded_base(ckpts: Any, step: int | None) -> str | None:
+    """The digest of the base checkpoint ``step`` was trained on (None: a new run, a checkpoint from before
+    it was recorded, or a state.json the resume refuses as damaged later)."""
+    if step is None:
+        return None
+    try:
+        found = ckpts.meta(step).get("base_sha256")
+    except (ActlabError, AttributeError):
+        return None
+    return found if isinstance(found, str) else None
+
+
+def _check_base(what: Path, recorded: str | None, copy: Path, deleted: bool) -> None:
+    """A base of the same shape with other weights: the residual was resumed (or reported) on a policy it
+    was never trained on, exit 0 (its own copy deleted and --base replaced, or the copy replaced)."""
+    if recorded is None or bundle_digest(what) == recorded:
+        return
+    if what != copy:  # its copy deleted, --base another bundle
+        put_back = f"pass --base the bundle the run started from (it is copied again into {copy})"
+    elif deleted:  # a report of a run without its copy: the bundle its config names
+        put_back = f"put the bundle the run started from back at {copy}"
+    else:
+        put_back = (
+            f"put the bundle the run started from back in {copy} (remove it, and pass that bundle as --base)"
+        )
+    raise ActlabError(
+        "the base policy is not the one this run's checkpoints were trained on"
+        + (" (the run's own copy of it was deleted)" if deleted else ""),
+        file=what,
+        field="base",
+        expected=f"the bundle of sha256 {recorded[:16]}... (recorded in each checkpoint's state.json)",
+        found=f"sha256 {bundle_digest(what)[:16]}...",
+        fix=f"{put_back}; to train on this base, start a new --out",
+    )
+
+
+def _load_base(cfg: RLConfig, run_dir: Path | None, check: bool = True, recorded: str | None = None) -> Any:
     """The frozen base policy. A run keeps its own copy of the bundle (``run_dir/base``, copied once,
     atomically) and always loads that: a checkpoint's residual is meaningless without the exact base it
     was trained on, and the bundle ``--base`` named may be replaced or deleted later (it happened to the
     first long run of docs/rl.md: the shared demo checkpoint was deleted by a re-run of the demo).
 
     With ``check``, a copy that differs from the bundle ``cfg.base`` names (by digest) is refused: a copy
-    left by a failed start would otherwise replace the ``--base`` asked for."""
+    left by a failed start would otherwise replace the ``--base`` asked for. ``recorded``: the digest of
+    the base the checkpoint resumed or reported was trained on; the bundle loaded must have it."""
     if cfg.base is None:
         return None
     import shutil
@@ -684,6 +725,7 @@ def _load_base(cfg: RLConfig, run_dir: Path | None, check: bool = True) -> Any:
                 raise ActlabError(
                     "base policy bundle not found", file=path, field="base", fix="check the path"
                 )
+            _check_base(path, recorded, copy, deleted=True)
             with atomic_dir(copy) as tmp:
                 shutil.copytree(path, tmp, dirs_exist_ok=True)
         elif check and path.is_dir() and path.resolve() != copy.resolve() and _differ(path, copy):
@@ -697,7 +739,11 @@ def _load_base(cfg: RLConfig, run_dir: Path | None, check: bool = True) -> Any:
                 f"on {path}, choose a new --out (or, if {run_dir} holds no checkpoint, remove the "
                 f"leftover copy: rm -r {copy})",
             )
+        else:
+            _check_base(copy, recorded, copy, deleted=False)
         path = copy
+    elif path.is_dir():  # a report of a run whose copy was deleted: the bundle its config names
+        _check_base(path, recorded, path, deleted=True)
     return load_policy(path, device=cfg.device)
 
 
@@ -760,7 +806,8 @@ def load_agent(path: str | Path, device: str = "cpu") -> Any:
     if run_dir is not None and not (run_dir / BASE_COPY).is_dir():
         run_dir = None  # a run from before runs kept their base: the bundle config names
     # the run's own copy of the base is what the agent was trained on: no comparison with cfg.base here
-    agent = Agent(cfg, _load_base(cfg, run_dir, check=False))
+    recorded = meta.get("base_sha256") if isinstance(meta.get("base_sha256"), str) else None
+    agent = Agent(cfg, _load_base(cfg, run_dir, check=False, recorded=recorded))
     agent.load_trainable_state(tensors, agent_file)
     state_file = path / "training_state" / "state.json"
     if cfg.residual_rl and state_file.is_file():

@@ -15,11 +15,13 @@ import math
 
 import numpy as np
 
+from actlab.datasets.format import SIM_UNITS
 from actlab.errors import ActlabError
 from actlab.sim.scene import JOINT_RANGES
 
-# The joint units an env, a recording and the LeRobot robot and env may use.
-UNITS: tuple[str, ...] = ("degrees", "so101_follower")
+# The joint units an env, a recording and the LeRobot robot and env may use (one list with the dataset
+# format's, which checks a recording's record of them).
+UNITS: tuple[str, ...] = SIM_UNITS
 # The gripper joint's range in degrees (closed limit, open limit): 0 and 100 in so101_follower units.
 GRIPPER_RANGE_DEG: tuple[float, float] = (math.degrees(JOINT_RANGES[5][0]), math.degrees(JOINT_RANGES[5][1]))
 

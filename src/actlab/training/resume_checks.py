@@ -12,6 +12,7 @@ from actlab.errors import ActlabError
 from actlab.training.checkpoint import CheckpointManager
 from actlab.training.config import TrainConfig, config_hash
 from actlab.utils.io import read_json
+from actlab.utils.kinds import BUNDLE_DAMAGED_FIX
 
 CONFIG_FILE = "config.json"
 
@@ -73,7 +74,7 @@ def check_same_dataset(cfg: TrainConfig, ckpt: Path) -> None:
     by path: a directory replaced by another recording under the same name was decoded into a new frame
     cache and trained on, exit 0. A copy elsewhere (``--dataset COPY``) is the same dataset. A checkpoint
     written before identities were recorded is compared by its episode and frame counts, and says so."""
-    meta = read_json(ckpt / "actlab.json", "checkpoint bundle metadata")
+    meta = read_json(ckpt / "actlab.json", "checkpoint bundle metadata", fix=BUNDLE_DAMAGED_FIX)
     saved = ((meta.get("extra") or {}).get("train") or {}).get("dataset") or {}
     if not cfg.data.path:  # `--preset P --resume`: the preset's empty path was the current directory
         raise ActlabError(

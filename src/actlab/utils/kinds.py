@@ -17,6 +17,12 @@ _BUNDLE = "actlab.json"
 # actlab.lerobot.export (actlab policy export): actlab_export.json, the source bundle in actlab_bundle/
 _EXPORT = "actlab_export.json"
 EXPORT_BUNDLE = "actlab_bundle"
+# How a bundle file that cannot be read is repaired: no command regenerates one file of a bundle (every
+# reader of a bundle's files says it; "repair or regenerate the file" was the fix of some).
+BUNDLE_DAMAGED_FIX = (
+    "the bundle is damaged or incomplete (an interrupted copy, a bad disk, an edit): use another checkpoint "
+    "of its run, or copy the bundle again from its source"
+)
 # a LeRobot v3 dataset (actlab.datasets.format.INFO_PATH)
 _DATASET = "meta/info.json"
 # actlab.utils.io.OUTPUT_MARKER: the command that wrote an output directory
