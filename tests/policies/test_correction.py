@@ -14,7 +14,7 @@ from actlab.policies.configs import ACTConfig
 from actlab.policies.execution import ChunkExecutor, ChunkLimits, ExecutionSpec, check_execution
 from actlab.training.config import policy_config_from_dict
 from actlab.utils.config import apply_overrides, to_dict
-from conftest import make_batch, observation, tiny_act, tiny_relative
+from conftest import make_batch, make_features, make_stats, observation, tiny_act, tiny_relative
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -227,3 +227,35 @@ def test_an_image_head_corrects_from_the_newest_frame(features, stats):
     a, b = policy.correct_actions(obs, planned, steps), policy.correct_actions(moved, planned, steps)
     assert not torch.allclose(a, b)  # what the cameras show now changes the correction
     assert torch.equal(policy.correct_actions(obs, planned, steps), a)
+
+
+@pytest.mark.parametrize("make", [tiny_act, tiny_relative], ids=["act", "act_relative"])
+def test_an_image_head_reads_only_the_cameras_it_is_given(make):
+    """policy.correction_cameras: act_relative's head held the moving task better without the wrist
+    camera (docs/evaluation.md), ACT's needed it: the choice is the user's, and the head reads only those."""
+    features, stats = make_features(cameras=("top", "wrist")), make_stats(cameras=("top", "wrist"))
+    top, wrist = "observation.images.top", "observation.images.wrist"
+    everyone = _image_head(make, features, stats)
+    assert len(everyone.correction_head.keypoint_convs) == 2
+    cfg = make(correction_head=True, correction_only=True, correction_images=True, correction_cameras=(top,))
+    torch.manual_seed(0)
+    policy = make_policy(cfg, features, stats, pretrained=False).eval()
+    assert len(policy.correction_head.keypoint_convs) == 1
+    torch.nn.init.normal_(policy.correction_head.mlp[-1].weight)
+    obs = observation(make_batch(policy), policy)
+    planned, steps = torch.randn(4, 6), torch.tensor([0, 3, 5, 7])
+    a = policy.correct_actions(obs, planned, steps)
+    other = dict(obs, **{wrist: torch.flip(obs[wrist], dims=[-1])})
+    chosen = dict(obs, **{top: torch.flip(obs[top], dims=[-1])})
+    assert torch.equal(policy.correct_actions(other, planned, steps), a)  # the camera it does not read
+    assert not torch.allclose(policy.correct_actions(chosen, planned, steps), a)
+    # a camera the policy does not read, and cameras without images: refused, the fix named
+    bad = make(
+        correction_head=True, correction_only=True, correction_images=True, correction_cameras=("wrist",)
+    )
+    with pytest.raises(ActlabError) as e:
+        make_policy(bad, features, stats, pretrained=False)
+    assert e.value.field == "correction_cameras" and top in e.value.expected
+    with pytest.raises(ActlabError) as e:
+        make(correction_head=True, correction_cameras=(top,))
+    assert e.value.field == "correction_cameras" and "correction_images=true" in e.value.fix

@@ -242,7 +242,11 @@ class ACTPolicy(nn.Module):
                     found=True,
                     fix="drop --set policy.correction_images=true",
                 )
-            cameras = len(self.camera_keys) if cfg.correction_images else 0
+            # the cameras it reads, checked here where the policy's own are known
+            self.correction_keys = (
+                cfg.correction_camera_keys(list(self.camera_keys)) if cfg.correction_images else []
+            )
+            cameras = len(self.correction_keys)
             self.correction_head = CorrectionHead(
                 self.state_dim,
                 self.action_dim,
@@ -670,7 +674,7 @@ class ACTPolicy(nn.Module):
         if not self.config.correction_images:
             return None
         out = []
-        for key in self.camera_keys:
+        for key in self.correction_keys:
             if key + FEATURES_SUFFIX in obs:
                 out.append(last_frame(obs[key + FEATURES_SUFFIX], 3))
             else:

@@ -181,6 +181,11 @@ class ACTConfig:
     # the head also reads the newest camera frames (through the policy's backbone, as spatial keypoints):
     # what moved in the images since the chunk's observation, not only the arm. Trained with correction_only
     correction_images: bool = False
+    # the cameras that head reads (keys of the policy's cameras; empty: all of them). Which ones help is
+    # the policy's: on the moving task ACT's head needs the wrist camera (without it: 101 of 200 at 267 ms
+    # against 176), and act_relative's holds better without it (163 at 133 ms against 141; with it the
+    # head costs 17 points at no delay: the wrist camera moves with the corrected arm). docs/evaluation.md
+    correction_cameras: tuple[str, ...] = ()
     # train the correction head alone on the --init-from policy, every other weight frozen (A2C2's recipe):
     # each sample's chunk is the one the frozen policy planned k frames earlier, as at inference under delay
     correction_only: bool = False
@@ -352,6 +357,23 @@ class ACTConfig:
             "policy.correction_only=true --set policy.correction_images=true ...",
         )
 
+        _check(
+            isinstance(self.correction_cameras, tuple | list)
+            and all(isinstance(c, str) and c for c in self.correction_cameras),
+            name,
+            "correction_cameras",
+            "a list of camera keys (e.g. [observation.images.top]), or [] for every camera",
+            self.correction_cameras,
+        )
+        _check(
+            not self.correction_cameras or self.correction_images,
+            name,
+            "correction_cameras",
+            "[] unless the head reads images (correction_images = true)",
+            list(self.correction_cameras),
+            "add --set policy.correction_images=true, or drop policy.correction_cameras",
+        )
+
     def _check_vision(self, name: str) -> None:
         """Backbone weights, ViT options and the frozen default (resolved here to what is really used)."""
         weights = self.pretrained_backbone_weights
@@ -421,6 +443,21 @@ class ACTConfig:
                     fix="set cameras to existing keys, or to () for every camera",
                 )
         return list(self.cameras)
+
+    def correction_camera_keys(self, camera_keys: list[str]) -> list[str]:
+        """The cameras the correction head reads, in the policy's camera order (``correction_cameras``;
+        every camera when it is empty); a name the policy does not read is refused."""
+        for key in self.correction_cameras:
+            if key not in camera_keys:
+                raise ActlabError(
+                    f"the correction head cannot read camera {key!r}: the policy does not"
+                    + did_you_mean(key, camera_keys),
+                    field="correction_cameras",
+                    expected="some of " + ", ".join(camera_keys),
+                    found=key,
+                    fix="name cameras of the policy (policy.cameras), or [] for all of them",
+                )
+        return [k for k in camera_keys if not self.correction_cameras or k in self.correction_cameras]
 
     def obs_offsets(self) -> list[int]:
         """Frame offsets of the observation context: ``-(K-1) .. 0`` for ``n_obs_steps = K``."""

@@ -34,7 +34,9 @@ TRAINING_ONLY_FIELDS = frozenset(
 )
 # The correction head's fields: with correction_only the head is new (trained alone on the bundle's frozen
 # policy), so the bundle may have none, or another one; its weights are not copied.
-CORRECTION_FIELDS = frozenset({"correction_head", "correction_hidden_dim", "correction_images"})
+CORRECTION_FIELDS = frozenset(
+    {"correction_head", "correction_hidden_dim", "correction_images", "correction_cameras"}
+)
 
 
 def _correction_only(policy: Any) -> bool:
