@@ -159,8 +159,9 @@ def test_bench_eval_cli_times_the_modes_and_checks_their_outcomes_agree(capsys):
     assert set(result["ratios"]) == {"workers2_vs_serial"} and result["ratios"]["workers2_vs_serial"] > 0
     assert result["metrics"]["serial_env_steps_per_s"] > 0
     assert any(n.startswith("outcomes and episode lengths identical across modes") for n in result["notes"])
-    assert main(["bench", "eval", "expert", "--episodes", "0"]) == 2
-    assert "episodes" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # a count of 0: the parser's usage error, naming the option
+        main(["bench", "eval", "expert", "--episodes", "0"])
+    assert e.value.code == 2 and "--episodes: expected a number >= 1" in capsys.readouterr().err
 
 
 def test_bench_eval_tells_rounding_from_a_real_difference():

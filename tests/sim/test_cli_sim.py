@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from actlab.cli import main
 
@@ -48,7 +49,8 @@ def test_view_upscale_repeats_the_rendered_pixels(tmp_path):
 
 
 def test_sim_expert_and_bench_refuse_zero_counts(capsys):
-    assert main(["sim", "expert", "--episodes", "0"]) == 2
-    assert "episodes must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # a count of 0: the parser's usage error, naming the option
+        main(["sim", "expert", "--episodes", "0"])
+    assert e.value.code == 2 and "--episodes: expected a number >= 1" in capsys.readouterr().err
     assert main(["sim", "bench", "--frames", "0"]) == 2
     assert "frames must be at least 2" in capsys.readouterr().err

@@ -65,6 +65,33 @@ class _ActlabConfig(PreTrainedConfig):
                 found=modes,
                 fix="leave --policy.normalization_mapping out",
             )
+        self._check_actlab_config()
+
+    def _check_actlab_config(self) -> None:
+        """``actlab_config``'s type must be this LeRobot type's (``type: act_relative`` under
+        ``--policy.type=actlab_act`` trained an act without a word) and its chunk sizes whole numbers
+        (``chunk_size: "x"`` was int()'s traceback in LeRobot's dataset set-up)."""
+        inner = self.actlab_config or {}
+        if "type" in inner and inner["type"] != self.ACTLAB_TYPE:
+            raise ActlabError(
+                "--policy.actlab_config names another policy type than --policy.type",
+                field="actlab_config type",
+                expected=f"{self.ACTLAB_TYPE!r} (--policy.type={self.type})",
+                found=repr(inner["type"]),
+                fix="drop type from --policy.actlab_config; --policy.type chooses it (actlab_act: act, "
+                "actlab_act_relative: act_relative)",
+            )
+        for key in ("chunk_size", "n_action_steps", "n_obs_steps"):
+            value = inner.get(key, getattr(self, key))
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                where = f"--policy.actlab_config {key}" if key in inner else f"--policy.{key}"
+                raise ActlabError(
+                    f"invalid setting of an actlab policy: {where}",
+                    field=key,
+                    expected="a whole number >= 1",
+                    found=repr(value),
+                    fix=f"set {key} to a whole number, e.g. {getattr(type(self), key, 1) or 1}",
+                )
 
     def actlab_fields(self) -> dict[str, Any]:
         """actlab's config fields: ``actlab_config`` plus chunk_size / n_action_steps when it omits them."""

@@ -18,7 +18,9 @@ actions ``actlab eval --execution MODE --latency D`` measured.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ from actlab.lerobot.runtime import (
     camera_to_trained,
     check_export_config,
     check_export_features,
+    check_export_processors,
     rollout_execution,
     rtc_prefix,
     trained_cameras,
@@ -71,7 +74,10 @@ def _check_top_fields(config: Any) -> None:
     defaults = {f.name: f.default for f in dataclasses.fields(config)}
     for key in _TOP_FIELDS:
         top, inner = getattr(config, key), (config.actlab_config or {}).get(key)
-        if inner is not None and top != inner and top != defaults.get(key):
+        # a flag set to its default value is set all the same (--policy.chunk_size=30 gave way to
+        # actlab_config's 10 without a word): the command line tells it from a default
+        given = any(a == f"--policy.{key}" or a.startswith(f"--policy.{key}=") for a in sys.argv[1:])
+        if inner is not None and top != inner and (top != defaults.get(key) or given):
             raise ActlabError(
                 f"--policy.{key} and --policy.actlab_config disagree",
                 field=key,
@@ -142,6 +148,9 @@ class _ActlabPolicy(PreTrainedPolicy):
             root = Path(snapshot_download(str(pretrained_name_or_path), revision=kwargs.get("revision")))
         if config is None:
             config = PreTrainedConfig.from_pretrained(root)
+        # LeRobot loads the processor files after the policy: an edited one normalized twice, or ended in
+        # LeRobot's tracebacks (a step removed, a state file missing)
+        check_export_processors(root)
         device = config.device or "cpu"
         model = load_policy(root / PLUGIN_BUNDLE, device=device)
         # config.json's chunk_size / n_action_steps edited: the weights run their own values, refused
@@ -150,8 +159,16 @@ class _ActlabPolicy(PreTrainedPolicy):
             for k in ("type", "chunk_size", "n_action_steps", "n_obs_steps")
             if hasattr(config, k)
         }
+        written = root / "config.json"
+        try:
+            on_disk = json.loads(written.read_text())
+        except (OSError, ValueError):
+            on_disk = None  # unreadable: a disagreement is then said as an edit of the file
         check_export_config(
-            {**top, "actlab_config": config.actlab_config}, _config_dict(model), root / "config.json"
+            {**top, "actlab_config": config.actlab_config},
+            _config_dict(model),
+            written,
+            on_disk if isinstance(on_disk, dict) else None,
         )
         # input_features / output_features edited: the plugin resized to the trained size and sent the
         # trained number of actions, LeRobot believing the edited ones

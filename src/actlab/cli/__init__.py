@@ -135,6 +135,16 @@ _FLOORS: dict[str, float] = {
     # --relative-horizon 0 "relative_action_horizon must be >= 1"
     "threads": 1,
     "relative_horizon": 1,
+    # bench data --action-horizon 0 / bench eval --episodes 0 / --max-steps 0 were refused after parsing
+    # as "batch size and action horizon must be >= 1", found (2, 0) (two options in one, no fix) or under
+    # a config field's name (episodes, max_steps): every command's counts of episodes and steps, here
+    "action_horizon": 1,
+    "episodes": 1,
+    "max_steps": 1,
+    # bench data --seconds 0 was "--workers must be >= 0 and --seconds/--baseline-seconds > 0", found
+    # (2, 0.0, 1.0): a time to measure for is above 0 (a hundredth of a second at least)
+    "seconds": 0.01,
+    "baseline_seconds": 0.01,
 }
 
 # The largest value of a numeric option, by its dest: what one machine of ours (2 cores, a few GB free)

@@ -290,6 +290,18 @@ def curate(
                         "trimmed": [trims[ep] for ep in sorted(trims)],
                     },
                 )
+                # the sim recorder's block, for the episodes kept (a trimmed episode starts from the
+                # same scene): without it a policy trained on the copy was evaluated on its own training
+                # scenes without a word (eval's training-seed check had nothing to check)
+                sim = fmt.sim_seeds(lay.info, root / fmt.INFO_PATH)
+                if sim is not None:
+                    block = {
+                        "task": sim["task"],
+                        "episode_seeds": [sim["episode_seeds"][i] for i in episode_map],
+                    }
+                    if sim["units"] != "degrees":
+                        block["units"] = sim["units"]
+                    w.add_info(fmt.SIM_INFO_KEY, block)
         finally:
             for dec in decoders.values():
                 dec.close()

@@ -49,6 +49,16 @@ SIM_INFO_KEY = "actlab_sim"
 # The joint units a recording may be in (actlab.sim.units.UNITS reads this: the sim sits above datasets).
 SIM_UNITS: tuple[str, ...] = ("degrees", "so101_follower")
 
+# The sim's task names (actlab.sim.tasks.TASKS holds them: the sim sits above datasets; a test keeps the two
+# equal), which a recorder's block may name.
+SIM_TASKS: tuple[str, ...] = (
+    "so101_pick_place",
+    "so101_stack",
+    "so101_push",
+    "so101_pick_clutter",
+    "so101_pick_moving",
+)
+
 
 def sim_seeds(
     info: Mapping[str, Any], file: Any = None, fix: str | None = None, key: str = SIM_INFO_KEY
@@ -84,9 +94,19 @@ def sim_seeds(
     whole = isinstance(seeds, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
     if not whole or any(s < 0 for s in seeds):
         raise damaged(".episode_seeds", "a list of the episodes' env seeds (whole numbers >= 0)", seeds)
+    # one seed per episode, each its own scene: seeds [0, 1] (or [0, 0, 0, 0]) of 4 episodes left the
+    # training-seed check off for the scenes of episodes 2 and 3; 6 seeds refused 2 scenes never trained on
+    total = info.get("total_episodes")
+    if isinstance(total, int) and not isinstance(total, bool) and len(seeds) != total:
+        raise damaged(".episode_seeds", f"one seed per episode: {total} (total_episodes)", seeds)
+    if len(set(seeds)) != len(seeds):
+        raise damaged(
+            ".episode_seeds", "one seed per episode, each its own (the recorder never repeats one)", seeds
+        )
     task = block.get("task", "")
-    if not isinstance(task, str):
-        raise damaged(".task", "the sim task's name, e.g. so101_pick_place", task)
+    if not isinstance(task, str) or task not in SIM_TASKS:
+        # "so101_bogus" or "" was named in eval's warning with the fix "--task so101_bogus" (no such task)
+        raise damaged(".task", "a sim task's name: " + ", ".join(SIM_TASKS), task)
     units = block.get("units", "degrees")
     if units not in SIM_UNITS:
         raise damaged(".units", " or ".join(SIM_UNITS), units)

@@ -72,7 +72,16 @@ def load_npy(path: str | Path) -> Any:
         except ValueError as e:
             raise ActlabError(f"not a .npy file: {e}", file=path, fix="re-save it with np.save") from e
         if not dtype.hasobject:
-            return np.load(path, allow_pickle=False)
+            try:
+                return np.load(path, allow_pickle=False)
+            except (ValueError, EOFError) as e:  # cut short: numpy's "Failed to read all data" traceback
+                raise ActlabError(
+                    "the .npy file is cut short or damaged",
+                    file=path,
+                    expected=f"an array of shape {tuple(_shape)} ({dtype})",
+                    found=str(e)[:160],
+                    fix="copy the file again from its source, or re-save it with np.save",
+                ) from e
         try:
             arr = _NumpyOnlyUnpickler(f, path).load()
         except ActlabError:
@@ -97,7 +106,31 @@ def _columns(obs: Any, path: Path) -> dict[str, np.ndarray]:
                 found=type(obs[0]).__name__ if len(obs) else "empty array",
             )
         keys = list(obs[0].keys())
-        return {str(k): np.stack([np.asarray(o[k]) for o in obs]) for k in keys}
+        for i, o in enumerate(obs):  # a frame without a key was KeyError's traceback
+            if set(o.keys()) != set(keys):
+                raise ActlabError(
+                    f"frame {i} of the observations has other keys than frame 0",
+                    file=path,
+                    field=f"observations[{i}]",
+                    expected=", ".join(map(str, keys)),
+                    found=", ".join(map(str, o.keys())) or "no keys",
+                    fix="give every frame the same keys (image_left / image_right / state), then re-save it",
+                )
+        out = {}
+        for k in keys:
+            try:
+                out[str(k)] = np.stack([np.asarray(o[k]) for o in obs])
+            except ValueError as e:  # frames of different shapes: numpy's "all input arrays must ..."
+                shapes = sorted({np.asarray(o[k]).shape for o in obs})
+                raise ActlabError(
+                    f"the frames' {k} differ in shape",
+                    file=path,
+                    field=str(k),
+                    expected="one shape for every frame",
+                    found=", ".join(map(str, shapes[:4])),
+                    fix=f"give every frame's {k} the same shape, then re-save it",
+                ) from e
+        return out
     raise ActlabError(
         "observations must be an array of dicts or a dict of arrays",
         file=path,

@@ -224,6 +224,34 @@ def _per_seed(pairs: list[tuple[object, bool]], file: Path, field: str) -> dict[
     return out
 
 
+def check_checkpoint_entries(checkpoints: object, file: Path) -> None:
+    """A results.json's ``checkpoints`` as eval writes it: a list of entries, each checkpoint once, each
+    named as its path (the name, or ``.../NAME``). ``policy doctor --sweep`` compared a checkpoint with
+    its own second entry, and named a best "step_0000003" whose path was step_0000004, without a word;
+    a dict there was "TypeError: string indices must be integers"."""
+    if not isinstance(checkpoints, list) or not all(isinstance(c, dict) for c in checkpoints):
+        raise _damaged(
+            file, "checkpoints", "a list of checkpoint entries, as actlab eval writes it", checkpoints
+        )
+    names = [c.get("name") for c in checkpoints]
+    for i, c in enumerate(checkpoints):
+        name, path = c.get("name"), c.get("path")
+        if not isinstance(name, str) or not isinstance(path, str):
+            raise _damaged(
+                file, f"checkpoints[{i}].name/path", "the checkpoint's name and path", (name, path)
+            )
+        base = Path(path).name
+        if name != base and not name.endswith("/" + base):
+            raise _damaged(file, f"checkpoints[{i}].name", f"{base!r}, the name of its path {path}", name)
+        if names.index(name) != i:
+            raise _damaged(
+                file,
+                f"checkpoints[{i}]",
+                f"each checkpoint once (names: {', '.join(names)})",
+                _Said(f"{name} again"),
+            )
+
+
 def read_checkpoint_outcomes(chosen: dict, i: int, file: Path) -> dict[int, bool]:
     """seed -> solved of entry ``i`` of a results.json's ``checkpoints``, a damaged entry refused naming
     the field (every reader of a checkpoint sweep reads it so: ``policy doctor --sweep`` too)."""

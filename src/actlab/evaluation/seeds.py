@@ -40,8 +40,17 @@ def _bundle_sim_seeds(path: Path) -> tuple[dict[str, Any], str] | None:
     dataset = ((meta.get("extra") or {}).get("train") or {}).get("dataset") or {}
     where = str(dataset.get("path") or "its training dataset")
     if dataset.get("sim") is not None:
+        # the dataset's episode count, as training recorded it, holds the block to one seed per episode
+        total = (
+            (dataset.get("identity") or {}).get("episodes")
+            if isinstance(dataset.get("identity"), dict)
+            else None
+        )
         block = sim_seeds(
-            {"actlab_sim": dataset["sim"]}, meta_file, BUNDLE_DAMAGED_FIX, "extra.train.dataset.sim"
+            {"actlab_sim": dataset["sim"], "total_episodes": total},
+            meta_file,
+            BUNDLE_DAMAGED_FIX,
+            "extra.train.dataset.sim",
         )
         if block and isinstance(dataset["sim"], dict) and "units" not in dataset["sim"]:
             block["units"] = None  # a bundle from before its units were recorded: not known

@@ -217,7 +217,10 @@ def rollout_execution(
         setting = {"execution": "mode"}.get(str(e.field).lstrip("-"), str(e.field).lstrip("-"))
         field = f"--policy.{PLUGIN_FIELDS[setting]}" if setting in PLUGIN_FIELDS else e.field
         raise ActlabError(
-            f"lerobot-rollout --policy.execution: {plugin_flag(e.problem)}",
+            # the plugin's setting, not a command's: the same check runs in lerobot-train, lerobot-eval and
+            # lerobot-rollout (a train or eval refusal named lerobot-rollout)
+            "invalid --policy.execution setting"
+            + ("" if e.problem == "invalid execution setting" else f": {plugin_flag(e.problem)}"),
             field=field,
             expected=plugin_flag(str(e.expected)) if e.expected is not None else None,
             found=e.found,
@@ -273,12 +276,22 @@ class RolloutExecution:
             self.executor.close()
 
 
-def check_export_config(top: Mapping[str, Any], model: Mapping[str, Any], file: str | Path) -> None:
+def check_export_config(
+    top: Mapping[str, Any],
+    model: Mapping[str, Any],
+    file: str | Path,
+    written: Mapping[str, Any] | None = None,
+) -> None:
     """Refuse a LeRobot export whose ``config.json`` (``top``: its ``type``, ``chunk_size``,
     ``n_action_steps``, ``n_obs_steps`` and the ``actlab_config`` it carries) disagrees with the config
     of the model it ships (``model``: the actlab bundle's, whose weights and digests decide what runs). An
     edited ``chunk_size`` / ``n_action_steps`` loaded and ran with the model executing its own values, LeRobot
-    believing the edited ones."""
+    believing the edited ones.
+
+    ``written``: the content of ``file`` itself, where ``top`` is the config LeRobot parsed (the file plus
+    the command line's ``--policy.*``, or a resumed run's train_config.json). A value the file does not
+    hold came from there: it is named as such (it was refused with "restore config.json", an edit that was
+    never made)."""
     model = json.loads(json.dumps(dict(model), default=str))  # tuples as the lists config.json holds
     declared = top.get("type")
     if declared is not None:
@@ -299,6 +312,33 @@ def check_export_config(top: Mapping[str, Any], model: Mapping[str, Any], file: 
         if key in top and top[key] != model.get(key, top[key]):
             wanted[key] = top[key]  # an edit of the top-level key, wherever actlab_config agrees
     changed = {k: (v, model[k]) for k, v in wanted.items() if k in model and k != "type" and v != model[k]}
+    if changed and written is not None:
+        on_disk = dict(written.get("actlab_config") or {})
+        on_disk.update(
+            {k: written[k] for k in ("chunk_size", "n_action_steps", "n_obs_steps") if k in written}
+        )
+        given = {k: v for k, (v, _) in changed.items() if on_disk.get(k, model.get(k)) != v}
+
+        def flag(key: str) -> str:
+            top_level = key in ("chunk_size", "n_action_steps", "n_obs_steps")
+            return f"--policy.{key}" if top_level else f"--policy.actlab_config {key}"
+
+        if given and len(given) == len(changed):
+            raise ActlabError(
+                "a trained policy's "
+                + ", ".join(given)
+                + " cannot be changed when it is loaded: its weights were trained with its own values",
+                file=file,
+                field=", ".join(flag(k) for k in given),
+                expected="the values of the shipped weights (config.json holds them): "
+                + ", ".join(f"{k}={model[k]!r}" for k in given),
+                found=", ".join(f"{k}={v!r}" for k, v in given.items())
+                + " (from the command line, or the policy section of a resumed run's train_config.json)",
+                fix="drop "
+                + " and ".join(flag(k) for k in given)
+                + " (or restore train_config.json); to run other values, set them in actlab, train and "
+                "export that bundle",
+            )
     if changed:
         raise ActlabError(
             "the export's config.json disagrees with the model it ships",
@@ -310,6 +350,85 @@ def check_export_config(top: Mapping[str, Any], model: Mapping[str, Any], file: 
             fix="restore config.json (or export again: actlab policy export BUNDLE --to lerobot); the "
             "weights cannot follow an edit: to run other values, set them in actlab and export that bundle",
         )
+
+
+# The processor files of a plugin export or checkpoint, and the (un)normalizer step each must hold:
+# LeRobot 0.6.1's lerobot-train overrides those steps by name on --resume and --policy.path.
+PLUGIN_PROCESSORS = {
+    "policy_preprocessor.json": "normalizer_processor",
+    "policy_postprocessor.json": "unnormalizer_processor",
+}
+
+
+def check_export_processors(root: str | Path) -> None:
+    """Refuse a plugin export (or lerobot-train checkpoint) whose processor files would not pass
+    everything through to actlab's policy, which normalizes inside with its bundle's statistics.
+
+    LeRobot loads these files itself, after the policy: an (un)normalizer step edited to MEAN_STD with a
+    state file of statistics normalized the state (or unnormalized the actions) a second time in
+    lerobot-eval and lerobot-rollout without a word; a step removed, a state file named that is not
+    there, a file missing or not JSON ended in LeRobot's KeyError ("Override keys ... do not match any
+    step"), FileNotFoundError or JSONDecodeError tracebacks."""
+    from actlab.utils.io import read_json  # lazy: the plugin imports this module at LeRobot start
+
+    root = Path(root)
+    fix = (
+        "restore the file from a copy, or export again (actlab policy export BUNDLE --to lerobot --out DIR): "
+        "actlab's policy normalizes inside, so LeRobot's (un)normalizer steps pass everything through "
+        "(IDENTITY, no statistics)"
+    )
+    for name, required in PLUGIN_PROCESSORS.items():
+        file = root / name
+        data = read_json(file, "LeRobot processor pipeline", fix=fix)
+        steps = data.get("steps")
+        if not isinstance(steps, list) or not all(isinstance(x, Mapping) for x in steps):
+            raise ActlabError(
+                "the processor file is damaged (edited?)",
+                file=file,
+                field="steps",
+                expected="a list of steps {registry_name, config}",
+                found=repr(steps)[:120],
+                fix=fix,
+            )
+        names = [x.get("registry_name") for x in steps]
+        if required not in names:
+            raise ActlabError(
+                f"the processor file has no {required} step (edited?)",
+                file=file,
+                field="steps",
+                expected=f"{required} among the steps (lerobot-train replaces it by name on --resume and "
+                "--policy.path)",
+                found=", ".join(map(str, names)) or "no steps",
+                fix=fix,
+            )
+        for i, step in enumerate(steps):
+            config = step.get("config") if isinstance(step.get("config"), Mapping) else {}
+            if step.get("registry_name") in PLUGIN_PROCESSORS.values():
+                modes = config.get("norm_map") or {}
+                other = (
+                    {k: v for k, v in modes.items() if v != "IDENTITY"}
+                    if isinstance(modes, Mapping)
+                    else modes
+                )
+                if other:
+                    raise ActlabError(
+                        f"the processor file's {step.get('registry_name')} would normalize a second time",
+                        file=file,
+                        field=f"steps[{i}].config.norm_map",
+                        expected="IDENTITY for every feature type (actlab's policy normalizes inside)",
+                        found=repr(other)[:120],
+                        fix=fix,
+                    )
+            state = step.get("state_file")
+            if state is not None and not (isinstance(state, str) and (root / state).is_file()):
+                raise ActlabError(
+                    "the processor file names a state file that is not there",
+                    file=file,
+                    field=f"steps[{i}].state_file",
+                    expected=f"a file beside {name}",
+                    found=repr(state)[:120],
+                    fix=fix,
+                )
 
 
 def check_export_features(

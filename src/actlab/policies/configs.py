@@ -523,12 +523,17 @@ class ACTRelativeConfig(ACTConfig):
             ">= 1 or null",
             self.obs_state_delta_frames,
         )
+        # a chunk_size of 10 or less set alone met the default rtc_max_delay (10), a field never set,
+        # with no fix: the fix names both and a value that fits
         _check(
             0 <= self.rtc_max_delay < self.chunk_size,
             name,
             "rtc_max_delay",
             f"0 <= rtc_max_delay < chunk_size ({self.chunk_size})",
             self.rtc_max_delay,
+            f"set rtc_max_delay below chunk_size, e.g. rtc_max_delay={max(self.chunk_size // 3, 0)} with "
+            f"chunk_size={self.chunk_size} (its default is {type(self).rtc_max_delay}: a chunk_size of "
+            f"{type(self).rtc_max_delay} or less needs it set too)",
         )
         _check(
             self.obs_state_delta_frames is None or self.n_obs_steps == 1,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
-from actlab.evaluation.compare import read_checkpoint_outcomes
+from actlab.evaluation.compare import check_checkpoint_entries, read_checkpoint_outcomes
 from actlab.evaluation.replay import (
     EpisodeReplay,
 )
@@ -306,6 +306,7 @@ def _sweep_comparison(here: Path, sweep: str | Path | None) -> Finding | None:
     try:
         results = json.loads(path.read_text())
         checkpoints = results["checkpoints"]
+        check_checkpoint_entries(checkpoints, path)
         mine = next((i for i, c in enumerate(checkpoints) if _same_checkpoint(c["path"], here)), None)
         # each checkpoint's outcomes read as eval compare reads them: "false" was read as solved
         # (bool("false")), null as failed, an empty list as "0/0 success"
