@@ -183,7 +183,7 @@ class ACTConfig:
     correction_images: bool = False
     # the cameras that head reads (keys of the policy's cameras; empty: all of them). Which ones help is
     # the policy's: on the moving task ACT's head needs the wrist camera (without it: 101 of 200 at 267 ms
-    # against 176), and act_relative's holds better without it (163 at 133 ms against 141; with it the
+    # against 176), and act_relative's holds better without it (169 at 133 ms against 141; with it the
     # head costs 17 points at no delay: the wrist camera moves with the corrected arm). docs/evaluation.md
     correction_cameras: tuple[str, ...] = ()
     # train the correction head alone on the --init-from policy, every other weight frozen (A2C2's recipe):
@@ -362,7 +362,7 @@ class ACTConfig:
             and all(isinstance(c, str) and c for c in self.correction_cameras),
             name,
             "correction_cameras",
-            "a list of camera keys (e.g. [observation.images.top]), or [] for every camera",
+            'a list of camera keys (e.g. ["observation.images.top"]), or [] for every camera',
             self.correction_cameras,
         )
         _check(
