@@ -392,14 +392,18 @@ def check_export_processors(root: str | Path) -> None:
             )
         names = [x.get("registry_name") for x in steps]
         if required not in names:
+            # an export or lerobot-train checkpoint of actlab before 2026-11-29 has no such step (an edit
+            # neither): its bundle exports again with them
             raise ActlabError(
-                f"the processor file has no {required} step (edited?)",
+                f"the processor file has no {required} step (written by an actlab before 2026-11-29, or "
+                "edited)",
                 file=file,
                 field="steps",
                 expected=f"{required} among the steps (lerobot-train replaces it by name on --resume and "
                 "--policy.path)",
                 found=", ".join(map(str, names)) or "no steps",
-                fix=fix,
+                fix=f"export again: actlab policy import {root} --out BUNDLE, then actlab policy export "
+                "BUNDLE --to lerobot --out DIR (the same weights, with the steps)",
             )
         for i, step in enumerate(steps):
             config = step.get("config") if isinstance(step.get("config"), Mapping) else {}
