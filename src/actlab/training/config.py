@@ -518,6 +518,7 @@ ADDED_FIELD_DEFAULTS: dict[str, Any] = {
     "policy.correction_hidden_dim": 128,
     "policy.correction_images": False,
     "policy.correction_only": False,
+    "policy.correction_cameras": [],  # flattened as a list: every camera
 }
 
 
