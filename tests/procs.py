@@ -21,6 +21,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import psutil
 import pytest
@@ -289,3 +290,25 @@ def hanging_wrapper(directory, mode: str = "group"):
     script.write_text(f"#!/bin/sh\n\"{sys.executable}\" -c '{_HANG}' {mode}\nwait\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return script
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def lerobot_env(tmp: Path) -> dict[str, str]:
+    """The environment of a process of the lerobot venv that must run this checkout: its ``src`` and the
+    plugin's folder first on PYTHONPATH (the installed distribution only makes lerobot find the plugin),
+    offline, no wandb, one OpenMP thread. ACTLAB_LEROBOT_INSTALLED=1 runs what is installed in that venv
+    instead (the check of an install)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HF_HOME=str(tmp / "hf"),
+        WANDB_MODE="disabled",
+        MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"),
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=f"{REPO / 'src'}:{REPO / 'integrations' / 'lerobot_policy_actlab'}",
+    )
+    if os.environ.get("ACTLAB_LEROBOT_INSTALLED") == "1":
+        del env["PYTHONPATH"]
+    return env

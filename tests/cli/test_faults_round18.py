@@ -21,8 +21,8 @@ import pytest
 
 from actlab.cli import main
 from actlab.errors import ActlabError
+from procs import lerobot_env
 
-REPO = Path(__file__).resolve().parents[2]
 LEROBOT_PYTHON = Path(os.environ.get("ACTLAB_LEROBOT_PYTHON", "/work/lerobot-venv/bin/python"))
 LEROBOT_BIN = LEROBOT_PYTHON.parent
 
@@ -31,20 +31,6 @@ def _edit_json(path: Path, fn) -> None:
     data = json.loads(path.read_text())
     fn(data)
     path.write_text(json.dumps(data))
-
-
-def _lerobot_env(tmp: Path) -> dict[str, str]:
-    """The environment of tests/lerobot/test_lerobot_plugin_real.py: this checkout's actlab and plugin."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(
-        HF_HUB_OFFLINE="1",
-        HF_HOME=str(tmp / "hf"),
-        WANDB_MODE="disabled",
-        MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"),
-        OMP_NUM_THREADS="1",
-        PYTHONPATH=f"{REPO / 'src'}:{REPO / 'integrations' / 'lerobot_policy_actlab'}",
-    )
-    return env
 
 
 def _needs_lerobot() -> None:
@@ -368,7 +354,7 @@ def test_the_plugin_config_refuses_an_actlab_config_it_would_not_run(tmp_path, p
         capture_output=True,
         text=True,
         timeout=100,
-        env=_lerobot_env(tmp_path),
+        env=lerobot_env(tmp_path),
     )
     assert p.returncode != 0 and said in p.stderr and "ValueError" not in p.stderr, p.stderr[-2000:]
 
@@ -381,7 +367,7 @@ def test_lerobot_eval_and_train_refuse_an_edited_plugin_export(tmp_path, export,
     export without its normalizer step: LeRobot's KeyError), lt10 (SILENT: `--policy.chunk_size=30`, its
     default, beside actlab_config chunk_size 10: trained with 10 without a word)."""
     _needs_lerobot()
-    env = _lerobot_env(tmp_path)
+    env = lerobot_env(tmp_path)
     ev01 = tmp_path / "ev01"
     shutil.copytree(export, ev01)
     _mean_std_state(ev01)

@@ -25,7 +25,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from procs import run, run_cli
+from procs import lerobot_env, run, run_cli
 from tiny_vit import TINY_VIT
 
 LEROBOT_PYTHON = os.environ.get("ACTLAB_LEROBOT_PYTHON", "/work/lerobot-venv/bin/python")
@@ -56,23 +56,6 @@ def _needs_plugin() -> None:
     # a fixture, not a skipif: the check starts lerobot's python, which the default suite must not pay for
     if not _plugin_installed():
         pytest.skip("no lerobot venv with the plugin (pip install . ./integrations/lerobot_policy_actlab)")
-
-
-def lerobot_env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(
-        HF_HUB_OFFLINE="1",
-        HF_HOME=str(tmp / "hf"),
-        WANDB_MODE="disabled",
-        MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"),
-        OMP_NUM_THREADS="1",
-        PYTHONPATH=f"{REPO / 'src'}:{REPO / 'integrations' / 'lerobot_policy_actlab'}",
-    )
-    if (
-        os.environ.get("ACTLAB_LEROBOT_INSTALLED") == "1"
-    ):  # the installed actlab and plugin, not this checkout
-        del env["PYTHONPATH"]
-    return env
 
 
 @pytest.fixture(scope="module")
