@@ -631,7 +631,9 @@ def test_a_process_whose_launcher_is_killed_gets_sigterm(tmp_path):
         proc.kill()
         proc.wait(timeout=10)
         end = time.monotonic() + 5
-        while not got.exists() and time.monotonic() < end:
+        # the handler creates the file, then writes it: wait for the word, not the file (read between the
+        # two under load, it was '' and the test failed)
+        while not (got.exists() and got.read_text()) and time.monotonic() < end:
             time.sleep(0.1)
         assert got.read_text() == "sigterm"
         assert _wait_gone(token, 5.0) == []
