@@ -32,6 +32,7 @@ from torch import Tensor
 from actlab.errors import ActlabError
 from actlab.lerobot.export import PLUGIN_BUNDLE
 from actlab.lerobot.runtime import (
+    CHUNK_FIELDS,
     SIM_SIGNAL,
     camera_to_trained,
     check_export_config,
@@ -64,15 +65,12 @@ def _build_from_dataset(config: Any, dataset_meta: Any, dataset_stats: Any) -> A
     return build_policy_for_dataset(config.actlab_fields(), dataset_meta.root, dataset_stats)
 
 
-_TOP_FIELDS = ("chunk_size", "n_action_steps", "n_obs_steps")
-
-
 def _check_top_fields(config: Any) -> None:
     """Refuse ``--policy.chunk_size`` (n_action_steps, n_obs_steps) set to one value and
     ``--policy.actlab_config`` to another: actlab_config's would win without a word. A LeRobot field
     left at its default gives way to actlab_config's value."""
     defaults = {f.name: f.default for f in dataclasses.fields(config)}
-    for key in _TOP_FIELDS:
+    for key in CHUNK_FIELDS:
         top, inner = getattr(config, key), (config.actlab_config or {}).get(key)
         # a flag set to its default value is set all the same (--policy.chunk_size=30 gave way to
         # actlab_config's 10 without a word): the command line tells it from a default
@@ -110,7 +108,7 @@ class _ActlabPolicy(PreTrainedPolicy):
             # the saved config.json states what the weights run: actlab_config's values win over the
             # LeRobot fields (actlab_fields), and from_pretrained refuses a config.json whose top-level
             # chunk_size / n_action_steps / n_obs_steps disagree with the bundle (an edit)
-            for key in _TOP_FIELDS:
+            for key in CHUNK_FIELDS:
                 setattr(config, key, getattr(actlab_policy.config, key))
         self.model = actlab_policy
         self._cameras = trained_cameras(self.model.features, list(self.model.camera_keys))
@@ -154,11 +152,7 @@ class _ActlabPolicy(PreTrainedPolicy):
         device = config.device or "cpu"
         model = load_policy(root / PLUGIN_BUNDLE, device=device)
         # config.json's chunk_size / n_action_steps edited: the weights run their own values, refused
-        top = {
-            k: getattr(config, k)
-            for k in ("type", "chunk_size", "n_action_steps", "n_obs_steps")
-            if hasattr(config, k)
-        }
+        top = {k: getattr(config, k) for k in ("type", *CHUNK_FIELDS) if hasattr(config, k)}
         written = root / "config.json"
         try:
             on_disk = json.loads(written.read_text())

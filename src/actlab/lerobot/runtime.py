@@ -276,6 +276,11 @@ class RolloutExecution:
             self.executor.close()
 
 
+# The fields a plugin config.json holds twice, as LeRobot's own and inside actlab_config: both must state
+# what the shipped weights were trained with.
+CHUNK_FIELDS = ("chunk_size", "n_action_steps", "n_obs_steps")
+
+
 def check_export_config(
     top: Mapping[str, Any],
     model: Mapping[str, Any],
@@ -308,19 +313,17 @@ def check_export_config(
                 fix="restore config.json (or export again: actlab policy export BUNDLE --to lerobot)",
             )
     wanted = json.loads(json.dumps(dict(top.get("actlab_config") or {}), default=str))
-    for key in ("chunk_size", "n_action_steps", "n_obs_steps"):
+    for key in CHUNK_FIELDS:
         if key in top and top[key] != model.get(key, top[key]):
             wanted[key] = top[key]  # an edit of the top-level key, wherever actlab_config agrees
     changed = {k: (v, model[k]) for k, v in wanted.items() if k in model and k != "type" and v != model[k]}
     if changed and written is not None:
         on_disk = dict(written.get("actlab_config") or {})
-        on_disk.update(
-            {k: written[k] for k in ("chunk_size", "n_action_steps", "n_obs_steps") if k in written}
-        )
+        on_disk.update({k: written[k] for k in CHUNK_FIELDS if k in written})
         given = {k: v for k, (v, _) in changed.items() if on_disk.get(k, model.get(k)) != v}
 
         def flag(key: str) -> str:
-            top_level = key in ("chunk_size", "n_action_steps", "n_obs_steps")
+            top_level = key in CHUNK_FIELDS
             return f"--policy.{key}" if top_level else f"--policy.actlab_config {key}"
 
         if given and len(given) == len(changed):
