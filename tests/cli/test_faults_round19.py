@@ -230,3 +230,37 @@ def test_curate_names_every_episode_of_a_video_file_it_cannot_read(rec2, tmp_pat
     assert "restore the file from a copy of the dataset (it holds episode(s) 0, 1)" in err
     assert "--drop-episodes 0)" not in err
     assert not (tmp_path / "cur").exists()
+
+
+# ------------------------------------------------------------------ lerobot-rollout --inference.type=rtc
+@pytest.fixture(scope="module")
+def export(tmp_path_factory, bundle) -> Path:
+    """The untrained 16 px ACT bundle of conftest.py exported for the plugin (actlab_act)."""
+    out = tmp_path_factory.mktemp("export") / "export"
+    assert main(["policy", "export", str(bundle), "--to", "lerobot", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.timeout(150)
+def test_lerobot_rtc_of_a_policy_without_a_prefix_is_refused_in_actlabs_words(tmp_path, export):
+    """TRACEBACK before (rr08, rr09, cx05): `lerobot-rollout --inference.type=rtc` of an actlab_act export
+    (the correction head's too) ended in LeRobot's ValueError traceback "RTC inference is not supported by
+    policy type 'actlab_act'". LeRobot asks the policy's supports_rtc() only for that engine: the plugin
+    now refuses there, naming --inference.type and actlab's own real-time execution. Run in the lerobot
+    venv on this checkout's source, through the function LeRobot's rollout calls."""
+    from procs import lerobot_env
+
+    python = Path(os.environ.get("ACTLAB_LEROBOT_PYTHON", "/work/lerobot-venv/bin/python"))
+    if not python.is_file():
+        pytest.skip("needs the lerobot venv ($ACTLAB_LEROBOT_PYTHON)")
+    code = (
+        "import sys\n"
+        "from lerobot.rollout.inference.rtc import supports_rtc_inference\n"
+        "from lerobot_policy_actlab.modeling_actlab import ActlabActPolicy\n"
+        "supports_rtc_inference(ActlabActPolicy.from_pretrained(sys.argv[1]))\n"
+    )
+    with started([str(python), "-c", code, str(export)], env=lerobot_env(tmp_path)) as proc:
+        _, err = finish(proc, 120)
+    assert proc.returncode != 0, err[-2000:]
+    assert "actlab_act does not run under LeRobot's RTC engine" in err and "--policy.execution=async" in err
+    assert "Traceback" not in err.split("[end of libtorchcodec loading traceback]")[-1]
