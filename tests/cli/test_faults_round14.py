@@ -574,7 +574,7 @@ def _wait_gone(token: str, seconds: float) -> list[int]:
 
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
-def test_a_killed_encode_bench_takes_its_burners_along():
+def test_a_killed_encode_bench_takes_its_burners_along(tmp_path):
     """LOSS before (g02): SIGKILL to `bench encode --burners 1`: its burner (a numpy loop at 100% of a
     core) and the resource tracker ran on, re-parented to init."""
     token = uuid.uuid4().hex
@@ -582,7 +582,9 @@ def test_a_killed_encode_bench_takes_its_burners_along():
             "--frames", "30", "--image-size", "32"]  # fmt: skip
     proc = subprocess.Popen(
         [sys.executable, "-m", "actlab.cli", *args],
-        env={**os.environ, "F14_MARK": token},
+        # its scratch directory in tmp_path: the SIGKILL leaves it (the next bench run would remove it),
+        # and a test must not leave one in /tmp (37 had piled up there from this test)
+        env={**os.environ, "F14_MARK": token, "TMPDIR": str(tmp_path)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

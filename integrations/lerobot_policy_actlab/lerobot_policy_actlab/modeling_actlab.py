@@ -223,6 +223,13 @@ class _ActlabPolicy(PreTrainedPolicy):
             self._said.add(note)
             logger.warning("actlab: %s", note)
 
+    def supports_rtc(self) -> bool:
+        """LeRobot asks this only for ``lerobot-rollout --inference.type=rtc``. A policy that cannot take
+        a committed-action prefix is refused here, in actlab's words: it was LeRobot's ValueError traceback
+        ("RTC inference is not supported by policy type 'actlab_act'"), which named neither actlab's own
+        real-time execution nor the policy that runs under LeRobot's engine."""
+        raise _no_rtc(self.name, "it takes no committed-action prefix (only actlab_act_relative does)")
+
     @torch.no_grad()
     def predict_action_chunk(self, batch: dict[str, Tensor], **kwargs: Any) -> Tensor:
         """Absolute action chunk (B, H, A)."""
@@ -237,6 +244,19 @@ class _ActlabPolicy(PreTrainedPolicy):
         if self._execution is not None:
             return self._execution.select_action(self._obs(batch))
         return self.model.select_action(self._obs(batch))
+
+
+def _no_rtc(name: str, why: str) -> ActlabError:
+    return ActlabError(
+        f"{name} does not run under LeRobot's RTC engine: {why}",
+        field="--inference.type",
+        expected="sync (the default)",
+        found="rtc",
+        fix="drop --inference.type=rtc and run actlab's real-time execution in the sync engine: "
+        "--policy.execution=async (blend, ensemble; correct with a correction head) "
+        "--policy.execution_latency=D; LeRobot's RTC engine runs actlab_act_relative trained with "
+        "policy.rtc_max_delay > 0",
+    )
 
 
 def _config_dict(actlab_policy: Any) -> dict[str, Any]:
@@ -280,7 +300,9 @@ class ActlabActRelativePolicy(_ActlabPolicy):
                 fix="drop --inference.type=rtc (actlab's rtc: --policy.execution=rtc "
                 "--policy.execution_latency=D), or drop --policy.execution",
             )
-        return self.model.config.rtc_max_delay > 0
+        if self.model.config.rtc_max_delay <= 0:
+            raise _no_rtc(self.name, "it was trained with rtc_max_delay = 0 (no committed-action prefix)")
+        return True
 
     @torch.no_grad()
     def predict_action_chunk(

@@ -72,7 +72,10 @@ def _guard_numbers(parser: argparse.ArgumentParser) -> None:
             for sp in action.choices.values():
                 _guard_numbers(sp)
         elif action.type in (int, float):
-            floor = _FLOORS.get(action.dest, min(_negatives(action.default), default=0))
+            floor = _FLOORS_OF.get(
+                (parser.prog.partition(" ")[2], action.dest),
+                _FLOORS.get(action.dest, min(_negatives(action.default), default=0)),
+            )
             ceiling = _CEILINGS.get(action.dest, _CEILING)
             action.type = _bounded(action.type, floor, ceiling, _CEILING_WHY.get(action.dest, _MACHINE))
         elif action.dest.endswith("_python") and action.type in (None, str):
@@ -119,6 +122,11 @@ def _non_empty(kind: Any) -> object:
 
 # The smallest value of a numeric option whose 0 means nothing, by its dest (others: 0). `--horizon -3`
 # was refused as "expected a number >= 0", then `--horizon 0` as "an integer >= 1".
+# Floors of one command's option where the same name means another thing elsewhere (sim record --workers 0
+# runs in this process): eval --workers 0 was refused after parsing as "workers must be an integer >= 1",
+# field workers (a config field, no option named, no fix).
+_FLOORS_OF: dict[tuple[str, str], float] = {("eval", "workers"): 1}
+
 _FLOORS: dict[str, float] = {
     "horizon": 1,
     "whiskers_every": 1,

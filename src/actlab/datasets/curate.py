@@ -248,6 +248,9 @@ def curate(
             ) as w:
                 for e in kept:
                     start, stop = trims.get(e.index, {}).get("kept_frames", (0, e.length))
+                    for k in cams:  # a video file that cannot be opened is no one episode's fault
+                        if root / e.videos[k][0] not in decoders:
+                            decoders[root / e.videos[k][0]] = _open_video(root, e.videos[k][0], k, kept)
                     frames: dict[str, np.ndarray] = {}
                     for k in numeric:
                         frames[k] = data.columns[k][e.start + start : e.start + stop]
@@ -317,3 +320,26 @@ def curate(
         "trimmed": [trims[ep] for ep in sorted(trims)],
         "doctor": {s: result.count(s) for s in ("error", "warning", "note")},
     }
+
+
+def _open_video(root: Path, rel: str, key: str, kept: Sequence[Any]) -> VideoDecoder:
+    """The decoder of one video file of the input. A file that is missing, not a file (a directory, a
+    FIFO) or not a video was said as "episode 0 cannot be written", fix "drop it (--drop-episodes 0)": the
+    next run then failed on episode 1 of the same file. Said now as the file's, with every kept episode
+    whose frames it holds."""
+    try:
+        return VideoDecoder(root / rel)
+    except ActlabError as err:
+        if isinstance(err.__cause__, OSError) and not isinstance(err.__cause__, FileNotFoundError):
+            raise  # a disk or permission error: not the file's content
+        held = [e.index for e in kept if key in e.videos and e.videos[key][0] == rel]
+        listed = ", ".join(map(str, held))
+        raise ActlabError(
+            f"a video file of the input cannot be read: {err.problem}",
+            file=root / rel,
+            field=key,
+            expected=err.expected,
+            found=err.found,
+            fix=f"restore the file from a copy of the dataset (it holds episode(s) {listed}), "
+            f"or drop all of them (--drop-episodes {','.join(map(str, held))})",
+        ) from err

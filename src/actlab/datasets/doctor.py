@@ -29,7 +29,7 @@ from actlab.datasets.recording import check_recording
 from actlab.datasets.records import REEXPORT, SEVERITIES, EpisodeInfo, Problem, Report
 from actlab.datasets.video import VideoDecoder, packet_times, video_info
 from actlab.errors import ActlabError
-from actlab.utils.io import read_json
+from actlab.utils.io import not_a_file, read_json
 
 __all__ = ["DoctorResult", "EpisodeScore", "Problem", "diagnose", "examine"]
 
@@ -87,8 +87,16 @@ class _Doctor:
                     by_file.setdefault(self.root / e.videos[key][0], []).append(e)
             for path, eps in by_file.items():
                 if not path.is_file():
+                    # (a FIFO or a directory there was said as "missing", as the reader says what it is)
+                    what = not_a_file(path)
                     self.add(
-                        "missing_file", "video file missing", path, key, "an mp4 file", "missing", REEXPORT
+                        "missing_file",
+                        f"video file is {what}, not a file" if what else "video file missing",
+                        path,
+                        key,
+                        "an mp4 file",
+                        what or "missing",
+                        REEXPORT,
                     )
                     continue
                 vi = video_info(path)

@@ -21,7 +21,6 @@ import os
 import queue
 import shutil
 import signal
-import tempfile
 import time
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -35,6 +34,7 @@ from actlab.datasets.video import VideoOptions
 from actlab.datasets.writer import DatasetWriter
 from actlab.errors import ActlabError
 from actlab.profiling.report import make_result
+from actlab.utils.io import scratch_dir
 from actlab.utils.procs import die_with_parent
 
 
@@ -186,7 +186,8 @@ def run_encode_stress(cfg: EncodeStressConfig, progress: bool = True) -> dict[st
     reordered = 0  # times the encoder returned a packet ahead of an earlier frame's (muxed in order)
     episodes = 0
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="actlab-encode-") as tmp:
+    # scratch_dir: a SIGKILLed run left its tempfile directory in /tmp for good; the next run removes it
+    with scratch_dir("actlab-encode") as tmp:
         out = Path(tmp)
 
         def launch(wid: int) -> None:

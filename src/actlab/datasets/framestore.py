@@ -29,6 +29,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -132,6 +133,16 @@ def _allocated_memmap(file: Path, shape: tuple[int, ...]) -> np.ndarray:
         finally:
             os.close(fd)
     return mm
+
+
+def _remove_dead_builds(path: Path) -> None:
+    """Remove the temporary directories (``.NAME.XXXX.tmp``, ``.NAME.XXXX.old``) a build of the store at
+    ``path`` left when it was killed (SIGKILL, the machine off): only a holder of the store's build lock
+    makes them, and the caller holds it now, so every one there is a dead build's. A SIGKILLed ``data
+    cache`` or training left its half-decoded frames (up to the whole store's size) in the cache for good."""
+    for entry in path.parent.glob(f".{glob_escape(path.name)}.*"):
+        if entry.suffix in (".tmp", ".old") and entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -433,6 +444,7 @@ class FrameStore:
         cls, ds: LeRobotV3Dataset, path: Path, keys: list[str], image_size: int | None, progress: bool
     ) -> dict:
         """Decode into a temp dir beside ``path`` and move it into place; the caller holds the lock."""
+        _remove_dead_builds(path)
         need = cls.estimate_bytes(ds, image_size, keys)
         free = shutil.disk_usage(path.parent).free
         if need > free:

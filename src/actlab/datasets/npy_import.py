@@ -168,14 +168,49 @@ def _to_hwc_uint8(img: np.ndarray, key: str, path: Path) -> np.ndarray:
     return img.astype(np.uint8)
 
 
+def _not_a_number(arr: np.ndarray) -> str | None:
+    """What, in an object array, is no number (None, text, a frame of another shape than frame 0), in
+    words with its index; None when every element is a number or an array of frame 0's shape."""
+    first = None
+    for i, e in enumerate(arr.flat):
+        if e is None:
+            return f"None at index {i}"
+        if isinstance(e, str | bytes):
+            return f"text {e!r:.40} at index {i}"
+        shape = np.shape(e)
+        if np.asarray(e).dtype.kind not in "biufc" and shape:
+            return f"frame {i} of {np.asarray(e).dtype} values"
+        if first is None:
+            first = shape
+        elif shape != first:
+            return f"frame {i} of shape {list(shape)}, frame 0 of shape {list(first)}"
+    return None
+
+
 def _real(values: Any, path: Path, field: str) -> np.ndarray:
     """Numbers as float32, refusing what the cast would change without a word: complex values (their
     imaginary parts were dropped with numpy's ComplexWarning and the dataset written) and finite values
     float32 cannot hold (1e40 became inf and was refused as "non-finite", as if the file held inf)."""
     arr = np.asarray(values)
     if arr.dtype.kind == "O":  # per-frame lists or Python numbers: numbers if every element is one
+        odd = _not_a_number(arr)
+        if odd is not None:
+            # Why: frames of two shapes, text or None were "not real numbers, found object" with the fix
+            # for complex values (np.real), and None was cast to NaN and refused as a non-finite value
+            raise ActlabError(
+                f"{field} hold something other than numbers"
+                if field == "actions"
+                else f"{field} holds something other than numbers",
+                file=path,
+                field=field,
+                expected="one array of numbers, every frame of one shape",
+                found=odd,
+                fix=f"save {field} as one numeric array (np.asarray(frames, dtype=np.float32), every frame "
+                "of the same length, no None or text), then convert again",
+            )
         with contextlib.suppress(TypeError, ValueError):
-            arr = arr.astype(np.float64)
+            # frames saved one array each (of one shape): stacked, as the same frames in one array are
+            arr = np.stack(arr.tolist()) if arr.ndim == 1 and np.ndim(arr.flat[0]) else arr.astype(np.float64)
     if arr.dtype.kind not in "biuf":
         raise ActlabError(
             f"{field} are not real numbers" if field == "actions" else f"{field} is not real numbers",

@@ -506,7 +506,7 @@ def fit_size(height: int, width: int, image_size: int | None) -> tuple[int, int,
 def _open_input(path: Path):
     require_file(
         path,
-        "video file missing",
+        "video file missing or not a file",
         field="(file)",
         expected="an mp4 file",
         fix="restore the file or re-record the dataset",

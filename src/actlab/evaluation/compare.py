@@ -333,7 +333,8 @@ def _check_seed(data: dict, chosen: dict, file: Path) -> None:
     want = [seed + k for k in range(len(episodes))] if isinstance(seed, int) else None
     seeds = [e.get("seed") for e in episodes]
     if want != seeds:  # (found named only the top-level seed: an edited episode seed looked like it)
-        shown = ", ".join(map(str, seeds[:SHOWN_SEEDS])) + (" ..." if len(seeds) > SHOWN_SEEDS else "")
+        # repr: an edited seed "200000" (text) was shown as 200000, the very value expected
+        shown = ", ".join(map(repr, seeds[:SHOWN_SEEDS])) + (" ..." if len(seeds) > SHOWN_SEEDS else "")
         raise _damaged(
             file,
             "seed, episodes[].seed",

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from actlab.training.config import TrainConfig
 from actlab.training.lerobot_bench import run_lerobot_step
 from actlab.training.step import autocast
 from actlab.utils.device import resolve_device
+from actlab.utils.io import scratch_dir
 from actlab.utils.threads import keeps_torch_threads
 
 
@@ -336,7 +336,8 @@ def run_bench(
     """``bench_train`` on ``dataset``, or on a synthetic dataset built in a temporary directory; with
     ``lerobot_python`` also lerobot's own ACT step on the same dataset, device and config (after actlab's
     run is closed, so the two never share the device)."""
-    with tempfile.TemporaryDirectory(prefix="actlab-bench-train-") as tmp:
+    # scratch_dir: a SIGKILLed run left its synthetic dataset in /tmp for good; the next run removes it
+    with scratch_dir("actlab-bench-train") as tmp:
         if dataset:
             cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, path=str(dataset)))
         else:

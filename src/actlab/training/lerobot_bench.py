@@ -16,6 +16,7 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.utils import procs
+from actlab.utils.io import scratch_dir
 
 # lerobot-train's default DataLoader workers (lerobot 0.6.1 TrainPipelineConfig.num_workers).
 LEROBOT_DEFAULT_WORKERS = 4
@@ -79,17 +80,21 @@ def run_lerobot_step(
            "--warmup", str(warmup), "--device", device, "--threads", str(threads)]  # fmt: skip
     cmd += ["--amp"] if amp else []
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    try:
-        code, out, err = procs.run_tree(
-            cmd, timeout=timeout_s, env=env, field="--lerobot-python"
-        )  # the DataLoader workers too
-    except subprocess.TimeoutExpired:
-        raise ActlabError(
-            f"lerobot's training step did not finish in {timeout_s:.0f} s",
-            field="--lerobot-python",
-            found=python,
-            fix="use fewer --lerobot-steps",
-        ) from None
+    # the child's output goes into a scratch directory of this process: removed when it ends, and by the
+    # next run when this one was SIGKILLed (the child's own temporary directory stayed in /tmp then)
+    with scratch_dir("actlab-lerobot-train") as tmp:
+        cmd += ["--tmp", str(tmp)]
+        try:
+            code, out, err = procs.run_tree(
+                cmd, timeout=timeout_s, env=env, field="--lerobot-python"
+            )  # the DataLoader workers too
+        except subprocess.TimeoutExpired:
+            raise ActlabError(
+                f"lerobot's training step did not finish in {timeout_s:.0f} s",
+                field="--lerobot-python",
+                found=python,
+                fix="use fewer --lerobot-steps",
+            ) from None
     lines = [ln for ln in out.strip().splitlines() if ln.startswith("{")]
     if code != 0 or not lines:
         raise ActlabError(

@@ -43,7 +43,7 @@ def _sync(device) -> None:
 
 
 def bench(root: str, policy_fields: dict, batch_size: int, workers: int, steps: int, warmup: int,
-          device_name: str, amp: bool) -> dict:  # fmt: skip
+          device_name: str, amp: bool, tmp_parent: str | None = None) -> dict:  # fmt: skip
     import lerobot
     import torch
     from accelerate import Accelerator
@@ -61,7 +61,9 @@ def bench(root: str, policy_fields: dict, batch_size: int, workers: int, steps: 
     policy_cfg = ACTConfig(
         **policy_fields, device=device.type, use_amp=amp, push_to_hub=False, pretrained_backbone_weights=None
     )
-    with tempfile.TemporaryDirectory(prefix="actlab-lerobot-train-") as tmp:
+    # tmp_parent: a scratch directory of the caller (actlab bench train --lerobot-python), which removes
+    # it, also after this process was killed (a TemporaryDirectory of its own stayed in /tmp then)
+    with tempfile.TemporaryDirectory(prefix="actlab-lerobot-train-", dir=tmp_parent) as tmp:
         cfg = TrainPipelineConfig(
             dataset=DatasetConfig(repo_id="actlab/local", root=root, video_backend=_backend()),
             policy=policy_cfg,
@@ -159,12 +161,15 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--amp", action="store_true", help="bf16 autocast through accelerate (use_amp)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--tmp", default=None, help="directory for the run's output (default: the system's)")
     a = p.parse_args()
     if a.threads:
         import torch
 
         torch.set_num_threads(a.threads)
-    out = bench(a.root, json.loads(a.policy), a.batch_size, a.workers, a.steps, a.warmup, a.device, a.amp)
+    out = bench(
+        a.root, json.loads(a.policy), a.batch_size, a.workers, a.steps, a.warmup, a.device, a.amp, a.tmp
+    )
     print(json.dumps(out))
 
 

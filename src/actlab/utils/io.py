@@ -249,6 +249,58 @@ def reclaim_leftovers(path: str | Path) -> list[int]:
     return sorted(set(live))
 
 
+# a scratch directory of a command in the system's temporary directory: PREFIX-HOST-PID-RANDOM
+_SCRATCH_TAIL = re.compile(r"(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]+")
+
+
+def reclaim_scratch(prefix: str, parent: str | Path | None = None) -> list[Path]:
+    """Remove the scratch directories :func:`scratch_dir` made with ``prefix`` for processes of this host
+    that no longer run (SIGKILL cannot run a cleanup: each such kill left one behind, forever). Only names
+    scratch_dir makes are touched: a directory of a live process, of another host or of another shape
+    (``actlab-encode-XXXXXXXX`` of an actlab before this one: whose it is cannot be told) is left alone.
+    Returns the directories removed."""
+    parent = Path(parent if parent is not None else tempfile.gettempdir())
+    host, removed = _host_tag(), []
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.name.startswith(prefix):
+            continue
+        m = _SCRATCH_TAIL.fullmatch(entry.name[len(prefix) :])
+        if not m or m["host"] != host or entry.is_symlink() or not entry.is_dir():
+            continue
+        pid = int(m["pid"])
+        if pid == os.getpid() or pid_alive(pid):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str, parent: str | Path | None = None) -> Iterator[Path]:
+    """A temporary directory ``PREFIX-HOST-PID-RANDOM`` in ``parent`` (the system's temporary directory:
+    $TMPDIR, /tmp), removed when the block ends (an error, SIGINT and SIGTERM's ``Terminated`` included).
+    Where SIGKILL left one, the next scratch_dir of the same prefix removes it (its pid is dead): what a
+    killed ``bench encode`` or ``bench train`` wrote no longer piles up in /tmp."""
+    prefix = prefix if prefix.endswith("-") else prefix + "-"
+    parent = Path(parent if parent is not None else tempfile.gettempdir())
+    reclaim_scratch(prefix, parent)
+    while True:
+        path = parent / f"{prefix}{_host_tag()}-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            os.mkdir(path, 0o700)
+            break
+        except FileExistsError:
+            continue
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _renameat2(src: Path, dst: Path, flags: int) -> bool:
     """renameat2(src, dst, flags); False where the system or the filesystem does not offer it."""
     try:
