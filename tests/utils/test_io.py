@@ -79,3 +79,45 @@ def test_an_oserror_whose_filename_is_read_only_is_still_named_and_keeps_its_err
     assert e.value.errno == errno.ENOSPC and e.value.filename == str(out / "videos" / "file-000.mp4")
     assert isinstance(e.value.__cause__, av.error.OSError)  # the original is chained
     assert list(tmp_path.iterdir()) == []  # the temporary directory went with it
+
+
+def test_a_file_write_killed_mid_way_leaves_a_temporary_file_the_next_write_removes(tmp_path):
+    """A SIGKILL between atomic_file's temporary file and its rename cannot clean up: the file was
+    mkstemp's ``.NAME.XXXXXXXX.tmp``, named no owner, and stayed beside the output for good. It is now
+    ``.NAME.actlab-HOST-PID-RANDOM.tmp`` and the next write of NAME removes a dead process's; a live
+    writer's and files of any other shape stay."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from actlab.utils.io import _host_tag
+
+    target = tmp_path / "summary.json"
+    code = (
+        "import sys, time\n"
+        "from actlab.utils.io import atomic_file\n"
+        "with atomic_file(sys.argv[1], 'w') as f:\n"
+        "    f.write('{\"half\": '); f.flush(); print('open', flush=True); time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "open"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    left = [p.name for p in tmp_path.iterdir()]
+    assert len(left) == 1 and left[0].startswith(".summary.json.actlab-") and left[0].endswith(".tmp"), left
+    live = tmp_path / f".summary.json.actlab-{_host_tag()}-{os.getpid()}-00000000.tmp"  # this process: live
+    foreign = tmp_path / ".summary.json.k3j2h1g0.tmp"  # not our shape: never ours to remove
+    other_host = tmp_path / ".summary.json.actlab-00000000-999999999-aa.tmp"
+    for p in (live, foreign, other_host):
+        p.write_text("x")
+    time.sleep(0.01)
+    atomic_write_json(target, {"ok": True})
+    assert read_json(target) == {"ok": True}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["summary.json", live.name, foreign.name, other_host.name]
+    )

@@ -64,12 +64,17 @@ def name_file(e: OSError, filename: str) -> None:
 
 @contextlib.contextmanager
 def atomic_file(path: str | Path, mode: str = "wb") -> Iterator[Any]:
-    """Open a temporary file beside ``path``; on success it replaces ``path``, on error it is removed."""
+    """Open a temporary file beside ``path``; on success it replaces ``path``, on error it is removed.
+
+    The temporary file is ``.NAME.actlab-HOST-PID-RANDOM.tmp``: a SIGKILL (or power loss) between its
+    creation and the rename cannot remove it, so the next write of ``path`` removes the ones of dead
+    processes of this host (before, mkstemp's ``.NAME.XXXXXXXX.tmp`` named no owner and piled up)."""
     path = Path(path)
     _refuse_special_file(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        _reclaim_tmp_files(path)
+        fd, tmp = _make_tmp_file(path)
     except OSError as e:  # name the file the user asked for, not the hidden temporary name
         raise OSError(e.errno, e.strerror, str(path)) from e
     try:
@@ -211,6 +216,37 @@ def _make_tmp_dir(path: Path, what: str = "tmp") -> Path:
             return tmp
         except FileExistsError:
             continue
+
+
+def _make_tmp_file(path: Path) -> tuple[int, str]:
+    """Create ``.NAME.actlab-HOST-PID-RANDOM.tmp`` beside ``path`` (mode 0600, as mkstemp): (fd, name)."""
+    while True:
+        tmp = path.with_name(f"{_tmp_prefix(path)}{_host_tag()}-{os.getpid()}-{secrets.token_hex(4)}.tmp")
+        try:
+            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+            return os.open(tmp, flags, 0o600), str(tmp)
+        except FileExistsError:
+            continue
+
+
+def _reclaim_tmp_files(path: Path) -> None:
+    """Remove the temporary files :func:`atomic_file` made for ``path`` in processes of this host that no
+    longer run: only that name's shape, only plain files (a live writer's, another host's and any other
+    file are left alone)."""
+    prefix, host = _tmp_prefix(path), _host_tag()
+    try:
+        with os.scandir(path.parent) as it:
+            entries = [e for e in it if e.name.startswith(prefix) and e.name.endswith(".tmp")]
+    except OSError:
+        return
+    for entry in entries:
+        m = _TMP_TAIL.fullmatch(entry.name[len(prefix) :])
+        if not m or m["host"] != host or not entry.is_file(follow_symlinks=False):
+            continue
+        pid = int(m["pid"])
+        if pid != os.getpid() and not pid_alive(pid):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
 
 
 def _our_leftovers(path: Path) -> list[tuple[Path, int, str]]:
