@@ -42,3 +42,25 @@ def recording(tmp_path_factory):
     args = ["sim", "record", "--episodes", "1", "--image-size", "16", "--workers", "0", "--out", str(out)]
     assert main(args) == 0
     return out
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory, bundle) -> Path:
+    """The untrained 16 px bundle above exported for the LeRobot plugin (actlab_act)."""
+    from actlab.cli import main
+
+    out = tmp_path_factory.mktemp("export") / "export"
+    assert main(["policy", "export", str(bundle), "--to", "lerobot", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def rec2(tmp_path_factory) -> Path:
+    """A two-episode 16 px sim recording: one mp4 file per camera holds both episodes, and its info.json
+    the recorder's actlab_sim block."""
+    from actlab.cli import main
+
+    out = tmp_path_factory.mktemp("rec2") / "rec"
+    argv = ["sim", "record", "--episodes", "2", "--image-size", "16", "--workers", "0", "--out", str(out)]
+    assert main(argv) == 0
+    return out

@@ -233,13 +233,6 @@ def test_a_bundle_whose_files_declare_two_values_is_refused(
 
 
 # ------------------------------------------------------------------ LeRobot exports, the plugin, the bridge
-@pytest.fixture(scope="module")
-def export(tmp_path_factory, bundle) -> Path:
-    out = tmp_path_factory.mktemp("export") / "x"
-    assert main(["policy", "export", str(bundle), "--to", "lerobot", "--out", str(out)]) == 0
-    return out
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     ("probe", "edit", "field"),

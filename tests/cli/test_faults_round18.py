@@ -38,23 +38,6 @@ def _needs_lerobot() -> None:
         pytest.skip("needs the lerobot venv ($ACTLAB_LEROBOT_PYTHON)")
 
 
-@pytest.fixture(scope="module")
-def export(tmp_path_factory, bundle) -> Path:
-    """The untrained 16 px bundle of conftest.py exported for the plugin (actlab policy export)."""
-    out = tmp_path_factory.mktemp("export") / "export"
-    assert main(["policy", "export", str(bundle), "--to", "lerobot", "--out", str(out)]) == 0
-    return out
-
-
-@pytest.fixture(scope="module")
-def rec2(tmp_path_factory) -> Path:
-    """A two-episode 16 px sim recording (its info.json holds the recorder's actlab_sim block)."""
-    out = tmp_path_factory.mktemp("rec2") / "rec"
-    argv = ["sim", "record", "--episodes", "2", "--image-size", "16", "--workers", "0", "--out", str(out)]
-    assert main(argv) == 0
-    return out
-
-
 # ------------------------------------------------------------------ data convert
 def _npy_source(root: Path, frames_as_list: bool = False) -> Path:
     rng = np.random.default_rng(0)

@@ -27,15 +27,6 @@ from actlab.cli import main
 from procs import finish, started
 
 
-@pytest.fixture(scope="module")
-def rec2(tmp_path_factory) -> Path:
-    """A two-episode 16 px sim recording: one mp4 file per camera holds both episodes."""
-    out = tmp_path_factory.mktemp("rec2") / "rec"
-    argv = ["sim", "record", "--episodes", "2", "--image-size", "16", "--workers", "0", "--out", str(out)]
-    assert main(argv) == 0
-    return out
-
-
 def _dead_pid() -> int:
     """A pid no process has now (a child that has exited and been reaped)."""
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -233,14 +224,6 @@ def test_curate_names_every_episode_of_a_video_file_it_cannot_read(rec2, tmp_pat
 
 
 # ------------------------------------------------------------------ lerobot-rollout --inference.type=rtc
-@pytest.fixture(scope="module")
-def export(tmp_path_factory, bundle) -> Path:
-    """The untrained 16 px ACT bundle of conftest.py exported for the plugin (actlab_act)."""
-    out = tmp_path_factory.mktemp("export") / "export"
-    assert main(["policy", "export", str(bundle), "--to", "lerobot", "--out", str(out)]) == 0
-    return out
-
-
 @pytest.mark.timeout(150)
 def test_lerobot_rtc_of_a_policy_without_a_prefix_is_refused_in_actlabs_words(tmp_path, export):
     """TRACEBACK before (rr08, rr09, cx05): `lerobot-rollout --inference.type=rtc` of an actlab_act export
