@@ -229,40 +229,41 @@ def _make_tmp_file(path: Path) -> tuple[int, str]:
             continue
 
 
+def _owned(parent: Path, prefix: str, tail: re.Pattern[str], is_dir: bool) -> list[tuple[Path, int, str]]:
+    """(entry, pid, the tail's ``what`` or "") for each entry of ``parent`` named ``prefix`` + ``tail``
+    with this host's tag: a directory (``is_dir``) or a plain file, never a symlink. actlab's temporaries
+    carry their host and pid so that a later run tells a dead process's from a live one's, and never
+    touches another host's (a pid means nothing there) or anything not of that shape."""
+    host, found = _host_tag(), []
+    try:
+        with os.scandir(parent) as it:
+            entries = [e for e in it if e.name.startswith(prefix)]
+    except OSError:
+        return []
+    for e in entries:
+        m = tail.fullmatch(e.name[len(prefix) :])
+        kind_ok = e.is_dir(follow_symlinks=False) if is_dir else e.is_file(follow_symlinks=False)
+        if m and m["host"] == host and kind_ok:
+            found.append((Path(e.path), int(m["pid"]), m.groupdict().get("what") or ""))
+    return found
+
+
+def _dead(pid: int) -> bool:
+    return pid != os.getpid() and not pid_alive(pid)
+
+
 def _reclaim_tmp_files(path: Path) -> None:
     """Remove the temporary files :func:`atomic_file` made for ``path`` in processes of this host that no
-    longer run: only that name's shape, only plain files (a live writer's, another host's and any other
-    file are left alone)."""
-    prefix, host = _tmp_prefix(path), _host_tag()
-    try:
-        with os.scandir(path.parent) as it:
-            entries = [e for e in it if e.name.startswith(prefix) and e.name.endswith(".tmp")]
-    except OSError:
-        return
-    for entry in entries:
-        m = _TMP_TAIL.fullmatch(entry.name[len(prefix) :])
-        if not m or m["host"] != host or not entry.is_file(follow_symlinks=False):
-            continue
-        pid = int(m["pid"])
-        if pid != os.getpid() and not pid_alive(pid):
+    longer run (a live writer's, another host's and any other file are left alone)."""
+    for entry, pid, what in _owned(path.parent, _tmp_prefix(path), _TMP_TAIL, is_dir=False):
+        if what == "tmp" and _dead(pid):
             with contextlib.suppress(OSError):
-                os.unlink(entry.path)
+                os.unlink(entry)
 
 
 def _our_leftovers(path: Path) -> list[tuple[Path, int, str]]:
     """(entry, pid, "tmp"/"old") for each temporary directory of ``path`` made on this host by atomic_dir."""
-    prefix, host, found = _tmp_prefix(path), _host_tag(), []
-    try:
-        entries = list(path.parent.iterdir())
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.name.startswith(prefix):
-            continue
-        m = _TMP_TAIL.fullmatch(entry.name[len(prefix) :])
-        if m and m["host"] == host and entry.is_dir() and not entry.is_symlink():
-            found.append((entry, int(m["pid"]), m["what"]))
-    return found
+    return _owned(path.parent, _tmp_prefix(path), _TMP_TAIL, is_dir=True)
 
 
 def reclaim_leftovers(path: str | Path) -> list[int]:
@@ -296,22 +297,11 @@ def reclaim_scratch(prefix: str, parent: str | Path | None = None) -> list[Path]
     (``actlab-encode-XXXXXXXX`` of an actlab before this one: whose it is cannot be told) is left alone.
     Returns the directories removed."""
     parent = Path(parent if parent is not None else tempfile.gettempdir())
-    host, removed = _host_tag(), []
-    try:
-        entries = list(parent.iterdir())
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.name.startswith(prefix):
-            continue
-        m = _SCRATCH_TAIL.fullmatch(entry.name[len(prefix) :])
-        if not m or m["host"] != host or entry.is_symlink() or not entry.is_dir():
-            continue
-        pid = int(m["pid"])
-        if pid == os.getpid() or pid_alive(pid):
-            continue
-        shutil.rmtree(entry, ignore_errors=True)
-        removed.append(entry)
+    removed = []
+    for entry, pid, _ in _owned(parent, prefix, _SCRATCH_TAIL, is_dir=True):
+        if _dead(pid):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
     return removed
 
 
