@@ -15,18 +15,16 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import stat
 import tempfile
 import time
-import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.utils.lock import DirLock
-from actlab.utils.procs import exit_on_sigterm, pid_alive, sigterm_deferred
+from actlab.utils.procs import exit_on_sigterm, host_tag, pid_alive, sigterm_deferred
 
 
 def _umask() -> int:
@@ -184,7 +182,7 @@ _AT_FDCWD = -100
 
 def _host_tag() -> str:
     # Temporary names carry the host: a pid means nothing on another machine sharing the filesystem (NFS).
-    return f"{zlib.crc32(socket.gethostname().encode()):08x}"
+    return host_tag()
 
 
 def _tmp_prefix(path: Path) -> str:

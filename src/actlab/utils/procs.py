@@ -23,10 +23,13 @@ import contextlib
 import ctypes
 import multiprocessing as mp
 import os
+import re
 import signal
+import socket
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -107,6 +110,58 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def host_tag() -> str:
+    """This host's tag in temporary names (a crc32 of its name): a pid means nothing on another machine
+    sharing the filesystem (NFS) or /dev/shm."""
+    return f"{zlib.crc32(socket.gethostname().encode()):08x}"
+
+
+# multiprocessing's named semaphores (the queues and locks of a spawn or forkserver pool) live in /dev/shm
+# as sem.PREFIX-RANDOM until the process that made them, or its resource tracker, unlinks them. A SIGKILL
+# of the whole process group (a cgroup kill, `kill -9 -PGID`, a terminal's job) kills the tracker too, and
+# each such kill left its semaphores in /dev/shm for good (sem.mp-XXXXXXXX: whose, nobody can tell). Ours
+# are named sem.mp-actlab-HOST-PID-RANDOM, and the next pool removes those of a dead pid on this host.
+_SEM_DIR = "/dev/shm"
+_SEM_PREFIX = "mp-actlab-"
+_SEM_TAIL = re.compile(r"(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-.+")
+
+
+def reclaim_semaphores(sem_dir: str = _SEM_DIR) -> list[str]:
+    """Unlink the named semaphores :func:`own_semaphores` named for processes of this host that no longer
+    run (only ``sem.mp-actlab-HOST-PID-*``: another program's, a live process's and another host's are
+    left alone). Returns the names removed."""
+    host, removed = host_tag(), []
+    try:
+        names = os.listdir(sem_dir)
+    except OSError:
+        return []
+    start = f"sem.{_SEM_PREFIX}"
+    for name in names:
+        if not name.startswith(start):
+            continue
+        m = _SEM_TAIL.fullmatch(name[len(start) :])
+        if not m or m["host"] != host:
+            continue
+        pid = int(m["pid"])
+        if pid == os.getpid() or pid_alive(pid):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(sem_dir, name))
+            removed.append(name)
+    return removed
+
+
+def own_semaphores() -> None:
+    """Name the semaphores this process makes from now on ``mp-actlab-HOST-PID-RANDOM`` (multiprocessing's
+    ``semprefix``), and remove those a dead process of this host left (see ``_SEM_PREFIX``). Call it before
+    making a spawn or forkserver context's queue, lock or pool."""
+    config = mp.current_process()._config  # multiprocessing's own: semprefix names every SemLock it makes
+    prefix = f"/{_SEM_PREFIX}{host_tag()}-{os.getpid()}"
+    if config.get("semprefix") != prefix:
+        config["semprefix"] = prefix
+        reclaim_semaphores()
 
 
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
@@ -251,6 +306,7 @@ def worker_pool(
     in a broken state. Leaving the block normally lets idle workers exit; leaving it by an exception (an
     error, Ctrl-C, or SIGTERM through :func:`exit_on_sigterm`) kills them. Neither waits without a
     deadline."""
+    own_semaphores()
     ctx = mp.get_context("spawn")
     pool = cf.ProcessPoolExecutor(
         workers, mp_context=ctx, initializer=_child_init, initargs=(os.getpid(), initializer, tuple(initargs))

@@ -1,0 +1,82 @@
+"""Faults of our twentieth planted-fault run (docs/faults.md "Twentieth fault run"), planted for real:
+real commands killed with SIGKILL in sessions of their own (the whole process group, as a cgroup or a
+terminal job is killed), real worker pools, real files.
+
+Each test names the probes of docs/faults_round20_probes.md it plants again and what happened before its
+fix.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from procs import finish, started
+
+SHM = Path("/dev/shm")
+
+
+def _semaphore_inodes(pid: int) -> set[int]:
+    """The inodes of the named semaphores process ``pid`` has open (glibc maps each /dev/shm/sem.* file;
+    the mapping shows the name it was made under, so the inode is what ties it to the file now)."""
+    found = set()
+    try:
+        lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[5].startswith("/dev/shm/sem."):
+            found.add(int(parts[4]))
+    return found
+
+
+def _shm_inodes() -> dict[int, str]:
+    out = {}
+    for entry in os.scandir(SHM):
+        if entry.name.startswith("sem."):
+            try:
+                out[entry.inode()] = entry.name
+            except OSError:
+                pass
+    return out
+
+
+# ------------------------------------------------------------------ semaphores in /dev/shm
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not SHM.is_dir(), reason="POSIX semaphores in /dev/shm"
+)
+@pytest.mark.timeout(120)
+def test_a_killed_worker_pool_leaves_no_semaphore_in_dev_shm_for_good(tmp_path):
+    """LOSS before (sr_kill_*, ev_kill_*, evs_kill, ...: every command with a spawned worker pool): SIGKILL
+    to the command's process group (its resource tracker with it) left the pool's named semaphores in
+    /dev/shm as sem.mp-XXXXXXXX, 5 a kill, and nothing ever removed them (75 had piled up on this machine).
+    Now they are named sem.mp-actlab-HOST-PID-RANDOM and the next worker pool removes those of a dead pid."""
+    out = tmp_path / "rec"
+    args = ["sim", "record", "--episodes", "40", "--image-size", "16", "--workers", "2", "--out", str(out)]
+    with started([sys.executable, "-m", "actlab.cli", *args]) as proc:
+        held: set[int] = set()
+        end = time.monotonic() + 90
+        while time.monotonic() < end and proc.poll() is None:
+            held = _semaphore_inodes(proc.pid)
+            if len(held) >= 3 and list(tmp_path.glob(".rec.*")):
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None and held, "the recording ended before its pool could be killed"
+        time.sleep(0.5)
+        held = _semaphore_inodes(proc.pid) or held
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    left = {i: n for i, n in _shm_inodes().items() if i in held}
+    assert left, "the kill left no semaphore: nothing to reclaim"
+    args = ["sim", "record", "--episodes", "1", "--image-size", "16", "--workers", "1", "--out", str(out)]
+    with started([sys.executable, "-m", "actlab.cli", *args]) as proc:
+        finish(proc, 90)
+    assert proc.returncode == 0
+    still = {i: n for i, n in _shm_inodes().items() if i in left}
+    assert not still, f"the killed command's semaphores are still in /dev/shm: {sorted(still.values())}"
