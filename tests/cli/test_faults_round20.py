@@ -8,6 +8,7 @@ fix.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -40,10 +41,8 @@ def _shm_inodes() -> dict[int, str]:
     out = {}
     for entry in os.scandir(SHM):
         if entry.name.startswith("sem."):
-            try:
+            with contextlib.suppress(OSError):
                 out[entry.inode()] = entry.name
-            except OSError:
-                pass
     return out
 
 
