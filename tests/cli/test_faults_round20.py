@@ -11,12 +11,16 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
+import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import pytest
 
+from actlab.cli import main
 from procs import finish, started
 
 SHM = Path("/dev/shm")
@@ -79,3 +83,34 @@ def test_a_killed_worker_pool_leaves_no_semaphore_in_dev_shm_for_good(tmp_path):
     assert proc.returncode == 0
     still = {i: n for i, n in _shm_inodes().items() if i in left}
     assert not still, f"the killed command's semaphores are still in /dev/shm: {sorted(still.values())}"
+
+
+# ------------------------------------------------------------------ the write probe of every --out
+def _dead_pid() -> int:
+    """A pid no process has now (a child that has exited and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait(timeout=30)
+    return proc.pid
+
+
+def test_a_write_probe_a_killed_command_left_is_removed_by_the_next_command(tmp_path, capsys):
+    """LOSS before (found by reading, beside the sixteen SIGKILL rows: `utils.io.check_writable`, which
+    every command's --out runs before its work): the probe file was mkstemp's `.actlab-probe-XXXXXXXX`,
+    naming no owner, so a SIGKILL between its making and its removal left it beside the output for good.
+    Now it is `.actlab-probe.actlab-HOST-PID-RANDOM.tmp` and the next probe of that directory removes a
+    dead process's; a live process's, another host's and an older name are left alone."""
+    host = f"{zlib.crc32(socket.gethostname().encode()):08x}"
+    dead = tmp_path / f".actlab-probe.actlab-{host}-{_dead_pid()}-00000000.tmp"
+    live = tmp_path / f".actlab-probe.actlab-{host}-{os.getpid()}-00000000.tmp"
+    other_host = tmp_path / f".actlab-probe.actlab-00000000-{_dead_pid()}-00000000.tmp"
+    older = tmp_path / ".actlab-probe-k2j4x9_a"
+    for p in (dead, live, other_host, older):
+        p.write_bytes(b"")
+    out = tmp_path / "samples.csv"
+    assert main(["monitor", "--interval", "0.1", "--out", str(out), "--", sys.executable, "-c", "pass"]) == 0
+    capsys.readouterr()
+    assert out.is_file() and not dead.exists()
+    assert live.exists() and other_host.exists() and older.exists()
+    assert not [
+        p for p in tmp_path.iterdir() if p.name.startswith(".actlab-probe.") and p not in (live, other_host)
+    ]

@@ -450,12 +450,21 @@ def check_writable(path: str | Path) -> None:
         folder = folder.parent
     if not folder.is_dir():
         return  # a file in the way: named by the write itself (errors.from_environment)
+    # .actlab-probe.actlab-HOST-PID-RANDOM.tmp (mkstemp's .actlab-probe-XXXXXXXX named no owner: a SIGKILL
+    # between its making and its removal left it for good); a dead process's of this host is removed here.
+    _reclaim_probes(folder)
     try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".actlab-probe-")
+        fd, probe = _make_tmp_file(folder / "actlab-probe")
     except OSError as e:  # name the output asked for, not the probe
         raise OSError(e.errno, e.strerror, str(path)) from e
     os.close(fd)
     os.unlink(probe)
+
+
+def _reclaim_probes(folder: Path) -> None:
+    """Remove the write probes :func:`check_writable` made in ``folder`` for processes of this host that
+    no longer run (``.actlab-probe.actlab-HOST-PID-RANDOM.tmp``, plain files only)."""
+    _reclaim_tmp_files(folder / "actlab-probe")
 
 
 def check_out_dir(
