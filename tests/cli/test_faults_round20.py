@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import zlib
 from pathlib import Path
@@ -114,3 +116,39 @@ def test_a_write_probe_a_killed_command_left_is_removed_by_the_next_command(tmp_
     assert not [
         p for p in tmp_path.iterdir() if p.name.startswith(".actlab-probe.") and p not in (live, other_host)
     ]
+
+
+# ------------------------------------------------------------------ multiprocessing's temporary directory
+@pytest.fixture
+def short_tmp():
+    """A directory of a short path (a socket's path in it must fit AF_UNIX's 107 bytes), removed after."""
+    path = Path(tempfile.mkdtemp(prefix="f20-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.timeout(150)
+def test_a_killed_batch_size_search_leaves_no_directory_in_tmp_for_good(short_tmp):
+    """LOSS before (fb_kill2): SIGKILL to `find-batch-size` while its fork server ran left multiprocessing's
+    /tmp/pymp-XXXXXXXX (the server's listening socket) for good: mkdtemp's name tells no owner, so no run
+    removed it. Now it is pymp-actlab-HOST-PID-RANDOM and the next run removes a dead pid's (where
+    $TMPDIR is short enough for that name in a socket's path: pytest's tmp_path is not)."""
+    tmp_path = short_tmp
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    ds = tmp_path / "rec"
+    rec = ["sim", "record", "--episodes", "2", "--image-size", "16", "--workers", "0", "--out", str(ds)]
+    assert main(rec) == 0
+    args = ["find-batch-size", "--preset", "tiny", "--dataset", str(ds), "--memory-limit", "2GiB",
+            "--steps", "1"]  # fmt: skip
+    with started([sys.executable, "-m", "actlab.cli", *args], env=env) as proc:
+        end = time.monotonic() + 100
+        while not list(tmp_path.glob("pymp-*")) and time.monotonic() < end and proc.poll() is None:
+            time.sleep(0.05)
+        assert proc.poll() is None, "the search ended before its fork server could be killed"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert list(tmp_path.glob("pymp-*")), "the kill left no directory: nothing to reclaim"
+    with started([sys.executable, "-m", "actlab.cli", *args, "--max", "1"], env=env) as proc:
+        _, err = finish(proc, 100)
+    assert proc.returncode == 0, err[-2000:]
+    assert not list(tmp_path.glob("pymp-*"))
