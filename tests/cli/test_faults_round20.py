@@ -152,3 +152,95 @@ def test_a_killed_batch_size_search_leaves_no_directory_in_tmp_for_good(short_tm
         _, err = finish(proc, 100)
     assert proc.returncode == 0, err[-2000:]
     assert not list(tmp_path.glob("pymp-*"))
+
+
+# ------------------------------------------------------------------ datasets edited
+@pytest.fixture(scope="module")
+def rec3(tmp_path_factory) -> Path:
+    """A three-episode 16 px sim recording."""
+    out = tmp_path_factory.mktemp("rec3") / "rec"
+    argv = ["sim", "record", "--episodes", "3", "--image-size", "16", "--workers", "0", "--out", str(out)]
+    assert main(argv) == 0
+    return out
+
+
+def _edited_copy(rec: Path, dst: Path, rel: str, edit) -> Path:
+    import pyarrow.parquet as pq
+
+    shutil.copytree(rec, dst)
+    (dst / "meta" / "actlab_checksums.json").unlink()  # as a dataset another tool wrote or edited
+    pq.write_table(edit(pq.read_table(dst / rel)), dst / rel)
+    return dst
+
+
+EPISODES = "meta/episodes/chunk-000/file-000.parquet"
+DATA = "data/chunk-000/file-000.parquet"
+
+
+def test_episode_rows_out_of_order_are_refused(rec3, tmp_path, capsys):
+    """SILENT before (ds_doc_x_ep_order, ds_tr_x_ep_order): meta/episodes with its rows in the order 1, 0, 2
+    passed `data doctor` with 0 errors and trained, every check sorted the rows first; LeRobot reads row i
+    as episode i (dataset_reader.py: meta.episodes[ep_idx]), so it read episode 1's frame range and video
+    times for episode 0. Now the doctor and every open refuse it, naming the row and the fix."""
+    ds = _edited_copy(rec3, tmp_path / "ds", EPISODES, lambda t: t.take([1, 0, 2]))
+    capsys.readouterr()
+    assert main(["data", "doctor", str(ds)]) == 1
+    out = capsys.readouterr().out
+    assert "rows out of episode order (row 0 is episode 1)" in out and "sort_by('episode_index')" in out
+    assert main(["data", "info", str(ds)]) == 2
+    assert "rows out of episode order" in capsys.readouterr().err
+    assert main(["data", "doctor", str(rec3)]) == 0
+
+
+@pytest.mark.parametrize(
+    "probe, edit, words",
+    [
+        (
+            "ds_info_x_cutrows",
+            lambda t: t.slice(0, t.num_rows - 20),
+            "data files hold a different number of frames",
+        ),
+        (
+            "ds_info_x_noaction",
+            lambda t: t.drop_columns(["action"]),
+            "feature 'action' missing from the data files",
+        ),
+        (
+            "ds_info_x_extra",
+            lambda t: t.append_column("foo", pa_array(t.num_rows)),
+            "a column 'foo' that info.json",
+        ),
+    ],
+)
+def test_data_info_refuses_data_files_every_other_command_refuses(rec3, tmp_path, capsys, probe, edit, words):
+    """SILENT before (ds_info_x_cutrows, x_noaction, x_noindex, x_noframeidx, x_extra ...): `data info`
+    summed the dataset up from its metadata alone: "frames 489" of a data file cut to 469 rows, "action
+    float32 6" of no such column, exit 0, where the doctor, train and eval refuse the same files. Now it
+    checks the data files' footers (columns, row counts; no row is read) as those readers do."""
+    ds = _edited_copy(rec3, tmp_path / probe, DATA, edit)
+    capsys.readouterr()
+    assert main(["data", "info", str(ds)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "fix:" in err
+
+
+def pa_array(n: int):
+    import pyarrow as pa
+
+    return pa.array([1.0] * n)
+
+
+# ------------------------------------------------------------------ --image-size 0
+@pytest.mark.parametrize(
+    "argv", [["sim", "view", "--out", "X.png"], ["sim", "bench"], ["eval", "BUNDLE", "--out", "X"]]
+)
+def test_an_image_size_below_the_sims_is_refused_by_its_option(tmp_path, capsys, argv):
+    """UNCLEAR before (sv_size0, and eval / sim bench found while fixing it): `--image-size 0` was
+    "image_size out of range, field: image_size" (sim view, sim bench) or "image size too small, field:
+    image_size, expected >= 8" (eval), a config field, no option, no fix. Now the parser refuses it,
+    naming --image-size and the sim's floor, before any work."""
+    argv = [a.replace("X", str(tmp_path / "x")).replace("BUNDLE", str(tmp_path)) for a in argv]
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--image-size", "0"])
+    assert e.value.code == 2
+    assert "argument --image-size: expected a number >= 16, found 0" in capsys.readouterr().err
