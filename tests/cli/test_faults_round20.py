@@ -244,3 +244,23 @@ def test_an_image_size_below_the_sims_is_refused_by_its_option(tmp_path, capsys,
         main([*argv, "--image-size", "0"])
     assert e.value.code == 2
     assert "argument --image-size: expected a number >= 16, found 0" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ a command on another's unfinished output
+def test_a_dataset_still_being_written_is_named_as_such(rec3, tmp_path, capsys):
+    """UNCLEAR before (cc_train_on_partial): `train --dataset` of the temporary directory a running `sim
+    record` writes in (.NAME.actlab-HOST-PID-RANDOM.tmp, before its meta/info.json) was "not a dataset,
+    found: the output of actlab sim record, fix: pass the dataset directory itself": it is that
+    command's unfinished output. Now found says so, whether its writer still runs, and the directory it
+    becomes."""
+    host = f"{zlib.crc32(socket.gethostname().encode()):08x}"
+    for pid, who in ((os.getpid(), "is still writing it"), (_dead_pid(), "died")):
+        tmp = tmp_path / f".rec.actlab-{host}-{pid}-0a1b2c3d.tmp"
+        tmp.mkdir()
+        shutil.copy(rec3 / ".actlab-output.json", tmp / ".actlab-output.json")
+        capsys.readouterr()
+        argv = ["train", "--dataset", str(tmp), "--preset", "tiny", "--out", str(tmp_path / f"run{pid}")]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "the unfinished output of actlab sim record" in err, err
+        assert f"pid {pid} {who}" in err and str(tmp_path / "rec") in err

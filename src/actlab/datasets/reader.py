@@ -18,7 +18,7 @@ from actlab.datasets import format as fmt
 from actlab.datasets import layout
 from actlab.datasets.hub import dataset_location, not_found_hint
 from actlab.datasets.layout import EpisodeInfo, check_info_types, read_info, resolve_root
-from actlab.datasets.rows import Data, read_data
+from actlab.datasets.rows import Data, check_columns, check_rows, read_data
 from actlab.datasets.sampler import window_indices
 from actlab.datasets.video import VideoDecoder, iter_decode, to_rgb
 from actlab.errors import ActlabError
@@ -305,8 +305,6 @@ class LeRobotV3Dataset:
         reader of the rows checks them: a strict report raises on the first problem."""
         import pyarrow.parquet as pq
 
-        from actlab.datasets.rows import _check_columns, _check_rows
-
         report = layout.Report(self.root, strict=True)
         rows = 0
         for rel in self._layout.data_files():
@@ -316,9 +314,9 @@ class LeRobotV3Dataset:
                 schema, n = meta.schema_arrow, meta.metadata.num_rows
             except Exception:  # unreadable or missing: the readers of the rows name it (not this summary)
                 return
-            _check_columns(self._layout, schema.empty_table(), file, report)
+            check_columns(self._layout, schema.empty_table(), file, report)
             rows += n
-        _check_rows(self._layout, rows, {}, self.root / self._layout.data_files()[0], report)
+        check_rows(self._layout, rows, {}, self.root / self._layout.data_files()[0], report)
 
     def summary(self) -> dict[str, Any]:
         """What ``actlab data info`` prints. The data files' columns and row counts (their footers, not their
