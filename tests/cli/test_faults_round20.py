@@ -264,3 +264,19 @@ def test_a_dataset_still_being_written_is_named_as_such(rec3, tmp_path, capsys):
         err = capsys.readouterr().err
         assert "the unfinished output of actlab sim record" in err, err
         assert f"pid {pid} {who}" in err and str(tmp_path / "rec") in err
+
+
+# ------------------------------------------------------------------ policy doctor --stride
+def test_policy_doctor_refuses_a_stride_that_leaves_one_frame_per_episode(bundle, rec3, capsys):
+    """SILENT before (pdo_stride_huge): `policy doctor --stride 100000` replayed the first frame of each
+    episode (n frames 3 and 1) and gave its verdict from them, exit 1 "did_not_learn", without a word.
+    Now a stride at or past the longest episode is refused, naming --stride, the episode length and the fix;
+    a stride below it still runs."""
+    argv = ["policy", "doctor", str(bundle), "--dataset", str(rec3), "--heldout-episodes", "2",
+            "--train-episodes", "0-1"]  # fmt: skip
+    capsys.readouterr()
+    assert main([*argv, "--stride", "100000"]) == 2
+    err = capsys.readouterr().err
+    assert "--stride leaves one frame of each episode" in err and "pass --stride 1" in err
+    assert main([*argv, "--stride", "20"]) in (0, 1)
+    assert "verdict" in capsys.readouterr().out
