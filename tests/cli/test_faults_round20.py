@@ -280,3 +280,18 @@ def test_policy_doctor_refuses_a_stride_that_leaves_one_frame_per_episode(bundle
     assert "--stride leaves one frame of each episode" in err and "pass --stride 1" in err
     assert main([*argv, "--stride", "20"]) in (0, 1)
     assert "verdict" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ rl reward-model's split
+def test_reward_model_fractions_that_leave_no_training_episode_are_refused_with_a_fix():
+    """UNCLEAR before (rm_frac_sum): `rl reward-model --set val_fraction=0.6 --set test_fraction=0.6` was
+    refused with found "(0.6, 0.6)" (a Python tuple), field "val_fraction/test_fraction", no expected and
+    no fix. Now both values are named, with their sum, what is expected and the fix."""
+    from actlab.errors import ActlabError
+    from actlab.rl.reward_model import RewardModelConfig
+
+    with pytest.raises(ActlabError) as e:
+        RewardModelConfig(val_fraction=0.6, test_fraction=0.6)
+    text = str(e.value)
+    assert "val_fraction=0.6, test_fraction=0.6 (sum 1.2)" in text and "(0.6, 0.6)" not in text
+    assert "sum below 1" in text and "val_fraction + test_fraction < 1" in text
