@@ -125,7 +125,14 @@ def _non_empty(kind: Any) -> object:
 # Floors of one command's option where the same name means another thing elsewhere (sim record --workers 0
 # runs in this process): eval --workers 0 was refused after parsing as "workers must be an integer >= 1",
 # field workers (a config field, no option named, no fix).
-_FLOORS_OF: dict[tuple[str, str], float] = {("eval", "workers"): 1}
+_FLOORS_OF: dict[tuple[str, str], float] = {
+    ("eval", "workers"): 1,
+    # the sim renders 16 to 1024 px: sim view / sim bench --image-size 0 said "image_size out of range",
+    # eval's "image size too small, expected >= 8" (config fields, no option, no fix)
+    ("sim view", "image_size"): 16,
+    ("sim bench", "image_size"): 16,
+    ("eval", "image_size"): 16,
+}
 
 _FLOORS: dict[str, float] = {
     "horizon": 1,

@@ -35,7 +35,7 @@ from actlab.datasets.writer import DatasetWriter
 from actlab.errors import ActlabError
 from actlab.profiling.report import make_result
 from actlab.utils.io import scratch_dir
-from actlab.utils.procs import die_with_parent
+from actlab.utils.procs import die_with_parent, own_multiprocessing_names
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +171,7 @@ def run_encode_stress(cfg: EncodeStressConfig, progress: bool = True) -> dict[st
     """Run the stress and return the shared bench result dict (hangs, errors, encodes/s)."""
     from tqdm import tqdm
 
+    own_multiprocessing_names()  # the queue's semaphores: named so a later run removes a killed one's
     ctx = multiprocessing.get_context("spawn")
     report = ctx.Queue()
     burners = (os.cpu_count() or 1) if cfg.burners < 0 else cfg.burners

@@ -439,8 +439,10 @@ def read_episodes(
             REEXPORT,
         )
         return None
-    rows = sorted(table.to_pylist(), key=lambda r: r["episode_index"])
+    as_written = table.to_pylist()
+    rows = sorted(as_written, key=lambda r: r["episode_index"])
     _check_episode_indices([r["episode_index"] for r in rows], ep_file, report)
+    _check_episode_order([r["episode_index"] for r in as_written], files, tables, report)
     video_keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
     data_tmpl = info.get("data_path") or fmt.DATA_PATH
     video_tmpl = info.get("video_path") or fmt.VIDEO_PATH
@@ -503,6 +505,34 @@ def _check_episode_indices(indices: list[int], file: Path, report: Report) -> No
             "renumber the episodes 0..E-1 in meta/episodes and the data files' episode_index "
             "(or re-export the dataset)",
         )
+
+
+def _check_episode_order(written: list[int], files: list[Path], tables: list, report: Report) -> None:
+    """The rows of meta/episodes in episode order: LeRobot reads row ``i`` (files in name order) as episode
+    ``i``, so rows 0..E-1 holding the episodes in another order made it read one episode's frame range and
+    video times for another while every check here passed (they sorted the rows first)."""
+    for pos, ep in enumerate(written):
+        if ep == pos:
+            continue
+        if sorted(written) != list(range(len(written))):
+            return  # gaps or repeats: _check_episode_indices names those
+        at, file = pos, files[0]
+        for f, t in zip(files, tables):  # the file that holds this row
+            if at < t.num_rows:
+                file = f
+                break
+            at -= t.num_rows
+        report.add(
+            "episode_index",
+            f"the episodes metadata holds its rows out of episode order (row {pos} is episode {ep})",
+            file,
+            "episode_index",
+            f"row {pos} holding episode {pos} (LeRobot reads row i as episode i)",
+            f"episode {ep} at row {pos} (rows in order: {written[max(pos - 2, 0) : pos + 3]}...)",
+            "write the rows sorted by episode_index (e.g. table.sort_by('episode_index') with pyarrow, then "
+            "pq.write_table), or re-export the dataset",
+        )
+        return
 
 
 def _check_partition(episodes: list[EpisodeInfo], file: Path, report: Report) -> None:

@@ -69,8 +69,8 @@ def read_data(layout: Layout, report: Report) -> Data | None:
     table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
     if len(tables) == 1:
         file = layout.data_files()[0]
-    columns = _check_columns(layout, table, file, report)
-    _check_rows(layout, table.num_rows, columns, file, report)
+    columns = check_columns(layout, table, file, report)
+    check_rows(layout, table.num_rows, columns, file, report)
     _check_index(columns, file, report)
     _check_task_index(layout, columns, file, report)
     _check_finite(columns, file, report)
@@ -98,7 +98,7 @@ def _check_checksums(layout: Layout, report: Report) -> None:
             )
 
 
-def _check_columns(layout: Layout, table, file: Path, report: Report) -> dict[str, np.ndarray]:
+def check_columns(layout: Layout, table, file: Path, report: Report) -> dict[str, np.ndarray]:
     """Each numeric feature of info.json (and each always-present column) as an array; problems for a
     missing column, text where numbers belong, a wrong shape, and a column info.json does not list."""
     feats = layout.features
@@ -176,9 +176,7 @@ def _check_columns(layout: Layout, table, file: Path, report: Report) -> dict[st
     return out
 
 
-def _check_rows(
-    layout: Layout, rows: int, cols: Mapping[str, np.ndarray], file: Path, report: Report
-) -> None:
+def check_rows(layout: Layout, rows: int, cols: Mapping[str, np.ndarray], file: Path, report: Report) -> None:
     """Rows vs episodes. Rows are global frame indices: episode ``e`` owns rows ``[start, stop)``."""
     episodes = layout.episodes
     total = layout.frames

@@ -79,10 +79,14 @@ class RewardModelConfig:
             not 0 < self.val_fraction + self.test_fraction < 1
             or min(self.val_fraction, self.test_fraction) <= 0
         ):
+            # rm_frac_sum: found was a Python tuple "(0.6, 0.6)", no expected, no fix
             raise ActlabError(
                 "val_fraction and test_fraction must be positive and leave training episodes",
-                field="val_fraction/test_fraction",
-                found=(self.val_fraction, self.test_fraction),
+                field="val_fraction, test_fraction",
+                expected="each > 0, val_fraction + test_fraction < 1 (the rest trains the classifier)",
+                found=f"val_fraction={self.val_fraction:g}, test_fraction={self.test_fraction:g} "
+                f"(sum {self.val_fraction + self.test_fraction:g})",
+                fix="--set val_fraction=0.2 --set test_fraction=0.2 (the defaults), or two that sum below 1",
             )
 
 

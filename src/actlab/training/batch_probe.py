@@ -44,6 +44,7 @@ from actlab.training.config import apply_train_overrides, config_from_dict, conf
 from actlab.training.presets import get_preset, with_dataset
 from actlab.utils.config import override_key
 from actlab.utils.device import resolve_device
+from actlab.utils.procs import own_multiprocessing_names
 from actlab.utils.threads import keeps_torch_threads
 from actlab.utils.units import parse_bytes
 
@@ -137,6 +138,8 @@ class CpuProbe:
         # a trial stopped before it finished building
         self.frames_bytes = frames_bytes
         self._cfg_dict = config_to_dict(dataclasses.replace(cfg, device="cpu"))
+        # the fork server's socket directory and any semaphore: named so a later run removes a killed one's
+        own_multiprocessing_names()
         self._ctx = mp.get_context("forkserver")
         # Only takes effect if this process has not started its fork server yet; otherwise each trial
         # imports torch itself (slower, same numbers).

@@ -15,18 +15,16 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import stat
 import tempfile
 import time
-import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.utils.lock import DirLock
-from actlab.utils.procs import exit_on_sigterm, pid_alive, sigterm_deferred
+from actlab.utils.procs import exit_on_sigterm, host_tag, pid_alive, sigterm_deferred
 
 
 def _umask() -> int:
@@ -184,7 +182,7 @@ _AT_FDCWD = -100
 
 def _host_tag() -> str:
     # Temporary names carry the host: a pid means nothing on another machine sharing the filesystem (NFS).
-    return f"{zlib.crc32(socket.gethostname().encode()):08x}"
+    return host_tag()
 
 
 def _tmp_prefix(path: Path) -> str:
@@ -442,12 +440,21 @@ def check_writable(path: str | Path) -> None:
         folder = folder.parent
     if not folder.is_dir():
         return  # a file in the way: named by the write itself (errors.from_environment)
+    # .actlab-probe.actlab-HOST-PID-RANDOM.tmp (mkstemp's .actlab-probe-XXXXXXXX named no owner: a SIGKILL
+    # between its making and its removal left it for good); a dead process's of this host is removed here.
+    _reclaim_probes(folder)
     try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".actlab-probe-")
+        fd, probe = _make_tmp_file(folder / "actlab-probe")
     except OSError as e:  # name the output asked for, not the probe
         raise OSError(e.errno, e.strerror, str(path)) from e
     os.close(fd)
     os.unlink(probe)
+
+
+def _reclaim_probes(folder: Path) -> None:
+    """Remove the write probes :func:`check_writable` made in ``folder`` for processes of this host that
+    no longer run (``.actlab-probe.actlab-HOST-PID-RANDOM.tmp``, plain files only)."""
+    _reclaim_tmp_files(folder / "actlab-probe")
 
 
 def check_out_dir(

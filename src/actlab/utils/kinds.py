@@ -9,7 +9,10 @@ may call it.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+
+from actlab.utils.procs import pid_alive
 
 # The marker files, by who writes them:
 # actlab.policies.bundle.save_policy: actlab.json beside config.json and model.safetensors
@@ -56,7 +59,21 @@ def describe(path: str | Path) -> str | None:
         kind = json.loads((p / _MARKER).read_text(encoding="utf-8")).get("kind")
     except (OSError, ValueError, AttributeError):
         kind = None
-    return f"the output of {kind}" if isinstance(kind, str) else None
+    if not isinstance(kind, str):
+        return None
+    m = _BEING_WRITTEN.fullmatch(p.name)
+    if m:  # atomic_dir's .NAME.actlab-HOST-PID-RANDOM.tmp: not an output yet (cc_train_on_partial)
+        final = p.with_name(m["name"])
+        who = f"pid {m['pid']} is still writing it" if pid_alive(int(m["pid"])) else f"pid {m['pid']} died"
+        return (
+            f"the unfinished output of {kind}, in its temporary directory ({who}; it becomes {final} "
+            "when the command ends): pass that directory once it is there"
+        )
+    return f"the output of {kind}"
+
+
+# utils.io.atomic_dir's temporary directory of an output NAME
+_BEING_WRITTEN = re.compile(r"\.(?P<name>.+)\.actlab-[0-9a-f]{8}-(?P<pid>\d+)-[0-9a-f]+\.tmp")
 
 
 def enclosing_kind(path: str | Path, own: Path | None = None) -> tuple[Path, str] | None:

@@ -23,10 +23,13 @@ import contextlib
 import ctypes
 import multiprocessing as mp
 import os
+import re
 import signal
+import socket
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -107,6 +110,122 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def host_tag() -> str:
+    """This host's tag in temporary names (a crc32 of its name): a pid means nothing on another machine
+    sharing the filesystem (NFS) or /dev/shm."""
+    return f"{zlib.crc32(socket.gethostname().encode()):08x}"
+
+
+# multiprocessing's named semaphores (the queues and locks of a spawn or forkserver pool) live in /dev/shm
+# as sem.PREFIX-RANDOM until the process that made them, or its resource tracker, unlinks them. A SIGKILL
+# of the whole process group (a cgroup kill, `kill -9 -PGID`, a terminal's job) kills the tracker too, and
+# each such kill left its semaphores in /dev/shm for good (sem.mp-XXXXXXXX: whose, nobody can tell). Ours
+# are named sem.mp-actlab-HOST-PID-RANDOM, and the next pool removes those of a dead pid on this host.
+_SEM_DIR = "/dev/shm"
+_SEM_PREFIX = "mp-actlab-"
+_SEM_TAIL = re.compile(r"(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-.+")
+
+
+def reclaim_semaphores(sem_dir: str = _SEM_DIR) -> list[str]:
+    """Unlink the named semaphores :func:`own_multiprocessing_names` named for processes of this host that
+    no longer run (only ``sem.mp-actlab-HOST-PID-*``: another program's, a live process's and another
+    host's are left alone). Returns the names removed."""
+    host, removed = host_tag(), []
+    try:
+        names = os.listdir(sem_dir)
+    except OSError:
+        return []
+    start = f"sem.{_SEM_PREFIX}"
+    for name in names:
+        if not name.startswith(start):
+            continue
+        m = _SEM_TAIL.fullmatch(name[len(start) :])
+        if not m or m["host"] != host:
+            continue
+        pid = int(m["pid"])
+        if pid == os.getpid() or pid_alive(pid):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(sem_dir, name))
+            removed.append(name)
+    return removed
+
+
+def own_multiprocessing_names() -> None:
+    """Name what multiprocessing leaves behind when this process is SIGKILLed, so that a later run can
+    tell it is ours and its process is dead, and remove it: its named semaphores (``semprefix``:
+    /dev/shm/sem.mp-actlab-HOST-PID-RANDOM, see ``_SEM_PREFIX``) and its temporary directory (``tempdir``:
+    a forkserver's listening socket, shared file descriptors; mkdtemp's /tmp/pymp-XXXXXXXX before, now
+    /tmp/pymp-actlab-HOST-PID-RANDOM). Removes those of dead processes of this host. Call it before making
+    a spawn or forkserver context's queue, lock, pool or process."""
+    config = mp.current_process()._config  # multiprocessing's own: semprefix names every SemLock it makes
+    prefix = f"/{_SEM_PREFIX}{host_tag()}-{os.getpid()}"
+    if config.get("semprefix") != prefix:
+        config["semprefix"] = prefix
+        reclaim_semaphores()
+    if config.get("tempdir") is None:  # (one multiprocessing made already is its own: removed at its exit)
+        path = _make_mp_tempdir()
+        if path is not None:
+            config["tempdir"] = path
+
+
+_MP_TMP_PREFIX = "pymp-actlab-"
+
+
+# A socket's path (sun_path) holds 107 bytes; multiprocessing puts listener-XXXXXXXX in its directory.
+_SOCKET_PATH_MAX = 107 - len("/listener-XXXXXXXX")
+
+
+def _make_mp_tempdir() -> str | None:
+    """/tmp/pymp-actlab-HOST-PID-RANDOM, made; None where that name would make multiprocessing's socket
+    paths too long for AF_UNIX (a long $TMPDIR: its own shorter pymp-XXXXXXXX is used there)."""
+    import secrets
+    import shutil
+    import tempfile
+    from multiprocessing import util
+
+    parent = tempfile.gettempdir()
+    reclaim_mp_tempdirs(parent)
+    if len(os.path.join(parent, f"{_MP_TMP_PREFIX}{host_tag()}-{os.getpid()}-00000000")) > _SOCKET_PATH_MAX:
+        return None
+    while True:
+        path = os.path.join(parent, f"{_MP_TMP_PREFIX}{host_tag()}-{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            os.mkdir(path, 0o700)
+            break
+        except FileExistsError:
+            continue
+    # as multiprocessing.util.get_temp_dir does for its own: removed when this process exits
+    util.Finalize(None, shutil.rmtree, args=(path, True), exitpriority=-100)
+    return path
+
+
+def reclaim_mp_tempdirs(parent: str) -> list[str]:
+    """Remove the multiprocessing temporary directories :func:`own_multiprocessing_names` made in
+    ``parent`` for processes of this host that no longer run (only ``pymp-actlab-HOST-PID-RANDOM``:
+    another program's ``pymp-XXXXXXXX`` and a live process's are left alone). Returns the paths removed."""
+    import shutil
+
+    host, removed = host_tag(), []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    for name in names:
+        if not name.startswith(_MP_TMP_PREFIX):
+            continue
+        m = _SEM_TAIL.fullmatch(name[len(_MP_TMP_PREFIX) :])
+        path = os.path.join(parent, name)
+        if not m or m["host"] != host or os.path.islink(path) or not os.path.isdir(path):
+            continue
+        pid = int(m["pid"])
+        if pid == os.getpid() or pid_alive(pid):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
 
 
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
@@ -251,6 +370,7 @@ def worker_pool(
     in a broken state. Leaving the block normally lets idle workers exit; leaving it by an exception (an
     error, Ctrl-C, or SIGTERM through :func:`exit_on_sigterm`) kills them. Neither waits without a
     deadline."""
+    own_multiprocessing_names()
     ctx = mp.get_context("spawn")
     pool = cf.ProcessPoolExecutor(
         workers, mp_context=ctx, initializer=_child_init, initargs=(os.getpid(), initializer, tuple(initargs))

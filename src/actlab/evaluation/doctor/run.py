@@ -161,6 +161,15 @@ def _replay(
     # holding the state is an action only when the state and the action are the same joints
     hold = (feature_shape(ds.features.get(STATE)) or (0,))[-1] == len(scale)
     bounds = {int(e.index): (int(e.index), int(e.start), int(e.stop)) for e in ds.episodes}
+    longest = max((int(e.stop) - int(e.start) for e in ds.episodes), default=0)
+    if cfg.stride >= longest > 0:  # pdo_stride_huge: a verdict (exit 1) from each episode's first frame
+        raise ActlabError(
+            "--stride leaves one frame of each episode to replay: no verdict can be drawn from that",
+            field="--stride",
+            expected=f"fewer than the longest episode's {longest} frames (1 replays every frame)",
+            found=cfg.stride,
+            fix=f"pass --stride 1 (or a divisor of the policy's n_action_steps, {n_exec}: chunk starts)",
+        )
     replayed = []
     for split, episodes in sets.items():
         chosen = [bounds[e] for e in spread(episodes, cfg.max_episodes)]
