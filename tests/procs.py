@@ -312,3 +312,14 @@ def lerobot_env(tmp: Path) -> dict[str, str]:
     if os.environ.get("ACTLAB_LEROBOT_INSTALLED") == "1":
         del env["PYTHONPATH"]
     return env
+
+
+def skip_without_lerobot_extra(python: str | Path, module: str, extra: str, env: dict[str, str]) -> None:
+    """Skip the test, saying so, where the lerobot venv at ``python`` cannot import ``module``, which
+    LeRobot's ``extra`` installs (diffusers: ``lerobot[diffusion]``, not in ``lerobot[dataset,training]``):
+    the test would otherwise fail on LeRobot's ImportError, an install gap and not a fault."""
+    import pytest
+
+    code = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    if run([str(python), "-c", code], env=env, timeout=120).returncode != 0:
+        pytest.skip(f"the lerobot venv has no {module} (pip install 'lerobot[{extra}]==0.6.1' there)")

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from procs import run, run_cli
+from procs import run, run_cli, skip_without_lerobot_extra
 
 LEROBOT_PYTHON = os.environ.get("ACTLAB_LEROBOT_PYTHON", "/work/lerobot-venv/bin/python")
 LEROBOT_TRAIN = str(Path(LEROBOT_PYTHON).with_name("lerobot-train"))
@@ -104,6 +104,8 @@ def act(work, data) -> Path:
 
 @pytest.fixture(scope="module")
 def diffusion(work, data) -> Path:
+    # LeRobot's diffusion policy needs its `diffusion` extra (diffusers): skipped, saying so, without it
+    skip_without_lerobot_extra(LEROBOT_PYTHON, "diffusers", "diffusion", lerobot_env(work))
     return _train(work, data, "diffusion", DIFFUSION_STEPS)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from procs import cli, run, run_cli
+from procs import cli, run, run_cli, skip_without_lerobot_extra
 
 LEROBOT_PYTHON = os.environ.get("ACTLAB_LEROBOT_PYTHON", "/work/lerobot-venv/bin/python")
 LEROBOT_TRAIN = str(Path(LEROBOT_PYTHON).with_name("lerobot-train"))
@@ -79,9 +79,7 @@ def lerobot_act(work, sim_data) -> dict:
 def lerobot_diffusion(work, sim_data) -> Path:
     # LeRobot's diffusion policy needs its `diffusion` extra (diffusers), which `lerobot[dataset,training]`
     # does not install: skipped, saying so, in a venv without it
-    code = "import importlib.util, sys; sys.exit(importlib.util.find_spec('diffusers') is None)"
-    if run([LEROBOT_PYTHON, "-c", code], env=lerobot_env(work), timeout=120).returncode != 0:
-        pytest.skip("the lerobot venv has no diffusers (pip install 'lerobot[diffusion]==0.6.1' there)")
+    skip_without_lerobot_extra(LEROBOT_PYTHON, "diffusers", "diffusion", lerobot_env(work))
     out = work / "train_diffusion"
     res = run(lerobot_train_cmd(sim_data, out, "diffusion"), env=lerobot_env(work), timeout=1200)
     assert res.returncode == 0, res.stderr[-3000:]
