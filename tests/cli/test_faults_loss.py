@@ -253,10 +253,10 @@ def test_a_temp_dir_of_a_live_process_or_not_ours_is_never_reclaimed(tmp_path, c
     out = tmp_path / "data"
     synth = ["data", "synth", "--episodes", "1", "--frames", "5", "--image-size", "16", "--out", str(out)]
     with started(["sleep", "60"]) as sleeper:
-        from actlab.utils.io import _host_tag
+        from actlab.utils.procs import host_tag
 
-        live = tmp_path / f".data.actlab-{_host_tag()}-{sleeper.pid}-abcd1234.tmp"
-        dead = tmp_path / f".data.actlab-{_host_tag()}-{2**22 + 7}-abcd1234.tmp"  # above pid_max: dead
+        live = tmp_path / f".data.actlab-{host_tag()}-{sleeper.pid}-abcd1234.tmp"
+        dead = tmp_path / f".data.actlab-{host_tag()}-{2**22 + 7}-abcd1234.tmp"  # above pid_max: dead
         other_host = tmp_path / f".data.actlab-00000000-{2**22 + 7}-abcd1234.tmp"
         foreign = tmp_path / ".data.user-notes.tmp"
         for d in (live, dead, other_host, foreign):
@@ -290,10 +290,10 @@ def test_a_second_demo_in_the_same_directory_is_refused_at_once(tmp_path, capsys
 def test_an_old_output_moved_aside_by_a_dead_run_is_put_back_not_deleted(tmp_path):
     # Where the filesystem cannot swap two directories in one step, the commit of an --overwrite moves
     # the old output aside first: a run killed between the two renames must not cost the old output.
-    from actlab.utils.io import _host_tag
+    from actlab.utils.procs import host_tag
 
     out = tmp_path / "out"
-    aside = tmp_path / f".out.actlab-{_host_tag()}-{2**22 + 7}-abcd1234.old"
+    aside = tmp_path / f".out.actlab-{host_tag()}-{2**22 + 7}-abcd1234.old"
     aside.mkdir()
     (aside / "result.json").write_text("old")
     assert reclaim_leftovers(out) == []

@@ -92,7 +92,7 @@ def test_a_file_write_killed_mid_way_leaves_a_temporary_file_the_next_write_remo
     import sys
     import time
 
-    from actlab.utils.io import _host_tag
+    from actlab.utils.procs import host_tag
 
     target = tmp_path / "summary.json"
     code = (
@@ -110,7 +110,7 @@ def test_a_file_write_killed_mid_way_leaves_a_temporary_file_the_next_write_remo
         proc.kill()
     left = [p.name for p in tmp_path.iterdir()]
     assert len(left) == 1 and left[0].startswith(".summary.json.actlab-") and left[0].endswith(".tmp"), left
-    live = tmp_path / f".summary.json.actlab-{_host_tag()}-{os.getpid()}-00000000.tmp"  # this process: live
+    live = tmp_path / f".summary.json.actlab-{host_tag()}-{os.getpid()}-00000000.tmp"  # this process: live
     foreign = tmp_path / ".summary.json.k3j2h1g0.tmp"  # not our shape: never ours to remove
     other_host = tmp_path / ".summary.json.actlab-00000000-999999999-aa.tmp"
     for p in (live, foreign, other_host):

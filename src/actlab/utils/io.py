@@ -24,7 +24,7 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.utils.lock import DirLock
-from actlab.utils.procs import exit_on_sigterm, host_tag, pid_alive, sigterm_deferred
+from actlab.utils.procs import dead_pid, exit_on_sigterm, host_tag, owned_by_host, pid_alive, sigterm_deferred
 
 
 def _umask() -> int:
@@ -180,11 +180,6 @@ _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
-def _host_tag() -> str:
-    # Temporary names carry the host: a pid means nothing on another machine sharing the filesystem (NFS).
-    return host_tag()
-
-
 def _tmp_prefix(path: Path) -> str:
     return f".{path.name}.actlab-"
 
@@ -206,7 +201,7 @@ _TMP_TAIL = re.compile(r"(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]+\.(?P<what>
 
 def _make_tmp_dir(path: Path, what: str = "tmp") -> Path:
     while True:
-        tmp = path.with_name(f"{_tmp_prefix(path)}{_host_tag()}-{os.getpid()}-{secrets.token_hex(4)}.{what}")
+        tmp = path.with_name(f"{_tmp_prefix(path)}{host_tag()}-{os.getpid()}-{secrets.token_hex(4)}.{what}")
         if what != "tmp":
             return tmp  # a name to rename onto, not created here
         try:
@@ -219,7 +214,7 @@ def _make_tmp_dir(path: Path, what: str = "tmp") -> Path:
 def _make_tmp_file(path: Path) -> tuple[int, str]:
     """Create ``.NAME.actlab-HOST-PID-RANDOM.tmp`` beside ``path`` (mode 0600, as mkstemp): (fd, name)."""
     while True:
-        tmp = path.with_name(f"{_tmp_prefix(path)}{_host_tag()}-{os.getpid()}-{secrets.token_hex(4)}.tmp")
+        tmp = path.with_name(f"{_tmp_prefix(path)}{host_tag()}-{os.getpid()}-{secrets.token_hex(4)}.tmp")
         try:
             flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
             return os.open(tmp, flags, 0o600), str(tmp)
@@ -227,41 +222,21 @@ def _make_tmp_file(path: Path) -> tuple[int, str]:
             continue
 
 
-def _owned(parent: Path, prefix: str, tail: re.Pattern[str], is_dir: bool) -> list[tuple[Path, int, str]]:
-    """(entry, pid, the tail's ``what`` or "") for each entry of ``parent`` named ``prefix`` + ``tail``
-    with this host's tag: a directory (``is_dir``) or a plain file, never a symlink. actlab's temporaries
-    carry their host and pid so that a later run tells a dead process's from a live one's, and never
-    touches another host's (a pid means nothing there) or anything not of that shape."""
-    host, found = _host_tag(), []
-    try:
-        with os.scandir(parent) as it:
-            entries = [e for e in it if e.name.startswith(prefix)]
-    except OSError:
-        return []
-    for e in entries:
-        m = tail.fullmatch(e.name[len(prefix) :])
-        kind_ok = e.is_dir(follow_symlinks=False) if is_dir else e.is_file(follow_symlinks=False)
-        if m and m["host"] == host and kind_ok:
-            found.append((Path(e.path), int(m["pid"]), m.groupdict().get("what") or ""))
-    return found
-
-
-def _dead(pid: int) -> bool:
-    return pid != os.getpid() and not pid_alive(pid)
-
-
 def _reclaim_tmp_files(path: Path) -> None:
     """Remove the temporary files :func:`atomic_file` made for ``path`` in processes of this host that no
     longer run (a live writer's, another host's and any other file are left alone)."""
-    for entry, pid, what in _owned(path.parent, _tmp_prefix(path), _TMP_TAIL, is_dir=False):
-        if what == "tmp" and _dead(pid):
+    for entry, pid, what in owned_by_host(path.parent, _tmp_prefix(path), _TMP_TAIL, is_dir=False):
+        if what == "tmp" and dead_pid(pid):
             with contextlib.suppress(OSError):
                 os.unlink(entry)
 
 
 def _our_leftovers(path: Path) -> list[tuple[Path, int, str]]:
     """(entry, pid, "tmp"/"old") for each temporary directory of ``path`` made on this host by atomic_dir."""
-    return _owned(path.parent, _tmp_prefix(path), _TMP_TAIL, is_dir=True)
+    return [
+        (Path(e), pid, what)
+        for e, pid, what in owned_by_host(path.parent, _tmp_prefix(path), _TMP_TAIL, True)
+    ]
 
 
 def reclaim_leftovers(path: str | Path) -> list[int]:
@@ -296,10 +271,10 @@ def reclaim_scratch(prefix: str, parent: str | Path | None = None) -> list[Path]
     Returns the directories removed."""
     parent = Path(parent if parent is not None else tempfile.gettempdir())
     removed = []
-    for entry, pid, _ in _owned(parent, prefix, _SCRATCH_TAIL, is_dir=True):
-        if _dead(pid):
+    for entry, pid, _ in owned_by_host(parent, prefix, _SCRATCH_TAIL, is_dir=True):
+        if dead_pid(pid):
             shutil.rmtree(entry, ignore_errors=True)
-            removed.append(entry)
+            removed.append(Path(entry))
     return removed
 
 
@@ -313,7 +288,7 @@ def scratch_dir(prefix: str, parent: str | Path | None = None) -> Iterator[Path]
     parent = Path(parent if parent is not None else tempfile.gettempdir())
     reclaim_scratch(prefix, parent)
     while True:
-        path = parent / f"{prefix}{_host_tag()}-{os.getpid()}-{secrets.token_hex(4)}"
+        path = parent / f"{prefix}{host_tag()}-{os.getpid()}-{secrets.token_hex(4)}"
         try:
             os.mkdir(path, 0o700)
             break

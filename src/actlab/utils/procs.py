@@ -118,6 +118,32 @@ def host_tag() -> str:
     return f"{zlib.crc32(socket.gethostname().encode()):08x}"
 
 
+def owned_by_host(
+    parent: str | os.PathLike[str], prefix: str, tail: re.Pattern[str], is_dir: bool
+) -> list[tuple[str, int, str]]:
+    """(entry, pid, the tail's ``what`` or "") for each entry of ``parent`` named ``prefix`` + ``tail``
+    with this host's tag: a directory (``is_dir``) or a plain file, never a symlink. actlab's temporaries
+    carry their host and pid so that a later run tells a dead process's from a live one's, and never
+    touches another host's (a pid means nothing there) or anything not of that shape."""
+    host, found = host_tag(), []
+    try:
+        with os.scandir(parent) as it:
+            entries = [e for e in it if e.name.startswith(prefix)]
+    except OSError:
+        return []
+    for e in entries:
+        m = tail.fullmatch(e.name[len(prefix) :])
+        kind_ok = e.is_dir(follow_symlinks=False) if is_dir else e.is_file(follow_symlinks=False)
+        if m and m["host"] == host and kind_ok:
+            found.append((e.path, int(m["pid"]), m.groupdict().get("what") or ""))
+    return found
+
+
+def dead_pid(pid: int) -> bool:
+    """True for a pid that is not this process and runs no longer (its temporaries are safe to remove)."""
+    return pid != os.getpid() and not pid_alive(pid)
+
+
 # multiprocessing's named semaphores (the queues and locks of a spawn or forkserver pool) live in /dev/shm
 # as sem.PREFIX-RANDOM until the process that made them, or its resource tracker, unlinks them. A SIGKILL
 # of the whole process group (a cgroup kill, `kill -9 -PGID`, a terminal's job) kills the tracker too, and
@@ -132,24 +158,12 @@ def reclaim_semaphores(sem_dir: str = _SEM_DIR) -> list[str]:
     """Unlink the named semaphores :func:`own_multiprocessing_names` named for processes of this host that
     no longer run (only ``sem.mp-actlab-HOST-PID-*``: another program's, a live process's and another
     host's are left alone). Returns the names removed."""
-    host, removed = host_tag(), []
-    try:
-        names = os.listdir(sem_dir)
-    except OSError:
-        return []
-    start = f"sem.{_SEM_PREFIX}"
-    for name in names:
-        if not name.startswith(start):
-            continue
-        m = _SEM_TAIL.fullmatch(name[len(start) :])
-        if not m or m["host"] != host:
-            continue
-        pid = int(m["pid"])
-        if pid == os.getpid() or pid_alive(pid):
-            continue
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(sem_dir, name))
-            removed.append(name)
+    removed = []
+    for path, pid, _ in owned_by_host(sem_dir, f"sem.{_SEM_PREFIX}", _SEM_TAIL, is_dir=False):
+        if dead_pid(pid):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed.append(os.path.basename(path))
     return removed
 
 
@@ -208,23 +222,11 @@ def reclaim_mp_tempdirs(parent: str) -> list[str]:
     another program's ``pymp-XXXXXXXX`` and a live process's are left alone). Returns the paths removed."""
     import shutil
 
-    host, removed = host_tag(), []
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return []
-    for name in names:
-        if not name.startswith(_MP_TMP_PREFIX):
-            continue
-        m = _SEM_TAIL.fullmatch(name[len(_MP_TMP_PREFIX) :])
-        path = os.path.join(parent, name)
-        if not m or m["host"] != host or os.path.islink(path) or not os.path.isdir(path):
-            continue
-        pid = int(m["pid"])
-        if pid == os.getpid() or pid_alive(pid):
-            continue
-        shutil.rmtree(path, ignore_errors=True)
-        removed.append(path)
+    removed = []
+    for path, pid, _ in owned_by_host(parent, _MP_TMP_PREFIX, _SEM_TAIL, is_dir=True):
+        if dead_pid(pid):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
     return removed
 
 
