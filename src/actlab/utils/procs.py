@@ -431,7 +431,12 @@ class ChildGuard:
     init (``sleep 1000`` left behind after ``kill -9`` of the actlab process). Worker pools need none:
     their workers ask the kernel for a parent-death signal, which a program we run cannot be made to ask
     for its own children. ``group``: the child leads a process group of its own (start_group_kwargs),
-    killed as a whole. :meth:`disarm` when the child was ended (or finished) by the parent."""
+    killed as a whole. :meth:`disarm` when the child was ended (or finished) by the parent.
+
+    The guard runs in a session of its own: in the caller's process group, the kill of that whole group
+    (a cgroup, a scheduler, ``kill -9 -PGID``) ended the guard together with the caller, and a child of a
+    group of its own (``--lerobot-python``'s, out of reach of that kill) was left running, re-parented to
+    init (21st fault run: ``bench train --lerobot-python``, ``eval --lerobot-policy``)."""
 
     def __init__(self, proc: Any, group: bool) -> None:
         import subprocess  # here: only the commands that run other programs need it
@@ -448,6 +453,7 @@ class ChildGuard:
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,  # out of reach of a kill of the caller's process group (see above)
         )
 
     def disarm(self) -> None:

@@ -1,0 +1,59 @@
+"""Faults of our twenty-first planted-fault run (docs/faults.md "Twenty-first fault run"), planted for real:
+real commands signalled in sessions of their own (the whole process group, or the actlab process alone),
+real child programs, real files.
+
+Each test names the probes of docs/faults_round21_probes.md it plants again and what happened before its
+fix.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from procs import CALL_ENV, marked, started, wait_gone
+
+
+def _fake_python(directory: Path) -> Path:
+    """A stand-in for a LeRobot venv's python that only waits (as the real one does while it trains or
+    rolls out): what is left of it after its caller is killed is the fault."""
+    path = directory / "fake-lerobot-python"
+    path.write_text("#!/bin/sh\nsleep 120\n")
+    path.chmod(0o755)
+    return path
+
+
+# ------------------------------------------------------------------ a child program of a group of its own
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["bench train", "eval --lerobot-policy"])
+def test_a_killed_process_group_leaves_no_lerobot_child_running(command, tmp_path, export):
+    """HANG before (lb_kill_group, lev_kill_group): SIGKILL to the process group of `bench train
+    --lerobot-python` (its `procs.run_tree` child) or of `eval --lerobot-policy` (the LeRobot bridge's
+    child) left the child program running, re-parented to init: it runs in a process group of its own, and
+    the ChildGuard that ends it when actlab dies was in actlab's group, so the same kill ended the guard.
+    Now the guard runs in a session of its own and ends the child's group."""
+    fake = _fake_python(tmp_path)
+    if command == "bench train":
+        args = ["bench", "train", "--preset", "tiny", "--steps", "1", "--rounds", "1"]
+    else:
+        args = ["eval", "--lerobot-policy", str(export), "--episodes", "1", "--out", str(tmp_path / "ev")]
+    args += ["--lerobot-python", str(fake)]
+    with started([sys.executable, "-m", "actlab.cli", *args]) as proc:
+        token, since = proc._actlab_call  # type: ignore[attr-defined]
+        child = []
+        end = time.monotonic() + 90
+        while time.monotonic() < end and proc.poll() is None and not child:
+            child = [p for p in marked(CALL_ENV, token, since) if p.cmdline()[1:2] == [str(fake)]]
+            time.sleep(0.1)
+        assert child and proc.poll() is None, "the command never started its child program"
+        family = [p for c in child for p in (c, *c.children(recursive=True))]
+        time.sleep(0.5)  # the guard is started right after the child
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        left = wait_gone(family, 15)
+        assert not left, f"the child program outlived the killed command: {[p.cmdline() for p in left]}"
