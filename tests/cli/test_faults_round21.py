@@ -57,3 +57,29 @@ def test_a_killed_process_group_leaves_no_lerobot_child_running(command, tmp_pat
         proc.wait(timeout=30)
         left = wait_gone(family, 15)
         assert not left, f"the child program outlived the killed command: {[p.cmdline() for p in left]}"
+
+
+# ------------------------------------------------------------------ --set SECTION=VALUE
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--preset", "tiny", "--set", 'optim={"lr": 0.1}', "--print-config"],
+        ["train", "--preset", "tiny", "--set", 'policy={"dim_model": 64}', "--print-config"],
+        ["rl", "train", "--preset", "smoke", "--set", 'sac={"lr": 0.01}', "--print-config"],
+    ],
+    ids=["train optim", "train policy", "rl train sac"],
+)
+def test_a_whole_config_section_given_to_set_is_refused_naming_its_keys(argv, capsys):
+    """SILENT before (st_value_dict, srl_section_dict): `--set optim={"lr": 0.1}` built the section anew from
+    the class's defaults: the preset's other values of it were dropped without a word (train's
+    optim.backbone_lr 0.001 -> 1e-05; rl train --preset smoke's sac.hidden 64 -> 256, sac.gamma 0.9 ->
+    0.99, sac.utd 0.5 -> 1.0 ...), exit 0. UNCLEAR before (st_policy_dict): `--set policy={...}` was
+    "expected: an actlab.policies config dataclass, found: dict", no fix. Now both are refused: the
+    section named, its keys, fix "set its keys one at a time"."""
+    from actlab.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    section = argv[argv.index("--set") + 1].split("=")[0]
+    assert f"{section} is a section of the config, not a key" in err
+    assert f"--set {section}." in err and "one at a time" in err
