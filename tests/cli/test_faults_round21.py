@@ -83,3 +83,38 @@ def test_a_whole_config_section_given_to_set_is_refused_naming_its_keys(argv, ca
     section = argv[argv.index("--set") + 1].split("=")[0]
     assert f"{section} is a section of the config, not a key" in err
     assert f"--set {section}." in err and "one at a time" in err
+
+
+# ------------------------------------------------------------------ a dead command's unfinished output
+def _dead_pid() -> int:
+    """A pid no process has now (a child that has exited and been reaped)."""
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait(timeout=30)
+    return proc.pid
+
+
+@pytest.mark.parametrize("argv", [["data", "info"], ["data", "doctor"], ["train", "--preset", "tiny", "--dataset"]])
+def test_the_unfinished_output_of_a_dead_command_is_not_called_one_to_wait_for(argv, tmp_path, capsys):
+    """UNCLEAR before (pi_sr_info, pi_sr_doctor, pi_sr_train ...: the temporary directory a SIGKILLed `sim
+    record` left): "the unfinished output of actlab sim record, in its temporary directory (pid N died; it
+    becomes DIR when the command ends): pass that directory once it is there": no process would ever make
+    DIR. Now: "left ... by pid N, which died before it finished ... it never becomes DIR; run that command
+    again (its next run removes this leftover)"."""
+    import json
+
+    from actlab.cli import main
+
+    pid = _dead_pid()
+    left = tmp_path / f".rec.actlab-0bbfd16a-{pid}-0123abcd.tmp"
+    (left / "meta").mkdir(parents=True)
+    (left / ".actlab-output.json").write_text(json.dumps({"kind": "actlab sim record", "token": "t", "pid": pid}))
+    args = [*argv, str(left)]
+    if argv[0] == "train":
+        args += ["--out", str(tmp_path / "run")]
+    assert main(args) == (1 if argv == ["data", "doctor"] else 2)  # (the doctor: exit 1, its findings)
+    err = " ".join("".join(capsys.readouterr()).split())
+    assert f"by pid {pid}, which died before it finished" in err
+    assert f"it never becomes {tmp_path / 'rec'}" in err and "run that command again" in err
+    assert "once it is there" not in err
