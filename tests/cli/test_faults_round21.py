@@ -118,3 +118,34 @@ def test_the_unfinished_output_of_a_dead_command_is_not_called_one_to_wait_for(a
     assert f"by pid {pid}, which died before it finished" in err
     assert f"it never becomes {tmp_path / 'rec'}" in err and "run that command again" in err
     assert "once it is there" not in err
+
+
+# ------------------------------------------------------------------ resume after a data row was edited
+def test_a_resume_refuses_a_dataset_whose_rows_were_edited_in_place(rec2, tmp_path, capsys):
+    """SILENT before (rs_ds_row_changed_nosums): a dataset without actlab's checksums (another tool's, or
+    one whose meta/actlab_checksums.json was removed after an edit, as the checksum refusal offers) had
+    one action row changed in its data parquet after the run's checkpoint; `train --resume` trained on,
+    exit 0: the dataset identity a resume compares hashed meta/ only. Now it holds data_sha256 too."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from actlab.cli import main
+
+    ds = tmp_path / "ds"
+    shutil.copytree(rec2, ds)
+    (ds / "meta" / "actlab_checksums.json").unlink()
+    run = tmp_path / "run"
+    common = ["--set", "eval.every=0", "--set", "log.progress=false", "--set", f"data.cache_dir={tmp_path / 'c'}"]
+    assert main(["train", "--preset", "tiny", "--dataset", str(ds), "--out", str(run), "--set", "steps=2", *common]) == 0
+    data = sorted((ds / "data").rglob("*.parquet"))[0]
+    table = pq.read_table(data)
+    rows = table.column("action").to_pylist()
+    rows[3] = [v + 0.5 for v in rows[3]]
+    i = table.schema.get_field_index("action")
+    pq.write_table(table.set_column(i, table.schema.field(i), pa.array(rows, type=table.schema.field(i).type)), data)
+    capsys.readouterr()
+    assert main(["train", "--out", str(run), "--resume", "--set", "steps=4"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the dataset is not the one the run was trained on" in err and "data_sha256" in err
