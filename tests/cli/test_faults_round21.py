@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from procs import CALL_ENV, marked, started, wait_gone
+from procs import CALL_ENV, finish, marked, started, wait_gone
 
 
 def _fake_python(directory: Path) -> Path:
@@ -149,3 +149,49 @@ def test_a_resume_refuses_a_dataset_whose_rows_were_edited_in_place(rec2, tmp_pa
     assert main(["train", "--out", str(run), "--resume", "--set", "steps=4"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "the dataset is not the one the run was trained on" in err and "data_sha256" in err
+
+
+# ------------------------------------------------------------------ a killed child's multiprocessing semaphores
+_SEMAPHORE_CHILD = """#!{python}
+import multiprocessing as mp, sys, time
+def work():
+    time.sleep(120)
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")  # a LeRobot DataLoader's workers, as lerobot_train_probe starts them
+    lock = ctx.Lock()
+    worker = ctx.Process(target=work)
+    worker.start()
+    open({name!r}, "w").write(lock._semlock.name)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="POSIX semaphores in /dev/shm")
+@pytest.mark.timeout(120)
+def test_a_stopped_lerobot_child_leaves_no_semaphore_in_dev_shm(tmp_path):
+    """LOSS before (lb_term_group, lb_term_main): SIGTERM (or Ctrl-C, or the timeout) of `bench train
+    --lerobot-python` while LeRobot's step ran ended the child's process group with SIGKILL
+    (`procs.kill_tree`), its multiprocessing resource tracker included: the DataLoader's named semaphores
+    (11 a kill) stayed in /dev/shm as sem.mp-XXXXXXXX for good. Now the tracker is spared: it unlinks them
+    once the others are gone, and exits."""
+    name = tmp_path / "semaphore-name"
+    fake = tmp_path / "fake-lerobot-python"
+    fake.write_text(_SEMAPHORE_CHILD.format(python=sys.executable, name=str(name)))
+    fake.chmod(0o755)
+    args = ["bench", "train", "--preset", "tiny", "--steps", "1", "--rounds", "1", "--lerobot-python", str(fake)]
+    with started([sys.executable, "-m", "actlab.cli", *args]) as proc:
+        end = time.monotonic() + 90
+        while time.monotonic() < end and proc.poll() is None and not (name.exists() and name.read_text()):
+            time.sleep(0.1)
+        assert proc.poll() is None and name.read_text(), "the child never made its semaphore"
+        os.killpg(proc.pid, signal.SIGTERM)
+        finish(proc, 60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    sem = Path("/dev/shm") / ("sem." + name.read_text().lstrip("/"))
+    end = time.monotonic() + 15
+    while sem.exists() and time.monotonic() < end:
+        time.sleep(0.1)
+    left = sem.exists()
+    if left:
+        sem.unlink()
+    assert not left, f"the stopped child's semaphore is still in /dev/shm: {sem.name}"

@@ -413,10 +413,28 @@ except psutil.Error:
     ours, family = False, []
 if group and ours:
     try:
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGSTOP)
     except OSError:
         pass
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pid and p not in family:
+                family.append(p)
+        except (psutil.Error, OSError):
+            pass
+def tracker(p):  # multiprocessing's resource tracker: spared, it unlinks its dead clients' semaphores
+    try:
+        return any("multiprocessing.resource_tracker" in part for part in p.cmdline())
+    except psutil.Error:
+        return False
+spared = [p for p in family if tracker(p)]
 for p in family:
+    try:
+        p.resume() if p in spared else p.kill()
+    except psutil.Error:
+        pass
+gone, alive = psutil.wait_procs(spared, timeout=10)
+for p in alive:
     try:
         p.kill()
     except psutil.Error:
@@ -497,11 +515,19 @@ def kill_tree(proc: Any, wait_s: float = TREE_KILL_WAIT_S) -> list[int]:
             family = [root, *root.children(recursive=True)]
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGSTOP)  # stopped, none of them can start another meanwhile
+    family += [p for p in _group_members(pid) if p not in family]
+    # multiprocessing's resource trackers are spared the SIGKILL: a tracker unlinks the named semaphores
+    # of the processes it served once they are gone (the end of its pipe), and exits. Killed with them
+    # (the group's SIGKILL), it left a LeRobot DataLoader's 11 sem.mp-XXXXXXXX in /dev/shm for good at
+    # every SIGTERM, Ctrl-C or timeout of `bench train --lerobot-python` (21st fault run).
+    trackers = [p for p in family if _is_resource_tracker(p)]
     for p in family:
+        if p not in trackers:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+    for p in trackers:
         with contextlib.suppress(psutil.Error):
-            p.kill()
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+            p.resume()  # (stopped above with its group)
 
     def running(p: psutil.Process) -> bool:  # a zombie is dead (its parent reaps it; not done here)
         try:
@@ -514,7 +540,39 @@ def kill_tree(proc: Any, wait_s: float = TREE_KILL_WAIT_S) -> list[int]:
     while alive and time.monotonic() < deadline:
         time.sleep(0.02)
         alive = [p for p in alive if running(p)]
+    if alive and trackers:  # a tracker that did not end by itself (another holder of its pipe lives on)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        time.sleep(0.1)
+        alive = [p for p in alive if running(p)]
+    if not trackers:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)  # (every member was listed and killed above; a last sweep)
     return [p.pid for p in alive]
+
+
+def _group_members(pgid: int) -> list[Any]:
+    """The processes of process group ``pgid`` now (psutil.Process), zombies included."""
+    import psutil
+
+    members = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(p.pid) == pgid:
+                members.append(p)
+    return members
+
+
+def _is_resource_tracker(p: Any) -> bool:
+    """``p`` is a multiprocessing resource tracker (``python -c 'from multiprocessing.resource_tracker
+    import main;main(FD)'``, what a spawn or forkserver context starts)."""
+    import psutil
+
+    try:
+        return any("multiprocessing.resource_tracker" in part for part in p.cmdline())
+    except psutil.Error:
+        return False
 
 
 def run_tree(
