@@ -195,3 +195,26 @@ def test_a_stopped_lerobot_child_leaves_no_semaphore_in_dev_shm(tmp_path):
     if left:
         sem.unlink()
     assert not left, f"the stopped child's semaphore is still in /dev/shm: {sem.name}"
+
+
+# ------------------------------------------------------------------ Ctrl-C of a command with worker processes
+@pytest.mark.timeout(120)
+def test_ctrl_c_of_bench_encode_prints_no_traceback_of_its_writers(tmp_path):
+    """TRACEBACK before (int_be_big): Ctrl-C (SIGINT to the whole foreground process group, as a terminal
+    sends it) of `bench encode` while its writer processes encoded: exit 130, "interrupted", and above it
+    a writer's KeyboardInterrupt traceback (numpy's quantile in DatasetWriter.add_episode). Now every
+    worker of actlab's (`procs.die_with_parent`, the worker pools' initializer) leaves Ctrl-C to its
+    parent, which stops it at once."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    args = ["bench", "encode", "--encodes", "2000", "--workers", "2", "--burners", "0", "--frames", "30",
+            "--image-size", "32", "--codec", "libx264"]  # fmt: skip
+    with started([sys.executable, "-m", "actlab.cli", *args], env=env) as proc:
+        end = time.monotonic() + 90
+        while time.monotonic() < end and proc.poll() is None and not list(tmp_path.glob("actlab-encode-*")):
+            time.sleep(0.1)
+        time.sleep(3.0)  # the writers start (spawned) and encode
+        assert proc.poll() is None, "the bench ended before its writers could be interrupted"
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = finish(proc, 60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]

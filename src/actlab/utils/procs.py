@@ -279,6 +279,10 @@ def _child_init(parent: int, initializer: Callable[..., Any] | None, initargs: S
     set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != parent:  # it died before the signal was armed
         os._exit(1)
+    # A terminal's Ctrl-C reaches the whole foreground process group, this worker too: it is the parent's
+    # to handle (it stops the pool). A worker's own KeyboardInterrupt printed its traceback into the
+    # terminal (bench encode's writers, 21st fault run: numpy's quantile interrupted in add_episode).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent,), name="actlab-parent-watch", daemon=True).start()
     import warnings
 
