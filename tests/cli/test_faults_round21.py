@@ -95,7 +95,9 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-@pytest.mark.parametrize("argv", [["data", "info"], ["data", "doctor"], ["train", "--preset", "tiny", "--dataset"]])
+@pytest.mark.parametrize(
+    "argv", [["data", "info"], ["data", "doctor"], ["train", "--preset", "tiny", "--dataset"]]
+)
 def test_the_unfinished_output_of_a_dead_command_is_not_called_one_to_wait_for(argv, tmp_path, capsys):
     """UNCLEAR before (pi_sr_info, pi_sr_doctor, pi_sr_train ...: the temporary directory a SIGKILLed `sim
     record` left): "the unfinished output of actlab sim record, in its temporary directory (pid N died; it
@@ -109,7 +111,9 @@ def test_the_unfinished_output_of_a_dead_command_is_not_called_one_to_wait_for(a
     pid = _dead_pid()
     left = tmp_path / f".rec.actlab-0bbfd16a-{pid}-0123abcd.tmp"
     (left / "meta").mkdir(parents=True)
-    (left / ".actlab-output.json").write_text(json.dumps({"kind": "actlab sim record", "token": "t", "pid": pid}))
+    (left / ".actlab-output.json").write_text(
+        json.dumps({"kind": "actlab sim record", "token": "t", "pid": pid})
+    )
     args = [*argv, str(left)]
     if argv[0] == "train":
         args += ["--out", str(tmp_path / "run")]
@@ -137,21 +141,46 @@ def test_a_resume_refuses_a_dataset_whose_rows_were_edited_in_place(rec2, tmp_pa
     shutil.copytree(rec2, ds)
     (ds / "meta" / "actlab_checksums.json").unlink()
     run = tmp_path / "run"
-    common = ["--set", "eval.every=0", "--set", "log.progress=false", "--set", f"data.cache_dir={tmp_path / 'c'}"]
-    assert main(["train", "--preset", "tiny", "--dataset", str(ds), "--out", str(run), "--set", "steps=2", *common]) == 0
+    common = [
+        "--set",
+        "eval.every=0",
+        "--set",
+        "log.progress=false",
+        "--set",
+        f"data.cache_dir={tmp_path / 'c'}",
+    ]
+    assert (
+        main(
+            [
+                "train",
+                "--preset",
+                "tiny",
+                "--dataset",
+                str(ds),
+                "--out",
+                str(run),
+                "--set",
+                "steps=2",
+                *common,
+            ]
+        )
+        == 0
+    )
     data = sorted((ds / "data").rglob("*.parquet"))[0]
     table = pq.read_table(data)
     rows = table.column("action").to_pylist()
     rows[3] = [v + 0.5 for v in rows[3]]
     i = table.schema.get_field_index("action")
-    pq.write_table(table.set_column(i, table.schema.field(i), pa.array(rows, type=table.schema.field(i).type)), data)
+    pq.write_table(
+        table.set_column(i, table.schema.field(i), pa.array(rows, type=table.schema.field(i).type)), data
+    )
     capsys.readouterr()
     assert main(["train", "--out", str(run), "--resume", "--set", "steps=4"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "the dataset is not the one the run was trained on" in err and "data_sha256" in err
 
 
-# ------------------------------------------------------------------ a killed child's multiprocessing semaphores
+# ------------------------------------------------------------------ a stopped child's semaphores
 _SEMAPHORE_CHILD = """#!{python}
 import multiprocessing as mp, sys, time
 def work():
@@ -178,7 +207,18 @@ def test_a_stopped_lerobot_child_leaves_no_semaphore_in_dev_shm(tmp_path):
     fake = tmp_path / "fake-lerobot-python"
     fake.write_text(_SEMAPHORE_CHILD.format(python=sys.executable, name=str(name)))
     fake.chmod(0o755)
-    args = ["bench", "train", "--preset", "tiny", "--steps", "1", "--rounds", "1", "--lerobot-python", str(fake)]
+    args = [
+        "bench",
+        "train",
+        "--preset",
+        "tiny",
+        "--steps",
+        "1",
+        "--rounds",
+        "1",
+        "--lerobot-python",
+        str(fake),
+    ]
     with started([sys.executable, "-m", "actlab.cli", *args]) as proc:
         end = time.monotonic() + 90
         while time.monotonic() < end and proc.poll() is None and not (name.exists() and name.read_text()):
@@ -215,6 +255,6 @@ def test_ctrl_c_of_bench_encode_prints_no_traceback_of_its_writers(tmp_path):
         time.sleep(3.0)  # the writers start (spawned) and encode
         assert proc.poll() is None, "the bench ended before its writers could be interrupted"
         os.killpg(proc.pid, signal.SIGINT)
-        out, err = finish(proc, 60)
+        _out, err = finish(proc, 60)
     assert proc.returncode == 130, err[-2000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
