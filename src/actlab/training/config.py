@@ -63,6 +63,9 @@ _CEILINGS: dict[str, float] = {
     "optim.eps": 1.0,
     "eval.batches": 10**6,
     "overfit.samples": 10**6,
+    # numpy's and torch's whole range, which TrainConfig checks itself: a seed is neither held nor run, and
+    # 4294967295 was refused as "<= 1e+09 (more than one machine can hold or finish)" (21st fault run)
+    "seed": 2**32 - 1,
 }
 
 
