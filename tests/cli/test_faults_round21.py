@@ -273,3 +273,16 @@ def test_a_seed_in_numpys_range_is_not_refused_as_too_big_for_a_machine(capsys):
     assert main(["train", "--preset", "tiny", "--set", "seed=4294967296", "--print-config"]) == 2
     err = capsys.readouterr().err
     assert "2**32 - 1 (numpy's and torch's seeds)" in err and "hold or finish" not in err
+
+
+@pytest.mark.parametrize("kv", ["optim.eps=1e308", "optim.grad_clip=1e308", "optim.lr=1e12"])
+def test_a_scale_past_its_ceiling_is_not_refused_as_too_big_for_a_machine(kv, capsys):
+    """UNCLEAR before (st2_eps_1e308, st2_gradclip_1e308): a float scale past its ceiling (optim.eps,
+    optim.grad_clip, a learning rate) was refused as "(more than one machine can hold or finish)": the
+    cause of a count's or a size's ceiling, not of a scale's. Now "far past any value that trains: a
+    typo?"; counts keep theirs."""
+    from actlab.cli import main
+
+    assert main(["train", "--preset", "tiny", "--set", kv, "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert "far past any value that trains" in err and "machine" not in err

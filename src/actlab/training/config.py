@@ -78,7 +78,15 @@ def _check_ceilings(cfg: Any) -> None:
         ceiling = _CEILINGS.get(key, _CEILING)
         for v in items:
             if cfgutil.is_number(v) and v > ceiling:
-                _check(False, key, f"<= {ceiling:g} (more than one machine can hold or finish)", value)
+                # a count or size (an int) is what a machine holds or finishes; a scale (a float: a learning
+                # rate, eps, grad_clip) is not: optim.eps=1e308 was "more than one machine can hold or
+                # finish", the wrong cause (21st fault run)
+                why = (
+                    "far past any value that trains: a typo?"
+                    if isinstance(v, float)
+                    else ("more than one machine can hold or finish")
+                )
+                _check(False, key, f"<= {ceiling:g} ({why})", value)
 
 
 @dataclasses.dataclass(frozen=True)
