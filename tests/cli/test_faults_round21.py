@@ -286,3 +286,42 @@ def test_a_scale_past_its_ceiling_is_not_refused_as_too_big_for_a_machine(kv, ca
     assert main(["train", "--preset", "tiny", "--set", kv, "--print-config"]) == 2
     err = capsys.readouterr().err
     assert "far past any value that trains" in err and "machine" not in err
+
+
+# ------------------------------------------------------------------ LeRobot's Arrow cache of each run's data
+_ENV_CHILD = """#!{python}
+import os
+open({name!r}, "w").write(os.environ.get("HF_DATASETS_CACHE", ""))
+raise SystemExit(3)
+"""
+
+
+def test_bench_train_keeps_lerobots_dataset_cache_in_its_scratch_directory(tmp_path, capsys):
+    """LOSS before (lb_plain, lb_rerun ...: 12 entries in the probes): every `bench train --lerobot-python`
+    left LeRobot's Arrow copy of its synthetic dataset in ~/.cache/huggingface/datasets/parquet/default-HASH
+    (Hugging Face datasets' cache of Dataset.from_parquet): a new dataset directory each run, so an entry no
+    run used again, for good. Now the child's HF_DATASETS_CACHE lies in the run's scratch directory, removed
+    with it (here: a stand-in child that reports its environment)."""
+    from actlab.cli import main
+
+    name = tmp_path / "env"
+    fake = tmp_path / "fake-lerobot-python"
+    fake.write_text(_ENV_CHILD.format(python=sys.executable, name=str(name)))
+    fake.chmod(0o755)
+    args = [
+        "bench",
+        "train",
+        "--preset",
+        "tiny",
+        "--steps",
+        "1",
+        "--rounds",
+        "1",
+        "--lerobot-python",
+        str(fake),
+    ]
+    assert main(args) == 2  # (the stand-in fails: "lerobot's training step failed")
+    capsys.readouterr()
+    cache = Path(name.read_text())
+    assert cache.name == "hf_datasets" and cache.parent.name.startswith("actlab-lerobot-train-"), cache
+    assert not cache.parent.exists()  # removed with the scratch directory
