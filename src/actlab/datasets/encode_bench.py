@@ -21,6 +21,7 @@ import os
 import queue
 import shutil
 import signal
+import sys
 import time
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -248,7 +249,12 @@ def run_encode_stress(cfg: EncodeStressConfig, progress: bool = True) -> dict[st
         finally:
             bar.close()
             stop.set()
+            # stopped by Ctrl-C or SIGTERM (the writers ignore a terminal's SIGINT: the bench's to handle):
+            # they are killed at once, not given the 5 s an ending run gives them
+            stopped = sys.exc_info()[0] is not None
             for p in [*procs.values(), *burn]:
+                if stopped and p.is_alive():
+                    p.kill()
                 _reap(p, 5.0)
     seconds = time.perf_counter() - start
     encodes = episodes * cfg.cameras

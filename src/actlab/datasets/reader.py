@@ -86,16 +86,19 @@ class LeRobotV3Dataset:
         counts and a hash of the contents of its metadata (info.json, tasks, the episodes' table with
         their lengths and per-episode statistics), ``meta/stats.json`` left out as in :attr:`fingerprint`.
         A copy (``cp -r``, another disk) has the same identity; another recording under the same path,
-        an added or removed episode or a rewritten info.json does not. A training resume compares it."""
-        h = hashlib.sha256()
-        meta = self.root / "meta"
-        for path in sorted(p for p in meta.rglob("*") if p.is_file()):
-            rel = path.relative_to(self.root).as_posix()
-            if "/." in rel or rel == fmt.STATS_PATH:
-                continue  # temp files; stats.json does not change frames or columns
-            h.update(f"{rel}\0".encode())
-            h.update(path.read_bytes())
-        return {"episodes": len(self.episodes), "frames": len(self), "meta_sha256": h.hexdigest()[:16]}
+        an added or removed episode or a rewritten info.json does not. A training resume compares it.
+
+        ``data_sha256`` hashes the data files' contents too (the rows: actions, states, indices; the videos
+        are left out for their size): a row edited in place in a dataset without actlab's checksums (another
+        tool's, or one whose meta/actlab_checksums.json was removed after an edit, as its refusal offers)
+        kept the same identity and a resume trained on, exit 0 (21st fault run). A checkpoint written before
+        this key is compared without it."""
+        return {
+            "episodes": len(self.episodes),
+            "frames": len(self),
+            "meta_sha256": _contents_sha256(self.root, self.root / "meta", skip=fmt.STATS_PATH),
+            "data_sha256": _contents_sha256(self.root, self.root / "data"),
+        }
 
     # ---------------------------------------------------------------------------------- tabular data
 
@@ -352,3 +355,18 @@ def open_dataset(path: str | Path) -> LeRobotV3Dataset:
         if hint is None or e.problem != "dataset directory not found":
             raise
         raise ActlabError(e.problem, file=e.file, fix=f"check the path; {hint}") from e
+
+
+def _contents_sha256(root: Path, folder: Path, skip: str = "") -> str:
+    """16 hex digits of the sha256 of every file under ``folder`` (its path relative to ``root``, then its
+    bytes, in path order), temporary files (``.NAME``) and ``skip`` (a path relative to ``root``) left out."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        if "/." in rel or rel == skip:
+            continue  # temp files; stats.json does not change frames or columns
+        h.update(f"{rel}\0".encode())
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:16]

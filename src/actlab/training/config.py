@@ -63,6 +63,9 @@ _CEILINGS: dict[str, float] = {
     "optim.eps": 1.0,
     "eval.batches": 10**6,
     "overfit.samples": 10**6,
+    # numpy's and torch's whole range, which TrainConfig checks itself: a seed is neither held nor run, and
+    # 4294967295 was refused as "<= 1e+09 (more than one machine can hold or finish)" (21st fault run)
+    "seed": 2**32 - 1,
 }
 
 
@@ -75,7 +78,15 @@ def _check_ceilings(cfg: Any) -> None:
         ceiling = _CEILINGS.get(key, _CEILING)
         for v in items:
             if cfgutil.is_number(v) and v > ceiling:
-                _check(False, key, f"<= {ceiling:g} (more than one machine can hold or finish)", value)
+                # a count or size (an int) is what a machine holds or finishes; a scale (a float: a learning
+                # rate, eps, grad_clip) is not: optim.eps=1e308 was "more than one machine can hold or
+                # finish", the wrong cause (21st fault run)
+                why = (
+                    "far past any value that trains: a typo?"
+                    if isinstance(v, float)
+                    else ("more than one machine can hold or finish")
+                )
+                _check(False, key, f"<= {ceiling:g} ({why})", value)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -84,6 +84,11 @@ def run_lerobot_step(
     # next run when this one was SIGKILLed (the child's own temporary directory stayed in /tmp then)
     with scratch_dir("actlab-lerobot-train") as tmp:
         cmd += ["--tmp", str(tmp)]
+        # LeRobot reads the data files through Hugging Face datasets (Dataset.from_parquet), which writes an
+        # Arrow copy of them under ~/.cache/huggingface/datasets/parquet/default-HASH; the synthetic dataset
+        # of each run lies in a new directory, so every run added one that no later run used, for good
+        # (12 in the 21st fault run's probes). Its cache goes into this scratch directory instead.
+        env["HF_DATASETS_CACHE"] = str(tmp / "hf_datasets")
         try:
             code, out, err = procs.run_tree(
                 cmd, timeout=timeout_s, env=env, field="--lerobot-python"

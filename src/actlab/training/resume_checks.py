@@ -99,7 +99,12 @@ def check_same_dataset(cfg: TrainConfig, ckpt: Path) -> None:
             field="data.path",
             expected=f"the dataset of {ckpt.name} (recorded as {saved.get('path', '?')})",
             found="; ".join(changed)
-            + (" (meta_sha256: the contents of meta/ differ)" if "meta_sha256" in " ".join(changed) else ""),
+            + (" (meta_sha256: the contents of meta/ differ)" if "meta_sha256" in " ".join(changed) else "")
+            + (
+                " (data_sha256: the rows of the data files differ)"
+                if "data_sha256" in " ".join(changed)
+                else ""
+            ),
             fix="resume with the original dataset (--dataset PATH; a copy of it is fine), or train on this "
             "one into a new --out: a resume would continue on other data",
         )

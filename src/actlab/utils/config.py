@@ -275,6 +275,23 @@ def _apply_tree(cfg: Any, tree: dict[str, Any], prefix: str) -> Any:
             continue
         raw, key = sub
         tp = hints[name]
+        if dataclasses.is_dataclass(current):
+            # `--set optim={"lr": 0.1}` built the whole section anew from the class's defaults: the preset's
+            # other values of it (optim.backbone_lr 0.001 -> 1e-05) and earlier --set keys of it were
+            # dropped without a word; `--set policy={...}` was "expected: a config dataclass, found: dict"
+            # (21st fault run). A section is set one key at a time.
+            inside = [f"{full}.{f.name}" for f in dataclasses.fields(current) if f.init]
+            keys = ", ".join(inside[:8]) + (f" ... ({len(inside)} in all)" if len(inside) > 8 else "")
+            one = inside[0] if inside else f"{full}.KEY"
+            raise ActlabError(
+                f"{full} is a section of the config, not a key: a value for it would replace all its keys "
+                "with their defaults",
+                field=key,
+                expected=f"a key inside it: {keys}",
+                found=f"--set {key}={raw}",
+                fix=f"set its keys one at a time (--set {one}=VALUE ...); --help-config lists them "
+                "(nothing was run)",
+            )
         try:
             changes[name] = _coerce(parse_scalar(raw, tp), tp, key)
         except (ValueError, json.JSONDecodeError) as e:

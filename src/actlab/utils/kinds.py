@@ -64,10 +64,17 @@ def describe(path: str | Path) -> str | None:
     m = _BEING_WRITTEN.fullmatch(p.name)
     if m:  # atomic_dir's .NAME.actlab-HOST-PID-RANDOM.tmp: not an output yet (cc_train_on_partial)
         final = p.with_name(m["name"])
-        who = f"pid {m['pid']} is still writing it" if pid_alive(int(m["pid"])) else f"pid {m['pid']} died"
+        if pid_alive(int(m["pid"])):
+            return (
+                f"the unfinished output of {kind}, in its temporary directory (pid {m['pid']} is still "
+                f"writing it; it becomes {final} when the command ends): pass that directory once it is there"
+            )
+        # a dead writer's: it never becomes the output; "pass that directory once it is there" sent the
+        # user to wait for a directory no process would make (21st fault run, pi_sr_*)
         return (
-            f"the unfinished output of {kind}, in its temporary directory ({who}; it becomes {final} "
-            "when the command ends): pass that directory once it is there"
+            f"the unfinished output of {kind}, left in its temporary directory by pid {m['pid']}, which died "
+            f"before it finished (killed?): it never becomes {final}; run that command again (its next run "
+            "removes this leftover), then pass its output"
         )
     return f"the output of {kind}"
 

@@ -279,6 +279,10 @@ def _child_init(parent: int, initializer: Callable[..., Any] | None, initargs: S
     set_parent_death_signal(signal.SIGKILL)
     if os.getppid() != parent:  # it died before the signal was armed
         os._exit(1)
+    # A terminal's Ctrl-C reaches the whole foreground process group, this worker too: it is the parent's
+    # to handle (it stops the pool). A worker's own KeyboardInterrupt printed its traceback into the
+    # terminal (bench encode's writers, 21st fault run: numpy's quantile interrupted in add_episode).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent,), name="actlab-parent-watch", daemon=True).start()
     import warnings
 
@@ -413,10 +417,28 @@ except psutil.Error:
     ours, family = False, []
 if group and ours:
     try:
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGSTOP)
     except OSError:
         pass
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pid and p not in family:
+                family.append(p)
+        except (psutil.Error, OSError):
+            pass
+def tracker(p):  # multiprocessing's resource tracker: spared, it unlinks its dead clients' semaphores
+    try:
+        return any("multiprocessing.resource_tracker" in part for part in p.cmdline())
+    except psutil.Error:
+        return False
+spared = [p for p in family if tracker(p)]
 for p in family:
+    try:
+        p.resume() if p in spared else p.kill()
+    except psutil.Error:
+        pass
+gone, alive = psutil.wait_procs(spared, timeout=10)
+for p in alive:
     try:
         p.kill()
     except psutil.Error:
@@ -431,7 +453,12 @@ class ChildGuard:
     init (``sleep 1000`` left behind after ``kill -9`` of the actlab process). Worker pools need none:
     their workers ask the kernel for a parent-death signal, which a program we run cannot be made to ask
     for its own children. ``group``: the child leads a process group of its own (start_group_kwargs),
-    killed as a whole. :meth:`disarm` when the child was ended (or finished) by the parent."""
+    killed as a whole. :meth:`disarm` when the child was ended (or finished) by the parent.
+
+    The guard runs in a session of its own: in the caller's process group, the kill of that whole group
+    (a cgroup, a scheduler, ``kill -9 -PGID``) ended the guard together with the caller, and a child of a
+    group of its own (``--lerobot-python``'s, out of reach of that kill) was left running, re-parented to
+    init (21st fault run: ``bench train --lerobot-python``, ``eval --lerobot-policy``)."""
 
     def __init__(self, proc: Any, group: bool) -> None:
         import subprocess  # here: only the commands that run other programs need it
@@ -448,6 +475,7 @@ class ChildGuard:
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,  # out of reach of a kill of the caller's process group (see above)
         )
 
     def disarm(self) -> None:
@@ -491,11 +519,19 @@ def kill_tree(proc: Any, wait_s: float = TREE_KILL_WAIT_S) -> list[int]:
             family = [root, *root.children(recursive=True)]
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGSTOP)  # stopped, none of them can start another meanwhile
+    family += [p for p in _group_members(pid) if p not in family]
+    # multiprocessing's resource trackers are spared the SIGKILL: a tracker unlinks the named semaphores
+    # of the processes it served once they are gone (the end of its pipe), and exits. Killed with them
+    # (the group's SIGKILL), it left a LeRobot DataLoader's 11 sem.mp-XXXXXXXX in /dev/shm for good at
+    # every SIGTERM, Ctrl-C or timeout of `bench train --lerobot-python` (21st fault run).
+    trackers = [p for p in family if _is_resource_tracker(p)]
     for p in family:
+        if p not in trackers:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+    for p in trackers:
         with contextlib.suppress(psutil.Error):
-            p.kill()
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+            p.resume()  # (stopped above with its group)
 
     def running(p: psutil.Process) -> bool:  # a zombie is dead (its parent reaps it; not done here)
         try:
@@ -508,7 +544,39 @@ def kill_tree(proc: Any, wait_s: float = TREE_KILL_WAIT_S) -> list[int]:
     while alive and time.monotonic() < deadline:
         time.sleep(0.02)
         alive = [p for p in alive if running(p)]
+    if alive and trackers:  # a tracker that did not end by itself (another holder of its pipe lives on)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        time.sleep(0.1)
+        alive = [p for p in alive if running(p)]
+    if not trackers:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)  # (every member was listed and killed above; a last sweep)
     return [p.pid for p in alive]
+
+
+def _group_members(pgid: int) -> list[Any]:
+    """The processes of process group ``pgid`` now (psutil.Process), zombies included."""
+    import psutil
+
+    members = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(p.pid) == pgid:
+                members.append(p)
+    return members
+
+
+def _is_resource_tracker(p: Any) -> bool:
+    """``p`` is a multiprocessing resource tracker (``python -c 'from multiprocessing.resource_tracker
+    import main;main(FD)'``, what a spawn or forkserver context starts)."""
+    import psutil
+
+    try:
+        return any("multiprocessing.resource_tracker" in part for part in p.cmdline())
+    except psutil.Error:
+        return False
 
 
 def run_tree(
