@@ -94,9 +94,21 @@ def _run(args: argparse.Namespace) -> int:
     import json
 
     from actlab.demo import run_demo
+    from actlab.errors import Terminated
 
     cfg = demo_config(args)
-    summary = run_demo(cfg)
+    # A stop keeps the stages that finished (the next run reuses them); "partial output removed" alone
+    # read as if the whole demo were gone (21st fault run, left then).
+    kept = f"the stages that finished in {args.out} are kept: actlab demo --out {args.out} again reuses them"
+    try:
+        summary = run_demo(cfg)
+    except Terminated as e:
+        e.note = e.note or kept
+        raise
+    except KeyboardInterrupt as e:
+        if str(e):
+            raise
+        raise KeyboardInterrupt(kept) from None
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
