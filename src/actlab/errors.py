@@ -41,7 +41,7 @@ class ActlabError(Exception):
         if self.expected is not None:
             lines.append(f"  expected: {self.expected}")
         if self.found is not None:
-            lines.append(f"  found:    {self.found}")
+            lines.append(f"  found:    {_shown(self.found)}")
         if self.fix is not None:
             lines.append(f"  fix:      {self.fix}")
         return "\n".join(lines)
@@ -52,9 +52,20 @@ class ActlabError(Exception):
             "file": self.file,
             "field": self.field,
             "expected": None if self.expected is None else str(self.expected),
-            "found": None if self.found is None else str(self.found),
+            "found": None if self.found is None else _shown(self.found),
             "fix": self.fix,
         }
+
+
+def _shown(value: object) -> str:
+    """``value`` as an error shows it: an integer of more than 20 digits by its first digits and length
+    (a refused `--set steps=1e308` printed all 309 digits: 21st fault run)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        text = str(value)
+        digits = len(text.lstrip("-"))
+        if digits > 20:
+            return f"{text[: 6 + text.startswith('-')]}... (an integer of {digits} digits)"
+    return str(value)
 
 
 class Terminated(SystemExit):

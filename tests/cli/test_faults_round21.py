@@ -360,3 +360,28 @@ def test_a_stopped_demo_says_its_finished_stages_are_kept(tmp_path, how, code):
     assert f"the stages that finished in {out} are kept" in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and (out / "data").is_dir()  # the recording stage's output stays
 
+
+@pytest.mark.timeout(60)
+def test_a_refused_huge_integer_is_shown_by_its_length_not_all_its_digits(tmp_path, capsys):
+    """UNCLEAR (left by the 21st run, fixed after it): `--set steps=1e308` was refused with a `found` of all
+    309 digits; every error (`errors.ActlabError`) now shows an integer of more than 20 digits by its
+    first digits and its length."""
+    from actlab.cli import main
+
+    out = str(tmp_path / "o")
+    code = main(
+        [
+            "train",
+            "--preset",
+            "tiny",
+            "--dataset",
+            str(tmp_path / "none"),
+            "--out",
+            out,
+            "--set",
+            "steps=1e308",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "field:    steps" in err
+    assert "(an integer of 309 digits)" in err and "0" * 30 not in err
