@@ -196,6 +196,19 @@ if __name__ == "__main__":
 """
 
 
+# `bench train` of one tiny step against a stand-in for LeRobot's python (its path follows)
+_BENCH_ONE_STEP = ["bench", "train", "--preset", "tiny", "--steps", "1", "--rounds", "1", "--lerobot-python"]
+
+
+def _stand_in(directory: Path, template: str, name: Path) -> Path:
+    """An executable stand-in for a LeRobot venv's python: ``template`` (a Python script with ``{python}``
+    and ``{name}``, the file it reports to) made runnable in ``directory``."""
+    fake = directory / "fake-lerobot-python"
+    fake.write_text(template.format(python=sys.executable, name=str(name)))
+    fake.chmod(0o755)
+    return fake
+
+
 @pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="POSIX semaphores in /dev/shm")
 @pytest.mark.timeout(120)
 def test_a_stopped_lerobot_child_leaves_no_semaphore_in_dev_shm(tmp_path):
@@ -205,22 +218,8 @@ def test_a_stopped_lerobot_child_leaves_no_semaphore_in_dev_shm(tmp_path):
     (11 a kill) stayed in /dev/shm as sem.mp-XXXXXXXX for good. Now the tracker is spared: it unlinks them
     once the others are gone, and exits."""
     name = tmp_path / "semaphore-name"
-    fake = tmp_path / "fake-lerobot-python"
-    fake.write_text(_SEMAPHORE_CHILD.format(python=sys.executable, name=str(name)))
-    fake.chmod(0o755)
-    args = [
-        "bench",
-        "train",
-        "--preset",
-        "tiny",
-        "--steps",
-        "1",
-        "--rounds",
-        "1",
-        "--lerobot-python",
-        str(fake),
-    ]
-    with started([sys.executable, "-m", "actlab.cli", *args]) as proc:
+    fake = _stand_in(tmp_path, _SEMAPHORE_CHILD, name)
+    with started([sys.executable, "-m", "actlab.cli", *_BENCH_ONE_STEP, str(fake)]) as proc:
         end = time.monotonic() + 90
         while time.monotonic() < end and proc.poll() is None and not (name.exists() and name.read_text()):
             time.sleep(0.1)
@@ -306,22 +305,8 @@ def test_bench_train_keeps_lerobots_dataset_cache_in_its_scratch_directory(tmp_p
     from actlab.cli import main
 
     name = tmp_path / "env"
-    fake = tmp_path / "fake-lerobot-python"
-    fake.write_text(_ENV_CHILD.format(python=sys.executable, name=str(name)))
-    fake.chmod(0o755)
-    args = [
-        "bench",
-        "train",
-        "--preset",
-        "tiny",
-        "--steps",
-        "1",
-        "--rounds",
-        "1",
-        "--lerobot-python",
-        str(fake),
-    ]
-    assert main(args) == 2  # (the stand-in fails: "lerobot's training step failed")
+    fake = _stand_in(tmp_path, _ENV_CHILD, name)
+    assert main([*_BENCH_ONE_STEP, str(fake)]) == 2  # (the stand-in fails: "lerobot's training step failed")
     capsys.readouterr()
     cache = Path(name.read_text())
     assert cache.name == "hf_datasets" and cache.parent.name.startswith("actlab-lerobot-train-"), cache
