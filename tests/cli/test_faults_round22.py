@@ -7,6 +7,8 @@ fix.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 # ------------------------------------------------------------------ --set keys with an empty part
@@ -99,3 +101,63 @@ def test_a_refused_set_key_is_not_sent_to_a_help_config_the_command_lacks(argv, 
     assert "`actlab train --help-config`" in fix or "expected line above lists every key" in fix, fix
     if "`actlab train --help-config`" in fix:
         assert main(["train", "--help-config"]) == 0
+
+
+# ------------------------------------------------------------------ the demo's dataset edited in place
+def _edit_an_action(data: Path) -> None:
+    """Add 30 degrees to one frame's action in the data file, as a hand edit with pyarrow does."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = next((data / "data").rglob("*.parquet"))
+    table = pq.read_table(path)
+    actions = table.column("action").to_pylist()
+    actions[5] = [x + 30.0 for x in actions[5]]
+    i = table.schema.get_field_index("action")
+    pq.write_table(
+        table.set_column(i, "action", pa.array(actions, type=table.schema.field("action").type)), path
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("edit", ["a row", "another recording"])
+def test_a_demo_does_not_reuse_its_run_for_a_dataset_edited_in_place(edit, tmp_path, capsys):
+    """SILENT before (dsed_demo_row_sums, dsed_demo_row_nosums, dsed_demo_other_recording): a demo run
+    again after its DIR/data was edited in place (an action changed) or replaced by another recording
+    reused the dataset, the run trained on the old data, its evaluation and report, exit 0: the report
+    described data the run never saw. Now the reuse of the run compares the dataset's identity (what a
+    resume compares) and refuses, naming what differs and how to keep the edited dataset."""
+    import shutil
+
+    from actlab.cli import main
+
+    out = tmp_path / "dm"
+    demo = ["demo", "--episodes", "2", "--eval-episodes", "1", "--image-size", "16", "--preset", "tiny"]
+    demo += ["--set", "steps=1", "--workers", "1", "--out", str(out)]
+    assert main(demo) == 0
+    if edit == "a row":
+        _edit_an_action(out / "data")
+        (out / "data" / "meta" / "actlab_checksums.json").unlink()  # another tool's edit leaves none
+    else:
+        other = tmp_path / "other"
+        argv = [
+            "sim",
+            "record",
+            "--episodes",
+            "3",
+            "--image-size",
+            "16",
+            "--workers",
+            "0",
+            "--out",
+            str(other),
+        ]
+        assert main(argv) == 0
+        shutil.rmtree(out / "data")
+        shutil.copytree(other, out / "data")
+    capsys.readouterr()
+    assert main(demo) == 2
+    err = capsys.readouterr().err
+    assert "the demo's dataset is not the one its run was trained on" in err, err
+    assert "data_sha256" in err and f"move {out / 'data'} aside" in err, err
