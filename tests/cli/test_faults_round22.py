@@ -7,9 +7,12 @@ fix.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+from procs import finish, started
 
 # ------------------------------------------------------------------ --set keys with an empty part
 # every command that takes --set, each with a key it refuses for a stray dot
@@ -161,3 +164,40 @@ def test_a_demo_does_not_reuse_its_run_for_a_dataset_edited_in_place(edit, tmp_p
     err = capsys.readouterr().err
     assert "the demo's dataset is not the one its run was trained on" in err, err
     assert "data_sha256" in err and f"move {out / 'data'} aside" in err, err
+
+
+# ------------------------------------------------------------------ the plugin's --policy.execution=
+@pytest.mark.parametrize("fields", [{"execution": ""}, {"execution": "", "execution_latency": 2}])
+def test_an_empty_plugin_execution_is_refused_not_run_as_sync(fields):
+    """SILENT before (pe_exec_empty): `lerobot-rollout --policy.execution=` (an empty value: a script's
+    `--policy.execution=$MODE` with MODE unset) ran sync, exit 0, no word; with a latency the latency was
+    checked against sync. Only a field left out takes its default now. The function lerobot-rollout,
+    lerobot-eval and lerobot-train reach through the plugin's policy (actlab's side, no lerobot needed)."""
+    from actlab.errors import ActlabError
+    from actlab.lerobot.runtime import rollout_execution
+
+    with pytest.raises(ActlabError) as e:
+        rollout_execution(None, fields)
+    assert e.value.field == "--policy.execution" and e.value.found == "'' (an empty value)"
+    assert "sync / async" in str(e.value.expected)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_lerobot_rollout_refuses_an_empty_policy_execution(tmp_path, export):
+    """The same through LeRobot's own command line (lerobot-rollout on the plugin's simulated arm), in the
+    lerobot venv on this checkout's source: refused in actlab's words before the arm moves."""
+    from procs import lerobot_env
+
+    python = Path(os.environ.get("ACTLAB_LEROBOT_PYTHON", "/work/lerobot-venv/bin/python"))
+    if not python.is_file():
+        pytest.skip("needs the lerobot venv ($ACTLAB_LEROBOT_PYTHON)")
+    cmd = [str(python.parent / "lerobot-rollout"), "--strategy.type=base", f"--policy.path={export}"]
+    cmd += ["--robot.type=actlab_so101_sim", "--robot.image_size=16", "--robot.max_steps=10"]
+    cmd += ["--robot.hold_s=0", f"--robot.output_dir={tmp_path / 'sim'}", "--duration=3"]
+    cmd += ["--return_to_initial_position=false", "--task=pick", "--policy.execution="]
+    with started(cmd, env=lerobot_env(tmp_path), cwd=tmp_path) as proc:
+        _, err = finish(proc, 180)
+    assert proc.returncode != 0, err[-2000:]
+    assert "invalid --policy.execution setting" in err and "'' (an empty value)" in err, err[-2000:]
+    assert not (tmp_path / "sim" / "episodes.jsonl").exists()

@@ -203,10 +203,13 @@ def rollout_execution(
     # lazy: the plugin imports this module at LeRobot start; the execution model loads with a policy
     from actlab.policies.execution import PLUGIN_FIELDS, ChunkLimits, ExecutionSpec, check_execution
 
+    # Only a field left out (None) takes its default: `--policy.execution=` (an empty value, a script's
+    # `--policy.execution=$MODE` with MODE unset) ran sync without a word (22nd fault run)
+    mode, latency = fields.get(PLUGIN_FIELDS["mode"]), fields.get(PLUGIN_FIELDS["latency"])
     try:
         spec = ExecutionSpec(
-            mode=fields.get(PLUGIN_FIELDS["mode"]) or "sync",
-            latency=fields.get(PLUGIN_FIELDS["latency"]) or 0,
+            mode="sync" if mode is None else mode,
+            latency=0 if latency is None else latency,
             horizon=fields.get(PLUGIN_FIELDS["horizon"]),
         )
         if spec.mode == "sync":
@@ -223,7 +226,7 @@ def rollout_execution(
             + ("" if e.problem == "invalid execution setting" else f": {plugin_flag(e.problem)}"),
             field=field,
             expected=plugin_flag(str(e.expected)) if e.expected is not None else None,
-            found=e.found,
+            found="'' (an empty value)" if e.found == "" else e.found,
             fix=plugin_flag(e.fix) if e.fix else None,
         ) from e
     return RolloutExecution(policy, spec, background=background)
