@@ -182,22 +182,56 @@ def test_an_empty_plugin_execution_is_refused_not_run_as_sync(fields):
     assert "sync / async" in str(e.value.expected)
 
 
+def test_an_execution_setting_refused_from_the_exports_config_json_names_that_file(tmp_path):
+    """UNCLEAR before (px_cfg_exec_bad): an export whose config.json holds `"execution": "warp"` (an edit,
+    or a lerobot-train checkpoint saved with it) was refused as "invalid --policy.execution setting",
+    field --policy.execution, no file: the command line had no such flag. Now the file is named, with the
+    command-line override and the exported values as the fix; a value the command line gives is refused
+    as the flag it is (as before)."""
+    from actlab.errors import ActlabError
+    from actlab.lerobot.runtime import rollout_execution
+
+    config = tmp_path / "config.json"
+    with pytest.raises(ActlabError) as e:
+        rollout_execution(None, {"execution": "warp"}, config_file=config, argv=["--policy.path=X"])
+    assert e.value.file == str(config) and e.value.field.startswith("execution (the command line has no")
+    assert "--policy.execution=VALUE on the command line" in e.value.fix
+    with pytest.raises(ActlabError) as e:
+        rollout_execution(None, {"execution": "warp"}, config_file=config, argv=["--policy.execution=warp"])
+    assert e.value.file is None and e.value.field == "--policy.execution"
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(200)
-def test_lerobot_rollout_refuses_an_empty_policy_execution(tmp_path, export):
-    """The same through LeRobot's own command line (lerobot-rollout on the plugin's simulated arm), in the
-    lerobot venv on this checkout's source: refused in actlab's words before the arm moves."""
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("where", ["command line", "config.json"])
+def test_lerobot_rollout_refuses_an_empty_or_edited_policy_execution(where, tmp_path, export):
+    """The two rows above through LeRobot's own command line (lerobot-rollout on the plugin's simulated
+    arm), in the lerobot venv on this checkout's source: refused in actlab's words before the arm moves;
+    an execution edited into config.json names the file."""
+    import json
+    import shutil
+
     from procs import lerobot_env
 
     python = Path(os.environ.get("ACTLAB_LEROBOT_PYTHON", "/work/lerobot-venv/bin/python"))
     if not python.is_file():
         pytest.skip("needs the lerobot venv ($ACTLAB_LEROBOT_PYTHON)")
-    cmd = [str(python.parent / "lerobot-rollout"), "--strategy.type=base", f"--policy.path={export}"]
+    policy, flags = export, ["--policy.execution="]
+    if where == "config.json":
+        policy, flags = tmp_path / "edited", []
+        shutil.copytree(export, policy)
+        config = json.loads((policy / "config.json").read_text())
+        (policy / "config.json").write_text(json.dumps({**config, "execution": "warp"}))
+    cmd = [str(python.parent / "lerobot-rollout"), "--strategy.type=base", f"--policy.path={policy}"]
     cmd += ["--robot.type=actlab_so101_sim", "--robot.image_size=16", "--robot.max_steps=10"]
     cmd += ["--robot.hold_s=0", f"--robot.output_dir={tmp_path / 'sim'}", "--duration=3"]
-    cmd += ["--return_to_initial_position=false", "--task=pick", "--policy.execution="]
+    cmd += ["--return_to_initial_position=false", "--task=pick", *flags]
     with started(cmd, env=lerobot_env(tmp_path), cwd=tmp_path) as proc:
-        _, err = finish(proc, 180)
+        _, err = finish(proc, 240)
     assert proc.returncode != 0, err[-2000:]
-    assert "invalid --policy.execution setting" in err and "'' (an empty value)" in err, err[-2000:]
+    if where == "config.json":
+        assert "invalid execution setting in the export's config.json" in err, err[-2000:]
+        assert f"file:     {policy / 'config.json'}" in err, err[-2000:]
+    else:
+        assert "invalid --policy.execution setting" in err and "'' (an empty value)" in err, err[-2000:]
     assert not (tmp_path / "sim" / "episodes.jsonl").exists()

@@ -117,7 +117,11 @@ class _ActlabPolicy(PreTrainedPolicy):
         self._sim_held = SIM_SIGNAL.holding
         fields = {k: getattr(config, k, None) for k in PLUGIN_FIELDS.values()}
         # actlab's chunk executor behind select_action (None: sync, actlab's own select_action)
-        self._execution = rollout_execution(self.model, fields)
+        # the export's config.json is named when a refused value came from it, not from the command line
+        source = getattr(config, "pretrained_path", None)
+        written = Path(source) / "config.json" if source else None
+        written = written if written is not None and written.is_file() else None
+        self._execution = rollout_execution(self.model, fields, config_file=written, argv=sys.argv[1:])
 
     def _follow_sim(self) -> bool:
         """With actlab_so101_sim in this process: reset at each of its episode starts (LeRobot does not)

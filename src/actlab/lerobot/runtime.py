@@ -27,7 +27,7 @@ import datetime
 import json
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -194,12 +194,21 @@ def plugin_flag(text: str) -> str:
 
 
 def rollout_execution(
-    policy: Any, fields: Mapping[str, Any], background: bool = True
+    policy: Any,
+    fields: Mapping[str, Any],
+    background: bool = True,
+    config_file: str | Path | None = None,
+    argv: Sequence[str] = (),
 ) -> RolloutExecution | None:
     """The executor the plugin runs in ``select_action`` for its config ``fields`` (keys: the values of
     ``PLUGIN_FIELDS``, ``execution``, ``execution_latency``, ``execution_horizon``), checked against
     ``policy`` as ``actlab eval --execution/--latency/--horizon`` checks it; None for sync (actlab's own
-    ``select_action``). A setting the policy cannot run is actlab's error with the plugin's flag names."""
+    ``select_action``). A setting the policy cannot run is actlab's error with the plugin's flag names.
+
+    ``config_file``: the export's config.json the fields were read from, ``argv``: the command line. A
+    refused value that the command line does not give came from that file: the error names it (an
+    export's config.json holding `"execution": "warp"` was refused as if `--policy.execution` had been
+    typed, a flag the command line did not have; 22nd fault run)."""
     # lazy: the plugin imports this module at LeRobot start; the execution model loads with a policy
     from actlab.policies.execution import PLUGIN_FIELDS, ChunkLimits, ExecutionSpec, check_execution
 
@@ -219,6 +228,18 @@ def rollout_execution(
         # ExecutionSpec names its field "execution" / "latency" / "horizon", check_execution eval's flag
         setting = {"execution": "mode"}.get(str(e.field).lstrip("-"), str(e.field).lstrip("-"))
         field = f"--policy.{PLUGIN_FIELDS[setting]}" if setting in PLUGIN_FIELDS else e.field
+        if config_file is not None and setting in PLUGIN_FIELDS and not _on_command_line(field, argv):
+            raise ActlabError(
+                "invalid execution setting in the export's config.json"
+                + ("" if e.problem == "invalid execution setting" else f": {plugin_flag(e.problem)}"),
+                file=config_file,
+                field=f"{PLUGIN_FIELDS[setting]} (the command line has no {field})",
+                expected=plugin_flag(str(e.expected)) if e.expected is not None else None,
+                found="'' (an empty value)" if e.found == "" else e.found,
+                fix=f"give {field}=VALUE on the command line (it overrides the file), or restore "
+                f"{PLUGIN_FIELDS[setting]} in {config_file} (an export writes execution: sync, "
+                "execution_latency: 0, execution_horizon: null)",
+            ) from e
         raise ActlabError(
             # the plugin's setting, not a command's: the same check runs in lerobot-train, lerobot-eval and
             # lerobot-rollout (a train or eval refusal named lerobot-rollout)
@@ -230,6 +251,11 @@ def rollout_execution(
             fix=plugin_flag(e.fix) if e.fix else None,
         ) from e
     return RolloutExecution(policy, spec, background=background)
+
+
+def _on_command_line(flag: str, argv: Sequence[str]) -> bool:
+    """Whether ``argv`` gives ``flag`` (``--policy.x=V`` or ``--policy.x V``)."""
+    return any(a == flag or a.startswith(flag + "=") for a in argv)
 
 
 class RolloutExecution:
