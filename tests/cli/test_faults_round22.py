@@ -235,3 +235,43 @@ def test_lerobot_rollout_refuses_an_empty_or_edited_policy_execution(where, tmp_
     else:
         assert "invalid --policy.execution setting" in err and "'' (an empty value)" in err, err[-2000:]
     assert not (tmp_path / "sim" / "episodes.jsonl").exists()
+
+
+# ------------------------------------------------------------------ the simulated arm's episode logs
+@pytest.mark.parametrize(
+    "case", ["log a directory", "log in /proc", "log a user's file", "output_dir a file"]
+)
+def test_the_sim_robot_checks_its_episode_logs_before_the_first_episode(case, tmp_path):
+    """TRACEBACK before (rb_log_dir, rb_log_ro, rb_outdir_file): `lerobot-rollout` on actlab_so101_sim
+    with --robot.log_file a directory or in /proc, or --robot.output_dir a file, ran an episode and ended
+    in IsADirectoryError / FileNotFoundError / FileExistsError's traceback. LOSS before (rb_log_existing):
+    --robot.log_file=<a user's notes> got JSON lines appended, exit 0 (the env's --env.log_file refused
+    that since the 17th run; the robot's did not). Now the robot (``SimEpisodes``, built at connect)
+    refuses each before any episode, naming the flag, and leaves the user's file as it was."""
+    from actlab.errors import ActlabError
+    from actlab.lerobot.runtime import SimEpisodes
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    kwargs, flag = {
+        "log a directory": ({"log_file": tmp_path}, "--robot.log_file"),
+        "log in /proc": ({"log_file": "/proc/actlab_episodes.jsonl"}, "--robot.log_file"),
+        "log a user's file": ({"log_file": notes}, "--robot.log_file"),
+        "output_dir a file": ({"out_dir": notes}, "--robot.output_dir"),
+    }[case]
+    with pytest.raises(ActlabError) as e:
+        SimEpisodes(image_size=16, max_steps=5, **kwargs)
+    assert e.value.field == flag, str(e.value)
+    assert notes.read_text() == "my notes\n"
+
+
+def test_the_sim_env_refuses_an_episode_log_no_file_can_be_written_to():
+    """TRACEBACK before (le_log_proc): `lerobot-eval --env.type=actlab_so101 --env.log_file=/proc/x.jsonl`
+    ran its first episode and ended in FileNotFoundError's traceback: the env's check refused a directory
+    and a file it did not write, not a place where no file can be made. Now the env opens it when built."""
+    from actlab.errors import ActlabError
+    from actlab.lerobot.sim_env import LeRobotSimEnv
+
+    with pytest.raises(ActlabError) as e:
+        LeRobotSimEnv(image_size=16, max_steps=5, log_file="/proc/actlab_episodes.jsonl")
+    assert e.value.problem == "cannot write the episode log" and e.value.field == "log_file"

@@ -57,6 +57,8 @@ EPISODE_PREFIX = ">>> actlab_so101_sim:"
 # Files of a sim robot's output directory: one JSON line per episode, and the same lines as stderr's.
 EPISODE_LOG = "episodes.jsonl"
 EPISODE_TEXT_LOG = "episodes.log"
+# What every line of the simulated robot's episode log holds (an earlier log it may append to)
+ROBOT_LOG_KEYS = ("episode", "seed", "outcome", "steps")
 
 
 def default_output_dir(now: datetime.datetime | None = None) -> Path:
@@ -582,9 +584,10 @@ class SimEpisodes:
         )
         self.seed = int(seed)
         self.hold_steps = int(hold_steps)
+        # lazy: the plugin imports this module at LeRobot start; the env module with the first robot
+        from actlab.lerobot.sim_env import appendable, check_log_file
+
         self.out_dir = Path(out_dir) if out_dir is not None else None
-        if self.out_dir is not None:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
         if log_file == "":
             self.log_file = None
         elif log_file is not None:
@@ -592,6 +595,17 @@ class SimEpisodes:
         else:
             self.log_file = self.out_dir / EPISODE_LOG if self.out_dir is not None else None
         self.text_log = self.out_dir / EPISODE_TEXT_LOG if self.out_dir is not None else None
+        # Every file an episode appends to is checked before the first one: a --robot.log_file that is a
+        # directory or in a place no file can be written (/proc), or a --robot.output_dir that is a file,
+        # was OSError's traceback at the first episode's end; a user's file (notes, a dataset's
+        # info.json) given as --robot.log_file got JSON lines appended, exit 0 (22nd fault run: the env's
+        # log_file had these checks, the robot's not)
+        if self.log_file is not None:
+            check_log_file(self.log_file, "--robot.log_file", keys=ROBOT_LOG_KEYS)
+        if self.text_log is not None:
+            appendable(self.text_log, "--robot.output_dir", "pass --robot.output_dir=<a new directory>")
+        if self.log_file is not None:
+            check_log_file(self.log_file, "--robot.log_file", keys=ROBOT_LOG_KEYS, create=True)
         self.stream = stream
         self.on_episode = on_episode
         self.signal = signal
@@ -652,9 +666,9 @@ class SimEpisodes:
         )
         self.results.append(result)
         if self.log_file is not None:
-            self.log_file.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.log_file, "a", encoding="utf-8") as f:
-                f.write(json.dumps(result.__dict__) + "\n")
+            from actlab.lerobot.sim_env import append_line  # lazy: as in __init__
+
+            append_line(self.log_file, json.dumps(result.__dict__), "--robot.log_file")
         self.say(f"{EPISODE_PREFIX} {result.line().split(': ', 1)[1]} | so far {self.summary()}")
         if self.on_episode is not None:
             self.on_episode(result)
@@ -665,8 +679,9 @@ class SimEpisodes:
         if self.stream is not None:
             print(line, file=self.stream, flush=True)
         if self.text_log is not None:
-            with open(self.text_log, "a", encoding="utf-8") as f:
-                f.write(line + "\n")
+            from actlab.lerobot.sim_env import append_line  # lazy: as in __init__
+
+            append_line(self.text_log, line, "--robot.output_dir")
 
     def summary(self) -> str:
         """``"8/10 episodes succeeded (80%); failures: ..."`` over the finished episodes."""
