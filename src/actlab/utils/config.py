@@ -276,17 +276,22 @@ def apply_overrides(cfg: T, overrides: typing.Iterable[str]) -> T:
         key, raw = split_override(item)
         node = tree
         parts = key.split(".")
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
+        for i, part in enumerate(parts):
+            inner = node.get(part)
+            # a key and keys inside it, in either order: the later item replaced the earlier one's branch
+            # (`optim.lr.x=2 optim.lr=0.5` dropped the first without a word; 22nd fault run)
+            if (i < len(parts) - 1 and inner is not None and not isinstance(inner, dict)) or (
+                i == len(parts) - 1 and isinstance(inner, dict)
+            ):
                 raise ActlabError(
                     "an override sets a key and also keys inside it",
                     field=key,
-                    expected=f"either {'.'.join(parts[: parts.index(part) + 1])} or keys inside it",
+                    expected=f"either --set {'.'.join(parts[: i + 1])}=VALUE or keys inside it, not both",
                     found=item,
                     fix="drop one of the two --set items",
                 )
-            node = child
+            if i < len(parts) - 1:
+                node = node.setdefault(part, {})
         node[parts[-1]] = (raw, key)
     return _apply_tree(cfg, tree, "", keys_help(cfg))
 
