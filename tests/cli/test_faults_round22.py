@@ -288,3 +288,46 @@ def test_the_sim_env_refuses_an_episode_log_no_file_can_be_written_to():
     with pytest.raises(ActlabError) as e:
         LeRobotSimEnv(image_size=16, max_steps=5, log_file="/proc/actlab_episodes.jsonl")
     assert e.value.problem == "cannot write the episode log" and e.value.field == "log_file"
+
+
+# ------------------------------------------------------------------ an export's config.json edited
+def _edited_export(export: Path, tmp_path: Path, **changes) -> Path:
+    """A copy of ``export`` whose config.json has ``changes`` (``actlab_config`` entries merged into it)."""
+    import json
+    import shutil
+
+    out = tmp_path / "edited"
+    shutil.copytree(export, out)
+    config = json.loads((out / "config.json").read_text())
+    config["actlab_config"].update(changes.pop("actlab_config", {}))
+    (out / "config.json").write_text(json.dumps({**config, **changes}))
+    return out
+
+
+def test_an_unknown_actlab_config_key_in_an_export_is_refused(tmp_path, export, capsys):
+    """SILENT before (x_imp_cfg_inner_unknown, px_cfg_inner_unknown): an export whose config.json's
+    actlab_config holds a key the shipped bundle's config does not have (an edit, a typo: `chunk_sise`)
+    was imported (and loaded by lerobot-eval) with exit 0, the key dropped without a word; an edit of a
+    known key was refused. Now the unknown key is refused too, with a did-you-mean (the check LeRobot's
+    load and `actlab policy import` share)."""
+    from actlab.cli import main
+
+    edited = _edited_export(export, tmp_path, actlab_config={"chunk_sise": 20})
+    assert main(["policy", "import", str(edited), "--out", str(tmp_path / "bundle")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown actlab_config key 'chunk_sise' (did you mean 'chunk_size'?)" in err, err
+    assert not (tmp_path / "bundle").exists()
+
+
+def test_import_says_how_the_export_was_set_to_execute(tmp_path, export, capsys):
+    """SILENT before (x_imp_cfg_exec_blend, x_imp_cfg_exec_lat_bad): importing an export (or a lerobot-train
+    checkpoint) whose config.json runs the policy with `execution: blend, execution_latency: 2` wrote a
+    bundle without a word: a bundle holds no execution, and `actlab eval BUNDLE` then measured sync. Now
+    the import says so, with the eval flags that run the same execution."""
+    from actlab.cli import main
+
+    edited = _edited_export(export, tmp_path, execution="blend", execution_latency=2)
+    out = tmp_path / "bundle"
+    assert main(["policy", "import", str(edited), "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert f"actlab eval {out} --execution blend --latency 2" in said, said

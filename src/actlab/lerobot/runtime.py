@@ -347,6 +347,17 @@ def check_export_config(
     for key in CHUNK_FIELDS:
         if key in top and top[key] != model.get(key, top[key]):
             wanted[key] = top[key]  # an edit of the top-level key, wherever actlab_config agrees
+    # a key the shipped config does not have (a typo'd edit, `chunk_sise: 20`) was dropped without a word
+    # at load and import, exit 0 (22nd fault run): only a key of the shipped config can have been written
+    unknown = sorted(k for k in wanted if k not in model and k != "type")
+    if unknown:
+        raise unknown_name_error(
+            "actlab_config key",
+            unknown[0],
+            [k for k in model if k != "type"],
+            fix=f"remove {', '.join(unknown)} from actlab_config in {file} (restore config.json, or export "
+            "again: actlab policy export BUNDLE --to lerobot); the shipped weights' config has no such key",
+        )
     changed = {k: (v, model[k]) for k, v in wanted.items() if k in model and k != "type" and v != model[k]}
     if changed and written is not None:
         on_disk = dict(written.get("actlab_config") or {})
