@@ -331,3 +331,33 @@ def test_import_says_how_the_export_was_set_to_execute(tmp_path, export, capsys)
     assert main(["policy", "import", str(edited), "--out", str(out)]) == 0
     said = capsys.readouterr().out
     assert f"actlab eval {out} --execution blend --latency 2" in said, said
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_lerobots_load_of_an_export_without_its_bundle_says_what_is_missing(tmp_path, export):
+    """UNCLEAR before (px_nobundle, lev_nobundle): lerobot-eval / lerobot-rollout (and the bridge's child)
+    of an export whose actlab_bundle/ was removed said "policy bundle directory not found", fix "check
+    the path": the path given was the export, which exists. `actlab policy import` said what is missing
+    since the 19th run; the plugin's load now says the same (one check). Run in the lerobot venv on this
+    checkout's source, through the load LeRobot's commands make."""
+    import shutil
+
+    from procs import lerobot_env
+
+    python = Path(os.environ.get("ACTLAB_LEROBOT_PYTHON", "/work/lerobot-venv/bin/python"))
+    if not python.is_file():
+        pytest.skip("needs the lerobot venv ($ACTLAB_LEROBOT_PYTHON)")
+    broken = tmp_path / "broken"
+    shutil.copytree(export, broken)
+    shutil.rmtree(broken / "actlab_bundle")
+    code = (
+        "import sys\n"
+        "from lerobot_policy_actlab.modeling_actlab import ActlabActPolicy\n"
+        "ActlabActPolicy.from_pretrained(sys.argv[1])\n"
+    )
+    with started([str(python), "-c", code, str(broken)], env=lerobot_env(tmp_path)) as proc:
+        _, err = finish(proc, 120)
+    assert proc.returncode != 0, err[-2000:]
+    assert "keeps its weights in actlab_bundle/, which is missing: nothing to load" in err, err[-2000:]
+    assert "actlab policy export BUNDLE --to lerobot" in err, err[-2000:]

@@ -38,6 +38,7 @@ from actlab.lerobot.runtime import (
     check_export_config,
     check_export_features,
     check_export_processors,
+    check_plugin_bundle,
     rollout_execution,
     rtc_prefix,
     trained_cameras,
@@ -153,6 +154,7 @@ class _ActlabPolicy(PreTrainedPolicy):
         # LeRobot loads the processor files after the policy: an edited one normalized twice, or ended in
         # LeRobot's tracebacks (a step removed, a state file missing)
         check_export_processors(root)
+        check_plugin_bundle(root, getattr(config, "type", None), "nothing to load")
         device = config.device or "cpu"
         model = load_policy(root / PLUGIN_BUNDLE, device=device)
         # config.json's chunk_size / n_action_steps edited: the weights run their own values, refused

@@ -301,18 +301,9 @@ def import_plugin_policy(policy_dir: str | Path, out: str | Path, overwrite: boo
     actlab bundle: the plugin keeps the actlab bundle itself in ``actlab_bundle/`` (safetensors + JSON)."""
     root = Path(policy_dir)
     kind = _plugin_type(root)
-    if not (root / PLUGIN_BUNDLE).is_dir():
-        # the plugin's weights live only there: "policy bundle directory not found, check the path" named
-        # a directory the user never made and a fix that could not work
-        raise ActlabError(
-            f"a checkpoint of actlab's LeRobot plugin ({kind}) keeps its weights in {PLUGIN_BUNDLE}/, "
-            "which is missing: nothing to import",
-            file=root / PLUGIN_BUNDLE,
-            expected=f"{PLUGIN_BUNDLE}/ beside config.json (what actlab policy export writes)",
-            found="missing" if not (root / PLUGIN_BUNDLE).exists() else "not a directory",
-            fix="export the actlab bundle again (actlab policy export BUNDLE --to lerobot --out NEW), or "
-            "restore the directory from a copy",
-        )
+    from actlab.lerobot.runtime import check_plugin_bundle  # lazy: as below
+
+    check_plugin_bundle(root, kind, "nothing to import")
     policy = load_policy(root / PLUGIN_BUNDLE, device="cpu")
     # config.json's chunk_size / n_action_steps edited: LeRobot's plugin refuses the export, the import
     # wrote the bundle's own values without a word (the edit dropped)

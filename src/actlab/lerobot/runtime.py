@@ -480,6 +480,27 @@ def check_export_processors(root: str | Path) -> None:
                 )
 
 
+def check_plugin_bundle(root: Path, kind: str | None, what: str) -> None:
+    """Refuse a checkpoint of actlab's LeRobot plugin (an export, a lerobot-train run of its types) whose
+    ``actlab_bundle/`` is missing: the plugin's weights live only there. "policy bundle directory not
+    found, fix: check the path" named a directory the user never made and a fix that could not work (the
+    import since the 19th run; LeRobot's load of the export, lerobot-eval / lerobot-rollout and the
+    bridge, until the 22nd). ``what``: what the caller cannot do without it."""
+    from actlab.lerobot.export import PLUGIN_BUNDLE  # lazy: export imports the policies
+
+    if (root / PLUGIN_BUNDLE).is_dir():
+        return
+    raise ActlabError(
+        f"a checkpoint of actlab's LeRobot plugin ({kind}) keeps its weights in {PLUGIN_BUNDLE}/, which "
+        f"is missing: {what}",
+        file=root / PLUGIN_BUNDLE,
+        expected=f"{PLUGIN_BUNDLE}/ beside config.json (what actlab policy export writes)",
+        found="missing" if not (root / PLUGIN_BUNDLE).exists() else "not a directory",
+        fix="export the actlab bundle again (actlab policy export BUNDLE --to lerobot --out NEW), or restore "
+        "the directory from a copy",
+    )
+
+
 def check_export_features(
     inputs: Mapping[str, Any], outputs: Mapping[str, Any], model: Any, file: str | Path
 ) -> None:
