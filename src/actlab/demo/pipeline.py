@@ -514,31 +514,16 @@ def _remove_run(run: Path) -> None:
 
 
 def _check_run_data(train_cfg: Any, run: Path) -> None:
-    """Refuse to reuse the finished run when its dataset (DIR/data) is not the one it was trained on: a
-    row edited in place, or another recording put there, kept the run, its evaluation and its report,
-    which then described data the run never saw, exit 0 (22nd fault run). The identity is the one a resume
-    compares (episode and frame counts, meta/ and the data files' contents)."""
-    keep = train_cfg.checkpoint
-    ckpts = CheckpointManager(run, keep.keep_last, keep.keep_best)
-    last = ckpts.last_step()
-    if last is None:
-        return
-    try:
-        check_same_dataset(train_cfg, ckpts.path(last))
-    except ActlabError as e:
-        if e.problem != "the dataset is not the one the run was trained on":
-            raise  # unreadable, missing ...: said as it is
-        data = train_cfg.data.path
-        raise ActlabError(
-            "the demo's dataset is not the one its run was trained on (edited or replaced since the demo "
-            "recorded it): the run, its evaluation and the report would describe other data",
-            file=data,
-            field="DIR/data",
-            expected=e.expected,
-            found=e.found,
-            fix=f"keep your dataset: move {data} aside and run the demo again (it records and trains anew), "
-            f"or train on the dataset as it is now: actlab train --dataset {data} --out NEW_RUN",
-        ) from None
+    """Refuse to reuse the finished run when DIR/data is not the dataset it was trained on (a resume's
+    identity): an edited row or another recording kept the run and its report, exit 0 (22nd fault run)."""
+    ckpts = CheckpointManager(run, train_cfg.checkpoint.keep_last, train_cfg.checkpoint.keep_best)
+    last, data = ckpts.last_step(), train_cfg.data.path
+    if last is not None:
+        problem = "the demo's dataset is not the one its run was trained on (edited or replaced since the "
+        problem += "demo recorded it): the run, its evaluation and the report would describe other data"
+        fix = f"keep your dataset: move {data} aside and run the demo again (it records and trains anew), "
+        fix += f"or train on the dataset as it is now: actlab train --dataset {data} --out NEW_RUN"
+        check_same_dataset(train_cfg, ckpts.path(last), problem=problem, fix=fix)
 
 
 def _can_resume(run: Path, train_cfg: Any, log: StageLog) -> bool:
