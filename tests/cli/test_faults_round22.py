@@ -287,7 +287,7 @@ def test_the_sim_env_refuses_an_episode_log_no_file_can_be_written_to():
 
     with pytest.raises(ActlabError) as e:
         LeRobotSimEnv(image_size=16, max_steps=5, log_file="/proc/actlab_episodes.jsonl")
-    assert e.value.problem == "cannot write the episode log" and e.value.field == "--env.log_file"
+    assert e.value.problem == "cannot write the episode log" and e.value.field == "log_file"
 
 
 # ------------------------------------------------------------------ an export's config.json edited

@@ -170,7 +170,7 @@ class LeRobotSimEnv(gym.Env):
     ) -> None:
         check_env_settings(max_steps, FPS, list(cameras), "")
         if log_file:
-            check_log_file(log_file, "--env.log_file", create=True)
+            check_log_file(log_file, create=True)
         self.env = make_env(
             task, image_size=image_size, cameras=tuple(cameras), max_steps=max_steps, units=units
         )
@@ -236,7 +236,7 @@ class LeRobotSimEnv(gym.Env):
             len(self._infos),
         )
         if self.log_file is not None:
-            append_line(self.log_file, json.dumps(record), "--env.log_file")
+            append_line(self.log_file, json.dumps(record), "log_file")
         return outcome
 
 
