@@ -38,6 +38,7 @@ from actlab.lerobot.runtime import (
     check_export_config,
     check_export_features,
     check_export_processors,
+    check_plugin_bundle,
     rollout_execution,
     rtc_prefix,
     trained_cameras,
@@ -117,7 +118,11 @@ class _ActlabPolicy(PreTrainedPolicy):
         self._sim_held = SIM_SIGNAL.holding
         fields = {k: getattr(config, k, None) for k in PLUGIN_FIELDS.values()}
         # actlab's chunk executor behind select_action (None: sync, actlab's own select_action)
-        self._execution = rollout_execution(self.model, fields)
+        # the export's config.json is named when a refused value came from it, not from the command line
+        source = getattr(config, "pretrained_path", None)
+        written = Path(source) / "config.json" if source else None
+        written = written if written is not None and written.is_file() else None
+        self._execution = rollout_execution(self.model, fields, config_file=written, argv=sys.argv[1:])
 
     def _follow_sim(self) -> bool:
         """With actlab_so101_sim in this process: reset at each of its episode starts (LeRobot does not)
@@ -149,6 +154,7 @@ class _ActlabPolicy(PreTrainedPolicy):
         # LeRobot loads the processor files after the policy: an edited one normalized twice, or ended in
         # LeRobot's tracebacks (a step removed, a state file missing)
         check_export_processors(root)
+        check_plugin_bundle(root, getattr(config, "type", None), "nothing to load")
         device = config.device or "cpu"
         model = load_policy(root / PLUGIN_BUNDLE, device=device)
         # config.json's chunk_size / n_action_steps edited: the weights run their own values, refused

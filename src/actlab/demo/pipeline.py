@@ -54,6 +54,7 @@ from actlab.training import apply_train_overrides, get_preset, load_run_config, 
 from actlab.training.checkpoint import CheckpointManager
 from actlab.training.config import refuse_inert_train_overrides, resume_diff
 from actlab.training.loop import refuse_cache_in_other_output
+from actlab.training.resume_checks import check_same_dataset
 from actlab.utils.config import override_key, to_dict
 from actlab.utils.device import resolve_device
 from actlab.utils.disk import free_bytes
@@ -458,6 +459,7 @@ def _train(plan: dict, out: Path, state: dict, log: StageLog) -> dict:
     settings["data"] = {k: v for k, v in settings["data"].items() if k not in ("path", "cache_dir")}
     t0 = log.start("train", f"training preset {plan['preset']} on {plan['device']} -> {run}")
     if _stage_current(state, "train", settings, [run / "checkpoints"], out):
+        _check_run_data(train_cfg, run)
         log.reuse("train", f"the finished run in {run}", state["train"])
         return state["train"]["result"]
     resume = _can_resume(run, train_cfg, log)
@@ -509,6 +511,19 @@ def _remove_run(run: Path) -> None:
                 shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     with contextlib.suppress(OSError):  # empty now, unless a run started in it since the release
         run.rmdir()
+
+
+def _check_run_data(train_cfg: Any, run: Path) -> None:
+    """Refuse to reuse the finished run when DIR/data is not the dataset it was trained on (a resume's
+    identity): an edited row or another recording kept the run and its report, exit 0 (22nd fault run)."""
+    ckpts = CheckpointManager(run, train_cfg.checkpoint.keep_last, train_cfg.checkpoint.keep_best)
+    last, data = ckpts.last_step(), train_cfg.data.path
+    if last is not None:
+        problem = "the demo's dataset is not the one its run was trained on (edited or replaced since the "
+        problem += "demo recorded it): the run, its evaluation and the report would describe other data"
+        fix = f"keep your dataset: move {data} aside and run the demo again (it records and trains anew), "
+        fix += f"or train on the dataset as it is now: actlab train --dataset {data} --out NEW_RUN"
+        check_same_dataset(train_cfg, ckpts.path(last), problem=problem, fix=fix)
 
 
 def _can_resume(run: Path, train_cfg: Any, log: StageLog) -> bool:

@@ -301,18 +301,9 @@ def import_plugin_policy(policy_dir: str | Path, out: str | Path, overwrite: boo
     actlab bundle: the plugin keeps the actlab bundle itself in ``actlab_bundle/`` (safetensors + JSON)."""
     root = Path(policy_dir)
     kind = _plugin_type(root)
-    if not (root / PLUGIN_BUNDLE).is_dir():
-        # the plugin's weights live only there: "policy bundle directory not found, check the path" named
-        # a directory the user never made and a fix that could not work
-        raise ActlabError(
-            f"a checkpoint of actlab's LeRobot plugin ({kind}) keeps its weights in {PLUGIN_BUNDLE}/, "
-            "which is missing: nothing to import",
-            file=root / PLUGIN_BUNDLE,
-            expected=f"{PLUGIN_BUNDLE}/ beside config.json (what actlab policy export writes)",
-            found="missing" if not (root / PLUGIN_BUNDLE).exists() else "not a directory",
-            fix="export the actlab bundle again (actlab policy export BUNDLE --to lerobot --out NEW), or "
-            "restore the directory from a copy",
-        )
+    from actlab.lerobot.runtime import check_plugin_bundle  # lazy: as below
+
+    check_plugin_bundle(root, kind, "nothing to import")
     policy = load_policy(root / PLUGIN_BUNDLE, device="cpu")
     # config.json's chunk_size / n_action_steps edited: LeRobot's plugin refuses the export, the import
     # wrote the bundle's own values without a word (the edit dropped)
@@ -325,11 +316,12 @@ def import_plugin_policy(policy_dir: str | Path, out: str | Path, overwrite: boo
     check_export_config(wanted, cfgutil.to_dict(policy.config), root / "config.json")
     # an edited input or output size was dropped without a word (the bundle's own written)
     check_export_features(top.get("input_features"), top.get("output_features"), policy, root / "config.json")
+    notes = _execution_notes(top, out)
     # the training record (task, joint units, seeds) travels with the weights, so eval still checks them
     extra = {
         "imported_from": str(policy_dir),
         "lerobot_type": kind,
-        "notes": [],
+        "notes": notes,
         **training_record(root / PLUGIN_BUNDLE),
     }
     save_policy(policy.eval(), out, extra=extra, overwrite=overwrite, kind=IMPORT_KIND, inputs=[policy_dir])
@@ -340,8 +332,30 @@ def import_plugin_policy(policy_dir: str | Path, out: str | Path, overwrite: boo
         "cameras": list(policy.camera_keys),
         "image_norm": policy.config.image_norm,
         "n_parameters": int(sum(p.numel() for p in policy.parameters())),
-        "notes": [],
+        "notes": notes,
     }
+
+
+def _execution_notes(top: dict, out: str | Path) -> list[str]:
+    """A note when the plugin's config.json runs the policy with another execution than sync: a bundle
+    holds no execution (``actlab eval --execution`` chooses it), and the import dropped it without a word
+    (`"execution": "blend", "execution_latency": 2` in LeRobot, then `actlab eval BUNDLE` ran sync; 22nd
+    fault run)."""
+    from actlab.policies.execution import PLUGIN_FIELDS  # lazy: as the loaders above
+
+    mode = top.get(PLUGIN_FIELDS["mode"])
+    latency, horizon = top.get(PLUGIN_FIELDS["latency"]), top.get(PLUGIN_FIELDS["horizon"])
+    if mode in (None, "sync") and not latency and horizon is None:
+        return []
+    flags = f"--execution {mode or 'sync'}" + (f" --latency {latency}" if latency else "")
+    flags += f" --horizon {horizon}" if horizon is not None else ""
+    given = ", ".join(
+        f"{PLUGIN_FIELDS[k]}: {v!r}" for k, v in (("mode", mode), ("latency", latency), ("horizon", horizon))
+    )
+    return [
+        f"config.json runs the policy in LeRobot with {given}; a bundle holds no execution: evaluate it the "
+        f"same way with actlab eval {out} {flags}"
+    ]
 
 
 def import_lerobot_act(policy_dir: str | Path, out: str | Path, overwrite: bool = False) -> dict:

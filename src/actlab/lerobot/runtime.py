@@ -27,7 +27,7 @@ import datetime
 import json
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -57,6 +57,8 @@ EPISODE_PREFIX = ">>> actlab_so101_sim:"
 # Files of a sim robot's output directory: one JSON line per episode, and the same lines as stderr's.
 EPISODE_LOG = "episodes.jsonl"
 EPISODE_TEXT_LOG = "episodes.log"
+# What every line of the simulated robot's episode log holds (an earlier log it may append to)
+ROBOT_LOG_KEYS = ("episode", "seed", "outcome", "steps")
 
 
 def default_output_dir(now: datetime.datetime | None = None) -> Path:
@@ -194,19 +196,31 @@ def plugin_flag(text: str) -> str:
 
 
 def rollout_execution(
-    policy: Any, fields: Mapping[str, Any], background: bool = True
+    policy: Any,
+    fields: Mapping[str, Any],
+    background: bool = True,
+    config_file: str | Path | None = None,
+    argv: Sequence[str] = (),
 ) -> RolloutExecution | None:
     """The executor the plugin runs in ``select_action`` for its config ``fields`` (keys: the values of
     ``PLUGIN_FIELDS``, ``execution``, ``execution_latency``, ``execution_horizon``), checked against
     ``policy`` as ``actlab eval --execution/--latency/--horizon`` checks it; None for sync (actlab's own
-    ``select_action``). A setting the policy cannot run is actlab's error with the plugin's flag names."""
+    ``select_action``). A setting the policy cannot run is actlab's error with the plugin's flag names.
+
+    ``config_file``: the export's config.json the fields were read from, ``argv``: the command line. A
+    refused value that the command line does not give came from that file: the error names it (an
+    export's config.json holding `"execution": "warp"` was refused as if `--policy.execution` had been
+    typed, a flag the command line did not have; 22nd fault run)."""
     # lazy: the plugin imports this module at LeRobot start; the execution model loads with a policy
     from actlab.policies.execution import PLUGIN_FIELDS, ChunkLimits, ExecutionSpec, check_execution
 
+    # Only a field left out (None) takes its default: `--policy.execution=` (an empty value, a script's
+    # `--policy.execution=$MODE` with MODE unset) ran sync without a word (22nd fault run)
+    mode, latency = fields.get(PLUGIN_FIELDS["mode"]), fields.get(PLUGIN_FIELDS["latency"])
     try:
         spec = ExecutionSpec(
-            mode=fields.get(PLUGIN_FIELDS["mode"]) or "sync",
-            latency=fields.get(PLUGIN_FIELDS["latency"]) or 0,
+            mode="sync" if mode is None else mode,
+            latency=0 if latency is None else latency,
             horizon=fields.get(PLUGIN_FIELDS["horizon"]),
         )
         if spec.mode == "sync":
@@ -216,6 +230,18 @@ def rollout_execution(
         # ExecutionSpec names its field "execution" / "latency" / "horizon", check_execution eval's flag
         setting = {"execution": "mode"}.get(str(e.field).lstrip("-"), str(e.field).lstrip("-"))
         field = f"--policy.{PLUGIN_FIELDS[setting]}" if setting in PLUGIN_FIELDS else e.field
+        if config_file is not None and setting in PLUGIN_FIELDS and not _on_command_line(field, argv):
+            raise ActlabError(
+                "invalid execution setting in the export's config.json"
+                + ("" if e.problem == "invalid execution setting" else f": {plugin_flag(e.problem)}"),
+                file=config_file,
+                field=f"{PLUGIN_FIELDS[setting]} (the command line has no {field})",
+                expected=plugin_flag(str(e.expected)) if e.expected is not None else None,
+                found="'' (an empty value)" if e.found == "" else e.found,
+                fix=f"give {field}=VALUE on the command line (it overrides the file), or restore "
+                f"{PLUGIN_FIELDS[setting]} in {config_file} (an export writes execution: sync, "
+                "execution_latency: 0, execution_horizon: null)",
+            ) from e
         raise ActlabError(
             # the plugin's setting, not a command's: the same check runs in lerobot-train, lerobot-eval and
             # lerobot-rollout (a train or eval refusal named lerobot-rollout)
@@ -223,10 +249,15 @@ def rollout_execution(
             + ("" if e.problem == "invalid execution setting" else f": {plugin_flag(e.problem)}"),
             field=field,
             expected=plugin_flag(str(e.expected)) if e.expected is not None else None,
-            found=e.found,
+            found="'' (an empty value)" if e.found == "" else e.found,
             fix=plugin_flag(e.fix) if e.fix else None,
         ) from e
     return RolloutExecution(policy, spec, background=background)
+
+
+def _on_command_line(flag: str, argv: Sequence[str]) -> bool:
+    """Whether ``argv`` gives ``flag`` (``--policy.x=V`` or ``--policy.x V``)."""
+    return any(a == flag or a.startswith(flag + "=") for a in argv)
 
 
 class RolloutExecution:
@@ -316,6 +347,17 @@ def check_export_config(
     for key in CHUNK_FIELDS:
         if key in top and top[key] != model.get(key, top[key]):
             wanted[key] = top[key]  # an edit of the top-level key, wherever actlab_config agrees
+    # a key the shipped config does not have (a typo'd edit, `chunk_sise: 20`) was dropped without a word
+    # at load and import, exit 0 (22nd fault run): only a key of the shipped config can have been written
+    unknown = sorted(k for k in wanted if k not in model and k != "type")
+    if unknown:
+        raise unknown_name_error(
+            "actlab_config key",
+            unknown[0],
+            [k for k in model if k != "type"],
+            fix=f"remove {', '.join(unknown)} from actlab_config in {file} (restore config.json, or export "
+            "again: actlab policy export BUNDLE --to lerobot); the shipped weights' config has no such key",
+        )
     changed = {k: (v, model[k]) for k, v in wanted.items() if k in model and k != "type" and v != model[k]}
     if changed and written is not None:
         on_disk = dict(written.get("actlab_config") or {})
@@ -438,6 +480,27 @@ def check_export_processors(root: str | Path) -> None:
                 )
 
 
+def check_plugin_bundle(root: Path, kind: str | None, what: str) -> None:
+    """Refuse a checkpoint of actlab's LeRobot plugin (an export, a lerobot-train run of its types) whose
+    ``actlab_bundle/`` is missing: the plugin's weights live only there. "policy bundle directory not
+    found, fix: check the path" named a directory the user never made and a fix that could not work (the
+    import since the 19th run; LeRobot's load of the export, lerobot-eval / lerobot-rollout and the
+    bridge, until the 22nd). ``what``: what the caller cannot do without it."""
+    from actlab.lerobot.export import PLUGIN_BUNDLE  # lazy: export imports the policies
+
+    if (root / PLUGIN_BUNDLE).is_dir():
+        return
+    raise ActlabError(
+        f"a checkpoint of actlab's LeRobot plugin ({kind}) keeps its weights in {PLUGIN_BUNDLE}/, which "
+        f"is missing: {what}",
+        file=root / PLUGIN_BUNDLE,
+        expected=f"{PLUGIN_BUNDLE}/ beside config.json (what actlab policy export writes)",
+        found="missing" if not (root / PLUGIN_BUNDLE).exists() else "not a directory",
+        fix="export the actlab bundle again (actlab policy export BUNDLE --to lerobot --out NEW), or restore "
+        "the directory from a copy",
+    )
+
+
 def check_export_features(
     inputs: Mapping[str, Any], outputs: Mapping[str, Any], model: Any, file: str | Path
 ) -> None:
@@ -553,9 +616,10 @@ class SimEpisodes:
         )
         self.seed = int(seed)
         self.hold_steps = int(hold_steps)
+        # lazy: the plugin imports this module at LeRobot start; the env module with the first robot
+        from actlab.lerobot.sim_env import appendable, check_log_file
+
         self.out_dir = Path(out_dir) if out_dir is not None else None
-        if self.out_dir is not None:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
         if log_file == "":
             self.log_file = None
         elif log_file is not None:
@@ -563,6 +627,17 @@ class SimEpisodes:
         else:
             self.log_file = self.out_dir / EPISODE_LOG if self.out_dir is not None else None
         self.text_log = self.out_dir / EPISODE_TEXT_LOG if self.out_dir is not None else None
+        # Every file an episode appends to is checked before the first one: a --robot.log_file that is a
+        # directory or in a place no file can be written (/proc), or a --robot.output_dir that is a file,
+        # was OSError's traceback at the first episode's end; a user's file (notes, a dataset's
+        # info.json) given as --robot.log_file got JSON lines appended, exit 0 (22nd fault run: the env's
+        # log_file had these checks, the robot's not)
+        if self.log_file is not None:
+            check_log_file(self.log_file, "--robot.log_file", keys=ROBOT_LOG_KEYS)
+        if self.text_log is not None:
+            appendable(self.text_log, "--robot.output_dir", "pass --robot.output_dir=<a new directory>")
+        if self.log_file is not None:
+            check_log_file(self.log_file, "--robot.log_file", keys=ROBOT_LOG_KEYS, create=True)
         self.stream = stream
         self.on_episode = on_episode
         self.signal = signal
@@ -623,9 +698,9 @@ class SimEpisodes:
         )
         self.results.append(result)
         if self.log_file is not None:
-            self.log_file.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.log_file, "a", encoding="utf-8") as f:
-                f.write(json.dumps(result.__dict__) + "\n")
+            from actlab.lerobot.sim_env import append_line  # lazy: as in __init__
+
+            append_line(self.log_file, json.dumps(result.__dict__), "--robot.log_file")
         self.say(f"{EPISODE_PREFIX} {result.line().split(': ', 1)[1]} | so far {self.summary()}")
         if self.on_episode is not None:
             self.on_episode(result)
@@ -636,8 +711,9 @@ class SimEpisodes:
         if self.stream is not None:
             print(line, file=self.stream, flush=True)
         if self.text_log is not None:
-            with open(self.text_log, "a", encoding="utf-8") as f:
-                f.write(line + "\n")
+            from actlab.lerobot.sim_env import append_line  # lazy: as in __init__
+
+            append_line(self.text_log, line, "--robot.output_dir")
 
     def summary(self) -> str:
         """``"8/10 episodes succeeded (80%); failures: ..."`` over the finished episodes."""

@@ -35,17 +35,25 @@ GYM_NAMESPACE = "actlab_so101"
 LOG_KEYS = ("task", "seed", "outcome", "steps")
 
 
-def check_log_file(log_file: str | Path, field: str = "log_file") -> None:
+def check_log_file(
+    log_file: str | Path, field: str = "log_file", keys: tuple[str, ...] = LOG_KEYS, create: bool = False
+) -> None:
     """Refuse a ``log_file`` the env cannot append its episode lines to without damaging something: a
     directory (IsADirectoryError's traceback at the end of the first episode), or a file that is not an
     episode log of this env (a dataset's meta/info.json got a JSON line appended, exit 0: the dataset
-    unreadable). A new file, an empty one or an earlier log of the env is fine."""
+    unreadable). A new file, an empty one or an earlier log of the env is fine. ``keys``: what each line
+    of an earlier log holds (the env's, or the simulated robot's). ``create``: also open it for appending
+    now (its directories made), where the episodes are about to run: a place no file can be written to
+    (/proc, a read-only disk) was FileNotFoundError's traceback at the first episode's end (22nd fault
+    run); a config's check at parse time leaves this to the constructor."""
     path = Path(log_file)
     fix = f"pass {field}=<a new .jsonl file> (or an episode log this env wrote, to add to it)"
     if path.is_dir():
         raise ActlabError(
             "the episode log is a directory", file=path, field=field, expected="a JSONL file", fix=fix
         )
+    if create:
+        appendable(path, field, fix)
     if not path.exists():
         return
     try:
@@ -65,15 +73,50 @@ def check_log_file(log_file: str | Path, field: str = "log_file") -> None:
             row = json.loads(line)
         except json.JSONDecodeError:
             row = None
-        if not isinstance(row, dict) or not set(LOG_KEYS) <= row.keys():
+        if not isinstance(row, dict) or not set(keys) <= row.keys():
             raise ActlabError(
                 "the episode log is a file this env did not write: appending to it would change it",
                 file=path,
                 field=field,
-                expected=f"a JSONL file of episodes (each line an object with {', '.join(LOG_KEYS)})",
+                expected=f"a JSONL file of episodes (each line an object with {', '.join(keys)})",
                 found=f"line {i + 1}: {line[:80]}",
                 fix=fix,
             )
+
+
+def appendable(path: Path, field: str, fix: str) -> None:
+    """Make ``path``'s directories and open it for appending (a new file is left empty), or refuse."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as e:
+        raise log_write_error(path, field, e, fix) from None
+
+
+def log_write_error(path: Path, field: str, e: OSError, fix: str) -> ActlabError:
+    """An episode log (or its directory) that cannot be written, in actlab's words."""
+    return ActlabError(
+        "cannot write the episode log",
+        file=path,
+        field=field,
+        expected="a file in a writable directory",
+        found=f"{type(e).__name__}: {e.strerror or e}",
+        fix=fix,
+    )
+
+
+def append_line(path: Path, line: str, field: str) -> None:
+    """Append one line to an episode log; a write that fails (a full disk, the file removed with its
+    directory made read-only) is actlab's error, not OSError's traceback."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+    except OSError as e:
+        raise log_write_error(
+            path, field, e, f"free space at {path.parent}, or pass {field}=<a writable file>"
+        ) from None
 
 
 def check_env_settings(max_steps: object, fps: object, cameras: object, field_prefix: str = "") -> None:
@@ -127,7 +170,7 @@ class LeRobotSimEnv(gym.Env):
     ) -> None:
         check_env_settings(max_steps, FPS, list(cameras), "")
         if log_file:
-            check_log_file(log_file)
+            check_log_file(log_file, create=True)
         self.env = make_env(
             task, image_size=image_size, cameras=tuple(cameras), max_steps=max_steps, units=units
         )
@@ -193,9 +236,7 @@ class LeRobotSimEnv(gym.Env):
             len(self._infos),
         )
         if self.log_file is not None:
-            self.log_file.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.log_file, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+            append_line(self.log_file, json.dumps(record), "log_file")
         return outcome
 
 

@@ -86,6 +86,12 @@ class ACTConfig:
     """ACT (Zhao et al. 2023) with LeRobot's defaults; every layer that is built is used."""
 
     TYPE: ClassVar[str] = "act"
+    # where a refused --set key's fix sends the user (utils.config.keys_help): every command that sets a
+    # bare policy config (policy info, policy bench) has no --help-config of its own
+    KEYS_HELP: ClassVar[str] = (
+        "the expected line above lists every key; `actlab train --help-config` says what each means (as "
+        "policy.KEY)"
+    )
 
     # registry name of the policy; "act" for this class (written to config.json)
     type: str = "act"

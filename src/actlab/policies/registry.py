@@ -7,7 +7,7 @@ from typing import Any
 
 from actlab.policies.configs import ACTConfig, ACTRelativeConfig
 from actlab.policies.contract import PolicyConfig, TrainablePolicy
-from actlab.utils.config import apply_overrides, unknown_name_error
+from actlab.utils.config import apply_overrides, check_override_key, unknown_name_error
 
 # Registered policy types with a one-line description.
 POLICY_TYPES: dict[str, str] = {
@@ -60,4 +60,7 @@ def make_policy(
 
 def apply_config_overrides(cfg: PolicyConfig, overrides: list[str] | tuple[str, ...]) -> PolicyConfig:
     """``apply_overrides`` for a bare policy config: a ``policy.`` prefix on the keys is optional."""
+    for item in overrides:  # as written: `policy..dim_model` was "unknown config key ''" once stripped
+        if "=" in item:
+            check_override_key(item)
     return apply_overrides(cfg, [o.removeprefix("policy.") for o in overrides])

@@ -12,7 +12,7 @@ run-level fields (base, demos, budget, seed, device). Runs written before the se
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 from actlab.errors import ActlabError
 from actlab.policies.configs import VIT_BACKBONES
@@ -329,6 +329,9 @@ class LogConfig:
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
     """Everything an SAC run depends on. Env steps count transitions (one per env per control step)."""
+
+    # where a refused --set key's fix sends the user (utils.config.keys_help)
+    KEYS_HELP: ClassVar[str] = "`actlab rl train --help-config` lists every key with its meaning"
 
     # preset name (recorded in config.json)
     name: str = "custom"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from actlab.errors import ActlabError
 from actlab.lifecycle import rundir as rundir
@@ -270,6 +270,10 @@ class OverfitConfig:
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """A whole training run: presets build these, ``--set key=value`` overrides any field."""
+
+    # where a refused --set key's fix sends the user (utils.config.keys_help): also from demo, bench train
+    # and find-batch-size, which take this config's --set and have no --help-config of their own
+    KEYS_HELP: ClassVar[str] = "`actlab train --help-config` lists every key with its meaning"
 
     # the preset this config started from (informational)
     name: str = "custom"

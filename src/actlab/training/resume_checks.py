@@ -68,12 +68,15 @@ def check_dataset_present(cfg: TrainConfig) -> None:
         )
 
 
-def check_same_dataset(cfg: TrainConfig, ckpt: Path) -> None:
+def check_same_dataset(
+    cfg: TrainConfig, ckpt: Path, problem: str | None = None, fix: str | None = None
+) -> None:
     """Refuse a resume whose dataset is not the one checkpoint ``ckpt`` was trained on, by identity
     (episode and frame counts and a hash of the metadata's contents: see LeRobotV3Dataset.identity), not
     by path: a directory replaced by another recording under the same name was decoded into a new frame
     cache and trained on, exit 0. A copy elsewhere (``--dataset COPY``) is the same dataset. A checkpoint
-    written before identities were recorded is compared by its episode and frame counts, and says so."""
+    written before identities were recorded is compared by its episode and frame counts, and says so.
+    ``problem`` / ``fix``: the refusal's words for another caller (the demo reusing its run)."""
     meta = read_json(ckpt / "actlab.json", "checkpoint bundle metadata", fix=BUNDLE_DAMAGED_FIX)
     saved = ((meta.get("extra") or {}).get("train") or {}).get("dataset") or {}
     if not cfg.data.path:  # `--preset P --resume`: the preset's empty path was the current directory
@@ -94,7 +97,7 @@ def check_same_dataset(cfg: TrainConfig, ckpt: Path) -> None:
     changed = [f"{k}: {expected[k]} -> {now.get(k)}" for k in expected if expected[k] != now.get(k)]
     if changed:
         raise ActlabError(
-            "the dataset is not the one the run was trained on",
+            problem or "the dataset is not the one the run was trained on",
             file=cfg.data.path,
             field="data.path",
             expected=f"the dataset of {ckpt.name} (recorded as {saved.get('path', '?')})",
@@ -105,6 +108,7 @@ def check_same_dataset(cfg: TrainConfig, ckpt: Path) -> None:
                 if "data_sha256" in " ".join(changed)
                 else ""
             ),
-            fix="resume with the original dataset (--dataset PATH; a copy of it is fine), or train on this "
+            fix=fix
+            or "resume with the original dataset (--dataset PATH; a copy of it is fine), or train on this "
             "one into a new --out: a resume would continue on other data",
         )

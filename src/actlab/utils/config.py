@@ -224,12 +224,44 @@ def override_key(item: str) -> str:
     return split_override(item)[0]
 
 
+# Where a config's keys are explained, for the fix of a refused --set key: a config class names the
+# command that lists them (``KEYS_HELP``, a class attribute); one without it (the reward model's) has its
+# keys in the error's expected line only. "run with --help-config" was said by every command, also by the
+# six that have no --help-config (rl reward-model, policy info / bench, bench train, demo,
+# find-batch-size), where the fix failed as printed (22nd fault run).
+KEYS_HELP_ATTR = "KEYS_HELP"
+
+
+def keys_help(cfg: Any) -> str:
+    """Where the keys of ``cfg``'s config class are listed with their meaning (a fix's words)."""
+    return getattr(type(cfg), KEYS_HELP_ATTR, None) or "the expected line above lists every key"
+
+
+def check_override_key(item: str) -> None:
+    """Refuse a ``--set`` key with an empty part (``optim..lr``, ``.lr``, ``optim.``, ``=1``): it was
+    "unknown config key ''" (or 'optim.'), the user's item not shown, the stray dot not named (22nd
+    fault run)."""
+    key, _ = split_override(item)
+    if any(not part for part in key.split(".")):
+        raise ActlabError(
+            "a --set key has an empty part (a stray or doubled dot, or no key before '=')",
+            field="--set",
+            expected="section.key=value with no empty part, e.g. optim.lr=0.001",
+            found=item,
+            fix="write the key with one dot between its parts and none at its ends (--set "
+            + ".".join(p for p in key.split(".") if p)
+            + "=VALUE)"
+            if key.strip(".")
+            else "write the key before '=', e.g. --set optim.lr=0.001",
+        )
+
+
 def apply_overrides(cfg: T, overrides: typing.Iterable[str]) -> T:
     """Return a copy of ``cfg`` with ``a.b=value`` overrides applied (values typed by the annotations).
 
     Every override of one section is applied before that section validates itself, so overrides that
     are only valid together (``chunk_size=50 n_action_steps=50``) work in any order. A later override of
-    the same key wins.
+    the same key wins. A refused key's fix says where the keys are listed (:func:`keys_help`).
     """
     tree: dict[str, Any] = {}
     for item in overrides:
@@ -240,19 +272,31 @@ def apply_overrides(cfg: T, overrides: typing.Iterable[str]) -> T:
                 expected="key=value, e.g. policy.chunk_size=50",
                 found=item,
             )
+        check_override_key(item)
         key, raw = split_override(item)
         node = tree
         parts = key.split(".")
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ActlabError("an override sets a key and also keys inside it", field=key, found=item)
-            node = child
+        for i, part in enumerate(parts):
+            inner = node.get(part)
+            # a key and keys inside it, in either order: the later item replaced the earlier one's branch
+            # (`optim.lr.x=2 optim.lr=0.5` dropped the first without a word; 22nd fault run)
+            if (i < len(parts) - 1 and inner is not None and not isinstance(inner, dict)) or (
+                i == len(parts) - 1 and isinstance(inner, dict)
+            ):
+                raise ActlabError(
+                    "an override sets a key and also keys inside it",
+                    field=key,
+                    expected=f"either --set {'.'.join(parts[: i + 1])}=VALUE or keys inside it, not both",
+                    found=item,
+                    fix="drop one of the two --set items",
+                )
+            if i < len(parts) - 1:
+                node = node.setdefault(part, {})
         node[parts[-1]] = (raw, key)
-    return _apply_tree(cfg, tree, "")
+    return _apply_tree(cfg, tree, "", keys_help(cfg))
 
 
-def _apply_tree(cfg: Any, tree: dict[str, Any], prefix: str) -> Any:
+def _apply_tree(cfg: Any, tree: dict[str, Any], prefix: str, listed: str) -> Any:
     names = [f.name for f in dataclasses.fields(cfg)]
     hints = _resolved_hints(type(cfg))
     changes: dict[str, Any] = {}
@@ -263,15 +307,20 @@ def _apply_tree(cfg: Any, tree: dict[str, Any], prefix: str) -> Any:
                 "config key",
                 full,
                 [prefix + n for n in names],
-                fix="run with --help-config to list every key",
+                fix=listed,
             )
         current = getattr(cfg, name)
         if isinstance(sub, dict):
             if not dataclasses.is_dataclass(current):
+                inner = ", ".join(f"--set {leaf[1]}={leaf[0]}" for leaf in _leaves(sub))
                 raise ActlabError(
-                    f"{full} is not a section", field=full, expected="a key inside a section", found=full
+                    f"{full} is a key, not a section: nothing goes inside it",
+                    field=full,
+                    expected=f"--set {full}=VALUE",
+                    found=inner,
+                    fix=f"set {full} itself (--set {full}=VALUE; {listed})",
                 )
-            changes[name] = _apply_tree(current, sub, full + ".")
+            changes[name] = _apply_tree(current, sub, full + ".", listed)
             continue
         raw, key = sub
         tp = hints[name]
@@ -289,8 +338,7 @@ def _apply_tree(cfg: Any, tree: dict[str, Any], prefix: str) -> Any:
                 field=key,
                 expected=f"a key inside it: {keys}",
                 found=f"--set {key}={raw}",
-                fix=f"set its keys one at a time (--set {one}=VALUE ...); --help-config lists them "
-                "(nothing was run)",
+                fix=f"set its keys one at a time (--set {one}=VALUE ...; {listed}) (nothing was run)",
             )
         try:
             changes[name] = _coerce(parse_scalar(raw, tp), tp, key)
@@ -308,6 +356,14 @@ def _apply_tree(cfg: Any, tree: dict[str, Any], prefix: str) -> Any:
     except (ValueError, TypeError) as e:
         keys = ", ".join(prefix + k for k in changes)
         raise ActlabError(f"invalid value for {keys}: {e}", field=keys) from e
+
+
+def _leaves(tree: dict[str, Any]) -> list[tuple[str, str]]:
+    """The ``(raw, key)`` leaves of an override tree, as they were written."""
+    out: list[tuple[str, str]] = []
+    for sub in tree.values():
+        out += _leaves(sub) if isinstance(sub, dict) else [sub]
+    return out
 
 
 def _type_words(tp: Any) -> str:
