@@ -295,6 +295,13 @@ def hanging_wrapper(directory, mode: str = "group"):
 REPO = Path(__file__).resolve().parents[1]
 
 
+def torchrun_env(tmp: Path) -> dict[str, str]:
+    """The environment of a torchrun in a test: its agent's log directory (``/tmp/torchelastic_XXXXXXXX``,
+    which torch's elastic agent leaves behind: 65 on this machine from the suite's runs) goes into the
+    test's own directory (torch's tempfile, under TMPDIR)."""
+    return {**os.environ, "TMPDIR": str(tmp)}
+
+
 def lerobot_env(tmp: Path) -> dict[str, str]:
     """The environment of a process of the lerobot venv that must run this checkout: its ``src`` and the
     plugin's folder first on PYTHONPATH (the installed distribution only makes lerobot find the plugin),

@@ -24,6 +24,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+import procs
 from actlab.cli import main
 from actlab.errors import ActlabError
 
@@ -659,7 +660,7 @@ def test_torchrun_resume_of_a_one_process_run_gives_the_cause_on_every_rank(tmp_
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "actlab.cli"]
     proc = subprocess.run(
         [*torchrun, "train", "--out", str(run), "--resume", "--device", "cpu", "--set", "steps=3"],
-        capture_output=True, text=True, timeout=80,
+        capture_output=True, text=True, timeout=80, env=procs.torchrun_env(tmp_path),
     )  # fmt: skip
     assert proc.returncode != 0
     assert "checkpoint is incomplete" not in proc.stderr

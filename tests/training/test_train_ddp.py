@@ -1,7 +1,6 @@
 """DDP with two CPU processes (gloo) under torchrun: disjoint samples, replicas in sync, rank 0 writes."""
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ def test_two_cpu_processes_sample_disjoint_shares_and_stay_in_sync(tiny_dataset,
            str(worker), str(tiny_dataset), str(tmp_path)]  # fmt: skip
     # torchrun starts each worker in a session of its own: on a timeout `run` kills them too (a worker
     # left alone would block in a collective until gloo's 30-minute timeout).
-    proc = procs.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=240)
+    proc = procs.run(cmd, env={**procs.torchrun_env(tmp_path), "OMP_NUM_THREADS": "1"}, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["world_size"] == 2
