@@ -295,6 +295,17 @@ def hanging_wrapper(directory, mode: str = "group"):
 REPO = Path(__file__).resolve().parents[1]
 
 
+def lerobot_python() -> Path:
+    """The lerobot venv's python ($ACTLAB_LEROBOT_PYTHON, default /work/lerobot-venv/bin/python); the test
+    is skipped, saying so, where there is none."""
+    import pytest
+
+    python = Path(os.environ.get("ACTLAB_LEROBOT_PYTHON", "/work/lerobot-venv/bin/python"))
+    if not python.is_file():
+        pytest.skip("needs the lerobot venv ($ACTLAB_LEROBOT_PYTHON)")
+    return python
+
+
 def torchrun_env(tmp: Path) -> dict[str, str]:
     """The environment of a torchrun in a test: its agent's log directory (``/tmp/torchelastic_XXXXXXXX``,
     which torch's elastic agent leaves behind: 65 on this machine from the suite's runs) goes into the

@@ -231,11 +231,9 @@ def test_lerobot_rtc_of_a_policy_without_a_prefix_is_refused_in_actlabs_words(tm
     policy type 'actlab_act'". LeRobot asks the policy's supports_rtc() only for that engine: the plugin
     now refuses there, naming --inference.type and actlab's own real-time execution. Run in the lerobot
     venv on this checkout's source, through the function LeRobot's rollout calls."""
-    from procs import lerobot_env
+    from procs import lerobot_env, lerobot_python
 
-    python = Path(os.environ.get("ACTLAB_LEROBOT_PYTHON", "/work/lerobot-venv/bin/python"))
-    if not python.is_file():
-        pytest.skip("needs the lerobot venv ($ACTLAB_LEROBOT_PYTHON)")
+    python = lerobot_python()
     code = (
         "import sys\n"
         "from lerobot.rollout.inference.rtc import supports_rtc_inference\n"

@@ -7,7 +7,6 @@ fix.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -224,11 +223,9 @@ def test_lerobot_rollout_refuses_an_empty_or_edited_policy_execution(where, tmp_
     import json
     import shutil
 
-    from procs import lerobot_env
+    from procs import lerobot_env, lerobot_python
 
-    python = Path(os.environ.get("ACTLAB_LEROBOT_PYTHON", "/work/lerobot-venv/bin/python"))
-    if not python.is_file():
-        pytest.skip("needs the lerobot venv ($ACTLAB_LEROBOT_PYTHON)")
+    python = lerobot_python()
     policy, flags = export, ["--policy.execution="]
     if where == "config.json":
         policy, flags = tmp_path / "edited", []
@@ -343,11 +340,9 @@ def test_lerobots_load_of_an_export_without_its_bundle_says_what_is_missing(tmp_
     checkout's source, through the load LeRobot's commands make."""
     import shutil
 
-    from procs import lerobot_env
+    from procs import lerobot_env, lerobot_python
 
-    python = Path(os.environ.get("ACTLAB_LEROBOT_PYTHON", "/work/lerobot-venv/bin/python"))
-    if not python.is_file():
-        pytest.skip("needs the lerobot venv ($ACTLAB_LEROBOT_PYTHON)")
+    python = lerobot_python()
     broken = tmp_path / "broken"
     shutil.copytree(export, broken)
     shutil.rmtree(broken / "actlab_bundle")
