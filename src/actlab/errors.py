@@ -61,7 +61,10 @@ def _shown(value: object) -> str:
     """``value`` as an error shows it: an integer of more than 20 digits by its first digits and length
     (a refused `--set steps=1e308` printed all 309 digits: 21st fault run)."""
     if isinstance(value, int) and not isinstance(value, bool):
-        text = str(value)
+        try:
+            text = str(value)
+        except ValueError:  # past Python's int-to-text limit (4300 digits by default)
+            return f"an integer of {value.bit_length()} bits"
         digits = len(text.lstrip("-"))
         if digits > 20:
             return f"{text[: 6 + text.startswith('-')]}... (an integer of {digits} digits)"
