@@ -24,7 +24,14 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.utils.lock import DirLock
-from actlab.utils.procs import dead_pid, exit_on_sigterm, host_tag, owned_by_host, pid_alive, sigterm_deferred
+from actlab.utils.procs import (
+    dead_pid,
+    exit_on_sigterm,
+    owned_by_host,
+    owned_name,
+    pid_alive,
+    sigterm_deferred,
+)
 
 
 def _umask() -> int:
@@ -201,7 +208,7 @@ _TMP_TAIL = re.compile(r"(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]+\.(?P<what>
 
 def _make_tmp_dir(path: Path, what: str = "tmp") -> Path:
     while True:
-        tmp = path.with_name(f"{_tmp_prefix(path)}{host_tag()}-{os.getpid()}-{secrets.token_hex(4)}.{what}")
+        tmp = path.with_name(f"{owned_name(_tmp_prefix(path))}.{what}")
         if what != "tmp":
             return tmp  # a name to rename onto, not created here
         try:
@@ -214,7 +221,7 @@ def _make_tmp_dir(path: Path, what: str = "tmp") -> Path:
 def _make_tmp_file(path: Path) -> tuple[int, str]:
     """Create ``.NAME.actlab-HOST-PID-RANDOM.tmp`` beside ``path`` (mode 0600, as mkstemp): (fd, name)."""
     while True:
-        tmp = path.with_name(f"{_tmp_prefix(path)}{host_tag()}-{os.getpid()}-{secrets.token_hex(4)}.tmp")
+        tmp = path.with_name(f"{owned_name(_tmp_prefix(path))}.tmp")
         try:
             flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
             return os.open(tmp, flags, 0o600), str(tmp)
@@ -288,7 +295,7 @@ def scratch_dir(prefix: str, parent: str | Path | None = None) -> Iterator[Path]
     parent = Path(parent if parent is not None else tempfile.gettempdir())
     reclaim_scratch(prefix, parent)
     while True:
-        path = parent / f"{prefix}{host_tag()}-{os.getpid()}-{secrets.token_hex(4)}"
+        path = parent / owned_name(prefix)
         try:
             os.mkdir(path, 0o700)
             break
@@ -417,19 +424,13 @@ def check_writable(path: str | Path) -> None:
         return  # a file in the way: named by the write itself (errors.from_environment)
     # .actlab-probe.actlab-HOST-PID-RANDOM.tmp (mkstemp's .actlab-probe-XXXXXXXX named no owner: a SIGKILL
     # between its making and its removal left it for good); a dead process's of this host is removed here.
-    _reclaim_probes(folder)
+    _reclaim_tmp_files(folder / "actlab-probe")
     try:
         fd, probe = _make_tmp_file(folder / "actlab-probe")
     except OSError as e:  # name the output asked for, not the probe
         raise OSError(e.errno, e.strerror, str(path)) from e
     os.close(fd)
     os.unlink(probe)
-
-
-def _reclaim_probes(folder: Path) -> None:
-    """Remove the write probes :func:`check_writable` made in ``folder`` for processes of this host that
-    no longer run (``.actlab-probe.actlab-HOST-PID-RANDOM.tmp``, plain files only)."""
-    _reclaim_tmp_files(folder / "actlab-probe")
 
 
 def check_out_dir(

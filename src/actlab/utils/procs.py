@@ -118,6 +118,14 @@ def host_tag() -> str:
     return f"{zlib.crc32(socket.gethostname().encode()):08x}"
 
 
+def owned_name(prefix: str, random: str | None = None) -> str:
+    """``PREFIX`` + this host's tag, this process's pid and ``random`` (8 fresh hex digits by default): the
+    name of a temporary of actlab's, read back by :func:`owned_by_host`."""
+    import secrets
+
+    return f"{prefix}{host_tag()}-{os.getpid()}-{secrets.token_hex(4) if random is None else random}"
+
+
 def owned_by_host(
     parent: str | os.PathLike[str], prefix: str, tail: re.Pattern[str], is_dir: bool
 ) -> list[tuple[str, int, str]]:
@@ -195,17 +203,16 @@ _SOCKET_PATH_MAX = 107 - len("/listener-XXXXXXXX")
 def _make_mp_tempdir() -> str | None:
     """/tmp/pymp-actlab-HOST-PID-RANDOM, made; None where that name would make multiprocessing's socket
     paths too long for AF_UNIX (a long $TMPDIR: its own shorter pymp-XXXXXXXX is used there)."""
-    import secrets
     import shutil
     import tempfile
     from multiprocessing import util
 
     parent = tempfile.gettempdir()
     reclaim_mp_tempdirs(parent)
-    if len(os.path.join(parent, f"{_MP_TMP_PREFIX}{host_tag()}-{os.getpid()}-00000000")) > _SOCKET_PATH_MAX:
+    if len(os.path.join(parent, owned_name(_MP_TMP_PREFIX, "00000000"))) > _SOCKET_PATH_MAX:
         return None
     while True:
-        path = os.path.join(parent, f"{_MP_TMP_PREFIX}{host_tag()}-{os.getpid()}-{secrets.token_hex(4)}")
+        path = os.path.join(parent, owned_name(_MP_TMP_PREFIX))
         try:
             os.mkdir(path, 0o700)
             break
@@ -397,6 +404,9 @@ def start_group_kwargs() -> dict[str, Any]:
     return {"start_new_session": True}
 
 
+# The folder actlab is imported from, for the guard's own import of it (its `python -c` has no other path)
+_ACTLAB_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 # The guard of a child program (see ChildGuard): waits on a pipe from the parent; a byte on it disarms
 # the guard (the parent ended the child itself, or let it finish), end of file without one means the
 # parent died (SIGKILL, a crash): the child and every process it started are killed then.
@@ -406,7 +416,9 @@ signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the paren
 pid, started, group = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "1"
 if sys.stdin.buffer.read(1):
     sys.exit(0)
+sys.path.insert(0, sys.argv[4])  # the parent's actlab: the tree is ended by its own end_family
 import psutil
+from actlab.utils.procs import end_family
 try:
     root = psutil.Process(pid)
     ours = abs(root.create_time() - started) < 0.01
@@ -415,34 +427,7 @@ except psutil.NoSuchProcess:
     ours, family = True, []  # gone: what is left of its process group is still ours to end
 except psutil.Error:
     ours, family = False, []
-if group and ours:
-    try:
-        os.killpg(pid, signal.SIGSTOP)
-    except OSError:
-        pass
-    for p in psutil.process_iter():
-        try:
-            if os.getpgid(p.pid) == pid and p not in family:
-                family.append(p)
-        except (psutil.Error, OSError):
-            pass
-def tracker(p):  # multiprocessing's resource tracker: spared, it unlinks its dead clients' semaphores
-    try:
-        return any("multiprocessing.resource_tracker" in part for part in p.cmdline())
-    except psutil.Error:
-        return False
-spared = [p for p in family if tracker(p)]
-for p in family:
-    try:
-        p.resume() if p in spared else p.kill()
-    except psutil.Error:
-        pass
-gone, alive = psutil.wait_procs(spared, timeout=10)
-for p in alive:
-    try:
-        p.kill()
-    except psutil.Error:
-        pass
+end_family(family, pid if group and ours else None)
 """
 
 
@@ -471,7 +456,7 @@ class ChildGuard:
         except psutil.Error:  # already gone: nothing to guard
             return
         self._guard = subprocess.Popen(
-            [sys.executable, "-c", _GUARD, str(proc.pid), repr(started), "1" if group else "0"],
+            [sys.executable, "-c", _GUARD, str(proc.pid), repr(started), "1" if group else "0", _ACTLAB_ROOT],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -517,9 +502,19 @@ def kill_tree(proc: Any, wait_s: float = TREE_KILL_WAIT_S) -> list[int]:
         with contextlib.suppress(psutil.Error):
             root = psutil.Process(pid)
             family = [root, *root.children(recursive=True)]
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGSTOP)  # stopped, none of them can start another meanwhile
-    family += [p for p in _group_members(pid) if p not in family]
+    return end_family(family, pid, wait_s)
+
+
+def end_family(family: list[Any], pgid: int | None, wait_s: float = TREE_KILL_WAIT_S) -> list[int]:
+    """SIGKILL the processes ``family`` (psutil.Process) and every member of process group ``pgid`` (None:
+    no group), and wait up to ``wait_s`` seconds for them to be gone; returns the pids still running then.
+    :func:`kill_tree` and :class:`ChildGuard`'s guard (after its parent died) end a tree through it."""
+    import psutil
+
+    if pgid is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGSTOP)  # stopped, none of them can start another meanwhile
+        family = family + [p for p in _group_members(pgid) if p not in family]
     # multiprocessing's resource trackers are spared the SIGKILL: a tracker unlinks the named semaphores
     # of the processes it served once they are gone (the end of its pipe), and exits. Killed with them
     # (the group's SIGKILL), it left a LeRobot DataLoader's 11 sem.mp-XXXXXXXX in /dev/shm for good at
@@ -550,9 +545,9 @@ def kill_tree(proc: Any, wait_s: float = TREE_KILL_WAIT_S) -> list[int]:
                 p.kill()
         time.sleep(0.1)
         alive = [p for p in alive if running(p)]
-    if not trackers:
+    if pgid is not None and not trackers:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)  # (every member was listed and killed above; a last sweep)
+            os.killpg(pgid, signal.SIGKILL)  # (every member was listed and killed above; a last sweep)
     return [p.pid for p in alive]
 
 
