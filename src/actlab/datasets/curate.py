@@ -248,7 +248,9 @@ def curate(
             ) as w:
                 for e in kept:
                     start, stop = trims.get(e.index, {}).get("kept_frames", (0, e.length))
-                    for k in cams:  # a video file that cannot be opened is no one episode's fault
+                    # one open decoder per video file, opened here: a file that cannot be opened is no
+                    # one episode's fault (outside the episode's try below)
+                    for k in cams:
                         if root / e.videos[k][0] not in decoders:
                             decoders[root / e.videos[k][0]] = _open_video(root, e.videos[k][0], k, kept)
                     frames: dict[str, np.ndarray] = {}
@@ -259,9 +261,7 @@ def curate(
                         # episode, and with "run the doctor" for a fix instead of dropping it)
                         for k in cams:
                             path, lo, _ = e.videos[k]
-                            if root / path not in decoders:  # one open decoder per video file
-                                decoders[root / path] = VideoDecoder(root / path)
-                            dec = decoders[root / path]
+                            dec = decoders[root / path]  # (opened above)
                             ts = [lo + i / fps for i in range(start, stop)]
                             frames[k] = np.stack(dec.frames_at(ts, fmt.TIMESTAMP_TOLERANCE_S))
                         w.add_episode(frames, task=(e.tasks or ("",))[0] or "task")
