@@ -332,6 +332,14 @@ def lerobot_env(tmp: Path) -> dict[str, str]:
     return env
 
 
+def lerobot_policy_call(code: str, export: Path, tmp: Path, timeout: float = 120) -> tuple[int, str]:
+    """Run ``code`` (Python, the plugin's export path as ``sys.argv[1]``) in the lerobot venv on this
+    checkout's source (:func:`lerobot_python`, :func:`lerobot_env`): its exit code and stderr."""
+    with started([str(lerobot_python()), "-c", code, str(export)], env=lerobot_env(tmp)) as proc:
+        _, err = finish(proc, timeout)
+    return proc.returncode, err
+
+
 def skip_without_lerobot_extra(python: str | Path, module: str, extra: str, env: dict[str, str]) -> None:
     """Skip the test, saying so, where the lerobot venv at ``python`` cannot import ``module``, which
     LeRobot's ``extra`` installs (diffusers: ``lerobot[diffusion]``, not in ``lerobot[dataset,training]``):

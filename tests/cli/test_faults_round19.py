@@ -231,17 +231,15 @@ def test_lerobot_rtc_of_a_policy_without_a_prefix_is_refused_in_actlabs_words(tm
     policy type 'actlab_act'". LeRobot asks the policy's supports_rtc() only for that engine: the plugin
     now refuses there, naming --inference.type and actlab's own real-time execution. Run in the lerobot
     venv on this checkout's source, through the function LeRobot's rollout calls."""
-    from procs import lerobot_env, lerobot_python
+    from procs import lerobot_policy_call
 
-    python = lerobot_python()
     code = (
         "import sys\n"
         "from lerobot.rollout.inference.rtc import supports_rtc_inference\n"
         "from lerobot_policy_actlab.modeling_actlab import ActlabActPolicy\n"
         "supports_rtc_inference(ActlabActPolicy.from_pretrained(sys.argv[1]))\n"
     )
-    with started([str(python), "-c", code, str(export)], env=lerobot_env(tmp_path)) as proc:
-        _, err = finish(proc, 120)
-    assert proc.returncode != 0, err[-2000:]
+    rc, err = lerobot_policy_call(code, export, tmp_path)
+    assert rc != 0, err[-2000:]
     assert "actlab_act does not run under LeRobot's RTC engine" in err and "--policy.execution=async" in err
     assert "Traceback" not in err.split("[end of libtorchcodec loading traceback]")[-1]

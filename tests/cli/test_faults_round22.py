@@ -340,9 +340,8 @@ def test_lerobots_load_of_an_export_without_its_bundle_says_what_is_missing(tmp_
     checkout's source, through the load LeRobot's commands make."""
     import shutil
 
-    from procs import lerobot_env, lerobot_python
+    from procs import lerobot_policy_call
 
-    python = lerobot_python()
     broken = tmp_path / "broken"
     shutil.copytree(export, broken)
     shutil.rmtree(broken / "actlab_bundle")
@@ -351,8 +350,7 @@ def test_lerobots_load_of_an_export_without_its_bundle_says_what_is_missing(tmp_
         "from lerobot_policy_actlab.modeling_actlab import ActlabActPolicy\n"
         "ActlabActPolicy.from_pretrained(sys.argv[1])\n"
     )
-    with started([str(python), "-c", code, str(broken)], env=lerobot_env(tmp_path)) as proc:
-        _, err = finish(proc, 120)
-    assert proc.returncode != 0, err[-2000:]
+    rc, err = lerobot_policy_call(code, broken, tmp_path)
+    assert rc != 0, err[-2000:]
     assert "keeps its weights in actlab_bundle/, which is missing: nothing to load" in err, err[-2000:]
     assert "actlab policy export BUNDLE --to lerobot" in err, err[-2000:]
