@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from actlab.utils.procs import pid_alive
+from actlab.utils.procs import host_tag, pid_alive
 
 # The marker files, by who writes them:
 # actlab.policies.bundle.save_policy: actlab.json beside config.json and model.safetensors
@@ -64,6 +64,12 @@ def describe(path: str | Path) -> str | None:
     m = _BEING_WRITTEN.fullmatch(p.name)
     if m:  # atomic_dir's .NAME.actlab-HOST-PID-RANDOM.tmp: not an output yet (cc_train_on_partial)
         final = p.with_name(m["name"])
+        if m["host"] != host_tag():  # another machine's (a shared disk): its pid means nothing here
+            return (
+                f"the unfinished output of {kind}, in a temporary directory of another machine (pid "
+                f"{m['pid']} there; it becomes {final} when that command ends): pass that directory once "
+                "it is there, or run the command again if it was stopped"
+            )
         if pid_alive(int(m["pid"])):
             return (
                 f"the unfinished output of {kind}, in its temporary directory (pid {m['pid']} is still "
@@ -80,7 +86,7 @@ def describe(path: str | Path) -> str | None:
 
 
 # utils.io.atomic_dir's temporary directory of an output NAME
-_BEING_WRITTEN = re.compile(r"\.(?P<name>.+)\.actlab-[0-9a-f]{8}-(?P<pid>\d+)-[0-9a-f]+\.tmp")
+_BEING_WRITTEN = re.compile(r"\.(?P<name>.+)\.actlab-(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]+\.tmp")
 
 
 def enclosing_kind(path: str | Path, own: Path | None = None) -> tuple[Path, str] | None:
