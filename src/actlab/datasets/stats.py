@@ -246,6 +246,14 @@ def _image_stats_of(ds: LeRobotV3Dataset, key: str, samples: int, store: Any) ->
     return image_stats(ds.read_frames(key, idx))
 
 
+def _store_digest(store: Any) -> str | None:
+    keys = getattr(store, "meta", {}).get("keys") if store is not None else None
+    if not isinstance(keys, dict):
+        return None
+    sums = {k: v.get("checksums") for k, v in sorted(keys.items()) if isinstance(v, dict)}
+    return hashlib.sha256(json.dumps(sums).encode()).hexdigest()[:16]
+
+
 def _cache_path(ds: LeRobotV3Dataset, args: Mapping[str, Any], cache_dir: Path | None) -> Path:
     key = hashlib.sha256(json.dumps([ds.fingerprint, args], sort_keys=True).encode()).hexdigest()[:20]
     return (cache_dir or cache_root() / "stats") / f"{key}.json"
@@ -284,6 +292,9 @@ def compute_stats(
         "img_size": {
             k: store.image_size if store is not None and k in store.frames else None for k in ds.camera_keys
         },
+        # The frames the image stats come from: a store rebuilt after a video was edited in place with
+        # its size and mtime kept (the fingerprint the same) has other checksums (23rd fault run).
+        "frames": _store_digest(store),
         # 2: a float feature stored as integers is refused since the sixth fault run; version 1 entries
         # computed from such columns (actions truncated to 0) were served by `data stats` with exit 0
         "v": 2,

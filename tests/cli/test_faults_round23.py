@@ -1,0 +1,86 @@
+"""Faults of our twenty-third planted-fault run (docs/faults.md "Twenty-third fault run"), planted for real:
+real commands, real files.
+
+Each test names the probes of docs/faults_round23_probes.md it plants again and what happened before its
+fix.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+# ------------------------------------------------------------------ a video edited in its middle
+def _edit_middle_keeping_size_and_mtime(video: Path) -> None:
+    """Flip 4 KiB in the middle of the file, then put its mtime back (`touch -r`): the size and mtime are
+    the ones the frame store's fingerprint saw, and so are the first and last 64 KiB it hashes."""
+    st = video.stat()
+    with open(video, "r+b") as f:
+        f.seek(st.st_size // 2)
+        block = f.read(4096)
+        f.seek(st.st_size // 2)
+        f.write(bytes(b ^ 0x5A for b in block))
+    os.utime(video, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.fixture(scope="module")
+def big_video_dataset(tmp_path_factory) -> Path:
+    """A 2-episode 96 px recording: its top camera's video is over 128 KiB (the fingerprint hashes only
+    the first and last 64 KiB of such a file). Without actlab's checksums, as another tool's dataset."""
+    from actlab.cli import main
+
+    out = tmp_path_factory.mktemp("big") / "rec"
+    argv = ["sim", "record", "--episodes", "2", "--image-size", "96", "--workers", "0", "--out", str(out)]
+    assert main(argv) == 0
+    (out / "meta" / "actlab_checksums.json").unlink()
+    return out
+
+
+@pytest.mark.parametrize("how", ["data cache", "data cache --verify"])
+def test_a_frame_store_is_not_reused_for_a_video_edited_in_its_middle(how, big_video_dataset, tmp_path, capsys):
+    """SILENT before (vid_nosum_reuse, vid_nosum_train, vid_nosum_verify, vid_nosum_doctor, vid_train_stale,
+    vid_cache_verify): a video of over 128 KiB edited in its middle with its size kept and its mtime put
+    back (`touch -r`, a copy tool keeping times) kept the dataset's fingerprint, so `data cache`, training,
+    `policy doctor` and `data cache --verify` reused the frame store built from the old video, exit 0: the
+    frames trained on were not the video's. Now the store records each source file's sha256 with its inode
+    and ctime (which any write changes); a file whose ctime moved is hashed whole and a changed one makes
+    the store stale: rebuilt (here the cut video then fails to decode, as it should), or damaged for
+    --verify, naming the file."""
+    import shutil
+
+    from actlab.cli import main
+
+    data = tmp_path / "rec"
+    shutil.copytree(big_video_dataset, data)  # copy2: the times kept, as cp -a
+    video = next((data / "videos" / "observation.images.top").rglob("*.mp4"))
+    assert video.stat().st_size > 128 * 1024
+    cache = tmp_path / "cache"
+    base = ["data", "cache", str(data), "--image-size", "24", "--cache-dir", str(cache)]
+    assert main(base) == 0
+    _edit_middle_keeping_size_and_mtime(video)
+    capsys.readouterr()
+    code = main(base + (["--verify"] if how.endswith("--verify") else []))
+    err = capsys.readouterr().err
+    assert code != 0, err
+    assert f"{video.relative_to(data).as_posix()} changed since the store was built" in err, err
+
+
+def test_a_copy_of_a_dataset_with_its_times_kept_still_reuses_the_store(big_video_dataset, tmp_path, capsys):
+    """The other side of the row above: an unedited copy (new inodes and ctimes, the same bytes) is hashed
+    and reuses the store: no second decode."""
+    import shutil
+
+    from actlab.cli import main
+
+    cache = tmp_path / "cache"
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(big_video_dataset, a)
+    shutil.copytree(a, b)
+    assert main(["data", "cache", str(a), "--image-size", "24", "--cache-dir", str(cache)]) == 0
+    capsys.readouterr()
+    assert main(["data", "cache", str(b), "--image-size", "24", "--cache-dir", str(cache)]) == 0
+    err = capsys.readouterr().err
+    assert "decoding" not in err and "changed since" not in err, err
