@@ -40,7 +40,9 @@ def big_video_dataset(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("how", ["data cache", "data cache --verify"])
-def test_a_frame_store_is_not_reused_for_a_video_edited_in_its_middle(how, big_video_dataset, tmp_path, capsys):
+def test_a_frame_store_is_not_reused_for_a_video_edited_in_its_middle(
+    how, big_video_dataset, tmp_path, capsys
+):
     """SILENT before (vid_nosum_reuse, vid_nosum_train, vid_nosum_verify, vid_nosum_doctor, vid_train_stale,
     vid_cache_verify): a video of over 128 KiB edited in its middle with its size kept and its mtime put
     back (`touch -r`, a copy tool keeping times) kept the dataset's fingerprint, so `data cache`, training,
@@ -84,3 +86,53 @@ def test_a_copy_of_a_dataset_with_its_times_kept_still_reuses_the_store(big_vide
     assert main(["data", "cache", str(b), "--image-size", "24", "--cache-dir", str(cache)]) == 0
     err = capsys.readouterr().err
     assert "decoding" not in err and "changed since" not in err, err
+
+
+# ------------------------------------------------------------------ a frame cache inside another output
+_CACHE_IN_OTHER = {
+    "data cache": ["data", "cache", "REC", "--image-size", "16", "--cache-dir", "INSIDE"],
+    "bench data": ["bench", "data", "REC", "--seconds", "1", "--no-baseline", "--cache-dir", "INSIDE"],
+    "policy doctor": ["policy", "doctor", "BUNDLE", "--dataset", "REC", "--cache-dir", "INSIDE"],
+    "bench train": ["bench", "train", "--preset", "tiny", "--steps", "1", "--rounds", "1", "--dataset", "REC"]
+    + ["--set", "data.cache_dir=INSIDE"],
+    "find-batch-size": [
+        "find-batch-size",
+        "--preset",
+        "tiny",
+        "--dataset",
+        "REC",
+        "--max",
+        "2",
+        "--memory-limit",
+        "3GiB",
+        "--set",
+        "data.cache_dir=INSIDE",
+    ],
+}
+
+
+@pytest.mark.parametrize("command", list(_CACHE_IN_OTHER))
+@pytest.mark.parametrize("inside", ["a checkpoint", "an export", "another dataset"])
+def test_a_frame_cache_is_not_written_into_another_commands_output(
+    command, inside, tmp_path, bundle, rec2, export, recording, capsys
+):
+    """SILENT before (role_dcache_in_bundle, cache_dcache_in_export, cache_dcache_in_other_dataset,
+    cache_bd_in_bundle, cache_pd_in_other_bundle, cache_bt_in_bundle, cache_fbs_in_bundle): `--cache-dir`
+    (or `--set data.cache_dir=`) a checkpoint, a LeRobot export or another dataset made these five
+    commands write their frame store (and stats/) into it, exit 0 (the dataset's fingerprint changed, the
+    export shipped the frames); `actlab train` and the demo refused the same. Now each refuses before any
+    work, naming what the directory is; a training run's directory (RUN/cache) stays allowed."""
+    import shutil
+
+    from actlab.cli import main
+
+    where = {"a checkpoint": bundle, "an export": export, "another dataset": recording}[inside]
+    target = tmp_path / "target"
+    shutil.copytree(where, target)
+    before = sorted(p.name for p in target.iterdir())
+    swap = {"REC": str(rec2), "BUNDLE": str(bundle), "INSIDE": str(target / "cache")}
+    argv = [swap.get(a, a).replace("INSIDE", str(target / "cache")) for a in _CACHE_IN_OTHER[command]]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "lies inside a directory another command wrote" in err, err
+    assert sorted(p.name for p in target.iterdir()) == before

@@ -90,7 +90,9 @@ def _run_data(args) -> int:
 
     from actlab.datasets.bench import bench_data
     from actlab.profiling.report import emit
+    from actlab.utils.kinds import refuse_cache_inside_output
 
+    refuse_cache_inside_output(args.cache_dir, "--cache-dir")
     result = bench_data(
         args.path,
         batch_size=args.batch_size,
@@ -182,6 +184,7 @@ def _run_train(args) -> int:
     from actlab.training.bench import run_bench
     from actlab.training.config import apply_train_overrides
     from actlab.training.presets import get_preset
+    from actlab.utils.kinds import refuse_cache_inside_output
 
     if args.steps < 1 or args.rounds < 1:
         raise ActlabError(
@@ -190,6 +193,7 @@ def _run_train(args) -> int:
     if args.peak_tflops is not None and not args.peak_tflops > 0:
         raise ActlabError("--peak-tflops must be > 0", field="--peak-tflops", found=args.peak_tflops)
     cfg = apply_train_overrides(get_preset(args.preset), args.overrides)
+    refuse_cache_inside_output(cfg.data.cache_dir, "data.cache_dir")
     if args.device:
         cfg = dataclasses.replace(cfg, device=args.device)
     if args.lerobot_steps < 1 or args.lerobot_workers < 0:

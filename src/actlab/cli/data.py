@@ -398,11 +398,13 @@ def _run_cache(args) -> int:
     import time
 
     from actlab.datasets import FrameStore, open_dataset
+    from actlab.utils.kinds import refuse_cache_inside_output
 
     ds = open_dataset(args.path)
     t0 = time.perf_counter()
     if args.verify:
         return _verify_cache(args, ds, t0)
+    refuse_cache_inside_output(args.cache_dir, "--cache-dir")
     store = FrameStore.build(ds, image_size=args.image_size, cache_dir=args.cache_dir, rebuild=args.rebuild)
     out = {
         "store": str(store.root),
