@@ -93,8 +93,10 @@ _CACHE_IN_OTHER = {
     "data cache": ["data", "cache", "REC", "--image-size", "16", "--cache-dir", "INSIDE"],
     "bench data": ["bench", "data", "REC", "--seconds", "1", "--no-baseline", "--cache-dir", "INSIDE"],
     "policy doctor": ["policy", "doctor", "BUNDLE", "--dataset", "REC", "--cache-dir", "INSIDE"],
-    "bench train": ["bench", "train", "--preset", "tiny", "--steps", "1", "--rounds", "1", "--dataset", "REC"]
-    + ["--set", "data.cache_dir=INSIDE"],
+    "bench train": [
+        *["bench", "train", "--preset", "tiny", "--steps", "1", "--rounds", "1", "--dataset", "REC"],
+        *["--set", "data.cache_dir=INSIDE"],
+    ],
     "find-batch-size": [
         "find-batch-size",
         "--preset",
@@ -136,3 +138,105 @@ def test_a_frame_cache_is_not_written_into_another_commands_output(
     err = capsys.readouterr().err
     assert "lies inside a directory another command wrote" in err, err
     assert sorted(p.name for p in target.iterdir()) == before
+
+
+# ------------------------------------------------------------------ an empty item in a comma list
+_EMPTY_ITEM = {
+    "eval --execution": (["eval", "BUNDLE", "--episodes", "1", "--execution", "sync,"], "--execution"),
+    "eval --perturb": (["eval", "BUNDLE", "--episodes", "1", "--perturb", "action_noise=0.1,"], "--perturb"),
+    "curate --drop-episodes": (["data", "curate", "REC", "--out", "OUT", "--drop-episodes", "0,"], None),
+    "doctor --train-episodes": (
+        ["policy", "doctor", "BUNDLE", "--dataset", "REC", "--train-episodes", "0,,1"],
+        None,
+    ),
+    "stats --absolute-dims": (
+        ["data", "stats", "REC", "--relative-horizon", "2", "--absolute-dims", "5,"],
+        None,
+    ),
+    "policy bench --variant": (
+        ["policy", "bench", "act", "--steps", "1", "--variant", "v:dim_model=64,"],
+        None,
+    ),
+    "bench threads": (["bench", "threads", "--threads", "1,"], None),
+}
+
+
+@pytest.mark.parametrize("case", list(_EMPTY_ITEM))
+def test_an_empty_item_in_a_comma_list_is_refused(case, tmp_path, bundle, rec2, capsys):
+    """SILENT before (ev_exec_comma_trail, ev_perturb_trail, dc_drop_trail, pd_train_eps_empty_item,
+    stats_absdims_trail, pbench_variant_trail, bthreads_trail): an empty item in a comma list (`--execution
+    sync,$MODE` with MODE unset, a stray comma) was dropped without a word: eval ran sync alone, curate
+    dropped the other episodes only, the variant benchmarked without the missing override. (`--latency 0,`
+    was refused as a bad latency; a whole empty value is refused where the command line is read.) Now
+    each list refuses an empty item, naming the option and the list as written."""
+    from actlab.cli import main
+
+    argv, field = _EMPTY_ITEM[case]
+    swap = {"BUNDLE": str(bundle), "REC": str(rec2), "OUT": str(tmp_path / "out")}
+    assert main([swap.get(a, a) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert "a comma list has an empty item" in err, err
+    assert f"field:    {field or argv[-2]}" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", ["", "-1"])
+def test_curate_drop_episodes_refusals_name_that_option(value, tmp_path, rec2, capsys):
+    """SILENT before (dc_drop_empty): `data curate --drop-episodes ""` (an unset $EPISODES) wrote every
+    episode, exit 0, no word (its default was the empty text, so the empty-value guard passed it).
+    UNCLEAR before (dc_drop_neg): `--drop-episodes -1` was "cannot read the episode list", field
+    --episodes (an option curate does not have). Now the first is refused as every empty value, the
+    second names --drop-episodes."""
+    from actlab.cli import main
+
+    with pytest.raises(SystemExit) if value == "" else _no_raise():
+        code = main(["data", "curate", str(rec2), "--out", str(tmp_path / "o"), "--drop-episodes", value])
+        assert code == 2
+    err = capsys.readouterr().err
+    assert "--drop-episodes" in err and "field:    --episodes" not in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def _no_raise():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def test_eval_batch_envs_zero_is_refused_as_the_option(bundle, capsys):
+    """UNCLEAR before (ev_batchenvs0): `eval --batch-envs 0` was "batch_envs must be an integer >= 1",
+    field batch_envs (a config field, no expected, no fix); every other count of eval is refused at parse
+    time as its option."""
+    from actlab.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["eval", str(bundle), "--episodes", "1", "--batch-envs", "0"])
+    assert "argument --batch-envs: expected a number >= 1, found 0" in capsys.readouterr().err
+
+
+def test_eval_of_a_run_and_one_of_its_checkpoints_says_it_is_given_twice(run_dir, capsys):
+    """UNCLEAR before (ev_run_and_ckpt): `eval RUN RUN/checkpoints/step_2` was "two policies have the same
+    name", fix "rename one": the same checkpoint twice, which no rename helps. Now it names the checkpoint
+    given twice and says to pass the run alone or its checkpoints one by one."""
+    from actlab.cli import main
+
+    ckpt = sorted((run_dir / "checkpoints").glob("step_*"))[-1]
+    assert (
+        main(["eval", str(run_dir), str(ckpt), "--episodes", "1", "--max-steps", "5", "--workers", "1"]) == 2
+    )
+    err = capsys.readouterr().err
+    assert "a checkpoint is given twice" in err and str(ckpt.resolve()) in err and "rename one" not in err, (
+        err
+    )
+
+
+def test_a_recording_into_proc_is_not_blamed_on_a_full_disk(capsys):
+    """UNCLEAR before (role_sim_out_proc): `sim record --out /proc/x` was "not enough disk space for this
+    recording ... 0 B available (the free space)", fix "free space on that disk": /proc stores no files at
+    all. The disk preflight (sim record, training's checkpoints, rl) now says so."""
+    from actlab.cli import main
+
+    argv = ["sim", "record", "--episodes", "1", "--image-size", "16", "--workers", "0", "--out", "/proc/f23x"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "filesystem that stores no files" in err and "not enough disk space" not in err, err

@@ -154,6 +154,8 @@ _FLOORS: dict[str, float] = {
     # as "batch size and action horizon must be >= 1", found (2, 0) (two options in one, no fix) or under
     # a config field's name (episodes, max_steps): every command's counts of episodes and steps, here
     "action_horizon": 1,
+    # eval / bench eval --batch-envs 0: "batch_envs must be an integer >= 1", field batch_envs (no option)
+    "batch_envs": 1,
     "episodes": 1,
     "max_steps": 1,
     # bench data --seconds 0 was "--workers must be >= 0 and --seconds/--baseline-seconds > 0", found

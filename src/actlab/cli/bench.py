@@ -302,7 +302,7 @@ def _register_threads(g) -> None:
     p.add_argument("--image-size", type=int, default=80, help="camera size in px (80, the demo's)")
     p.add_argument("--rounds", type=int, default=10, help="timed steps per thread count (10)")
     p.add_argument(
-        "--threads", default="", metavar="LIST", help="counts to compare, e.g. 1,2 (1 and every CPU)"
+        "--threads", default=None, metavar="LIST", help="counts to compare, e.g. 1,2 (1 and every CPU)"
     )
     add_json_flag(p)
     p.set_defaults(_run=_run_threads)
@@ -315,11 +315,14 @@ def _run_threads(args) -> int:
     from actlab.policies.bench import bench_threads
     from actlab.profiling.report import emit
     from actlab.training import get_preset
+    from actlab.utils.config import comma_items
     from actlab.utils.threads import usable_cpus
 
     try:
-        counts = tuple(int(x) for x in args.threads.split(",") if x.strip()) or tuple(
-            dict.fromkeys((1, usable_cpus()))
+        counts = (
+            tuple(int(x) for x in comma_items(args.threads, "--threads", "1,2"))
+            if args.threads is not None
+            else tuple(dict.fromkeys((1, usable_cpus())))
         )
     except ValueError as e:
         raise ActlabError(

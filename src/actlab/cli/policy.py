@@ -338,7 +338,7 @@ def _run_doctor(args: argparse.Namespace) -> int:
 
     def episodes(spec: str | None, flag: str) -> tuple[int, ...] | None:
         try:
-            return None if spec is None else tuple(parse_episodes(spec))
+            return None if spec is None else tuple(parse_episodes(spec, flag))
         except ActlabError as e:
             raise ActlabError(e.problem, field=flag, expected=e.expected, found=e.found) from e
 

@@ -41,10 +41,10 @@ from actlab.training.batch_size import (
 )
 from actlab.training.build import build_run, camera_keys
 from actlab.training.config import apply_train_overrides, config_from_dict, config_to_dict
-from actlab.utils.kinds import refuse_cache_inside_output
 from actlab.training.presets import get_preset, with_dataset
 from actlab.utils.config import override_key
 from actlab.utils.device import resolve_device
+from actlab.utils.kinds import refuse_cache_inside_output
 from actlab.utils.procs import own_multiprocessing_names
 from actlab.utils.threads import keeps_torch_threads
 from actlab.utils.units import parse_bytes

@@ -474,3 +474,19 @@ def no_effect(label: str, because: str, remedy: str, found: str, field: str | No
         found=found[:300],
         fix=f"add {remedy}, or leave {label} out (nothing was run)",
     )
+
+
+def comma_items(text: str, field: str, example: str) -> list[str]:
+    """The items of a comma list, stripped; an empty one is refused: `--execution sync,$MODE` with MODE
+    unset (or a stray comma) ran sync alone, `--drop-episodes 3,` dropped episode 3 alone, without a word
+    (23rd fault run; an empty value as a whole is refused where the command line is read)."""
+    items = [x.strip() for x in text.split(",")]
+    if not all(items):
+        raise ActlabError(
+            "a comma list has an empty item (a stray comma, or an unset shell variable?)",
+            field=field,
+            expected=f"a comma list without empty items, e.g. {example}",
+            found=repr(text),
+            fix=f"write every item, e.g. {field} {example} (nothing was run)",
+        )
+    return items
