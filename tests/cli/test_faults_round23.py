@@ -240,3 +240,78 @@ def test_a_recording_into_proc_is_not_blamed_on_a_full_disk(capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "filesystem that stores no files" in err and "not enough disk space" not in err, err
+
+
+# ------------------------------------------------------------------ an export's actlab_config edited
+@pytest.mark.parametrize("value", [[1, 2], "act", 5])
+def test_an_exports_actlab_config_that_is_no_object_is_refused(value, tmp_path, export, capsys):
+    """TRACEBACK before (px_imp_cfg_list): `policy import` of an export whose config.json holds
+    `"actlab_config": [1, 2]` (or another value that is no object) ended in dict()'s TypeError / ValueError
+    traceback (LeRobot's load of the export went through the same check). Now it is refused naming the
+    file and the field."""
+    import json
+    import shutil
+
+    from actlab.cli import main
+
+    edited = tmp_path / "edited"
+    shutil.copytree(export, edited)
+    config = json.loads((edited / "config.json").read_text())
+    (edited / "config.json").write_text(json.dumps({**config, "actlab_config": value}))
+    assert main(["policy", "import", str(edited), "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert "actlab_config is not an object" in err and f"file:     {edited / 'config.json'}" in err, err
+    assert "Traceback" not in err and not (tmp_path / "b").exists()
+
+
+# ------------------------------------------------------------------ rl train on a camera base
+def test_rl_train_refuses_a_camera_base_its_envs_would_not_render(tmp_path, bundle, capsys):
+    """UNCLEAR before (in_rl2): `rl train --preset smoke --base CAMERA_BUNDLE --set env.task=pick_place`
+    made its run directory, trained, evaluated the base and was refused as "the environment does not
+    provide every observation the policy was trained on", fix "--task" (an option of eval; rl train has
+    none), leaving RUN/base, config.json and metrics.jsonl behind. Now the base's cameras are checked
+    with the inputs, before the run directory: the fix names --preset residual / obs.encoder=frozen."""
+    from actlab.cli import main
+
+    out = tmp_path / "rl"
+    argv = ["rl", "train", "--preset", "smoke", "--base", str(bundle), "--out", str(out)]
+    argv += ["--set", "env.task=pick_place", "--set", "total_env_steps=40", "--set", "eval.episodes=1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "the base policy reads cameras the RL envs would not render" in err, err
+    assert "--preset residual" in err and not out.exists()
+
+
+# ------------------------------------------------------------------ the demo's run changed outside it
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("edit", ["resumed outside", "checkpoint removed"])
+def test_a_demo_does_not_reuse_the_evaluation_of_checkpoints_no_longer_there(edit, tmp_path, capsys):
+    """SILENT before (demo_run_resumed_outside, demo_ckpt_deleted, demo_ckpt_weights_swapped): a demo run
+    again after its run was resumed outside it (`actlab train --out DIR/run --resume --set steps=...`), a
+    checkpoint removed, or a checkpoint's weights replaced reused the evaluation, the delay sweep and the
+    report of the weights it had measured, exit 0 (its deploy lines named a checkpoint no longer there).
+    Now the evaluation records each checkpoint's weights (sha256): changed ones are evaluated again, a run
+    left without checkpoints is refused with its fix."""
+    import shutil
+
+    from actlab.cli import main
+
+    out = tmp_path / "dm"
+    demo = ["demo", "--episodes", "2", "--eval-episodes", "1", "--image-size", "16", "--preset", "tiny"]
+    demo += ["--set", "steps=1", "--workers", "1", "--out", str(out)]
+    assert main(demo) == 0
+    if edit == "resumed outside":
+        assert main(["train", "--out", str(out / "run"), "--resume", "--set", "steps=2"]) == 0
+    else:
+        shutil.rmtree(out / "run" / "checkpoints" / "step_0000001")
+    capsys.readouterr()
+    code = main(demo)
+    captured = capsys.readouterr()
+    said = captured.out + captured.err
+    if edit == "resumed outside":
+        assert code == 0, said
+        assert "the run's checkpoints changed since they were evaluated (step_0000002 added)" in said, said
+    else:
+        assert code == 2, said
+        assert "the demo's run has no checkpoint left to evaluate" in said and "--fresh" in said, said
