@@ -315,3 +315,14 @@ def test_a_demo_does_not_reuse_the_evaluation_of_checkpoints_no_longer_there(edi
     else:
         assert code == 2, said
         assert "the demo's run has no checkpoint left to evaluate" in said and "--fresh" in said, said
+
+
+def test_a_set_list_written_without_quotes_says_how_to_write_it(capsys):
+    """UNCLEAR before (tr_cameras_unknown): `--set policy.cameras=[front]` (a list of names without JSON's
+    quotes) was "cannot read the value", fix "(read as written: Expecting value: line 1 column 2 (char
+    1))": the JSON parser's words, not how to write the list. Now it says both spellings that work."""
+    from actlab.cli import main
+
+    assert main(["train", "--preset", "tiny", "--print-config", "--set", "policy.cameras=[front]"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a JSON list" in err and '["a", "b"]' in err and "Expecting value" not in err, err

@@ -98,11 +98,21 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if isinstance(value, str):
             text = value.strip()
             if text.startswith("["):
-                value = json.loads(text)
+                try:
+                    value = json.loads(text)
+                except json.JSONDecodeError:  # `[front]` was "Expecting value: line 1 column 2 (char 1)"
+                    raise ValueError(
+                        f"{where}: {text!r} is not a JSON list: write text in double quotes, "
+                        '["a", "b"], or a comma list without brackets, a,b'
+                    ) from None
             elif text == "":
                 value = []
             else:
                 value = [v.strip() for v in text.split(",")]
+                if not all(value):  # `top,$CAM` with CAM unset: an empty name (23rd fault run)
+                    raise ValueError(
+                        f"{where}: an empty item in {text!r} (a stray comma, or an unset variable?)"
+                    )
         if not isinstance(value, (list, tuple)):
             raise ValueError(f"{where}: expected a list, found {value!r}")
         if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
