@@ -326,3 +326,49 @@ def test_a_set_list_written_without_quotes_says_how_to_write_it(capsys):
     assert main(["train", "--preset", "tiny", "--print-config", "--set", "policy.cameras=[front]"]) == 2
     err = capsys.readouterr().err
     assert "is not a JSON list" in err and '["a", "b"]' in err and "Expecting value" not in err, err
+
+
+# ------------------------------------------------------------------ the bridge on an undecodable config.json
+def test_the_bridge_child_turns_lerobots_decoding_error_into_a_refusal(tmp_path):
+    """TRACEBACK before (px_ev_cfg_list, px_ev_action_shape_float): `eval --lerobot-policy EXPORT` (and
+    `policy doctor --lerobot-policy`) of an export whose config.json holds `"actlab_config": [1, 2]` or an
+    action shape of 6.5 failed in LeRobot's loader (draccus's DecodingError), and the bridge showed the
+    child's whole traceback as found, fix "run the lerobot python by hand". The child now answers its
+    hello with a refusal naming config.json and the field draccus names (here without lerobot: the
+    function the child's load failure goes through)."""
+    from actlab.lerobot.child import config_unreadable
+
+    class DecodingError(Exception):  # draccus.utils.DecodingError, by name (the child has no draccus here)
+        pass
+
+    try:
+        try:
+            raise DecodingError("`actlab_config`: Failed when parsing value='[1, 2]'")
+        except DecodingError as inner:
+            raise RuntimeError("from_pretrained failed") from inner
+    except RuntimeError as e:
+        refusal = config_unreadable(e, str(tmp_path))
+    assert refusal is not None and refusal["file"] == str(tmp_path / "config.json")
+    assert "`actlab_config`" in refusal["found"] and "export it again" in refusal["fix"]
+    assert config_unreadable(ValueError("x"), str(tmp_path)) is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_eval_lerobot_policy_of_an_undecodable_export_shows_no_traceback(tmp_path, export, capsys):
+    """The row above through the bridge for real, in the lerobot venv (skipped without it)."""
+    import json
+    import shutil
+
+    from actlab.cli import main
+    from procs import lerobot_python
+
+    python = lerobot_python()
+    edited = tmp_path / "edited"
+    shutil.copytree(export, edited)
+    config = json.loads((edited / "config.json").read_text())
+    (edited / "config.json").write_text(json.dumps({**config, "actlab_config": [1, 2]}))
+    argv = ["eval", "--lerobot-policy", str(edited), "--lerobot-python", str(python), "--episodes", "1"]
+    assert main([*argv, "--max-steps", "5", "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "LeRobot cannot read the policy's config.json" in err and "Traceback" not in err, err
