@@ -372,3 +372,23 @@ def test_eval_lerobot_policy_of_an_undecodable_export_shows_no_traceback(tmp_pat
     assert main([*argv, "--max-steps", "5", "--workers", "1"]) == 2
     err = capsys.readouterr().err
     assert "LeRobot cannot read the policy's config.json" in err and "Traceback" not in err, err
+
+
+def test_data_stats_are_not_served_from_the_cache_for_a_video_edited_in_its_middle(
+    big_video_dataset, tmp_path, capsys
+):
+    """SILENT before (stats_img_after_midedit): `data stats DS` after a video of over 128 KiB was edited in
+    its middle with its size and mtime kept printed the stats cached for the old video, exit 0 (the cache
+    key holds the fingerprint, which hashes a large file's edges only); here the edit cut frames, so the
+    stats could not even be computed again. Now a cache entry records the files it was read from (their
+    sha256, inode and ctime) and is recomputed when one changed."""
+    import shutil
+
+    from actlab.cli import main
+
+    data = tmp_path / "rec"
+    shutil.copytree(big_video_dataset, data)
+    assert main(["data", "stats", str(data), "--json"]) == 0
+    _edit_middle_keeping_size_and_mtime(next((data / "videos" / "observation.images.top").rglob("*.mp4")))
+    capsys.readouterr()
+    assert main(["data", "stats", str(data), "--json"]) != 0

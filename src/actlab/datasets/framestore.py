@@ -840,18 +840,17 @@ def store_size(path: Path) -> str | None:
     return None if size == "native" else size
 
 
-def _source_files(ds: LeRobotV3Dataset, keys: Sequence[str]) -> list[Path]:
-    out: set[Path] = set()
-    for key in keys:
-        top = ds.root / ("videos/" + key if key in ds.video_keys else "data")
-        out.update(p for p in top.rglob("*") if p.is_file() and not p.name.startswith("."))
-    return sorted(out)
+def _source_files(ds: LeRobotV3Dataset, keys: Sequence[str], data: bool = False) -> list[Path]:
+    tops = {ds.root / ("videos/" + key if key in ds.video_keys else "data") for key in keys}
+    tops |= {ds.root / "data"} if data else set()
+    return sorted({p for top in tops for p in top.rglob("*") if p.is_file() and not p.name.startswith(".")})
 
 
-def source_record(ds: LeRobotV3Dataset, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Each file the frames of ``keys`` are decoded from: size, mtime, inode, ctime and sha256."""
+def source_record(ds: LeRobotV3Dataset, keys: Sequence[str], data: bool = False) -> dict[str, dict[str, Any]]:
+    """Each file the frames of ``keys`` are decoded from (and with ``data`` every data file): size,
+    mtime, inode, ctime and sha256."""
     out = {}
-    for p in _source_files(ds, keys):
+    for p in _source_files(ds, keys, data):
         st = p.stat()
         out[p.relative_to(ds.root).as_posix()] = {
             "size": st.st_size,
