@@ -392,3 +392,15 @@ def test_data_stats_are_not_served_from_the_cache_for_a_video_edited_in_its_midd
     _edit_middle_keeping_size_and_mtime(next((data / "videos" / "observation.images.top").rglob("*.mp4")))
     capsys.readouterr()
     assert main(["data", "stats", str(data), "--json"]) != 0
+
+
+def test_a_path_after_evals_options_is_said_to_go_with_the_others(bundle, run_dir, capsys):
+    """UNCLEAR before (ev_two_same): `eval RUN_A --episodes 1 RUN_B` was "unrecognized arguments: RUN_B"
+    (argparse reads one run of PATHs): a path the command takes, refused as unknown. Now the refusal says
+    that every PATH goes together."""
+    from actlab.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["eval", str(bundle), "--episodes", "1", str(run_dir)])
+    err = capsys.readouterr().err
+    assert f"unrecognized arguments: {run_dir}" in err and "every PATH goes together" in err, err
