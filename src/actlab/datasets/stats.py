@@ -306,7 +306,7 @@ def compute_stats(
     # the files the stats were read from (the data files, and the videos decoded without a store): the
     # key's fingerprint hashes only the edges of a large file, so a middle edit with its size and mtime
     # kept was served the old stats (23rd fault run)
-    sources = path.with_name(path.name + ".sources.json")
+    sources = path.with_name(path.name + ".sources")
     if use_cache and path.is_file() and _cache_intact(path) and not _sources_moved(ds, sources):
         try:
             return load_stats(path)
