@@ -127,6 +127,9 @@ def _non_empty(kind: Any) -> object:
 # field workers (a config field, no option named, no fix).
 _FLOORS_OF: dict[tuple[str, str], float] = {
     ("eval", "workers"): 1,
+    # eval --batch-envs 0: "batch_envs must be an integer >= 1", field batch_envs (no option, no fix; 23rd
+    # fault run); bench eval's 0 is its serial configuration, said in a note
+    ("eval", "batch_envs"): 1,
     # the sim renders 16 to 1024 px: sim view / sim bench --image-size 0 said "image_size out of range",
     # eval's "image size too small, expected >= 8" (config fields, no option, no fix)
     ("sim view", "image_size"): 16,
@@ -329,7 +332,15 @@ def _plain_warnings():
 def _main(argv: list[str] | None) -> int:
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)  # inside: --help and --help-config print to a pipe too
+        args, extra = parser.parse_known_args(argv)  # inside: --help and --help-config print to a pipe too
+        if extra:
+            # `eval RUN_A --episodes 5 RUN_B`: argparse reads one run of PATHs, and said "unrecognized
+            # arguments: RUN_B" of a path the command takes (23rd fault run)
+            loose = [a for a in extra if not a.startswith("-")]
+            hint = ""
+            if loose and isinstance(getattr(args, "paths", None), list):
+                hint = f" ({' '.join(loose)}: every PATH goes together, before the options or after them all)"
+            parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
         run = getattr(args, "_run", None)
         if run is None:
             # A group such as `actlab data` without its subcommand: show that group's help.

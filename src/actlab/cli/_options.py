@@ -192,6 +192,10 @@ def _pairs(value: Any) -> list[tuple[Path, str]]:
 def camera_list(text: str) -> tuple[str, ...]:
     """``--cameras top,wrist``: camera names, each once (``top,top`` made one camera without a word)."""
     names = tuple(c.strip() for c in text.split(",") if c.strip())
+    if names and len(names) != len(text.split(",")):  # `top,$CAM` with CAM unset: top alone, no word
+        raise argparse.ArgumentTypeError(
+            f"an empty camera name in {text!r} (a stray comma, or an unset shell variable?)"
+        )
     if not names:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated camera names, e.g. top,wrist, found {text!r}"

@@ -90,7 +90,9 @@ def _run_data(args) -> int:
 
     from actlab.datasets.bench import bench_data
     from actlab.profiling.report import emit
+    from actlab.utils.kinds import refuse_cache_inside_output
 
+    refuse_cache_inside_output(args.cache_dir, "--cache-dir")
     result = bench_data(
         args.path,
         batch_size=args.batch_size,
@@ -182,6 +184,7 @@ def _run_train(args) -> int:
     from actlab.training.bench import run_bench
     from actlab.training.config import apply_train_overrides
     from actlab.training.presets import get_preset
+    from actlab.utils.kinds import refuse_cache_inside_output
 
     if args.steps < 1 or args.rounds < 1:
         raise ActlabError(
@@ -190,6 +193,7 @@ def _run_train(args) -> int:
     if args.peak_tflops is not None and not args.peak_tflops > 0:
         raise ActlabError("--peak-tflops must be > 0", field="--peak-tflops", found=args.peak_tflops)
     cfg = apply_train_overrides(get_preset(args.preset), args.overrides)
+    refuse_cache_inside_output(cfg.data.cache_dir, "data.cache_dir")
     if args.device:
         cfg = dataclasses.replace(cfg, device=args.device)
     if args.lerobot_steps < 1 or args.lerobot_workers < 0:
@@ -298,7 +302,7 @@ def _register_threads(g) -> None:
     p.add_argument("--image-size", type=int, default=80, help="camera size in px (80, the demo's)")
     p.add_argument("--rounds", type=int, default=10, help="timed steps per thread count (10)")
     p.add_argument(
-        "--threads", default="", metavar="LIST", help="counts to compare, e.g. 1,2 (1 and every CPU)"
+        "--threads", default=None, metavar="LIST", help="counts to compare, e.g. 1,2 (1 and every CPU)"
     )
     add_json_flag(p)
     p.set_defaults(_run=_run_threads)
@@ -311,11 +315,14 @@ def _run_threads(args) -> int:
     from actlab.policies.bench import bench_threads
     from actlab.profiling.report import emit
     from actlab.training import get_preset
+    from actlab.utils.config import comma_items
     from actlab.utils.threads import usable_cpus
 
     try:
-        counts = tuple(int(x) for x in args.threads.split(",") if x.strip()) or tuple(
-            dict.fromkeys((1, usable_cpus()))
+        counts = (
+            tuple(int(x) for x in comma_items(args.threads, "--threads", "1,2"))
+            if args.threads is not None
+            else tuple(dict.fromkeys((1, usable_cpus())))
         )
     except ValueError as e:
         raise ActlabError(

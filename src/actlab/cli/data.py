@@ -154,7 +154,7 @@ def _curate(g) -> None:
     p.add_argument(
         "--overwrite", action="store_true", help="replace --out if it is an earlier output of data curate"
     )
-    p.add_argument("--drop-episodes", default="", metavar="E,..", help="episode indices to drop, e.g. 3,7")
+    p.add_argument("--drop-episodes", default=None, metavar="E,..", help="episode indices to drop, e.g. 3,7")
     p.add_argument(
         "--min-score",
         type=float,
@@ -187,7 +187,7 @@ def _run_curate(args) -> int:
     from actlab.datasets.curate import CurateSpec, curate, parse_trim
 
     spec = CurateSpec(
-        drop=tuple(parse_episodes(args.drop_episodes) or ()),
+        drop=tuple(parse_episodes(args.drop_episodes, "--drop-episodes") or ()),
         trim=parse_trim(args.trim),
         min_score=args.min_score,
         drop_flagged=args.drop_flagged,
@@ -226,7 +226,7 @@ def _stats(g) -> None:
     )
     p.add_argument(
         "--absolute-dims",
-        default="",
+        default=None,
         metavar="D,..",
         help="action dims kept absolute in the relative stats (e.g. the gripper: 5)",
     )
@@ -283,8 +283,10 @@ def _run_stats(args) -> int:
     if args.out:  # (another dataset's meta/stats.json was replaced by these stats)
         _options.refuse_replacing_anothers_file("--out", args.out)
     try:
-        dims = parse_episodes(args.absolute_dims) or []
+        dims = parse_episodes(args.absolute_dims, "--absolute-dims") or []
     except ActlabError as e:
+        if e.fix:  # (an empty item: said as it is, with its fix)
+            raise
         raise ActlabError(
             "cannot read the absolute dims", field="--absolute-dims", expected="e.g. 5 or 0,5", found=e.found
         ) from e
@@ -398,11 +400,13 @@ def _run_cache(args) -> int:
     import time
 
     from actlab.datasets import FrameStore, open_dataset
+    from actlab.utils.kinds import refuse_cache_inside_output
 
     ds = open_dataset(args.path)
     t0 = time.perf_counter()
     if args.verify:
         return _verify_cache(args, ds, t0)
+    refuse_cache_inside_output(args.cache_dir, "--cache-dir")
     store = FrameStore.build(ds, image_size=args.image_size, cache_dir=args.cache_dir, rebuild=args.rebuild)
     out = {
         "store": str(store.root),

@@ -334,13 +334,15 @@ def _run_doctor(args: argparse.Namespace) -> int:
     from actlab.evaluation.doctor import DOCTOR_KIND, DoctorConfig, doctor_bundle, render, write_report
     from actlab.utils.device import resolve_device
     from actlab.utils.io import check_out_dir
+    from actlab.utils.kinds import refuse_cache_inside_output
 
     def episodes(spec: str | None, flag: str) -> tuple[int, ...] | None:
         try:
-            return None if spec is None else tuple(parse_episodes(spec))
+            return None if spec is None else tuple(parse_episodes(spec, flag))
         except ActlabError as e:
             raise ActlabError(e.problem, field=flag, expected=e.expected, found=e.found) from e
 
+    refuse_cache_inside_output(args.cache_dir, "--cache-dir")
     cfg = DoctorConfig(
         train_episodes=episodes(args.train_episodes, "--train-episodes"),
         heldout_episodes=episodes(args.heldout_episodes, "--heldout-episodes"),

@@ -371,7 +371,7 @@ class FrameStore:
         if image_size is not None and image_size < 2:
             raise ActlabError("image_size must be >= 2", field="image_size", found=image_size)
         path = cls.path_for(ds, image_size, keys, cache_dir)
-        store, damage = (None, None) if rebuild else cls.try_open(path, keys)
+        store, damage = (None, None) if rebuild else cls.try_open(path, keys, ds)
         if store is not None:
             if cache_dir is not None:
                 remember_store(path)
@@ -386,7 +386,7 @@ class FrameStore:
         # instead of decoding again (and never deletes a store another process has just finished).
         with _build_lock(path, progress):
             if not rebuild:
-                store, damage = cls.try_open(path, keys)
+                store, damage = cls.try_open(path, keys, ds)
                 if store is not None:
                     return store
                 if damage is not None:  # said even without progress output: the cache was damaged
@@ -406,7 +406,7 @@ class FrameStore:
         the default location, instead of decoding the frames again into ``path``; None when there is none.
         An explicit ``cache_dir`` is honoured as given (never redirected)."""
         for other in store_candidates(ds, path.name):
-            store = cls.try_open(other, keys)[0]
+            store = cls.try_open(other, keys, ds)[0]
             if store is not None:
                 if progress:
                     print(
@@ -418,11 +418,14 @@ class FrameStore:
         return None
 
     @classmethod
-    def try_open(cls, path: Path, keys: Sequence[str] = ()) -> tuple[FrameStore | None, str | None]:
+    def try_open(
+        cls, path: Path, keys: Sequence[str] = (), ds: LeRobotV3Dataset | None = None
+    ) -> tuple[FrameStore | None, str | None]:
         """(the finished store at ``path``, None), or (None, None) when there is none, or (None, what is
         wrong) when it is damaged; a store without one of ``keys`` (the cameras its name was made for) is
         damaged: a camera removed from store.json was "not in the frame store" at every run, the fix
-        `actlab data cache` reusing the store as it was."""
+        `actlab data cache` reusing the store as it was. With ``ds``, a store whose source files changed
+        since it was built (:func:`sources_changed`) is stale: said and rebuilt as a damaged one."""
         if not path.is_dir():
             return None, None
         try:
@@ -433,6 +436,8 @@ class FrameStore:
                     f"store.json lacks camera(s) {', '.join(missing)} the store was built for "
                     f"({path / _META}: {sorted(store.frames)})"
                 )
+            if ds is not None and (changed := sources_changed(ds, store.meta)):
+                return None, changed
             return store, None
         except ActlabError as e:
             return None, f"{e.problem} ({e.file}: {e.found})"
@@ -509,6 +514,7 @@ class FrameStore:
             "image_size": image_size,
             "frames": n,
             "keys": {},
+            "sources": source_record(ds, keys),
         }
         bar = progress_bar(n * len(keys), "decode", "frame", disable=not progress)
         try:
@@ -619,10 +625,22 @@ def verify_stores(
         )
     out = []
     for path in paths:
+        flags = "" if store_size(path) is None else f" --image-size {store_size(path)}"
+        flags += "" if cache_dir is None else f" --cache-dir {cache_dir}"
         try:
-            info = FrameStore.open(path, verify="full").verify_summary()
+            store = FrameStore.open(path, verify="full")
+            info = store.verify_summary()
         except ActlabError as e:
             out.append(VerifyResult(path, False, f"{e.problem}: {e.found}", e))
+            continue
+        if changed := sources_changed(ds, store.meta):
+            error = ActlabError(
+                "the frame store's frames are not the dataset's: a source file changed since it was built",
+                file=path,
+                found=changed,
+                fix=f"rebuild it: `actlab data cache {ds.root}{flags} --rebuild` (training rebuilds it too)",
+            )
+            out.append(VerifyResult(path, False, f"{error.problem}: {changed}", error))
             continue
         detail = f"{info['frames']} frames, {info['chunks']} chunk(s), {human_bytes(info['bytes'])}"
         out.append(VerifyResult(path, True, detail))
@@ -807,3 +825,61 @@ def _write_verified(path: Path, meta: dict) -> None:
     """Record the files' stat after a full check (atomic; skipped when the store is read-only)."""
     with contextlib.suppress(OSError):
         atomic_write_json(path / _VERIFIED, _file_stats(path, meta))
+
+
+# A store's name holds the dataset's fingerprint, which hashes each source file's size, mtime and only its
+# first and last 64 KiB: a video edited in the middle with its size kept and its mtime restored (`touch
+# -r`, a copy tool keeping times) kept the store, whose frames were no longer the video's (23rd fault
+# run). The store records each source file's sha256 with its inode and ctime: a write changes the ctime
+# (no user call sets it), so a file whose inode and ctime are the recorded ones is unchanged and costs a
+# stat; any other (edited, touched, or a copy: cp -a keeps mtimes, not ctimes) is hashed whole once per
+# reuse (about 1 GB/s, far below decoding it again).
+def store_size(path: Path) -> str | None:
+    """The image size in a store's name (None for native frames)."""
+    size = path.name.split("-")[1]
+    return None if size == "native" else size
+
+
+def _source_files(ds: LeRobotV3Dataset, keys: Sequence[str], data: bool = False) -> list[Path]:
+    tops = {ds.root / ("videos/" + key if key in ds.video_keys else "data") for key in keys}
+    tops |= {ds.root / "data"} if data else set()
+    return sorted({p for top in tops for p in top.rglob("*") if p.is_file() and not p.name.startswith(".")})
+
+
+def source_record(ds: LeRobotV3Dataset, keys: Sequence[str], data: bool = False) -> dict[str, dict[str, Any]]:
+    """Each file the frames of ``keys`` are decoded from (and with ``data`` every data file): size,
+    mtime, inode, ctime and sha256."""
+    out = {}
+    for p in _source_files(ds, keys, data):
+        st = p.stat()
+        out[p.relative_to(ds.root).as_posix()] = {
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "ino": st.st_ino,
+            "ctime_ns": st.st_ctime_ns,
+            "sha256": checksums.sha256(p),
+        }
+    return out
+
+
+def sources_changed(ds: LeRobotV3Dataset, meta: dict[str, Any]) -> str | None:
+    """What changed in the store's source files since it was built, or None (a store built before the
+    record, without ``sources``, is taken as it is)."""
+    record = meta.get("sources")
+    if not isinstance(record, dict):
+        return None
+    for rel, was in sorted(record.items()):
+        p = ds.root / rel
+        try:
+            st = p.stat()
+            if [st.st_ino, st.st_ctime_ns] == [was.get("ino"), was.get("ctime_ns")]:
+                continue
+            now = checksums.sha256(p)
+        except OSError as e:
+            return f"{rel}: {e.strerror or type(e).__name__}"
+        if now != was.get("sha256"):
+            return (
+                f"the dataset's {rel} changed since the store was built ({st.st_size} bytes, sha256 "
+                f"{str(was.get('sha256'))[:16]} -> {now[:16]}; its size and mtime may be the same)"
+            )
+    return None

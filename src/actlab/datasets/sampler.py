@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from actlab.errors import ActlabError
+from actlab.utils.config import comma_items
 
 
 def window_indices(
@@ -48,17 +49,15 @@ def delta_timestamps_to_indices(
     return out
 
 
-def parse_episodes(spec: str | Sequence[int] | None) -> list[int] | None:
-    """``"0,3,5"`` or ``"0-9,12"`` (or a list) -> episode indices; None means all."""
+def parse_episodes(spec: str | Sequence[int] | None, field: str = "--episodes") -> list[int] | None:
+    """``"0,3,5"`` or ``"0-9,12"`` (or a list) -> episode indices; None means all. ``field``: the option
+    that gave ``spec`` (`--drop-episodes -1` was refused as --episodes, an option curate does not have)."""
     if spec is None:
         return None
     if not isinstance(spec, str):
         return [int(e) for e in spec]
     out: list[int] = []
-    for part in spec.split(","):
-        part = part.strip()
-        if not part:
-            continue
+    for part in comma_items(spec, field, "0,3,5 or 0-9"):
         try:
             if "-" in part:
                 a, b = part.split("-", 1)
@@ -68,7 +67,7 @@ def parse_episodes(spec: str | Sequence[int] | None) -> list[int] | None:
         except ValueError as e:
             raise ActlabError(
                 "cannot read the episode list",
-                field="--episodes",
+                field=field,
                 expected="comma-separated indices or ranges, e.g. 0,3,5 or 0-9",
                 found=spec,
             ) from e

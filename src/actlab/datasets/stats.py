@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from actlab.datasets.format import QUANTILES
-from actlab.datasets.framestore import cache_root
+from actlab.datasets.framestore import cache_root, source_record, sources_changed
 from actlab.errors import ActlabError
 from actlab.utils.io import atomic_write_json, atomic_write_text, read_json
 
@@ -246,6 +246,14 @@ def _image_stats_of(ds: LeRobotV3Dataset, key: str, samples: int, store: Any) ->
     return image_stats(ds.read_frames(key, idx))
 
 
+def _store_digest(store: Any) -> str | None:
+    keys = getattr(store, "meta", {}).get("keys") if store is not None else None
+    if not isinstance(keys, dict):
+        return None
+    sums = {k: v.get("checksums") for k, v in sorted(keys.items()) if isinstance(v, dict)}
+    return hashlib.sha256(json.dumps(sums).encode()).hexdigest()[:16]
+
+
 def _cache_path(ds: LeRobotV3Dataset, args: Mapping[str, Any], cache_dir: Path | None) -> Path:
     key = hashlib.sha256(json.dumps([ds.fingerprint, args], sort_keys=True).encode()).hexdigest()[:20]
     return (cache_dir or cache_root() / "stats") / f"{key}.json"
@@ -284,6 +292,9 @@ def compute_stats(
         "img_size": {
             k: store.image_size if store is not None and k in store.frames else None for k in ds.camera_keys
         },
+        # The frames the image stats come from: a store rebuilt after a video was edited in place with
+        # its size and mtime kept (the fingerprint the same) has other checksums (23rd fault run).
+        "frames": _store_digest(store),
         # 2: a float feature stored as integers is refused since the sixth fault run; version 1 entries
         # computed from such columns (actions truncated to 0) were served by `data stats` with exit 0
         "v": 2,
@@ -292,7 +303,11 @@ def compute_stats(
         if value is not None and value < 1:  # a 0-frame delta is all zeros; negative ones look ahead
             raise ActlabError(f"{name} must be >= 1", field=name, expected=">= 1", found=value)
     path = _cache_path(ds, args, Path(cache_dir) if cache_dir else None)
-    if use_cache and path.is_file() and _cache_intact(path):
+    # the files the stats were read from (the data files, and the videos decoded without a store): the
+    # key's fingerprint hashes only the edges of a large file, so a middle edit with its size and mtime
+    # kept was served the old stats (23rd fault run)
+    sources = path.with_name(path.name + ".sources")
+    if use_cache and path.is_file() and _cache_intact(path) and not _sources_moved(ds, sources):
         try:
             return load_stats(path)
         except ActlabError:
@@ -322,9 +337,21 @@ def compute_stats(
             ds.column(state_key), ds.frame_episode_start, state_delta_frames, floor
         )
     if use_cache:
+        decoded = [k for k in ds.camera_keys if store is None or k not in store.frames]
+        atomic_write_json(sources, source_record(ds, decoded, data=True))
         save_stats(stats, path)
         atomic_write_text(_digest_path(path), _file_digest(path))
     return stats
+
+
+def _sources_moved(ds: LeRobotV3Dataset, sources: Path) -> bool:
+    """True when a file recorded beside a cache entry changed since (none recorded: an older entry,
+    taken as it is)."""
+    try:
+        record = read_json(sources, "stats cache sources")
+    except ActlabError:
+        return False
+    return sources_changed(ds, {"sources": record}) is not None
 
 
 def _digest_path(path: Path) -> Path:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.demo.report import write_report
+from actlab.demo.run_check import CHECKPOINTS, check_run_data, evaluation_outdated, run_checkpoints
 from actlab.errors import ActlabError, Terminated
 from actlab.evaluation import EnvSpec, EvalConfig, run_eval, wilson_interval
 from actlab.evaluation.realtime import mark_vs_sync, plan_cells, run_sweep, write_sweep
@@ -54,7 +55,6 @@ from actlab.training import apply_train_overrides, get_preset, load_run_config, 
 from actlab.training.checkpoint import CheckpointManager
 from actlab.training.config import refuse_inert_train_overrides, resume_diff
 from actlab.training.loop import refuse_cache_in_other_output
-from actlab.training.resume_checks import check_same_dataset
 from actlab.utils.config import override_key, to_dict
 from actlab.utils.device import resolve_device
 from actlab.utils.disk import free_bytes
@@ -459,7 +459,7 @@ def _train(plan: dict, out: Path, state: dict, log: StageLog) -> dict:
     settings["data"] = {k: v for k, v in settings["data"].items() if k not in ("path", "cache_dir")}
     t0 = log.start("train", f"training preset {plan['preset']} on {plan['device']} -> {run}")
     if _stage_current(state, "train", settings, [run / "checkpoints"], out):
-        _check_run_data(train_cfg, run)
+        check_run_data(train_cfg, run)
         log.reuse("train", f"the finished run in {run}", state["train"])
         return state["train"]["result"]
     resume = _can_resume(run, train_cfg, log)
@@ -513,19 +513,6 @@ def _remove_run(run: Path) -> None:
         run.rmdir()
 
 
-def _check_run_data(train_cfg: Any, run: Path) -> None:
-    """Refuse to reuse the finished run when DIR/data is not the dataset it was trained on (a resume's
-    identity): an edited row or another recording kept the run and its report, exit 0 (22nd fault run)."""
-    ckpts = CheckpointManager(run, train_cfg.checkpoint.keep_last, train_cfg.checkpoint.keep_best)
-    last, data = ckpts.last_step(), train_cfg.data.path
-    if last is not None:
-        problem = "the demo's dataset is not the one its run was trained on (edited or replaced since the "
-        problem += "demo recorded it): the run, its evaluation and the report would describe other data"
-        fix = f"keep your dataset: move {data} aside and run the demo again (it records and trains anew), "
-        fix += f"or train on the dataset as it is now: actlab train --dataset {data} --out NEW_RUN"
-        check_same_dataset(train_cfg, ckpts.path(last), problem=problem, fix=fix)
-
-
 def _can_resume(run: Path, train_cfg: Any, log: StageLog) -> bool:
     """An interrupted run of a compatible config (the trainer's own rule) is continued, not restarted."""
     if not (run / "config.json").is_file():
@@ -567,7 +554,10 @@ def _evaluate(cfg: DemoConfig, out: Path, state: dict, log: StageLog) -> dict:
     t0 = log.start(
         "eval", f"evaluating every checkpoint on {cfg.eval_episodes} held-out episodes -> {sweep_dir}"
     )
-    if _stage_current(state, "eval", settings, [sweep_dir / "results.json", best_dir / "results.json"], out):
+    outdated = evaluation_outdated(state.get("eval"), run, log.stream)
+    if not outdated and _stage_current(
+        state, "eval", settings, [sweep_dir / "results.json", best_dir / "results.json"], out
+    ):
         log.reuse("eval", f"the evaluation in {out / 'eval'}", state["eval"])
         return state["eval"]["result"]
     spec = EnvSpec(cfg.task)
@@ -601,6 +591,7 @@ def _evaluate(cfg: DemoConfig, out: Path, state: dict, log: StageLog) -> dict:
         )
     confirmed = media.evals[0].summary
     result = {"sweep": sweep.to_dict(), "best": best.name, "best_path": best.path, "media": media.to_dict()}
+    result[CHECKPOINTS] = run_checkpoints(run)
     log.done(
         "eval",
         t0,
@@ -625,6 +616,8 @@ def _realtime(cfg: DemoConfig, out: Path, state: dict, evaluation: dict, log: St
         "delays": list(cfg.realtime_delays),
         "checkpoint": evaluation["best"],
     }
+    if CHECKPOINTS in evaluation:  # its weights: another run's under the same name is swept again
+        settings["weights"] = evaluation[CHECKPOINTS].get(evaluation["best"])
     t0 = log.start(
         "realtime",
         f"sweeping {evaluation['best']} over inference delays {', '.join(map(str, cfg.realtime_delays))} "

@@ -302,6 +302,16 @@ def evaluate_many(
     sources = [as_source(p) for p in policies]
     names = [s.name for s in sources]
     if len(set(names)) != len(names):
+        paths = [str(Path(s.path).resolve()) if s.path is not None else None for s in sources]
+        twice = sorted({p for p in paths if p is not None and paths.count(p) > 1})
+        if twice:  # a run and one of its checkpoints (or a path given twice): "rename one" could not help
+            raise ActlabError(
+                "a checkpoint is given twice (a run directory holds every one of its checkpoints)",
+                field="PATH",
+                expected="each checkpoint once",
+                found=", ".join(twice),
+                fix="pass the run directory alone, or its checkpoints one by one, not both",
+            )
         raise ActlabError("two policies have the same name", found=", ".join(names), fix="rename one")
     # a delay a policy cannot take fails before any episode; a horizon the executor chose is said
     for note in check_sources_execution(sources, cfg.execution):

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from actlab.errors import ActlabError
-from actlab.utils.config import unknown_name_error
+from actlab.utils.config import comma_items, unknown_name_error
 
 # A stream of its own for the perturbations' random numbers (not the env's, not the expert's).
 _SEED_TAG = 38
@@ -132,7 +132,7 @@ def parse_perturb(text: str) -> tuple[str, tuple[float, ...]]:
             fix=f"list the levels after '=', or pass --perturb {name} for its defaults (nothing was run)",
         )
     try:
-        values = tuple(float(v) for v in levels.split(",") if v.strip())
+        values = tuple(float(v) for v in comma_items(levels, "--perturb", f"{name}=0,1"))
     except ValueError as e:
         raise ActlabError(
             "levels must be numbers", field=f"--perturb {name}", expected="NAME=0,1,2", found=levels

@@ -42,6 +42,7 @@ from actlab.policies.execution import (
     check_execution,
     horizon_note,
 )
+from actlab.utils.config import comma_items
 from actlab.utils.io import atomic_dir, atomic_file, atomic_write_json, atomic_write_text, check_out_dir
 from actlab.utils.say import said_once
 from actlab.utils.stats import paired_compare
@@ -59,7 +60,7 @@ WARMUP_CALLS = 3
 
 def parse_modes(text: str) -> list[str]:
     """``"sync,async,rtc"`` -> the modes, each checked."""
-    modes = [m.strip() for m in text.split(",") if m.strip()]
+    modes = comma_items(text, "--execution", "sync,async")
     bad = [m for m in modes if m not in EXECUTION_MODES]
     renamed = [f"{m} is now {RENAMED_MODES[m]}" for m in bad if m in RENAMED_MODES]
     if renamed:
@@ -84,7 +85,7 @@ def parse_modes(text: str) -> list[str]:
 def parse_latencies(text: str, fps: int) -> list[int | str]:
     """``"0,2,4,8"`` (control steps), ``"100ms"`` (rounded up to steps at ``fps``) or ``"measured"``."""
     out: list[int | str] = []
-    for raw in (x.strip() for x in text.split(",")):
+    for raw in comma_items(text, "--latency", "0,2,4"):
         try:
             if raw == MEASURED:
                 out.append(MEASURED)

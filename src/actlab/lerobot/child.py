@@ -163,6 +163,25 @@ def actlab_error(e: BaseException) -> dict[str, Any] | None:
     return None
 
 
+def config_unreadable(e: BaseException, policy_dir: str) -> dict[str, Any] | None:
+    """The fields of a refusal for a config.json LeRobot's loader cannot decode (draccus's DecodingError:
+    `"actlab_config": [1, 2]`, a shape of 6.5), which reached the user as the child's traceback (23rd fault
+    run); None for any other failure."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if type(seen).__name__ == "DecodingError":
+            return {
+                "problem": "LeRobot cannot read the policy's config.json: a field holds a value of another "
+                "type",
+                "file": os.path.join(policy_dir, "config.json"),
+                "found": " ".join(str(seen).split())[:400],
+                "fix": "restore config.json from the checkpoint it came from (an actlab export: export it "
+                "again, actlab policy export BUNDLE --to lerobot)",
+            }
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 class LeRobotHandler:
     """A LeRobot policy of any type with its own pre/post-processors (lerobot's API only)."""
 
@@ -359,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
                 "ok": False,
                 "error": f"{type(e).__name__}: {e}",
                 "traceback": traceback.format_exc(),
-                "actlab_error": actlab_error(e),
+                "actlab_error": actlab_error(e) or config_unreadable(e, args.policy_dir),
             },
         )
         return 1

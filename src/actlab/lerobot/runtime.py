@@ -343,7 +343,17 @@ def check_export_config(
                 found=repr(declared),
                 fix="restore config.json (or export again: actlab policy export BUNDLE --to lerobot)",
             )
-    wanted = json.loads(json.dumps(dict(top.get("actlab_config") or {}), default=str))
+    inner = top.get("actlab_config")
+    if inner is not None and not isinstance(inner, dict):  # a list was dict()'s TypeError traceback (23rd)
+        raise ActlabError(
+            "the export's actlab_config is not an object of config keys",
+            file=file,
+            field="actlab_config",
+            expected="an object: the shipped weights' config, key by key",
+            found=f"{type(inner).__name__}: {json.dumps(inner, default=str)[:80]}",
+            fix="restore config.json (or export again: actlab policy export BUNDLE --to lerobot)",
+        )
+    wanted = json.loads(json.dumps(dict(inner or {}), default=str))
     for key in CHUNK_FIELDS:
         if key in top and top[key] != model.get(key, top[key]):
             wanted[key] = top[key]  # an edit of the top-level key, wherever actlab_config agrees

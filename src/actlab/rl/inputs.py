@@ -29,19 +29,44 @@ def check_inputs(cfg: Any, base_copied: bool) -> None:
     """Refuse a base that is no loadable bundle (unless the run already holds its copy: a resume), and a
     base or demonstrations recorded on another sim task."""
     if cfg.base is not None and not base_copied:
-        check_base(Path(cfg.base))
+        check_base(Path(cfg.base), cfg)
     if cfg.demos is not None:
         check_demos(Path(cfg.demos))
 
 
-def check_base(path: Path) -> None:
+def check_base(path: Path, cfg: Any = None) -> None:
     """The bundle ``--base`` names, loaded once as it is (every check of load_policy names ``path``)."""
     if not path.is_dir():
         raise ActlabError("base policy bundle not found", file=path, field="base", fix="check the path")
     from actlab.policies import load_policy  # lazy: imports torch
 
-    load_policy(path, device="cpu")
+    policy = load_policy(path, device="cpu")
     check_base_task(path)
+    if cfg is not None:
+        check_base_cameras(path, list(getattr(policy, "camera_keys", None) or []), cfg)
+
+
+def check_base_cameras(path: Path, cameras: list[str], cfg: Any) -> None:
+    """The envs render the base's cameras only with ``obs.encoder = frozen`` (else ``obs.cameras``): a
+    camera policy as the base of `--preset smoke` trained a while, evaluated the base and was refused as
+    "the environment does not provide every observation", fix "--task", which rl train has not (23rd
+    fault run)."""
+    if not cameras or cfg.obs.encoder == "frozen":
+        return
+    rendered = {
+        c if c.startswith("observation.images.") else f"observation.images.{c}" for c in cfg.obs.cameras
+    }
+    missing = [k for k in cameras if k not in rendered]
+    if missing:
+        raise ActlabError(
+            "the base policy reads cameras the RL envs would not render",
+            file=path,
+            field="obs.encoder",
+            expected=f"obs.encoder=frozen (the envs then render the base's cameras: {', '.join(cameras)})",
+            found=f"obs.encoder={cfg.obs.encoder}, obs.cameras={list(cfg.obs.cameras)}",
+            fix="use --preset residual (residual RL on a frozen camera policy), or --set obs.encoder=frozen "
+            "(nothing was run or written)",
+        )
 
 
 def check_base_task(path: Path) -> None:
@@ -84,4 +109,11 @@ def check_demos(path: Path) -> None:
         )
 
 
-__all__ = ["RL_SIM_TASK", "check_base", "check_base_task", "check_demos", "check_inputs"]
+__all__ = [
+    "RL_SIM_TASK",
+    "check_base",
+    "check_base_cameras",
+    "check_base_task",
+    "check_demos",
+    "check_inputs",
+]

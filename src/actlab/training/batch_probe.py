@@ -44,6 +44,7 @@ from actlab.training.config import apply_train_overrides, config_from_dict, conf
 from actlab.training.presets import get_preset, with_dataset
 from actlab.utils.config import override_key
 from actlab.utils.device import resolve_device
+from actlab.utils.kinds import refuse_cache_inside_output
 from actlab.utils.procs import own_multiprocessing_names
 from actlab.utils.threads import keeps_torch_threads
 from actlab.utils.units import parse_bytes
@@ -338,6 +339,7 @@ def find_batch_size(
         margin=margin, start=start, max_batch=max_batch, multiple_of=multiple_of, tolerance=tolerance
     )
     cfg = load_config(preset, dataset, overrides, device)
+    refuse_cache_inside_output(cfg.data.cache_dir, "data.cache_dir")
     dev = resolve_device(cfg.device)
     limit = parse_bytes(memory_limit) if memory_limit is not None else None
     notes: list[str] = []

@@ -522,7 +522,7 @@ def _cached_store(ds, cfg: TrainConfig):
         return None
     path = FrameStore.path_for(ds, cfg.data.image_size, keys, cfg.data.cache_dir)
     # None where there is none or it is damaged (a camera removed from its store.json too): rebuilt later
-    return FrameStore.try_open(path, keys)[0]
+    return FrameStore.try_open(path, keys, ds)[0]
 
 
 def _build_store(ds, cfg: TrainConfig, dist: DistInfo):

@@ -98,11 +98,21 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if isinstance(value, str):
             text = value.strip()
             if text.startswith("["):
-                value = json.loads(text)
+                try:
+                    value = json.loads(text)
+                except json.JSONDecodeError:  # `[front]` was "Expecting value: line 1 column 2 (char 1)"
+                    raise ValueError(
+                        f"{where}: {text!r} is not a JSON list: write text in double quotes, "
+                        '["a", "b"], or a comma list without brackets, a,b'
+                    ) from None
             elif text == "":
                 value = []
             else:
                 value = [v.strip() for v in text.split(",")]
+                if not all(value):  # `top,$CAM` with CAM unset: an empty name (23rd fault run)
+                    raise ValueError(
+                        f"{where}: an empty item in {text!r} (a stray comma, or an unset variable?)"
+                    )
         if not isinstance(value, (list, tuple)):
             raise ValueError(f"{where}: expected a list, found {value!r}")
         if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
@@ -474,3 +484,19 @@ def no_effect(label: str, because: str, remedy: str, found: str, field: str | No
         found=found[:300],
         fix=f"add {remedy}, or leave {label} out (nothing was run)",
     )
+
+
+def comma_items(text: str, field: str, example: str) -> list[str]:
+    """The items of a comma list, stripped; an empty one is refused: `--execution sync,$MODE` with MODE
+    unset (or a stray comma) ran sync alone, `--drop-episodes 3,` dropped episode 3 alone, without a word
+    (23rd fault run; an empty value as a whole is refused where the command line is read)."""
+    items = [x.strip() for x in text.split(",")]
+    if not all(items):
+        raise ActlabError(
+            "a comma list has an empty item (a stray comma, or an unset shell variable?)",
+            field=field,
+            expected=f"a comma list without empty items, e.g. {example}",
+            found=repr(text),
+            fix=f"write every item, e.g. {field} {example} (nothing was run)",
+        )
+    return items

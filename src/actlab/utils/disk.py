@@ -58,6 +58,18 @@ def require_free(
 
     Returns the number of bytes that were available.
     """
+    where = _existing(Path(path))
+    if shutil.disk_usage(where).total == 0:
+        # `sim record --out /proc/x` was "not enough disk space ... 0 B available": a place no file can be
+        # made in, blamed on a full disk (23rd fault run)
+        raise ActlabError(
+            f"{where} is on a filesystem that stores no files (its size is 0: /proc, /sys and the like)",
+            file=path,
+            field=field,
+            expected="a path on a disk",
+            found=f"{where}: 0 B in all",
+            fix="choose a path on a disk (nothing was run or written)",
+        )
     free = free_bytes(path)
     available = free if limit_bytes is None else min(free, limit_bytes)
     if need_bytes <= available:

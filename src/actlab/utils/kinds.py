@@ -12,6 +12,7 @@ import json
 import re
 from pathlib import Path
 
+from actlab.errors import ActlabError
 from actlab.utils.procs import host_tag, pid_alive
 
 # The marker files, by who writes them:
@@ -102,3 +103,22 @@ def enclosing_kind(path: str | Path, own: Path | None = None) -> tuple[Path, str
         if kind is not None:
             return d, kind
     return None
+
+
+def refuse_cache_inside_output(cache_dir: str | Path | None, field: str) -> None:
+    """A frame cache named by a command that has no run of its own (``data cache``, ``bench data``,
+    ``policy doctor``, ``bench train``, ``find-batch-size``) is written into a directory of its own or a
+    training run's (where a run keeps its cache): ``--cache-dir`` a checkpoint, an export, another dataset
+    or another command's output wrote a store into it, exit 0 (training refused the same since the 20th
+    fault run; 23rd)."""
+    found = enclosing_kind(cache_dir) if cache_dir else None
+    if found is None or found[1].startswith("an actlab training run"):
+        return
+    raise ActlabError(
+        f"{field} lies inside a directory another command wrote",
+        file=str(cache_dir),
+        field=field,
+        expected="a directory of its own (or a training run's, e.g. RUN/cache)",
+        found=f"{found[0]}: {found[1]}",
+        fix=f"choose another {field}, e.g. a new directory beside the dataset (nothing was run or written)",
+    )

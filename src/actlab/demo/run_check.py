@@ -1,0 +1,73 @@
+"""Whether the demo's finished run is still the one its stages describe, before they are reused.
+
+The demo reuses a stage when its settings are unchanged and its outputs are there. The run's dataset is
+compared with the one its last checkpoint was trained on (22nd fault run); the run's checkpoints with the
+ones the evaluation measured (23rd): a checkpoint whose weights were replaced, removed or added since (a
+resume or copy outside the demo, `cp` of another run's weights) kept the evaluation, the delay sweep and
+the report of weights no longer there, exit 0.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from actlab.datasets.checksums import sha256
+from actlab.errors import ActlabError
+from actlab.training.checkpoint import CheckpointManager
+from actlab.training.resume_checks import check_same_dataset
+
+# the key of the evaluation stage's result that records the checkpoints it measured
+CHECKPOINTS = "checkpoints"
+
+
+def check_run_data(train_cfg: Any, run: Path) -> None:
+    """Refuse to reuse the finished run when DIR/data is not the dataset it was trained on (a resume's
+    identity): an edited row or another recording kept the run and its report, exit 0 (22nd fault run)."""
+    ckpts = CheckpointManager(run, train_cfg.checkpoint.keep_last, train_cfg.checkpoint.keep_best)
+    last, data = ckpts.last_step(), train_cfg.data.path
+    if last is not None:
+        problem = "the demo's dataset is not the one its run was trained on (edited or replaced since the "
+        problem += "demo recorded it): the run, its evaluation and the report would describe other data"
+        fix = f"keep your dataset: move {data} aside and run the demo again (it records and trains anew), "
+        fix += f"or train on the dataset as it is now: actlab train --dataset {data} --out NEW_RUN"
+        check_same_dataset(train_cfg, ckpts.path(last), problem=problem, fix=fix)
+
+
+def run_checkpoints(run: Path) -> dict[str, str]:
+    """Each checkpoint of ``run`` by name: the sha256 of its weights (missing weights: "")."""
+    out = {}
+    for ckpt in sorted((run / "checkpoints").glob("step_*")):
+        weights = ckpt / "model.safetensors"
+        out[ckpt.name] = sha256(weights) if weights.is_file() else ""
+    return out
+
+
+def evaluation_outdated(entry: Any, run: Path, stream: TextIO = sys.stderr) -> bool:
+    """True (said on ``stream``) when the run's checkpoints are not the ones the recorded evaluation
+    measured; False when they are, or when the entry predates the record (it cannot be told)."""
+    result = entry.get("result") if isinstance(entry, dict) else None
+    recorded = result.get(CHECKPOINTS) if isinstance(result, dict) else None
+    if not isinstance(recorded, dict):
+        return False
+    now = run_checkpoints(run)
+    changed = [f"{n} removed" for n in recorded if n not in now]
+    changed += [f"{n} added" for n in now if n not in recorded]
+    changed += [f"{n}'s weights differ" for n in now if n in recorded and now[n] != recorded[n]]
+    if changed and not now:
+        raise ActlabError(
+            "the demo's run has no checkpoint left to evaluate",
+            file=run / "checkpoints",
+            expected=f"the checkpoints it evaluated: {', '.join(recorded)}",
+            found=", ".join(changed),
+            fix="restore the checkpoints, or run the demo again with --fresh (every stage runs again)",
+        )
+    if changed:
+        print(
+            f"      the run's checkpoints changed since they were evaluated ({', '.join(changed)}): "
+            "evaluating them again",
+            file=stream,
+            flush=True,
+        )
+    return bool(changed)
