@@ -71,3 +71,36 @@ def evaluation_outdated(entry: Any, run: Path, stream: TextIO = sys.stderr) -> b
             flush=True,
         )
     return bool(changed)
+
+
+# what a demo directory holds besides its state file: its outputs, by which a directory whose state file
+# was deleted is told from a directory the demo never made
+DEMO_OUTPUTS = ("data", "run", "summary.json")
+
+
+def check_is_demo_dir(out: Path, state_file: str, lock_file: str) -> None:
+    """Refuse an --out that is not a directory, or a non-empty one without the demo's state file: a run
+    replaces data/, run/ and eval/ in it and --fresh deletes it. A demo's directory whose state file is
+    gone is refused too, named as such: "a directory that actlab demo did not create", fix "choose another
+    --out", blamed the wrong cause for a directory it did create (24th fault run, demo_state_removed)."""
+    if not out.is_dir():
+        raise ActlabError("the demo's output path is not a directory", file=out, fix="choose another --out")
+    # (the lock file alone: a demo killed between taking the lock and writing the state file)
+    if any(p.name != lock_file for p in out.iterdir()) and not (out / state_file).is_file():
+        if all((out / name).exists() for name in DEMO_OUTPUTS):
+            raise ActlabError(
+                f"the demo directory has lost its {state_file}: without it nothing tells which stages "
+                "finished, and the demo does not replace or delete the directory (--fresh neither)",
+                file=out / state_file,
+                expected=f"the {state_file} the demo wrote beside {', '.join(DEMO_OUTPUTS)}",
+                found="missing (deleted or moved?)",
+                fix=f"restore {state_file} from a copy; or keep what you need of {out} and delete it "
+                "yourself, then run the demo again (it starts over); or choose another --out",
+            )
+        raise ActlabError(
+            "refusing to write into (or delete) a directory that actlab demo did not create",
+            file=out,
+            expected=f"a new or empty directory, or a demo output directory (with {state_file})",
+            found="a non-empty directory without it",
+            fix="choose another --out",
+        )
