@@ -153,3 +153,37 @@ def test_a_damaged_stores_rebuild_command_names_its_cache_dir(tiny_dataset, tmp_
     assert main([*base, "--verify"]) != 0
     err = capsys.readouterr().err
     assert f"--cache-dir {cache} --rebuild" in err, err
+
+
+# ------------------------------------------------------------------ the demo's dataset edited in its middle
+@pytest.mark.slow
+def test_a_demo_does_not_reuse_its_recording_after_a_video_was_edited(tmp_path, capsys):
+    """SILENT before (reuse_demo_video_mid): a video of the demo's DIR/data edited in its middle with its
+    size and mtime kept: the recording, the run trained on the old frames, the evaluation and the report
+    were reused, exit 0 (the run's dataset identity hashes meta/ and the rows, not the videos). Now the
+    record stage records each file's sha256 (with inode and ctime: a stat when untouched) and a changed
+    one is refused, naming the file; a copy of the demo (new inodes, same bytes) is still reused."""
+    import os
+
+    from actlab.cli import main
+
+    out = tmp_path / "demo"
+    argv = ["demo", "--episodes", "2", "--eval-episodes", "1", "--image-size", "16", "--set", "steps=2"]
+    argv += ["--workers", "1", "--out", str(out)]
+    assert main(argv) == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    assert main([*argv[:-1], str(copy)]) == 0  # an unedited copy: reused
+    video = next((copy / "data" / "videos" / "observation.images.top").rglob("*.mp4"))
+    st = video.stat()
+    with open(video, "r+b") as f:
+        f.seek(st.st_size // 2)
+        block = f.read(512)
+        f.seek(st.st_size // 2)
+        f.write(bytes(b ^ 0x5A for b in block))
+    os.utime(video, ns=(st.st_atime_ns, st.st_mtime_ns))
+    capsys.readouterr()
+    assert main([*argv[:-1], str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert "the demo's dataset changed since the demo recorded it" in err, err
+    assert video.relative_to(copy / "data").as_posix() in err, err

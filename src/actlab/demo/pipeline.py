@@ -37,9 +37,11 @@ from typing import Any
 from actlab.demo.report import write_report
 from actlab.demo.run_check import (
     CHECKPOINTS,
+    check_data_sources,
     check_is_demo_dir,
     check_run_data,
     evaluation_outdated,
+    record_data_sources,
     run_checkpoints,
 )
 from actlab.errors import ActlabError, Terminated
@@ -443,6 +445,7 @@ def _record(cfg: DemoConfig, plan: dict, out: Path, state: dict, log: StageLog) 
             del settings[key]
     t0 = log.start("record", f"recording {cfg.episodes} scripted-expert demonstrations -> {data}")
     if _stage_current(state, "record", settings, [data / "meta" / "info.json"], out):
+        check_data_sources(state["record"], data)
         log.reuse("record", f"the dataset in {data}", state["record"])
         return state["record"]["result"]
     _forget_unmarked(data)
@@ -453,6 +456,8 @@ def _record(cfg: DemoConfig, plan: dict, out: Path, state: dict, log: StageLog) 
     result["failed_seeds"] = list(result["failed_seeds"])
     log.done("record", t0, summary.line(timed=False))  # the stage line adds the time, once
     _finish_stage(out, state, "record", settings, result, log.seconds["record"])
+    record_data_sources(state, data)  # each file's sha256: a later edit is not reused (24th fault run)
+    atomic_write_json(out / STATE_FILE, state)
     return result
 
 
