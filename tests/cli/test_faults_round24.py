@@ -187,3 +187,22 @@ def test_a_demo_does_not_reuse_its_recording_after_a_video_was_edited(tmp_path, 
     err = capsys.readouterr().err
     assert "the demo's dataset changed since the demo recorded it" in err, err
     assert video.relative_to(copy / "data").as_posix() in err, err
+
+
+# ------------------------------------------------------------------ an image encoder on reach
+def test_rl_train_refuses_an_image_encoder_on_reach_before_its_run_directory(tmp_path, capsys):
+    """UNCLEAR before (rl_cnn_top, rl_cams_unknown, rl_cams_dup): `rl train --preset smoke --set
+    obs.encoder=cnn --set obs.cameras=top` (reach, whose envs render no camera) made the run directory
+    (config.json, metrics.jsonl left), then was refused as "the environment does not provide every
+    observation the policy was trained on", fix "--task", which rl train has not. Now refused first,
+    naming obs.encoder and env.task, nothing written."""
+    from actlab.cli import main
+
+    out = tmp_path / "rl"
+    argv = ["rl", "train", "--preset", "smoke", "--out", str(out), "--set", "obs.encoder=cnn"]
+    argv += ["--set", "obs.cameras=top", "--set", "total_env_steps=200"]
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "the reach task renders no camera" in err, err
+    assert not out.exists()
