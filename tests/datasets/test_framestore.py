@@ -173,7 +173,11 @@ def test_empty_frame_file_is_refused_by_open_and_rebuilt_by_build(tiny_dataset, 
     (store.root / "cam0.npy").write_bytes(b"")  # used to be an EOFError traceback until --rebuild
     with pytest.raises(ActlabError, match="wrong size") as e:
         FrameStore.open(store.root)
-    assert e.value.found == "0 bytes" and f"actlab data cache {ds.root} --rebuild" in e.value.fix
+    # the command names the store's --cache-dir: without it the rebuild went to the default place (24th)
+    assert (
+        e.value.found == "0 bytes"
+        and f"actlab data cache {ds.root} --cache-dir {tmp_path} --rebuild" in e.value.fix
+    )
     again = FrameStore.build(ds, cache_dir=tmp_path, progress=False)
     assert "rebuilding" in capsys.readouterr().err
     assert np.array_equal(again.frames[TOP], good)

@@ -40,6 +40,7 @@ from actlab.datasets import format as fmt
 from actlab.errors import ActlabError
 from actlab.utils.disk import WRITE_ERRNOS, write_error
 from actlab.utils.io import atomic_write_json, read_json
+from actlab.utils.kinds import refuse_cache_inside_output
 from actlab.utils.progress import progress_bar
 from actlab.utils.units import human_bytes
 
@@ -64,6 +65,8 @@ SAMPLE_CHUNKS = 2
 def cache_root() -> Path:
     """``$ACTLAB_CACHE`` or ``~/.cache/actlab``."""
     env = os.environ.get("ACTLAB_CACHE")
+    if env:  # a dataset's, a bundle's or an export's directory took the frames in, exit 0 (24th fault run)
+        refuse_cache_inside_output(Path(env).expanduser(), "ACTLAB_CACHE")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "actlab"
 
 
@@ -651,9 +654,10 @@ def _damaged(path: Path, meta: Any, problem: str, file: Path, field: str, expect
     """The error for a damaged store, with the command that rebuilds it."""
     source = meta.get("source") if isinstance(meta, dict) else None
     size = meta.get("image_size") if isinstance(meta, dict) else None
-    cmd = (
-        f"actlab data cache {source or 'DATASET'}" + (f" --image-size {size}" if size else "") + " --rebuild"
-    )
+    cmd = f"actlab data cache {source or 'DATASET'}" + (f" --image-size {size}" if size else "")
+    if Path(path).parent.resolve() != (cache_root() / "frames").resolve():  # (24th: the fix rebuilt
+        cmd += f" --cache-dir {Path(path).parent}"  # a store in the default place, this one stayed damaged)
+    cmd += " --rebuild"
     return ActlabError(
         f"damaged frame store: {problem}",
         file=file,

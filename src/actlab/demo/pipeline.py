@@ -35,7 +35,15 @@ from pathlib import Path
 from typing import Any
 
 from actlab.demo.report import write_report
-from actlab.demo.run_check import CHECKPOINTS, check_run_data, evaluation_outdated, run_checkpoints
+from actlab.demo.run_check import (
+    CHECKPOINTS,
+    check_data_sources,
+    check_is_demo_dir,
+    check_run_data,
+    evaluation_outdated,
+    record_data_sources,
+    run_checkpoints,
+)
 from actlab.errors import ActlabError, Terminated
 from actlab.evaluation import EnvSpec, EvalConfig, run_eval, wilson_interval
 from actlab.evaluation.realtime import mark_vs_sync, plan_cells, run_sweep, write_sweep
@@ -437,6 +445,7 @@ def _record(cfg: DemoConfig, plan: dict, out: Path, state: dict, log: StageLog) 
             del settings[key]
     t0 = log.start("record", f"recording {cfg.episodes} scripted-expert demonstrations -> {data}")
     if _stage_current(state, "record", settings, [data / "meta" / "info.json"], out):
+        check_data_sources(state["record"], data)
         log.reuse("record", f"the dataset in {data}", state["record"])
         return state["record"]["result"]
     _forget_unmarked(data)
@@ -447,6 +456,8 @@ def _record(cfg: DemoConfig, plan: dict, out: Path, state: dict, log: StageLog) 
     result["failed_seeds"] = list(result["failed_seeds"])
     log.done("record", t0, summary.line(timed=False))  # the stage line adds the time, once
     _finish_stage(out, state, "record", settings, result, log.seconds["record"])
+    record_data_sources(state, data)  # each file's sha256: a later edit is not reused (24th fault run)
+    atomic_write_json(out / STATE_FILE, state)
     return result
 
 
@@ -818,7 +829,7 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     if out.exists():
         # Both --fresh (deletes everything) and a plain run (replaces data/, run/, eval/) destroy files:
         # only in a directory the demo made.
-        _check_is_demo_dir(out)
+        check_is_demo_dir(out, STATE_FILE, LOCK_FILE)
     # One demo at a time in a directory: a second one would record, train and evaluate into the same
     # stage directories. The lock is released by the kernel when this process dies, however it dies.
     fix = "wait for pid {pid} (another actlab demo) to finish, or stop it; or choose another --out"
@@ -875,19 +886,3 @@ def _run_stages(cfg: DemoConfig, plan: dict[str, Any], out: Path, wall0: float) 
     )
     log.done("report", t0, f"{out / 'report.html'}")
     return summary
-
-
-def _check_is_demo_dir(out: Path) -> None:
-    """Refuse an --out that is not a directory, or a non-empty one without the demo's state file: a run
-    replaces data/, run/ and eval/ in it and --fresh deletes it."""
-    if not out.is_dir():
-        raise ActlabError("the demo's output path is not a directory", file=out, fix="choose another --out")
-    # (the lock file alone: a demo killed between taking the lock and writing the state file)
-    if any(p.name != LOCK_FILE for p in out.iterdir()) and not (out / STATE_FILE).is_file():
-        raise ActlabError(
-            "refusing to write into (or delete) a directory that actlab demo did not create",
-            file=out,
-            expected=f"a new or empty directory, or a demo output directory (with {STATE_FILE})",
-            found="a non-empty directory without it",
-            fix="choose another --out",
-        )

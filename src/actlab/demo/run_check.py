@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from actlab.datasets import open_dataset
 from actlab.datasets.checksums import sha256
+from actlab.datasets.framestore import source_record, sources_changed
 from actlab.errors import ActlabError
 from actlab.training.checkpoint import CheckpointManager
 from actlab.training.resume_checks import check_same_dataset
@@ -71,3 +73,71 @@ def evaluation_outdated(entry: Any, run: Path, stream: TextIO = sys.stderr) -> b
             flush=True,
         )
     return bool(changed)
+
+
+# what a demo directory holds besides its state file: its outputs, by which a directory whose state file
+# was deleted is told from a directory the demo never made
+DEMO_OUTPUTS = ("data", "run", "summary.json")
+
+
+def check_is_demo_dir(out: Path, state_file: str, lock_file: str) -> None:
+    """Refuse an --out that is not a directory, or a non-empty one without the demo's state file: a run
+    replaces data/, run/ and eval/ in it and --fresh deletes it. A demo's directory whose state file is
+    gone is refused too, named as such: "a directory that actlab demo did not create", fix "choose another
+    --out", blamed the wrong cause for a directory it did create (24th fault run, demo_state_removed)."""
+    if not out.is_dir():
+        raise ActlabError("the demo's output path is not a directory", file=out, fix="choose another --out")
+    # (the lock file alone: a demo killed between taking the lock and writing the state file)
+    if any(p.name != lock_file for p in out.iterdir()) and not (out / state_file).is_file():
+        if all((out / name).exists() for name in DEMO_OUTPUTS):
+            raise ActlabError(
+                f"the demo directory has lost its {state_file}: without it nothing tells which stages "
+                "finished, and the demo does not replace or delete the directory (--fresh neither)",
+                file=out / state_file,
+                expected=f"the {state_file} the demo wrote beside {', '.join(DEMO_OUTPUTS)}",
+                found="missing (deleted or moved?)",
+                fix=f"restore {state_file} from a copy; or keep what you need of {out} and delete it "
+                "yourself, then run the demo again (it starts over); or choose another --out",
+            )
+        raise ActlabError(
+            "refusing to write into (or delete) a directory that actlab demo did not create",
+            file=out,
+            expected=f"a new or empty directory, or a demo output directory (with {state_file})",
+            found="a non-empty directory without it",
+            fix="choose another --out",
+        )
+
+
+def record_data_sources(state: dict, data: Path) -> None:
+    """Record in the record stage's entry each file of the demo's dataset (its videos and data files):
+    sha256 with inode and ctime, as a frame store records its sources (23rd fault run)."""
+    ds = open_dataset(data)
+    try:
+        state["record"]["sources"] = source_record(ds, ds.video_keys, data=True)
+    finally:
+        ds.close()
+
+
+def check_data_sources(entry: Any, data: Path) -> None:
+    """Refuse to reuse the recording when a file of DIR/data changed since the demo recorded it: a video
+    edited in its middle with its size and mtime kept (the run's dataset identity hashes the metadata and
+    rows, not the videos) kept the recording, the run trained on the old frames, its evaluation and
+    report, exit 0 (24th fault run, reuse_demo_video_mid). An entry without the record (an earlier
+    actlab's) is taken as it is."""
+    record = entry.get("sources") if isinstance(entry, dict) else None
+    if not isinstance(record, dict):
+        return
+    ds = open_dataset(data)
+    try:
+        changed = sources_changed(ds, {"sources": record})
+    finally:
+        ds.close()
+    if changed:
+        raise ActlabError(
+            "the demo's dataset changed since the demo recorded it: its run was trained on the files as "
+            "they were, and the run, its evaluation and the report would describe other data",
+            file=data,
+            found=changed.replace("since the store was built", "since the demo recorded it"),
+            fix=f"keep your dataset: move {data} aside and run the demo again (it records and trains anew), "
+            f"or train on the dataset as it is now: actlab train --dataset {data} --out NEW_RUN",
+        )

@@ -16,6 +16,7 @@ Each of the first ``demo_episodes`` episodes becomes transitions in the agent's 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,7 @@ def demo_buffer(cfg: Any, agent: Any, progress: bool = False) -> ReplayBuffer:
             expected=", ".join([STATE_KEY, "action", *agent.image_keys]),
             found=", ".join(sorted(ds.features)),
         )
+    check_demo_image_size(agent, ds, cfg.demos)
     states, actions = ds.column(STATE_KEY), ds.column("action")
     episodes = ds.episodes[: cfg.sac.demo_episodes]
     say_fewer_demos(cfg.demos, len(ds.episodes), cfg.sac.demo_episodes, "sac.demo_episodes")
@@ -66,6 +68,30 @@ def demo_buffer(cfg: Any, agent: Any, progress: bool = False) -> ReplayBuffer:
         buf.add(p)
     ds.close()
     return buf
+
+
+def check_demo_image_size(agent: Any, ds: Any, demos: Any) -> None:
+    """Refuse demonstrations whose frames are not the size the agent reads (the frozen base's trained size,
+    or obs.image_size), before any is read: the base's own refusal, "convert HWC frames with
+    .permute(0, 3, 1, 2) and resize them", was a programmer's fix for a user who recorded at another
+    --image-size (24th fault run, rl_demos_size_mismatch, kill_rm)."""
+    frozen = agent.cfg.obs.encoder == "frozen"
+    resizes = frozen and getattr(agent.base, "_img_size", None) is not None
+    want = agent.features
+    for key in agent.image_keys:
+        have, need = list(ds.features[key]["shape"][:2]), list(want[key]["shape"][:2])
+        if have != need and not resizes:
+            other = "pass a base trained on these frames" if frozen else f"--set obs.image_size={have[0]}"
+            raise ActlabError(
+                "the demonstrations' frames are not the size the agent reads",
+                file=Path(demos) / "meta" / "info.json",
+                field=f"features.{key}.shape",
+                expected=f"{need[0]}x{need[1]} (H x W: "
+                + ("the size the base was trained at)" if frozen else "obs.image_size)"),
+                found=f"{have[0]}x{have[1]}",
+                fix=f"record the demonstrations at that size (actlab sim record --image-size {need[0]}), "
+                f"or {other} (nothing was trained)",
+            )
 
 
 def say_fewer_demos(path: Any, held: int, asked: int, key: str) -> None:

@@ -28,10 +28,26 @@ RL_SIM_TASK = "so101_pick_place"
 def check_inputs(cfg: Any, base_copied: bool) -> None:
     """Refuse a base that is no loadable bundle (unless the run already holds its copy: a resume), and a
     base or demonstrations recorded on another sim task."""
+    check_encoder_task(cfg)
     if cfg.base is not None and not base_copied:
         check_base(Path(cfg.base), cfg)
     if cfg.demos is not None:
         check_demos(Path(cfg.demos))
+
+
+def check_encoder_task(cfg: Any) -> None:
+    """An image encoder on ``reach``, whose envs render no camera: the run directory was made, then the
+    first evaluation refused "the environment does not provide every observation the policy was trained
+    on", fix "--task", which rl train has not (24th fault run, rl_cnn_top; the 23rd's check_base_cameras
+    for a base)."""
+    if cfg.env.task == "reach" and cfg.obs.encoder in ("cnn", "vit"):
+        raise ActlabError(
+            "the reach task renders no camera: an image encoder would have no frames to see",
+            field="obs.encoder",
+            expected="obs.encoder=none on reach, or env.task=pick_place (its envs render obs.cameras)",
+            found=f"obs.encoder={cfg.obs.encoder}, obs.cameras={list(cfg.obs.cameras)}, env.task=reach",
+            fix="--set env.task=pick_place, or leave obs.encoder at none (nothing was run or written)",
+        )
 
 
 def check_base(path: Path, cfg: Any = None) -> None:
@@ -115,5 +131,6 @@ __all__ = [
     "check_base_cameras",
     "check_base_task",
     "check_demos",
+    "check_encoder_task",
     "check_inputs",
 ]

@@ -26,7 +26,7 @@ from actlab.policies import load_policy
 from actlab.rl.agent import Agent
 from actlab.rl.checkpoint import read_tensors
 from actlab.rl.config import EnvConfig, ObsConfig, RLConfig, check_ranges
-from actlab.rl.demos import say_fewer_demos
+from actlab.rl.demos import check_demo_image_size, say_fewer_demos
 from actlab.rl.inputs import check_base_task, check_demos
 from actlab.utils.config import is_number, is_whole
 from actlab.utils.io import atomic_dir, atomic_write_json, check_out_dir, read_json
@@ -190,6 +190,7 @@ def _demo_frames(cfg: RewardModelConfig, agent: Any, demos: str) -> list[tuple[t
             fix="pass demonstrations recorded with the base's cameras (actlab sim record --cameras ...), or "
             "a base trained on these cameras (nothing was trained)",
         )
+    check_demo_image_size(agent, ds, demos)  # (actlab.rl.demos)
     states = ds.column("observation.state")
     out = []
     say_fewer_demos(demos, len(ds.episodes), cfg.episodes, "episodes")  # (actlab.rl.demos)
