@@ -7,25 +7,14 @@ fix.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from plant_faults import edit_middle_keeping_size_and_mtime
+
 
 # ------------------------------------------------------------------ a video edited in its middle
-def _edit_middle_keeping_size_and_mtime(video: Path) -> None:
-    """Flip 4 KiB in the middle of the file, then put its mtime back (`touch -r`): the size and mtime are
-    the ones the frame store's fingerprint saw, and so are the first and last 64 KiB it hashes."""
-    st = video.stat()
-    with open(video, "r+b") as f:
-        f.seek(st.st_size // 2)
-        block = f.read(4096)
-        f.seek(st.st_size // 2)
-        f.write(bytes(b ^ 0x5A for b in block))
-    os.utime(video, ns=(st.st_atime_ns, st.st_mtime_ns))
-
-
 @pytest.fixture(scope="module")
 def big_video_dataset(tmp_path_factory) -> Path:
     """A 2-episode 96 px recording: its top camera's video is over 128 KiB (the fingerprint hashes only
@@ -62,7 +51,7 @@ def test_a_frame_store_is_not_reused_for_a_video_edited_in_its_middle(
     cache = tmp_path / "cache"
     base = ["data", "cache", str(data), "--image-size", "24", "--cache-dir", str(cache)]
     assert main(base) == 0
-    _edit_middle_keeping_size_and_mtime(video)
+    edit_middle_keeping_size_and_mtime(video)
     capsys.readouterr()
     code = main(base + (["--verify"] if how.endswith("--verify") else []))
     err = capsys.readouterr().err
@@ -386,7 +375,7 @@ def test_data_stats_are_not_served_from_the_cache_for_a_video_edited_in_its_midd
     data = tmp_path / "rec"
     shutil.copytree(big_video_dataset, data)
     assert main(["data", "stats", str(data), "--json"]) == 0
-    _edit_middle_keeping_size_and_mtime(next((data / "videos" / "observation.images.top").rglob("*.mp4")))
+    edit_middle_keeping_size_and_mtime(next((data / "videos" / "observation.images.top").rglob("*.mp4")))
     capsys.readouterr()
     assert main(["data", "stats", str(data), "--json"]) != 0
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from plant_faults import edit_middle_keeping_size_and_mtime
+
 
 # ------------------------------------------------------------------ ACTLAB_CACHE inside another output
 @pytest.mark.parametrize("inside", ["dataset", "bundle"])
@@ -163,8 +165,6 @@ def test_a_demo_does_not_reuse_its_recording_after_a_video_was_edited(tmp_path, 
     were reused, exit 0 (the run's dataset identity hashes meta/ and the rows, not the videos). Now the
     record stage records each file's sha256 (with inode and ctime: a stat when untouched) and a changed
     one is refused, naming the file; a copy of the demo (new inodes, same bytes) is still reused."""
-    import os
-
     from actlab.cli import main
 
     out = tmp_path / "demo"
@@ -175,13 +175,7 @@ def test_a_demo_does_not_reuse_its_recording_after_a_video_was_edited(tmp_path, 
     shutil.copytree(out, copy)
     assert main([*argv[:-1], str(copy)]) == 0  # an unedited copy: reused
     video = next((copy / "data" / "videos" / "observation.images.top").rglob("*.mp4"))
-    st = video.stat()
-    with open(video, "r+b") as f:
-        f.seek(st.st_size // 2)
-        block = f.read(512)
-        f.seek(st.st_size // 2)
-        f.write(bytes(b ^ 0x5A for b in block))
-    os.utime(video, ns=(st.st_atime_ns, st.st_mtime_ns))
+    edit_middle_keeping_size_and_mtime(video, 512)
     capsys.readouterr()
     assert main([*argv[:-1], str(copy)]) == 2
     err = capsys.readouterr().err
