@@ -350,22 +350,22 @@ def read_tasks(root: Path, info: Mapping[str, Any], report: Report) -> list[tupl
     tasks = table.column(col).to_pylist()
     # a task_index of text or null, or a task that is no text: int()'s ValueError or argsort's TypeError
     # was a traceback in every command that opens the dataset (24th fault run, odd_task_idx_text)
-    bad = [(what, v) for what, vals, ok in (
-        ("task_index", indices, lambda v: isinstance(v, int) and not isinstance(v, bool)),
-        (col, tasks, lambda v: isinstance(v, str)),
-    ) for v in vals if not ok(v)]  # fmt: skip
-    if bad:
-        what, value = bad[0]
-        report.add(
-            "task_column_type",
-            f"tasks.parquet's {what} column holds a value of another type",
-            path,
-            what,
-            "an integer per task" if what == "task_index" else "a text per task",
-            f"{type(value).__name__}: {value!r}",
-            REEXPORT,
-        )
-        return None
+    for what, values, kind, expected in (
+        ("task_index", indices, int, "an integer per task"),
+        (col, tasks, str, "a text per task"),
+    ):
+        i = next((i for i, v in enumerate(values) if isinstance(v, bool) or not isinstance(v, kind)), None)
+        if i is not None:
+            report.add(
+                "task_column_type",
+                f"tasks.parquet's {what} column holds a value of another type",
+                path,
+                what,
+                expected,
+                f"{type(values[i]).__name__}: {values[i]!r}",
+                REEXPORT,
+            )
+            return None
     order = np.argsort(np.asarray(indices))
     return [(tasks[i], int(indices[i])) for i in order]
 
