@@ -191,14 +191,14 @@ def _pairs(value: Any) -> list[tuple[Path, str]]:
 
 def camera_list(text: str) -> tuple[str, ...]:
     """``--cameras top,wrist``: camera names, each once (``top,top`` made one camera without a word)."""
-    names = tuple(c.strip() for c in text.split(",") if c.strip())
-    if names and len(names) != len(text.split(",")):  # `top,$CAM` with CAM unset: top alone, no word
-        raise argparse.ArgumentTypeError(
-            f"an empty camera name in {text!r} (a stray comma, or an unset shell variable?)"
-        )
-    if not names:
+    names = tuple(c.strip() for c in text.split(","))
+    if not any(names):
         raise argparse.ArgumentTypeError(
             f"expected comma-separated camera names, e.g. top,wrist, found {text!r}"
+        )
+    if not all(names):  # `top,$CAM` with CAM unset: top alone, no word
+        raise argparse.ArgumentTypeError(
+            f"an empty camera name in {text!r} (a stray comma, or an unset shell variable?)"
         )
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:

@@ -337,10 +337,7 @@ def _run_doctor(args: argparse.Namespace) -> int:
     from actlab.utils.kinds import refuse_cache_inside_output
 
     def episodes(spec: str | None, flag: str) -> tuple[int, ...] | None:
-        try:
-            return None if spec is None else tuple(parse_episodes(spec, flag))
-        except ActlabError as e:
-            raise ActlabError(e.problem, field=flag, expected=e.expected, found=e.found) from e
+        return None if spec is None else tuple(parse_episodes(spec, flag))  # its errors name flag
 
     refuse_cache_inside_output(args.cache_dir, "--cache-dir")
     cfg = DoctorConfig(
