@@ -628,8 +628,6 @@ def verify_stores(
         )
     out = []
     for path in paths:
-        flags = "" if store_size(path) is None else f" --image-size {store_size(path)}"
-        flags += "" if cache_dir is None else f" --cache-dir {cache_dir}"
         try:
             store = FrameStore.open(path, verify="full")
             info = store.verify_summary()
@@ -637,6 +635,9 @@ def verify_stores(
             out.append(VerifyResult(path, False, f"{e.problem}: {e.found}", e))
             continue
         if changed := sources_changed(ds, store.meta):
+            size = store.meta.get("image_size")
+            flags = "" if size is None else f" --image-size {size}"
+            flags += "" if cache_dir is None else f" --cache-dir {cache_dir}"
             error = ActlabError(
                 "the frame store's frames are not the dataset's: a source file changed since it was built",
                 file=path,
@@ -837,17 +838,24 @@ def _write_verified(path: Path, meta: dict) -> None:
 # run). The store records each source file's sha256 with its inode and ctime: a write changes the ctime
 # (no user call sets it), so a file whose inode and ctime are the recorded ones is unchanged and costs a
 # stat; any other (edited, touched, or a copy: cp -a keeps mtimes, not ctimes) is hashed whole once per
-# reuse (about 1 GB/s, far below decoding it again).
-def store_size(path: Path) -> str | None:
-    """The image size in a store's name (None for native frames)."""
-    size = path.name.split("-")[1]
-    return None if size == "native" else size
-
-
+# process that reuses the store (about 1 GB/s, far below decoding it again).
 def _source_files(ds: LeRobotV3Dataset, keys: Sequence[str], data: bool = False) -> list[Path]:
     tops = {ds.root / ("videos/" + key if key in ds.video_keys else "data") for key in keys}
     tops |= {ds.root / "data"} if data else set()
     return sorted({p for top in tops for p in top.rglob("*") if p.is_file() and not p.name.startswith(".")})
+
+
+# sha256 by (path, inode, ctime, size, mtime): a file with the same inode and ctime was not written since,
+# so one process hashes a copied dataset's videos once, not at each check of a store, the stats cache and
+# the demo's recording
+_HASHED: dict[tuple[str, int, int, int, int], str] = {}
+
+
+def _sha256(p: Path, st: os.stat_result) -> str:
+    key = (str(p), st.st_ino, st.st_ctime_ns, st.st_size, st.st_mtime_ns)
+    if key not in _HASHED:
+        _HASHED[key] = checksums.sha256(p)
+    return _HASHED[key]
 
 
 def source_record(ds: LeRobotV3Dataset, keys: Sequence[str], data: bool = False) -> dict[str, dict[str, Any]]:
@@ -861,7 +869,7 @@ def source_record(ds: LeRobotV3Dataset, keys: Sequence[str], data: bool = False)
             "mtime_ns": st.st_mtime_ns,
             "ino": st.st_ino,
             "ctime_ns": st.st_ctime_ns,
-            "sha256": checksums.sha256(p),
+            "sha256": _sha256(p, st),
         }
     return out
 
@@ -878,7 +886,7 @@ def sources_changed(ds: LeRobotV3Dataset, meta: dict[str, Any]) -> str | None:
             st = p.stat()
             if [st.st_ino, st.st_ctime_ns] == [was.get("ino"), was.get("ctime_ns")]:
                 continue
-            now = checksums.sha256(p)
+            now = _sha256(p, st)
         except OSError as e:
             return f"{rel}: {e.strerror or type(e).__name__}"
         if now != was.get("sha256"):
