@@ -40,8 +40,8 @@ from actlab.demo.run_check import (
     check_data_sources,
     check_is_demo_dir,
     check_run_data,
+    data_sources,
     evaluation_outdated,
-    record_data_sources,
     run_checkpoints,
 )
 from actlab.errors import ActlabError, Terminated
@@ -409,7 +409,9 @@ def _rebased(value: Any, old: str, new: str) -> Any:
     return value
 
 
-def _finish_stage(out: Path, state: dict, stage: str, settings: dict, result: dict, seconds: float) -> None:
+def _finish_stage(
+    out: Path, state: dict, stage: str, settings: dict, result: dict, seconds: float, **extra: Any
+) -> None:
     result = json.loads(json.dumps(result, default=str))  # as the state file holds it (its digest too)
     state[stage] = {
         "settings": settings,
@@ -417,6 +419,7 @@ def _finish_stage(out: Path, state: dict, stage: str, settings: dict, result: di
         "seconds": seconds,
         "out": str(out.resolve()),
         "digest": _digest(result),
+        **extra,
     }
     # Later stages depended on this one: forget them so they run again.
     for later in REALTIME_STAGES[REALTIME_STAGES.index(stage) + 1 :]:
@@ -455,9 +458,8 @@ def _record(cfg: DemoConfig, plan: dict, out: Path, state: dict, log: StageLog) 
     result = {**dataclasses.asdict(summary), "success_rate": summary.success_rate}
     result["failed_seeds"] = list(result["failed_seeds"])
     log.done("record", t0, summary.line(timed=False))  # the stage line adds the time, once
-    _finish_stage(out, state, "record", settings, result, log.seconds["record"])
-    record_data_sources(state, data)  # each file's sha256: a later edit is not reused (24th fault run)
-    atomic_write_json(out / STATE_FILE, state)
+    # each file's sha256, in the same write: a later edit is not reused (24th fault run)
+    _finish_stage(out, state, "record", settings, result, log.seconds["record"], sources=data_sources(data))
     return result
 
 

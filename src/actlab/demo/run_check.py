@@ -108,12 +108,12 @@ def check_is_demo_dir(out: Path, state_file: str, lock_file: str) -> None:
         )
 
 
-def record_data_sources(state: dict, data: Path) -> None:
-    """Record in the record stage's entry each file of the demo's dataset (its videos and data files):
-    sha256 with inode and ctime, as a frame store records its sources (23rd fault run)."""
+def data_sources(data: Path) -> dict[str, dict[str, Any]]:
+    """Each file of the demo's dataset (its videos and data files), for the record stage's entry: sha256
+    with inode and ctime, as a frame store records its sources (23rd fault run)."""
     ds = open_dataset(data)
     try:
-        state["record"]["sources"] = source_record(ds, ds.video_keys, data=True)
+        return source_record(ds, ds.video_keys, data=True)
     finally:
         ds.close()
 
