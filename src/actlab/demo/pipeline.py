@@ -62,11 +62,11 @@ from actlab.sim.view import render_strip
 from actlab.training import apply_train_overrides, get_preset, load_run_config, preflight, train, with_dataset
 from actlab.training.checkpoint import CheckpointManager
 from actlab.training.config import refuse_inert_train_overrides, resume_diff
-from actlab.training.loop import refuse_cache_in_other_output
 from actlab.utils.config import override_key, to_dict
 from actlab.utils.device import resolve_device
 from actlab.utils.disk import free_bytes
 from actlab.utils.io import atomic_write_json, read_json, read_output_marker
+from actlab.utils.kinds import refuse_cache_inside_output
 from actlab.utils.lock import LOCK_FILE, DirLock
 from actlab.utils.progress import progress_bar
 from actlab.utils.units import human_bytes
@@ -302,7 +302,7 @@ def resolve(cfg: DemoConfig) -> dict[str, Any]:
     train_cfg = apply_train_overrides(train_cfg, [*demo_overrides, *cfg.overrides])
     refuse_inert_train_overrides(train_cfg, cfg.overrides)
     # checked here, not where the training stage meets them: after the recording stage had run
-    refuse_cache_in_other_output(train_cfg.data.cache_dir, out)
+    refuse_cache_inside_output(train_cfg.data.cache_dir, "data.cache_dir", own=out)
     beyond = sorted(e for e in train_cfg.data.episodes if e >= cfg.episodes)
     if beyond:
         raise ActlabError(

@@ -51,7 +51,7 @@ from actlab.training.slowdown import SlowdownWatch, cure_applied
 from actlab.utils.config import from_file
 from actlab.utils.disk import write_error
 from actlab.utils.io import atomic_write_json, read_json, refuse_overlapping_paths
-from actlab.utils.kinds import enclosing_kind
+from actlab.utils.kinds import refuse_cache_inside_output
 from actlab.utils.lock import DirLock
 from actlab.utils.threads import (
     AdaptiveThreads,
@@ -130,7 +130,7 @@ def train(
         [("data.path", cfg.data.path), ("init_from", cfg.init_from)],
         distinct_outputs=False,  # a frame cache inside the run directory is the run's own
     )
-    refuse_cache_in_other_output(cfg.data.cache_dir, out)
+    refuse_cache_inside_output(cfg.data.cache_dir, "data.cache_dir", own=out)
     lock = DirLock(out, "run directory", fix=LOCKED_FIX) if dist.is_main else contextlib.nullcontext()
     try:
         with lock:
@@ -348,21 +348,6 @@ def _resume_step(cfg: TrainConfig, out: Path, ckpts: CheckpointManager) -> int:
             fix=f"resume with --set steps={step} or more, or evaluate the checkpoint as it is",
         )
     return step
-
-
-def refuse_cache_in_other_output(cache_dir: str | None, out: Path) -> None:
-    """A frame cache is written only into a directory of its own or the run's: `--set data.cache_dir=`
-    another dataset, a checkpoint or a data view's --out wrote frames/ and stats/ into it, exit 0."""
-    found = enclosing_kind(cache_dir, own=out) if cache_dir else None
-    if found is not None:
-        raise ActlabError(
-            "data.cache_dir lies inside a directory another command wrote",
-            file=cache_dir,
-            field="data.cache_dir",
-            expected="a directory of its own, or one inside --out",
-            found=f"{found[0]}: {found[1]}",
-            fix="choose another data.cache_dir, e.g. OUT/cache (nothing was run or written)",
-        )
 
 
 def _rebuilt_summary(out: Path, ckpts: CheckpointManager, step: int, dist: DistInfo) -> RunSummary:

@@ -105,20 +105,29 @@ def enclosing_kind(path: str | Path, own: Path | None = None) -> tuple[Path, str
     return None
 
 
-def refuse_cache_inside_output(cache_dir: str | Path | None, field: str) -> None:
-    """A frame cache named by a command that has no run of its own (``data cache``, ``bench data``,
-    ``policy doctor``, ``bench train``, ``find-batch-size``) is written into a directory of its own or a
-    training run's (where a run keeps its cache): ``--cache-dir`` a checkpoint, an export, another dataset
-    or another command's output wrote a store into it, exit 0 (training refused the same since the 20th
-    fault run; 23rd)."""
-    found = enclosing_kind(cache_dir) if cache_dir else None
-    if found is None or found[1].startswith("an actlab training run"):
+def refuse_cache_inside_output(cache_dir: str | Path | None, field: str, own: Path | None = None) -> None:
+    """A frame cache is written only into a directory of its own or a run's. ``own``: the run directory
+    of the command (train, the demo), where its cache belongs: `--set data.cache_dir=` another dataset, a
+    checkpoint or a data view's --out wrote frames/ and stats/ into it, exit 0 (20th fault run). Without
+    it (``data cache``, ``bench data``, ``policy doctor``, ``bench train``, ``find-batch-size``: no run
+    of their own), a training run's directory is allowed too: ``--cache-dir`` a checkpoint, an export,
+    another dataset or another command's output wrote a store into it, exit 0 (23rd)."""
+    found = enclosing_kind(cache_dir, own=own) if cache_dir else None
+    if found is None or (own is None and found[1].startswith("an actlab training run")):
         return
+    expected, example = (
+        ("a directory of its own, or one inside --out", "OUT/cache")
+        if own is not None
+        else (
+            "a directory of its own (or a training run's, e.g. RUN/cache)",
+            "a new directory beside the dataset",
+        )
+    )
     raise ActlabError(
         f"{field} lies inside a directory another command wrote",
         file=str(cache_dir),
         field=field,
-        expected="a directory of its own (or a training run's, e.g. RUN/cache)",
+        expected=expected,
         found=f"{found[0]}: {found[1]}",
-        fix=f"choose another {field}, e.g. a new directory beside the dataset (nothing was run or written)",
+        fix=f"choose another {field}, e.g. {example} (nothing was run or written)",
     )
