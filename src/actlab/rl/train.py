@@ -223,12 +223,18 @@ class _Trainer:
         self.sac.generator = self.gen
         self.buffer = ReplayBuffer(cfg.sac.buffer_size, cfg.device)
         self.demos = None
+        # the demonstrations' identity and videos, recorded in each checkpoint for a resume to compare
+        self.demos_record: dict[str, Any] | None = None
         # (a checkpoint's step is its env steps) A resume of a run that has its steps trains nothing:
         # the demonstrations (minutes of the base on every frame for 100 episodes) are not prepared.
         if cfg.demos is not None and (last is None or last < cfg.total_env_steps):
-            from actlab.rl.demos import demo_buffer  # lazy: reads a LeRobot dataset only when demos are given
+            # lazy: reads a LeRobot dataset only when demos are given
+            from actlab.rl.demos import check_demos_unchanged, demo_buffer, demos_record
 
+            if last is not None:  # before minutes of the base on every frame
+                check_demos_unchanged(cfg.demos, self.ckpt.meta(last).get("demos"), self.ckpt.path(last))
             self.demos = demo_buffer(cfg, self.agent, progress=progress)
+            self.demos_record = demos_record(cfg.demos, self.agent.image_keys)
         self.reward_model = None
         if cfg.env.reward == "classifier":
             from actlab.rl.reward_model import load_reward_model  # lazy: only reward=classifier needs it
@@ -296,6 +302,8 @@ class _Trainer:
         }
         if self.base_digest is not None:
             meta["base_sha256"] = self.base_digest
+        if self.demos_record is not None:
+            meta["demos"] = self.demos_record
         guard = None
         if self.guard is not None:
             guard = {"good_actor": self.good_actor or {}}
