@@ -84,3 +84,36 @@ def test_rl_resume_refuses_demonstrations_changed_since_its_checkpoint(tiny_data
         check_demos_unchanged(data, record, tmp_path / "step_1")
     assert "the demonstrations are not the ones the run was trained on" in e.value.problem
     assert video.relative_to(data).as_posix() in str(e.value.found)
+
+
+# ------------------------------------------------------------------ 24th's leftovers: rl demos' size
+def test_rl_train_refuses_demonstrations_of_another_size_before_its_run_directory(
+    recording, bundle, tmp_path, capsys
+):
+    """UNCLEAR-then-leftover before (the 24th run's "Left as they are"): `rl train --demos` recorded at
+    another --image-size than the base was trained at was refused after the run directory was made, RUN/base
+    left behind (and taken by the next start). Now refused before anything is written."""
+    from actlab.cli import main
+
+    big = tmp_path / "big"
+    argv = ["sim", "record", "--episodes", "1", "--image-size", "24", "--workers", "0", "--out", str(big)]
+    assert main(argv) == 0
+    out = tmp_path / "rl"
+    capsys.readouterr()
+    argv = [
+        "rl",
+        "train",
+        "--preset",
+        "residual",
+        "--base",
+        str(bundle),
+        "--demos",
+        str(big),
+        "--out",
+        str(out),
+    ]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "the demonstrations' frames are not the size the agent reads" in err, err
+    assert not out.exists(), sorted(p.name for p in out.iterdir())
