@@ -117,3 +117,46 @@ def test_rl_train_refuses_demonstrations_of_another_size_before_its_run_director
     assert code == 2, err
     assert "the demonstrations' frames are not the size the agent reads" in err, err
     assert not out.exists(), sorted(p.name for p in out.iterdir())
+
+
+# ------------------------------------------------------------------ 24th's leftovers: a list's item twice
+@pytest.mark.parametrize(
+    ("argv", "field", "found"),
+    [
+        (["bench", "threads", "--threads", "1,1", "--rounds", "1"], "--threads", "1 in '1,1'"),
+        (["bench", "threads", "--threads", "1,01", "--rounds", "1"], "--threads", "1 and 01 (both 1)"),
+        (["eval", "BUNDLE", "--execution", "sync,sync"], "--execution", "sync in 'sync,sync'"),
+        (["eval", "BUNDLE", "--execution", "async", "--latency", "3,100ms"], "--latency", "3 and 100ms"),
+        (["eval", "BUNDLE", "--execution", "async", "--latency", "2,2"], "--latency", "2 in '2,2'"),
+        (
+            ["data", "curate", "DATA", "--out", "OUT", "--drop-episodes", "0-1,1"],
+            "--drop-episodes",
+            "0-1 and 1",
+        ),
+        (
+            ["data", "stats", "DATA", "--relative-horizon", "4", "--absolute-dims", "0,0"],
+            "--absolute-dims",
+            "0 in '0,0'",
+        ),
+        (
+            ["policy", "doctor", "BUNDLE", "--dataset", "DATA", "--train-episodes", "0,0"],
+            "--train-episodes",
+            "0 in '0,0'",
+        ),
+    ],
+)
+def test_an_item_given_twice_in_a_comma_list_is_refused(
+    argv, field, found, bundle, tiny_dataset, tmp_path, capsys
+):
+    """SILENT before (the 24th run's "Left as they are", bthreads_dup): `bench threads --threads 1,1`
+    measured 1 twice and reported it once; `--execution sync,sync` and `--latency 3,100ms` (3 steps at 30
+    fps) were merged without a word; `--drop-episodes 0-1,1` dropped 1 once. One rule for every comma list
+    (utils.config.refuse_repeated): refused, naming the option and the item."""
+    from actlab.cli import main
+
+    subst = {"BUNDLE": str(bundle), "DATA": str(tiny_dataset), "OUT": str(tmp_path / "out")}
+    capsys.readouterr()
+    assert main([subst.get(a, a) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert "a comma list names one item twice" in err and field in err and found in err, err
+    assert not (tmp_path / "out").exists()

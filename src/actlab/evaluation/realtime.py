@@ -42,7 +42,7 @@ from actlab.policies.execution import (
     check_execution,
     horizon_note,
 )
-from actlab.utils.config import comma_items
+from actlab.utils.config import comma_items, refuse_repeated
 from actlab.utils.io import atomic_dir, atomic_file, atomic_write_json, atomic_write_text, check_out_dir
 from actlab.utils.say import said_once
 from actlab.utils.stats import paired_compare
@@ -85,7 +85,8 @@ def parse_modes(text: str) -> list[str]:
 def parse_latencies(text: str, fps: int) -> list[int | str]:
     """``"0,2,4,8"`` (control steps), ``"100ms"`` (rounded up to steps at ``fps``) or ``"measured"``."""
     out: list[int | str] = []
-    for raw in comma_items(text, "--latency", "0,2,4"):
+    raws = comma_items(text, "--latency", "0,2,4")
+    for raw in raws:
         try:
             if raw == MEASURED:
                 out.append(MEASURED)
@@ -107,7 +108,8 @@ def parse_latencies(text: str, fps: int) -> list[int | str]:
                 found=text,
                 fix="e.g. --latency 0,2,4,8 or --latency 100ms",
             ) from None
-    return list(dict.fromkeys(out))
+    refuse_repeated(out, raws, "--latency", text, "0,2,4")  # 3,100ms at 30 fps: one delay twice
+    return out
 
 
 def measure_inference(src: PolicySource, spec: Any, cfg: Any, fps: int) -> dict[str, float | int]:
