@@ -35,6 +35,7 @@ Numbers that must agree and why they do (checked by the slow parity test in test
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -471,6 +472,8 @@ def export_plugin_policy(
         atomic_write_json(tmp / f"{POSTPROCESSOR}.json", post)
         (tmp / PLUGIN_BUNDLE).mkdir()
         write_bundle(policy, tmp / PLUGIN_BUNDLE, extra={"exported_from": source, **training_record(source)})
+        # the bundle's file digests: a load refuses an export whose bundle was replaced by another's
+        summary["bundle_sha256"] = json.loads((tmp / PLUGIN_BUNDLE / "actlab.json").read_text())["sha256"]
         atomic_write_json(tmp / "actlab_export.json", summary)
     return {**summary, "out": str(out_dir)}
 
