@@ -92,7 +92,8 @@ def parse_latencies(text: str, fps: int) -> list[int | str]:
                 out.append(MEASURED)
             elif raw.endswith("ms"):
                 ms = float(raw[:-2])
-                if ms < 0 or not math.isfinite(ms):
+                # (1e308ms is finite, its steps are not: math.ceil's OverflowError traceback, 25th run)
+                if ms < 0 or not math.isfinite(ms * fps / 1000.0):
                     raise ValueError
                 out.append(math.ceil(round(ms * fps / 1000.0, 9)))  # round(): 100 ms at 30 fps is 3 steps
             else:
