@@ -737,6 +737,20 @@ def _load_base(cfg: RLConfig, run_dir: Path | None, check: bool = True, recorded
             with atomic_dir(copy) as tmp:
                 shutil.copytree(path, tmp, dirs_exist_ok=True)
         elif check and path.is_dir() and path.resolve() != copy.resolve() and _differ(path, copy):
+            if recorded is not None and bundle_digest(path) == recorded:
+                # the copy is what changed (edited, damaged): its words sent the user to resume on it, fix
+                # "pass --base COPY" (25th fault run, rr_base_mid_edit_resume)
+                raise ActlabError(
+                    "the run directory's copy of the base policy changed since its checkpoints were trained "
+                    f"on it (edited or damaged); --base {path} is still that base",
+                    file=copy,
+                    field="base",
+                    expected=f"the bundle of sha256 {recorded[:16]}... (recorded in each checkpoint's "
+                    f"state.json; {path} has it)",
+                    found=f"sha256 {bundle_digest(copy)[:16]}...",
+                    fix=f"remove the damaged copy (rm -r {copy}) and resume with --base {path}: it is copied "
+                    "again (nothing was trained)",
+                )
             raise ActlabError(
                 "the run directory's copy of the base policy differs from --base",
                 file=copy,
