@@ -399,7 +399,11 @@ def import_lerobot_act(policy_dir: str | Path, out: str | Path, overwrite: bool 
             file=policy_dir,
             expected="a LeRobot pretrained_model directory (config.json, model.safetensors, processors)",
             found=kind,
-            fix="an actlab bundle needs no import: pass it to actlab eval / train --init-from as it is",
+            # (a dataset was told "an actlab bundle needs no import": 25th fault run, imp_src_dataset)
+            fix="a dataset is not a policy: pass the pretrained_model directory lerobot-train saved (train "
+            "on the dataset with actlab train --dataset DIR)"
+            if kind.startswith("a LeRobot dataset")
+            else "an actlab bundle needs no import: pass it to actlab eval / train --init-from as it is",
         )
     if Path(policy_dir).is_dir() and _plugin_type(Path(policy_dir)) is not None:
         return import_plugin_policy(policy_dir, out, overwrite=overwrite)
