@@ -394,6 +394,21 @@ def check_export_config(
                 + " (or restore train_config.json); to run other values, set them in actlab, train and "
                 "export that bundle",
             )
+    if changed and _bundle_config_edited(Path(file).parent):
+        # the bundle's own config.json is what changed (its recorded sha256 differs): the words blamed the
+        # export's config.json and named the edited value as the weights' (25th fault run)
+        inner_file = Path(file).parent / "actlab_bundle" / "config.json"
+        raise ActlabError(
+            "the export's actlab_bundle/config.json was edited after the export was written: it disagrees "
+            "with the export's config.json",
+            file=inner_file,
+            field=", ".join(changed),
+            expected="the exported values (the export's config.json holds them): "
+            + ", ".join(f"{k}={v!r}" for k, (v, _) in changed.items()),
+            found=", ".join(f"{k}={m!r}" for k, (_, m) in changed.items()),
+            fix=f"restore {inner_file} from a copy of the export, or export again (actlab policy export "
+            "BUNDLE --to lerobot); to run other values, set them in actlab and export that bundle",
+        )
     if changed:
         raise ActlabError(
             "the export's config.json disagrees with the model it ships",
@@ -405,6 +420,18 @@ def check_export_config(
             fix="restore config.json (or export again: actlab policy export BUNDLE --to lerobot); the "
             "weights cannot follow an edit: to run other values, set them in actlab and export that bundle",
         )
+
+
+def _bundle_config_edited(root: Path) -> bool:
+    """Whether ``root/actlab_bundle/config.json`` differs from the sha256 its actlab.json records."""
+    from actlab.datasets.checksums import sha256  # lazy: only a refusal reads it
+
+    bundle = root / "actlab_bundle"
+    try:
+        want = json.loads((bundle / "actlab.json").read_text()).get("sha256", {}).get("config.json")
+        return isinstance(want, str) and sha256(bundle / "config.json") != want
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 # The processor files of a plugin export or checkpoint, and the (un)normalizer step each must hold:
