@@ -679,9 +679,11 @@ class SimEpisodes:
         self.seed = int(seed)
         self.hold_steps = int(hold_steps)
         # lazy: the plugin imports this module at LeRobot start; the env module with the first robot
-        from actlab.lerobot.sim_env import appendable, check_log_file
+        from actlab.lerobot.sim_env import appendable, check_log_file, refuse_log_inside_output
 
         self.out_dir = Path(out_dir) if out_dir is not None else None
+        if self.out_dir is not None:
+            refuse_log_inside_output(self.out_dir, "--robot.output_dir")
         if log_file == "":
             self.log_file = None
         elif log_file is not None:

@@ -35,6 +35,24 @@ GYM_NAMESPACE = "actlab_so101"
 LOG_KEYS = ("task", "seed", "outcome", "steps")
 
 
+def refuse_log_inside_output(directory: str | Path, field: str) -> None:
+    """Refuse episode logs written into a directory another command wrote (a dataset, a policy export or
+    bundle, an evaluation; a training run's directory is allowed): `--robot.output_dir=` the export it ran or the dataset it was trained on got
+    episodes.jsonl and episodes.log added, exit 0 (25th fault run, lr_robot_outdir_px / _ds)."""
+    from actlab.utils.kinds import enclosing_kind  # lazy: the plugin imports this module at LeRobot start
+
+    found = enclosing_kind(directory)
+    if found is not None and not found[1].startswith("an actlab training run"):  # (RUN/rollout: allowed)
+        raise ActlabError(
+            f"{field} lies inside a directory another command wrote: the episode logs would be added to it",
+            file=str(directory),
+            field=field,
+            expected="a directory of its own (LeRobot's outputs/, or a new directory)",
+            found=f"{found[0]}: {found[1]}",
+            fix=f"choose another {field} (nothing was run or written)",
+        )
+
+
 def check_log_file(
     log_file: str | Path, field: str = "log_file", keys: tuple[str, ...] = LOG_KEYS, create: bool = False
 ) -> None:
@@ -48,6 +66,7 @@ def check_log_file(
     run); a config's check at parse time leaves this to the constructor."""
     path = Path(log_file)
     fix = f"pass {field}=<a new .jsonl file> (or an episode log this env wrote, to add to it)"
+    refuse_log_inside_output(path.parent, field)
     if path.is_dir():
         raise ActlabError(
             "the episode log is a directory", file=path, field=field, expected="a JSONL file", fix=fix
