@@ -37,8 +37,9 @@ LOG_KEYS = ("task", "seed", "outcome", "steps")
 
 def refuse_log_inside_output(directory: str | Path, field: str) -> None:
     """Refuse episode logs written into a directory another command wrote (a dataset, a policy export or
-    bundle, an evaluation; a training run's directory is allowed): `--robot.output_dir=` the export it ran or the dataset it was trained on got
-    episodes.jsonl and episodes.log added, exit 0 (25th fault run, lr_robot_outdir_px / _ds)."""
+    bundle, an evaluation; a training run's directory is allowed): `--robot.output_dir=` the export it
+    ran or the dataset it was trained on got episodes.jsonl and episodes.log added, exit 0 (25th fault
+    run, lr_robot_outdir_px / _ds)."""
     from actlab.utils.kinds import enclosing_kind  # lazy: the plugin imports this module at LeRobot start
 
     found = enclosing_kind(directory)
