@@ -160,3 +160,303 @@ def test_an_item_given_twice_in_a_comma_list_is_refused(
     err = capsys.readouterr().err
     assert "a comma list names one item twice" in err and field in err and found in err, err
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------ an export's bundle replaced by another's
+def test_an_export_whose_bundle_was_replaced_by_another_is_refused(export, run_dir, tmp_path, capsys):
+    """SILENT before (lr_bundle_swap_px2, imp_bundle_swap_px2, le_bundle_swap, lt_bundle_swap): an export
+    whose actlab_bundle/ was replaced by another export's (self-consistent: its own digests pass) ran in
+    lerobot-rollout / lerobot-eval, was fine-tuned by lerobot-train and imported, exit 0, under the
+    export's name and record. actlab_export.json now records the bundle's file digests; the plugin's load
+    and the import refuse another bundle (check_plugin_bundle -> check_exported_bundle)."""
+    from actlab.cli import main
+    from actlab.errors import ActlabError
+    from actlab.lerobot.runtime import check_plugin_bundle
+
+    other = tmp_path / "other"
+    assert main(["policy", "export", str(run_dir / "checkpoints" / "step_0000002"), "--to", "lerobot",
+                 "--out", str(other)]) == 0  # fmt: skip
+    swapped = shutil.copytree(export, tmp_path / "swapped")
+    shutil.rmtree(swapped / "actlab_bundle")
+    shutil.copytree(other / "actlab_bundle", swapped / "actlab_bundle")
+    capsys.readouterr()
+    assert main(["policy", "import", str(swapped), "--out", str(tmp_path / "imp")]) == 2
+    err = capsys.readouterr().err
+    assert "is not the bundle it exported" in err and "actlab_export.json" in err, err
+    assert not (tmp_path / "imp").exists()
+    with pytest.raises(ActlabError, match="not the bundle it exported"):  # the plugin's load runs the same
+        check_plugin_bundle(swapped, "actlab_act", "nothing to load")
+    check_plugin_bundle(export, "actlab_act", "nothing to load")  # the export as written passes
+
+
+# ------------------------------------------------------------------ rl residual's confirmation seeds
+def test_residual_rl_refuses_confirmation_seeds_that_are_the_evaluation_seeds(bundle, tmp_path, capsys):
+    """SILENT before (rr_residual_confirm_seed_100000): `--set residual.confirm_seed=100000` confirmed the
+    residual on the very evaluation seeds it was picked on, said as "2 fresh seeds 100000..100001", exit 0.
+    Now refused before anything runs, naming both ranges."""
+    from actlab.cli import main
+
+    out = tmp_path / "rl"
+    argv = ["rl", "train", "--preset", "residual", "--base", str(bundle), "--out", str(out)]
+    capsys.readouterr()
+    assert main([*argv, "--set", "residual.confirm_seed=100010"]) == 2
+    err = capsys.readouterr().err
+    assert "the confirmation's seeds are not fresh: they overlap the evaluation seeds" in err, err
+    assert "residual.confirm_seed" in err and not out.exists()
+
+
+def test_rl_resume_whose_base_copy_changed_blames_the_copy(bundle, tmp_path):
+    """UNCLEAR before (rr_base_mid_edit_resume): the run's own copy of the base edited in its middle (size
+    and mtime kept), then `--resume --base ORIGINAL`: "the run directory's copy differs from --base", fix
+    "to continue this run on the base it was trained on, pass --base RUN/base": the damaged copy. Now the
+    copy is named as what changed (the checkpoints' recorded digest is --base's), fix remove it."""
+    from types import SimpleNamespace
+
+    from actlab.errors import ActlabError
+    from actlab.rl.train import BASE_COPY, _load_base, bundle_digest
+
+    run = tmp_path / "run"
+    shutil.copytree(bundle, run / BASE_COPY)
+    edit_middle_keeping_size_and_mtime(run / BASE_COPY / "model.safetensors")
+    cfg = SimpleNamespace(base=str(bundle), device="cpu")
+    with pytest.raises(ActlabError) as e:
+        _load_base(cfg, run, recorded=bundle_digest(bundle))
+    assert "copy of the base policy changed since its checkpoints were trained on it" in e.value.problem
+    assert f"rm -r {run / BASE_COPY}" in e.value.fix and f"--base {bundle}" in e.value.fix
+
+
+# ------------------------------------------------------------------ eval: a huge latency in ms, a PATH twice
+def test_a_latency_in_milliseconds_past_any_number_of_steps_is_refused(bundle, capsys):
+    """TRACEBACK before (ev_lat_ms_huge): `--latency 1e308ms` (finite milliseconds, infinite steps) was
+    math.ceil's OverflowError traceback; now "bad latency", as `infms` was."""
+    from actlab.cli import main
+
+    argv = ["eval", str(bundle), "--episodes", "1", "--workers", "1", "--execution", "async"]
+    capsys.readouterr()
+    assert main([*argv, "--latency", "1e308ms"]) == 2
+    err = capsys.readouterr().err
+    assert "bad latency" in err and "Traceback" not in err and "OverflowError" not in err, err
+
+
+@pytest.mark.parametrize("twice", ["link", "same"])
+def test_eval_of_one_checkpoint_given_twice_is_refused_in_its_own_words(twice, bundle, tmp_path, capsys):
+    """SILENT before (ev_bundle_and_link, ev_lrp_and_link): a bundle and a link to it (or a LeRobot policy
+    and a link) were evaluated twice under two names, exit 0; UNCLEAR before (ev_two_same_bundle,
+    ev_lrp_dup): the same PATH twice was told of a run directory it was not given, and the same
+    --lerobot-policy twice "rename one". Now every source's directory is compared resolved."""
+    from actlab.cli import main
+
+    other = bundle
+    if twice == "link":
+        other = tmp_path / "link"
+        other.symlink_to(bundle)
+    capsys.readouterr()
+    assert main(["eval", str(bundle), str(other), "--episodes", "1", "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "a checkpoint is given twice" in err and "drop the repeated PATH" in err, err
+
+
+# ------------------------------------------------------------------ import: config.json's words and notes
+def test_importing_an_export_whose_config_json_is_empty_names_a_fix(export, tmp_path, capsys):
+    """UNCLEAR before (imp_cfg_empty, imp_cfg_trunc): an emptied or cut-short config.json of a LeRobot
+    directory was "not valid JSON", fix "repair or regenerate the file" (no command regenerates it)."""
+    from actlab.cli import main
+
+    path = shutil.copytree(export, tmp_path / "px")
+    (path / "config.json").write_text("")
+    capsys.readouterr()
+    assert main(["policy", "import", str(path), "--out", str(tmp_path / "imp")]) == 2
+    err = capsys.readouterr().err
+    assert "regenerate" not in err and "actlab policy export BUNDLE --to lerobot" in err, err
+
+
+@pytest.mark.parametrize(("execution", "latency"), [("bogus", 0), ("async", 99)])
+def test_importing_an_export_with_execution_settings_it_cannot_run_recommends_none(
+    execution, latency, export, tmp_path, capsys
+):
+    """UNCLEAR before (imp_cfg_exec_bogus, imp_cfg_exec_async_lat99): the import's note recommended
+    `actlab eval OUT --execution bogus` (or `--latency 99` past an 8-action chunk): settings LeRobot's plugin
+    refuses and eval would refuse. Now the note says they cannot run, and recommends no value."""
+    from actlab.cli import main
+
+    path = shutil.copytree(export, tmp_path / "px")
+    cfg = json.loads((path / "config.json").read_text())
+    cfg.update(execution=execution, execution_latency=latency)
+    (path / "config.json").write_text(json.dumps(cfg))
+    capsys.readouterr()
+    assert main(["policy", "import", str(path), "--out", str(tmp_path / "imp")]) == 0
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "cannot run this policy" in text and f"--execution {execution}" not in text, text
+
+
+def test_an_export_that_lost_its_actlab_export_json_is_still_imported(export, tmp_path, capsys):
+    """UNCLEAR before (imp_exportjson_removed): an export without its actlab_export.json (LeRobot's loaders
+    ran it: it is metadata) was refused by the import as "not a LeRobot policy directory", found "the output
+    of actlab policy export", fix "an actlab bundle needs no import": it is the plugin's export."""
+    from actlab.cli import main
+
+    path = shutil.copytree(export, tmp_path / "px")
+    (path / "actlab_export.json").unlink()
+    assert main(["policy", "import", str(path), "--out", str(tmp_path / "imp")]) == 0
+    assert (tmp_path / "imp" / "model.safetensors").is_file()
+
+
+def test_a_variant_naming_one_key_twice_is_refused():
+    """SILENT before (pb_variant_dup_key): `policy bench --variant a:dim_model=32,dim_model=64` measured
+    dim_model=64 (15 M parameters) under a header naming both, exit 0; the comma lists' rule refuses it."""
+    from actlab.errors import ActlabError
+    from actlab.policies.bench import parse_variant
+
+    assert parse_variant("a:dim_model=32,n_heads=2") == ("a", ["dim_model=32", "n_heads=2"])
+    with pytest.raises(ActlabError, match="names one item twice") as e:
+        parse_variant("a:dim_model=32, dim_model=64")
+    assert e.value.field == "--variant" and "dim_model" in str(e.value.found)
+
+
+def test_an_edit_of_the_exports_inner_bundle_config_is_blamed_on_that_file(export, tmp_path, capsys):
+    """UNCLEAR before (lr_ac_cfg_nact_edit, imp_ac_cfg_nact_edit): actlab_bundle/config.json's
+    n_action_steps edited (8 -> 4) was refused as "the export's config.json disagrees with the model it
+    ships", expected "the shipped weights' n_action_steps=4" (the edit), fix "restore config.json" (the
+    file that was right). Now the edited file is named, with the exported value expected."""
+    from actlab.cli import main
+
+    path = shutil.copytree(export, tmp_path / "px")
+    inner = path / "actlab_bundle" / "config.json"
+    cfg = json.loads(inner.read_text())
+    cfg["n_action_steps"] = 2
+    inner.write_text(json.dumps(cfg))
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match="changed since the bundle was saved"):
+        assert main(["policy", "import", str(path), "--out", str(tmp_path / "imp")]) == 2
+    err = capsys.readouterr().err
+    assert "actlab_bundle/config.json was edited after the export was written" in err, err
+    assert f"restore {inner}" in err, err
+
+
+def test_one_lerobot_policy_given_twice_is_refused(tmp_path):
+    """SILENT / UNCLEAR before (ev_lrp_and_link, ev_lrp_dup): `--lerobot-policy PX --lerobot-policy LINK`
+    evaluated one policy twice, exit 0; `--lerobot-policy PX` twice was "two policies have the same name",
+    fix "rename one". The LeRobot sources' directories are compared resolved too."""
+    from types import SimpleNamespace
+
+    from actlab.errors import ActlabError
+    from actlab.evaluation.harness import evaluate_many
+    from actlab.evaluation.sources import PolicySource
+
+    (tmp_path / "px").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "px")
+    sources = [
+        PolicySource(name="px", obj=SimpleNamespace(policy_dir=tmp_path / "px")),
+        PolicySource(name="link", obj=SimpleNamespace(policy_dir=tmp_path / "link")),
+    ]
+    with pytest.raises(ActlabError, match="a checkpoint is given twice") as e:
+        evaluate_many(sources, None, None)  # (refused before the spec or the config is read)
+    assert e.value.field == "--lerobot-policy"
+
+
+def test_importing_a_dataset_says_it_is_not_a_policy(tiny_dataset, tmp_path, capsys):
+    """UNCLEAR before (imp_src_dataset): `policy import DATASET` was refused with the fix "an actlab bundle
+    needs no import: pass it to actlab eval / train --init-from as it is"."""
+    from actlab.cli import main
+
+    capsys.readouterr()
+    assert main(["policy", "import", str(tiny_dataset), "--out", str(tmp_path / "imp")]) == 2
+    err = capsys.readouterr().err
+    assert "a dataset is not a policy" in err and "needs no import" not in err, err
+
+
+@pytest.mark.parametrize("edit", ["config", "stats"])
+def test_a_demo_does_not_reuse_the_evaluation_of_a_checkpoint_whose_files_were_edited(edit, bundle, tmp_path):
+    """SILENT before (dm_ckpt_cfg_edit, dm_ckpt_stats_edit): a checkpoint's config.json (n_action_steps)
+    or stats.json edited after the demo evaluated it: the evaluation, delay sweep and report were reused,
+    exit 0 (the record held the weights' sha256 alone). Now an edited bundle file is part of the record (an
+    unedited bundle's entry stays its weights' sha256, as before): the checkpoint is evaluated again."""
+    import io
+
+    from actlab.demo.run_check import CHECKPOINTS, evaluation_outdated, run_checkpoints
+
+    run = tmp_path / "run"
+    ckpt = shutil.copytree(bundle, run / "checkpoints" / "step_0000001")
+    entry = {"result": {CHECKPOINTS: run_checkpoints(run)}}
+    assert "+edited" not in entry["result"][CHECKPOINTS]["step_0000001"]
+    assert not evaluation_outdated(entry, run, io.StringIO())
+    name = "config.json" if edit == "config" else "stats.json"
+    data = json.loads((ckpt / name).read_text())
+    if edit == "config":
+        data["n_action_steps"] = 2
+    else:
+        data["action"]["mean"] = [x + 5.0 for x in data["action"]["mean"]]
+    (ckpt / name).write_text(json.dumps(data))
+    said = io.StringIO()
+    assert evaluation_outdated(entry, run, said)
+    assert "step_0000001's files were edited" in said.getvalue()
+
+
+# ------------------------------------------------------------------ a damaged video named by its path
+def test_a_video_decoding_error_names_the_video_not_pyavs_function(tiny_dataset, tmp_path):
+    """UNCLEAR before (recurate_after_src_change): a video edited in its middle, then `data curate`: "a
+    video file cannot be read", file "avcodec_send_packet()" (PyAV puts its function in the error's
+    filename); with that dropped, the caller's --out. Now the decoder's own path (self.path) is named."""
+    import av
+
+    from actlab.errors import from_environment
+
+    video = _videos(tiny_dataset)[0]
+
+    class Decoder:  # as datasets.video.VideoDecoder.frames_at: the file is self.path, no local names it
+        path = video
+
+        def frames_at(self):
+            raise av.error.InvalidDataError(1094995529, "Invalid data found", "avcodec_send_packet()")
+
+    def curate(out=str(tmp_path / "out")):  # the caller's --out, a path-like local further up
+        Decoder().frames_at()
+
+    with pytest.raises(av.error.InvalidDataError) as e:
+        curate()
+    err = from_environment(e.value)
+    assert err is not None and str(err.file) == str(video), err
+
+
+# ------------------------------------------------------------------ the sim robot: logs, task and units
+@pytest.mark.parametrize("inside", ["export", "dataset"])
+def test_the_sim_robot_refuses_to_write_its_logs_into_another_commands_output(
+    inside, export, tiny_dataset, tmp_path
+):
+    """SILENT before (lr_robot_outdir_px, lr_robot_outdir_ds): `--robot.output_dir=` the export it ran or a
+    dataset got episodes.jsonl and episodes.log added, exit 0. Now refused before the first episode."""
+    from actlab.errors import ActlabError
+    from actlab.lerobot.runtime import SimEpisodes
+
+    host = shutil.copytree(export if inside == "export" else tiny_dataset, tmp_path / "host")
+    with pytest.raises(ActlabError, match="--robot.output_dir lies inside a directory another command wrote"):
+        SimEpisodes(image_size=16, out_dir=host)
+    assert not (host / "episodes.jsonl").exists() and not (host / "episodes.log").exists()
+
+
+def test_the_sim_robot_checks_the_plugins_policy_units_and_task(tmp_path, capsys):
+    """SILENT before (lr_robot_units_bad, lr_robot_task_other): a degrees policy run by the sim robot with
+    --robot.units=so101_follower (its actions read in the wrong units), and a pick-and-place policy on
+    --robot.task=so101_push, exit 0 without a word (actlab eval refuses the first and says the second).
+    The plugin now tells the robot the bundle it loaded (SimSignal.policy_bundle)."""
+    import sys
+
+    from actlab.cli import main
+    from actlab.errors import ActlabError
+    from actlab.lerobot.runtime import SimEpisodes, SimSignal
+
+    rec = tmp_path / "rec"
+    assert (
+        main(["sim", "record", "--episodes", "1", "--image-size", "16", "--workers", "0", "--out", str(rec)])
+        == 0
+    )
+    run = tmp_path / "run"
+    assert main(["train", *TINY, "--dataset", str(rec), "--out", str(run), "--set", "steps=1"]) == 0
+    signal = SimSignal(policy_bundle=str(run / "checkpoints" / "step_0000001"))
+    with pytest.raises(ActlabError, match="trained on joint units degrees") as e:
+        SimEpisodes(image_size=16, signal=signal, units="so101_follower", stream=sys.stderr)
+    assert e.value.fix.startswith("--robot.units=degrees")
+    capsys.readouterr()
+    SimEpisodes(image_size=16, signal=signal, task="so101_push", stream=sys.stderr)
+    assert "--robot.task=so101_pick_place runs the task it learned" in capsys.readouterr().err

@@ -157,6 +157,7 @@ class _ActlabPolicy(PreTrainedPolicy):
         check_plugin_bundle(root, getattr(config, "type", None), "nothing to load")
         device = config.device or "cpu"
         model = load_policy(root / PLUGIN_BUNDLE, device=device)
+        SIM_SIGNAL.policy_bundle = str(root / PLUGIN_BUNDLE)  # (the sim robot checks its task and units)
         # config.json's chunk_size / n_action_steps edited: the weights run their own values, refused
         top = {k: getattr(config, k) for k in ("type", *CHUNK_FIELDS) if hasattr(config, k)}
         written = root / "config.json"

@@ -523,7 +523,7 @@ def check_plugin_bundle(root: Path, kind: str | None, what: str) -> None:
     found, fix: check the path" named a directory the user never made and a fix that could not work (the
     import since the 19th run; LeRobot's load of the export, lerobot-eval / lerobot-rollout and the
     bridge, until the 22nd). ``what``: what the caller cannot do without it."""
-    from actlab.lerobot.export import PLUGIN_BUNDLE  # lazy: export imports the policies
+    from actlab.lerobot.export import PLUGIN_BUNDLE, check_exported_bundle  # lazy: imports the policies
 
     if (root / PLUGIN_BUNDLE).is_dir():
         check_exported_bundle(root, PLUGIN_BUNDLE)
@@ -537,30 +537,6 @@ def check_plugin_bundle(root: Path, kind: str | None, what: str) -> None:
         fix="export the actlab bundle again (actlab policy export BUNDLE --to lerobot --out NEW), or restore "
         "the directory from a copy",
     )
-
-
-def check_exported_bundle(root: Path, bundle: str) -> None:
-    """Refuse an export whose ``actlab_bundle/`` is not the bundle it exported: another export's whole
-    bundle copied in (self-consistent, so its own digests pass) ran, was imported and fine-tuned under this
-    export's name and record, exit 0 (25th fault run, lr_bundle_swap_px2). actlab_export.json records the
-    bundle's file digests (its actlab.json ``sha256``); an export written before the record, or a
-    lerobot-train checkpoint (no actlab_export.json), is taken as it is."""
-    try:
-        record = json.loads((root / "actlab_export.json").read_text()).get("bundle_sha256")
-        now = json.loads((root / bundle / "actlab.json").read_text()).get("sha256")
-    except (OSError, ValueError, AttributeError):  # (no record, or a damaged file: the loader names it)
-        return
-    if isinstance(record, dict) and record != now:
-        differ = sorted(k for k in set(record) | set(now or {}) if record.get(k) != (now or {}).get(k))
-        raise ActlabError(
-            f"the export's {bundle}/ is not the bundle it exported (replaced by another bundle?)",
-            file=root / bundle,
-            field="actlab_export.json bundle_sha256",
-            expected=f"the files actlab_export.json records ({', '.join(differ)} differ)",
-            found=f"{bundle}/actlab.json sha256 of other files",
-            fix=f"restore {bundle}/ from a copy of the export, or export again (actlab policy export BUNDLE "
-            "--to lerobot --out DIR; actlab_export.json's source names the bundle)",
-        )
 
 
 def check_export_features(
@@ -615,6 +591,9 @@ class SimSignal:
 
     epoch: int = 0  # episode starts so far
     holding: bool = False  # the arm ignores actions (home-pose hold after a restart)
+    # the actlab bundle the plugin loaded (set at its load, before LeRobot connects the robot): the sim
+    # robot checks its --robot.task / --robot.units against what the bundle was trained on
+    policy_bundle: str | None = None
 
 
 # The one signal of this process: actlab_so101_sim writes it, the plugin's policies read it.
@@ -679,7 +658,12 @@ class SimEpisodes:
         self.seed = int(seed)
         self.hold_steps = int(hold_steps)
         # lazy: the plugin imports this module at LeRobot start; the env module with the first robot
-        from actlab.lerobot.sim_env import appendable, check_log_file, refuse_log_inside_output
+        from actlab.lerobot.sim_env import (
+            appendable,
+            check_log_file,
+            check_policy_fits_robot,
+            refuse_log_inside_output,
+        )
 
         self.out_dir = Path(out_dir) if out_dir is not None else None
         if self.out_dir is not None:
@@ -705,6 +689,8 @@ class SimEpisodes:
         self.stream = stream
         self.on_episode = on_episode
         self.signal = signal
+        if signal is not None and signal.policy_bundle is not None:
+            check_policy_fits_robot(signal.policy_bundle, task, units, stream)
         self.results: list[EpisodeResult] = []
         # (6,) joint target limits in the env's units (the gripper 0-100 in so101_follower units)
         self.low_deg = self.env.action_space.low.astype(np.float64)

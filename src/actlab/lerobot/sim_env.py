@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import TextIO
 
 import gymnasium as gym
 import numpy as np
@@ -33,6 +34,29 @@ GYM_NAMESPACE = "actlab_so101"
 
 # The episode log's keys (one JSON object a line, appended by every finished seeded episode).
 LOG_KEYS = ("task", "seed", "outcome", "steps")
+
+
+def check_policy_fits_robot(bundle: str, task: str, units: str, stream: TextIO | None) -> None:
+    """The sim robot runs the plugin's policy as `actlab eval` would: a policy trained in other joint units
+    is refused, one trained on another task is said. Both ran without a word, a degrees policy read in
+    so101_follower units included (25th fault run, lr_robot_units_bad, lr_robot_task_other)."""
+    from types import SimpleNamespace
+
+    # lazy: the plugin imports this module at LeRobot start; the bundle's record only with a sim robot
+    from actlab.evaluation.seeds import check_trained_units, other_task_warnings
+
+    source = SimpleNamespace(name=Path(bundle).parent.name or bundle, path=bundle)
+    try:
+        check_trained_units([source], units, option="--robot.units")
+    except ActlabError as e:
+        raise ActlabError(
+            e.problem, file=e.file, field="--robot.units", expected=e.expected, found=e.found,
+            fix=f"--robot.units={e.expected} (the units the policy was trained in)",
+        ) from None  # fmt: skip
+    for line in other_task_warnings([source], task):
+        print(
+            f"note: {line.replace('(--task ', '(--robot.task=').replace(' evaluates', ' runs')}", file=stream
+        )
 
 
 def refuse_log_inside_output(directory: str | Path, field: str) -> None:
