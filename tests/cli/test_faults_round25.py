@@ -460,3 +460,39 @@ def test_the_sim_robot_checks_the_plugins_policy_units_and_task(tmp_path, capsys
     capsys.readouterr()
     SimEpisodes(image_size=16, signal=signal, task="so101_push", stream=sys.stderr)
     assert "--robot.task=so101_pick_place runs the task it learned" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ policy doctor --sweep of a retrained run
+@pytest.mark.slow
+def test_the_doctor_refuses_a_sweep_of_weights_the_run_no_longer_holds(tiny_dataset, tmp_path, capsys):
+    """SILENT before (doctor_sweep_stale): `eval RUN --out SW`, then RUN trained again from scratch in the
+    same directory (new weights, same checkpoint names), then `policy doctor RUN/checkpoints/step_N --sweep
+    SW`: "ok ... on the sweep's seeds", the old weights' success judged the new ones, exit 0. results.json
+    now records each checkpoint's weights (weights_sha256, from its actlab.json) and the doctor compares."""
+    from actlab.cli import main
+
+    run, sweep = tmp_path / "run", tmp_path / "sweep"
+    assert _train(main, tiny_dataset, run, 2) == 0
+    argv = ["eval", str(run), "--episodes", "1", "--max-steps", "2", "--workers", "1", "--out", str(sweep)]
+    assert main(argv) == 0
+    assert "weights_sha256" in (sweep / "results.json").read_text()
+    shutil.rmtree(run)
+    assert _train(main, tiny_dataset, run, 2, "--set", "seed=7") == 0
+    capsys.readouterr()
+    ckpt = run / "checkpoints" / "step_0000002"
+    assert main(["policy", "doctor", str(ckpt), "--dataset", str(tiny_dataset), "--sweep", str(sweep)]) == 2
+    err = capsys.readouterr().err
+    assert "the checkpoint sweep measured other weights" in err, err
+
+
+def test_a_sweeps_recorded_weights_are_compared_with_the_bundles(bundle):
+    """The fast side of the test above: a results.json entry whose weights_sha256 is not the bundle's."""
+    from actlab.evaluation.doctor.findings import _measured_other_weights
+    from actlab.evaluation.results import recorded_weights
+
+    now = recorded_weights(bundle)
+    assert now is not None
+    assert _measured_other_weights([{"name": "a", "path": str(bundle), "weights_sha256": now}]) == []
+    assert _measured_other_weights([{"name": "a", "path": str(bundle)}]) == []  # (a sweep before the record)
+    stale = _measured_other_weights([{"name": "a", "path": str(bundle), "weights_sha256": "0" * 64}])
+    assert stale and stale[0].startswith("a: sha256 000000000000")
