@@ -236,6 +236,13 @@ class LeRobotSimEnv(gym.Env):
         """The task's instruction (LeRobot hands it to language-conditioned policies)."""
         return self.env.task
 
+    @property
+    def task(self) -> str:
+        """The same instruction under LeRobot's other name: lerobot-eval asks every env for both, and in
+        an AsyncVectorEnv (--eval.batch_size > 1) the missing one was an AttributeError that shut the
+        workers down, a traceback (25th fault run, le_exec_async)."""
+        return self.env.task
+
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         # LeRobot's own options (its new-rollout marker) are not the env's cube placement options
         obs, _ = self.env.reset(seed=seed)
