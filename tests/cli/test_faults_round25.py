@@ -496,3 +496,55 @@ def test_a_sweeps_recorded_weights_are_compared_with_the_bundles(bundle):
     assert _measured_other_weights([{"name": "a", "path": str(bundle)}]) == []  # (a sweep before the record)
     stale = _measured_other_weights([{"name": "a", "path": str(bundle), "weights_sha256": "0" * 64}])
     assert stale and stale[0].startswith("a: sha256 000000000000")
+
+
+# ------------------------------------------------------------------ LeRobot's commands on the plugin
+def test_the_lerobot_env_answers_task_as_lerobot_eval_asks():
+    """TRACEBACK before (le_exec_async): lerobot-eval --eval.batch_size 2 runs the env in gymnasium's
+    AsyncVectorEnv and asks every env for `task`; the missing attribute shut the workers down, a traceback.
+    The env answers `task` with its instruction, as `task_description`."""
+    import gymnasium as gym
+
+    from actlab.lerobot.sim_env import GYM_NAMESPACE, register_gym_ids
+
+    register_gym_ids()
+    env = gym.make(
+        f"{GYM_NAMESPACE}/so101_pick_place", image_size=16, max_episode_steps=5, disable_env_checker=True
+    )
+    try:
+        assert env.get_wrapper_attr("task") == env.get_wrapper_attr("task_description")
+    finally:
+        env.close()
+
+
+@pytest.mark.slow
+def test_lerobot_train_on_frames_of_another_size_is_refused(recording, tmp_path):
+    """TRACEBACK before (lt_base, lt_bundle_swap): lerobot-train --policy.path of an export trained at
+    32 px on 16 px recordings was a RuntimeError traceback from the position embeddings; now the plugin
+    refuses the first batch in actlab's words. Runs in the lerobot venv (skipped without it)."""
+    import os
+
+    from actlab.cli import main
+    from actlab.policies import save_policy
+    from actlab.policies.info import synthetic_features, unit_stats
+    from actlab.policies.registry import make_policy
+    from actlab.training import get_preset
+    from procs import lerobot_env, run
+
+    python = os.environ.get("ACTLAB_LEROBOT_PYTHON", "/work/lerobot-venv/bin/python")
+    if not os.path.exists(python):
+        pytest.skip("no lerobot venv")
+    cfg = get_preset("tiny").policy
+    feats = synthetic_features(6, 6, ("top", "wrist"), (32, 32))
+    bundle = tmp_path / "b32"
+    save_policy(make_policy(cfg, feats, unit_stats(cfg, feats), pretrained=False), bundle)
+    export = tmp_path / "px32"
+    assert main(["policy", "export", str(bundle), "--to", "lerobot", "--out", str(export)]) == 0
+    cmd = [str(Path(python).parent / "lerobot-train"), f"--dataset.root={recording}", "--dataset.repo_id=local/r",
+           "--dataset.video_backend=pyav", f"--policy.path={export}", "--policy.push_to_hub=false",
+           "--policy.device=cpu", "--wandb.enable=false", "--steps=1", "--batch_size=2", "--num_workers=0",
+           f"--output_dir={tmp_path / 'out'}"]  # fmt: skip
+    res = run(cmd, env=lerobot_env(tmp_path), timeout=600)
+    assert res.returncode != 0
+    assert "are not the size the policy was trained at" in res.stderr, res.stderr[-3000:]
+    assert "must match the size of tensor" not in res.stderr, res.stderr[-3000:]
