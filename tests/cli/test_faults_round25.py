@@ -541,7 +541,8 @@ def test_lerobot_train_on_frames_of_another_size_is_refused(recording, tmp_path)
     export = tmp_path / "px32"
     assert main(["policy", "export", str(bundle), "--to", "lerobot", "--out", str(export)]) == 0
     cmd = [str(Path(python).parent / "lerobot-train"), f"--dataset.root={recording}",
-           "--dataset.repo_id=local/r", "--dataset.video_backend=pyav", f"--policy.path={export}", "--policy.push_to_hub=false",
+           "--dataset.repo_id=local/r", "--dataset.video_backend=pyav", f"--policy.path={export}",
+           "--policy.push_to_hub=false",
            "--policy.device=cpu", "--wandb.enable=false", "--steps=1", "--batch_size=2", "--num_workers=0",
            f"--output_dir={tmp_path / 'out'}"]  # fmt: skip
     res = run(cmd, env=lerobot_env(tmp_path), timeout=600)
