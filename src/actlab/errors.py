@@ -103,6 +103,10 @@ def from_environment(e: BaseException) -> ActlabError | None:
     if isinstance(e, OSError):
         return _os_error(e)
     named = getattr(e, "filename", None)  # PyAV's errors carry it too
+    # (PyAV's decoding errors carry the libav function there, 'avcodec_send_packet()': it was named as
+    # the file of a video edited in its middle; 25th fault run, recurate_after_src_change)
+    if isinstance(named, str) and not _names_a_path(named):
+        named = None
     file = named if isinstance(named, str) and named else _file_in_traceback(e)
     if isinstance(e, UnicodeDecodeError):
         return ActlabError(
@@ -244,8 +248,11 @@ def _file_in_traceback(e: BaseException) -> str | None:
         frames.append(tb.tb_frame)
         tb = tb.tb_next
     for frame in reversed(frames):
-        for name in _PATH_LOCALS:
-            value = frame.f_locals.get(name)
+        # (a method's file is its object's: VideoDecoder.frames_at works on self.path, and a video edited
+        # in its middle was named by the caller's --out; 25th fault run)
+        values = [frame.f_locals.get(name) for name in _PATH_LOCALS]
+        values.append(getattr(frame.f_locals.get("self"), "path", None))
+        for value in values:
             if isinstance(value, (str, os.PathLike)) and value and _names_a_path(os.fspath(value)):
                 return os.fspath(value)
     return None

@@ -190,7 +190,9 @@ def test_measured_latency_times_the_bundle_and_reports_it(rel_bundle, capsys):
 
 
 def test_modes_are_checked_and_an_old_spelling_names_the_new_one():
-    assert parse_modes("sync, async,rtc,async") == ["sync", "async", "rtc"]
+    assert parse_modes("sync, async,rtc") == ["sync", "async", "rtc"]
+    with pytest.raises(ActlabError, match="names one item twice"):  # merged without a word (25th run)
+        parse_modes("sync, async,rtc,async")
     with pytest.raises(ActlabError) as e:  # the servo simulator's old name for async
         parse_modes("sync,naive")
     assert e.value.fix == "naive is now async"

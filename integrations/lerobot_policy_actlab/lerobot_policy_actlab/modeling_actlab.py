@@ -157,6 +157,7 @@ class _ActlabPolicy(PreTrainedPolicy):
         check_plugin_bundle(root, getattr(config, "type", None), "nothing to load")
         device = config.device or "cpu"
         model = load_policy(root / PLUGIN_BUNDLE, device=device)
+        SIM_SIGNAL.policy_bundle = str(root / PLUGIN_BUNDLE)  # (the sim robot checks its task and units)
         # config.json's chunk_size / n_action_steps edited: the weights run their own values, refused
         top = {k: getattr(config, k) for k in ("type", *CHUNK_FIELDS) if hasattr(config, k)}
         written = root / "config.json"
@@ -198,6 +199,20 @@ class _ActlabPolicy(PreTrainedPolicy):
         return loss, {k: float(v.detach()) if torch.is_tensor(v) else v for k, v in metrics.items()}
 
     def _actlab_batch(self, batch: dict[str, Any]) -> dict[str, Any]:
+        # frames of another size than the trained one: a fine-tune of a 32 px export on 16 px recordings
+        # was a RuntimeError traceback from the position embeddings (25th fault run, lt_base)
+        resizes = getattr(self.model, "_img_size", None) is not None  # (a model that resizes them itself)
+        for key, (h, w, _) in self._cameras.items():
+            found = batch.get(key)
+            if not resizes and torch.is_tensor(found) and tuple(found.shape[-2:]) != (h, w):
+                raise ActlabError(
+                    f"the training frames of {key} are not the size the policy was trained at",
+                    field=key,
+                    expected=f"{h}x{w} (H x W: the shipped weights' trained size)",
+                    found=f"{found.shape[-2]}x{found.shape[-1]} (the dataset's frames)",
+                    fix=f"fine-tune on a dataset recorded at {h}x{w} (actlab sim record --image-size {h}), "
+                    "or train a new policy on this one (--policy.type=actlab_act, no --policy.path)",
+                )
         return {k: v for k, v in batch.items() if torch.is_tensor(v)}
 
     # ------------------------------------------------------------------------------ inference

@@ -315,19 +315,18 @@ def _run_threads(args) -> int:
     from actlab.policies.bench import bench_threads
     from actlab.profiling.report import emit
     from actlab.training import get_preset
-    from actlab.utils.config import comma_items
+    from actlab.utils.config import comma_items, refuse_repeated
     from actlab.utils.threads import usable_cpus
 
     try:
-        counts = (
-            tuple(int(x) for x in comma_items(args.threads, "--threads", "1,2"))
-            if args.threads is not None
-            else tuple(dict.fromkeys((1, usable_cpus())))
-        )
+        items = comma_items(args.threads, "--threads", "1,2") if args.threads is not None else []
+        counts = tuple(int(x) for x in items) if items else tuple(dict.fromkeys((1, usable_cpus())))
     except ValueError as e:
         raise ActlabError(
             "--threads takes thread counts", field="--threads", expected="e.g. 1,2", found=args.threads
         ) from e
+    if items:  # 1,01: one count twice (1,1 is refused by comma_items)
+        refuse_repeated(list(counts), items, "--threads", args.threads, "1,2")
     if min(counts) < 1:
         raise ActlabError("thread counts are >= 1", field="--threads", found=args.threads)
     result = bench_threads(

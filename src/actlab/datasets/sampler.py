@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from actlab.errors import ActlabError
-from actlab.utils.config import comma_items
+from actlab.utils.config import comma_items, refuse_repeated
 
 
 def window_indices(
@@ -57,6 +57,7 @@ def parse_episodes(spec: str | Sequence[int] | None, field: str = "--episodes") 
     if not isinstance(spec, str):
         return [int(e) for e in spec]
     out: list[int] = []
+    items: list[str] = []  # the item each index came from (a refusal of one given twice names both)
     for part in comma_items(spec, field, "0,3,5 or 0-9"):
         try:
             if "-" in part:
@@ -64,6 +65,7 @@ def parse_episodes(spec: str | Sequence[int] | None, field: str = "--episodes") 
                 out.extend(range(int(a), int(b) + 1))
             else:
                 out.append(int(part))
+            items += [part] * (len(out) - len(items))
         except ValueError as e:
             raise ActlabError(
                 "cannot read the episode list",
@@ -71,6 +73,7 @@ def parse_episodes(spec: str | Sequence[int] | None, field: str = "--episodes") 
                 expected="comma-separated indices or ranges, e.g. 0,3,5 or 0-9",
                 found=spec,
             ) from e
+    refuse_repeated(out, items, field, spec, "0,3,5 or 0-9")  # 0-3,2 dropped 2 once, without a word
     return out
 
 

@@ -9,6 +9,7 @@ the report of weights no longer there, exit 0.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -38,12 +39,29 @@ def check_run_data(train_cfg: Any, run: Path) -> None:
 
 
 def run_checkpoints(run: Path) -> dict[str, str]:
-    """Each checkpoint of ``run`` by name: the sha256 of its weights (missing weights: "")."""
+    """Each checkpoint of ``run`` by name: the sha256 of its weights (missing weights: ""), followed by
+    ``+edited:FILE=SHA`` for a config.json, stats.json or features.json that differs from the sha256 its
+    actlab.json records (an n_action_steps or a stats edit changes what the checkpoint does: the
+    evaluation of the unedited bundle was reused, exit 0; 25th fault run, dm_ckpt_cfg_edit). An unedited
+    bundle's entry is its weights' sha256 alone, as evaluations recorded before."""
     out = {}
     for ckpt in sorted((run / "checkpoints").glob("step_*")):
         weights = ckpt / "model.safetensors"
-        out[ckpt.name] = sha256(weights) if weights.is_file() else ""
+        out[ckpt.name] = (sha256(weights) if weights.is_file() else "") + _edited_files(ckpt)
     return out
+
+
+def _edited_files(ckpt: Path) -> str:
+    try:
+        recorded = json.loads((ckpt / "actlab.json").read_text()).get("sha256") or {}
+    except (OSError, ValueError, AttributeError):  # (the bundle's loader names a damaged actlab.json)
+        return ""
+    edited = []
+    for name in ("config.json", "stats.json", "features.json"):
+        want, path = recorded.get(name), ckpt / name
+        if isinstance(want, str) and path.is_file() and (now := sha256(path)) != want:
+            edited.append(f"{name}={now[:16]}")
+    return "+edited:" + ",".join(edited) if edited else ""
 
 
 def evaluation_outdated(entry: Any, run: Path, stream: TextIO = sys.stderr) -> bool:
@@ -56,7 +74,11 @@ def evaluation_outdated(entry: Any, run: Path, stream: TextIO = sys.stderr) -> b
     now = run_checkpoints(run)
     changed = [f"{n} removed" for n in recorded if n not in now]
     changed += [f"{n} added" for n in now if n not in recorded]
-    changed += [f"{n}'s weights differ" for n in now if n in recorded and now[n] != recorded[n]]
+    changed += [
+        f"{n}'s " + ("files were edited" if "+edited:" in now[n] else "weights differ")
+        for n in now
+        if n in recorded and now[n] != recorded[n]
+    ]
     if changed and not now:
         raise ActlabError(
             "the demo's run has no checkpoint left to evaluate",

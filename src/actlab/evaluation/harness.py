@@ -301,16 +301,23 @@ def evaluate_many(
     """
     sources = [as_source(p) for p in policies]
     names = [s.name for s in sources]
-    if len(set(names)) != len(names):
-        paths = [str(Path(s.path).resolve()) if s.path is not None else None for s in sources]
-        twice = sorted({p for p in paths if p is not None and paths.count(p) > 1})
+    # the directory each one is loaded from (a bundle's path, a LeRobot policy's directory), resolved: a
+    # bundle and a link to it were evaluated twice under two names, exit 0 (25th fault run)
+    dirs = [s.path or getattr(s.obj, "policy_dir", None) for s in sources]
+    paths = [str(Path(d).resolve()) if d is not None else None for d in dirs]
+    twice = sorted({p for p in paths if p is not None and paths.count(p) > 1})
+    if len(set(names)) != len(names) or twice:
         if twice:  # a run and one of its checkpoints (or a path given twice): "rename one" could not help
             raise ActlabError(
-                "a checkpoint is given twice (a run directory holds every one of its checkpoints)",
-                field="PATH",
+                # (`eval B B` was told of a run directory it was not given: 25th run, ev_two_same_bundle)
+                "a checkpoint is given twice (the same path twice, a link to it, or a run directory and one "
+                "of its checkpoints: a run directory holds every one of them)",
+                field="PATH"
+                if all(s.path for s, p in zip(sources, paths) if p in twice)
+                else "--lerobot-policy",
                 expected="each checkpoint once",
                 found=", ".join(twice),
-                fix="pass the run directory alone, or its checkpoints one by one, not both",
+                fix="pass each checkpoint once: drop the repeated PATH, or pass the run directory alone",
             )
         raise ActlabError("two policies have the same name", found=", ".join(names), fix="rename one")
     # a delay a policy cannot take fails before any episode; a horizon the executor chose is said

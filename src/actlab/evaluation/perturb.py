@@ -132,7 +132,7 @@ def parse_perturb(text: str) -> tuple[str, tuple[float, ...]]:
             fix=f"list the levels after '=', or pass --perturb {name} for its defaults (nothing was run)",
         )
     try:
-        values = tuple(float(v) for v in comma_items(levels, "--perturb", f"{name}=0,1"))
+        values = tuple(float(v) for v in comma_items(levels, f"--perturb {name}", f"{name}=0,1"))
     except ValueError as e:
         raise ActlabError(
             "levels must be numbers", field=f"--perturb {name}", expected="NAME=0,1,2", found=levels

@@ -42,7 +42,7 @@ from actlab.policies.execution import (
     check_execution,
     horizon_note,
 )
-from actlab.utils.config import comma_items
+from actlab.utils.config import comma_items, refuse_repeated
 from actlab.utils.io import atomic_dir, atomic_file, atomic_write_json, atomic_write_text, check_out_dir
 from actlab.utils.say import said_once
 from actlab.utils.stats import paired_compare
@@ -85,13 +85,15 @@ def parse_modes(text: str) -> list[str]:
 def parse_latencies(text: str, fps: int) -> list[int | str]:
     """``"0,2,4,8"`` (control steps), ``"100ms"`` (rounded up to steps at ``fps``) or ``"measured"``."""
     out: list[int | str] = []
-    for raw in comma_items(text, "--latency", "0,2,4"):
+    raws = comma_items(text, "--latency", "0,2,4")
+    for raw in raws:
         try:
             if raw == MEASURED:
                 out.append(MEASURED)
             elif raw.endswith("ms"):
                 ms = float(raw[:-2])
-                if ms < 0 or not math.isfinite(ms):
+                # (1e308ms is finite, its steps are not: math.ceil's OverflowError traceback, 25th run)
+                if ms < 0 or not math.isfinite(ms * fps / 1000.0):
                     raise ValueError
                 out.append(math.ceil(round(ms * fps / 1000.0, 9)))  # round(): 100 ms at 30 fps is 3 steps
             else:
@@ -107,7 +109,8 @@ def parse_latencies(text: str, fps: int) -> list[int | str]:
                 found=text,
                 fix="e.g. --latency 0,2,4,8 or --latency 100ms",
             ) from None
-    return list(dict.fromkeys(out))
+    refuse_repeated(out, raws, "--latency", text, "0,2,4")  # 3,100ms at 30 fps: one delay twice
+    return out
 
 
 def measure_inference(src: PolicySource, spec: Any, cfg: Any, fps: int) -> dict[str, float | int]:

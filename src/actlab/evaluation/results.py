@@ -3,9 +3,11 @@ drop rates, lift heights) and the JSON / markdown forms of one evaluation or a c
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from actlab.evaluation.taxonomy import FAILURES, OUTCOMES
 from actlab.utils.table import table
@@ -186,7 +188,22 @@ class CheckpointEval:
         }
         if self.training_scenes:
             out["training_scene_episodes"] = self.training_scenes
+        weights = recorded_weights(self.path)
+        if weights is not None:  # which weights were measured (`policy doctor --sweep` compares them)
+            out["weights_sha256"] = weights
         return out
+
+
+def recorded_weights(bundle: str | Path | None) -> str | None:
+    """The sha256 of a bundle's model.safetensors as its actlab.json records it (the loader checks the
+    file against it), or None (no bundle, an older or damaged actlab.json)."""
+    if bundle is None:
+        return None
+    try:
+        found = json.loads((Path(bundle) / "actlab.json").read_text())["sha256"]["model.safetensors"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return found if isinstance(found, str) else None
 
 
 def _pct(x: float | None) -> str:

@@ -35,6 +35,7 @@ from actlab.evaluation.sources import PolicySource
 from actlab.evaluation.sweep import note_left_out
 from actlab.lerobot.child import PROTOCOL_VERSION, ProtocolError, read_message, write_message
 from actlab.utils.io import read_json
+from actlab.utils.kinds import LEROBOT_CONFIG_FIX
 from actlab.utils.procs import ChildGuard, kill_tree, start_group_kwargs
 
 CHILD_SCRIPT = Path(__file__).with_name("child.py")
@@ -98,7 +99,7 @@ def read_policy_features(policy_dir: str | Path) -> tuple[str, dict[str, Any], d
             expected="config.json, model.safetensors, policy_preprocessor.json, policy_postprocessor.json",
             fix="pass e.g. outputs/train/RUN/checkpoints/last/pretrained_model",
         )
-    cfg = read_json(file, "LeRobot policy config")
+    cfg = read_json(file, "LeRobot policy config", fix=LEROBOT_CONFIG_FIX)
     inputs = cfg.get("input_features") if isinstance(cfg, dict) else None
     outputs = cfg.get("output_features") if isinstance(cfg, dict) else None
     if not isinstance(inputs, dict) or not isinstance(outputs, dict) or "type" not in cfg:

@@ -35,6 +35,7 @@ Numbers that must agree and why they do (checked by the slow parity test in test
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -471,6 +472,8 @@ def export_plugin_policy(
         atomic_write_json(tmp / f"{POSTPROCESSOR}.json", post)
         (tmp / PLUGIN_BUNDLE).mkdir()
         write_bundle(policy, tmp / PLUGIN_BUNDLE, extra={"exported_from": source, **training_record(source)})
+        # the bundle's file digests: a load refuses an export whose bundle was replaced by another's
+        summary["bundle_sha256"] = json.loads((tmp / PLUGIN_BUNDLE / "actlab.json").read_text())["sha256"]
         atomic_write_json(tmp / "actlab_export.json", summary)
     return {**summary, "out": str(out_dir)}
 
@@ -483,3 +486,27 @@ def export_bundle(
     check_out_dir(out_dir, EXPORT_KIND, overwrite, [bundle])  # a refused --out costs nothing
     policy = load_policy(bundle, device="cpu")
     return export_policy(policy, out_dir, overwrite=overwrite, source=str(bundle), lerobot_type=lerobot_type)
+
+
+def check_exported_bundle(root: Path, bundle: str) -> None:
+    """Refuse an export whose ``actlab_bundle/`` is not the bundle it exported: another export's whole
+    bundle copied in (self-consistent, so its own digests pass) ran, was imported and fine-tuned under this
+    export's name and record, exit 0 (25th fault run, lr_bundle_swap_px2). actlab_export.json records the
+    bundle's file digests (its actlab.json ``sha256``); an export written before the record, or a
+    lerobot-train checkpoint (no actlab_export.json), is taken as it is."""
+    try:
+        record = json.loads((root / "actlab_export.json").read_text()).get("bundle_sha256")
+        now = json.loads((root / bundle / "actlab.json").read_text()).get("sha256")
+    except (OSError, ValueError, AttributeError):  # (no record, or a damaged file: the loader names it)
+        return
+    if isinstance(record, dict) and record != now:
+        differ = sorted(k for k in set(record) | set(now or {}) if record.get(k) != (now or {}).get(k))
+        raise ActlabError(
+            f"the export's {bundle}/ is not the bundle it exported (replaced by another bundle?)",
+            file=root / bundle,
+            field="actlab_export.json bundle_sha256",
+            expected=f"the files actlab_export.json records ({', '.join(differ)} differ)",
+            found=f"{bundle}/actlab.json sha256 of other files",
+            fix=f"restore {bundle}/ from a copy of the export, or export again (actlab policy export BUNDLE "
+            "--to lerobot --out DIR; actlab_export.json's source names the bundle)",
+        )

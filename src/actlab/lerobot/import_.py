@@ -36,7 +36,7 @@ from actlab.policies.backbones import IMAGENET_MEAN, IMAGENET_STD
 from actlab.policies.bundle import training_record
 from actlab.utils.config import from_dict, from_file
 from actlab.utils.io import check_out_dir, read_json, require_file
-from actlab.utils.kinds import describe
+from actlab.utils.kinds import LEROBOT_CONFIG_FIX, describe
 
 # LeRobot range modes: (low stat, high stat).
 _RANGE_MODES = {"MIN_MAX": ("min", "max"), "QUANTILES": ("q01", "q99"), "QUANTILE10": ("q10", "q90")}
@@ -44,7 +44,7 @@ _MODES = ("MEAN_STD", "IDENTITY", *_RANGE_MODES)
 _BRIDGE_FIX = "evaluate it through the bridge instead: actlab eval --lerobot-policy DIR --lerobot-python PY"
 
 
-def _read_json(path: Path, what: str) -> Any:
+def _read_json(path: Path, what: str, fix: str | None = None) -> Any:
 
     require_file(
         path,
@@ -52,7 +52,7 @@ def _read_json(path: Path, what: str) -> Any:
         expected="a directory saved by lerobot (config.json, model.safetensors, policy_*processor.json)",
         fix="pass a pretrained_model directory, e.g. outputs/train/RUN/checkpoints/last/pretrained_model",
     )
-    return read_json(path, what)
+    return read_json(path, what, fix=fix)
 
 
 def _tensors(path: Path) -> dict[str, np.ndarray]:
@@ -199,7 +199,7 @@ def read_lerobot_act(policy_dir: str | Path) -> tuple[Any, dict, dict, dict[str,
     if not root.is_dir():
         raise ActlabError("LeRobot policy directory not found", file=root, fix="check the path")
     cfg_file = root / "config.json"
-    cfg = _read_json(cfg_file, "LeRobot policy config")
+    cfg = _read_json(cfg_file, "LeRobot policy config", fix=LEROBOT_CONFIG_FIX)
     if not isinstance(cfg, dict):
         raise ActlabError("config.json is not an object", file=cfg_file, found=str(cfg)[:80])
     _check_config(cfg, cfg_file)
@@ -291,7 +291,7 @@ def _plugin_type(policy_dir: Path) -> str | None:
     file = policy_dir / "config.json"
     if not file.is_file():
         return None
-    cfg = read_json(file, "LeRobot policy config")
+    cfg = read_json(file, "LeRobot policy config", fix=LEROBOT_CONFIG_FIX)
     kind = cfg.get("type") if isinstance(cfg, dict) else None
     return kind if kind in PLUGIN_TYPES.values() else None
 
@@ -310,13 +310,13 @@ def import_plugin_policy(policy_dir: str | Path, out: str | Path, overwrite: boo
     from actlab.lerobot.runtime import check_export_config, check_export_features
     from actlab.utils import config as cfgutil
 
-    top = read_json(root / "config.json", "LeRobot policy config")
+    top = read_json(root / "config.json", "LeRobot policy config", fix=LEROBOT_CONFIG_FIX)
     wanted = {k: top[k] for k in ("type", "chunk_size", "n_action_steps", "n_obs_steps") if k in top}
     wanted["actlab_config"] = top.get("actlab_config") or {}
     check_export_config(wanted, cfgutil.to_dict(policy.config), root / "config.json")
     # an edited input or output size was dropped without a word (the bundle's own written)
     check_export_features(top.get("input_features"), top.get("output_features"), policy, root / "config.json")
-    notes = _execution_notes(top, out)
+    notes = _execution_notes(top, out, policy)
     # the training record (task, joint units, seeds) travels with the weights, so eval still checks them
     extra = {
         "imported_from": str(policy_dir),
@@ -336,7 +336,7 @@ def import_plugin_policy(policy_dir: str | Path, out: str | Path, overwrite: boo
     }
 
 
-def _execution_notes(top: dict, out: str | Path) -> list[str]:
+def _execution_notes(top: dict, out: str | Path, policy: Any = None) -> list[str]:
     """A note when the plugin's config.json runs the policy with another execution than sync: a bundle
     holds no execution (``actlab eval --execution`` chooses it), and the import dropped it without a word
     (`"execution": "blend", "execution_latency": 2` in LeRobot, then `actlab eval BUNDLE` ran sync; 22nd
@@ -347,6 +347,13 @@ def _execution_notes(top: dict, out: str | Path) -> list[str]:
     latency, horizon = top.get(PLUGIN_FIELDS["latency"]), top.get(PLUGIN_FIELDS["horizon"])
     if mode in (None, "sync") and not latency and horizon is None:
         return []
+    refused = _execution_refused(policy, mode, latency, horizon) if policy is not None else None
+    if refused:  # `"execution": "bogus"` was recommended as `actlab eval --execution bogus` (25th fault run)
+        return [
+            f"config.json's execution settings cannot run this policy ({refused}): LeRobot's plugin refuses "
+            f"the export as it is; a bundle holds no execution: choose one with actlab eval {out} "
+            "--execution MODES --latency D"
+        ]
     flags = f"--execution {mode or 'sync'}" + (f" --latency {latency}" if latency else "")
     flags += f" --horizon {horizon}" if horizon is not None else ""
     given = ", ".join(
@@ -358,6 +365,19 @@ def _execution_notes(top: dict, out: str | Path) -> list[str]:
     ]
 
 
+def _execution_refused(policy: Any, mode: Any, latency: Any, horizon: Any) -> str | None:
+    """What is wrong with config.json's execution settings for ``policy`` (the plugin's check), or None."""
+    from actlab.policies.execution import ChunkLimits, ExecutionSpec, check_execution  # lazy: as above
+
+    try:
+        spec = ExecutionSpec(mode=mode or "sync", latency=latency or 0, horizon=horizon)
+        if spec.mode != "sync":
+            check_execution(spec, ChunkLimits.from_config(policy.config))
+    except ActlabError as e:
+        return f"{e.problem}: {e.found}" if e.found is not None else e.problem
+    return None
+
+
 def import_lerobot_act(policy_dir: str | Path, out: str | Path, overwrite: bool = False) -> dict:
     """Convert a LeRobot ACT directory (or a plugin checkpoint, :func:`import_plugin_policy`) into an
     actlab bundle at ``out`` (atomic); returns a summary."""
@@ -366,13 +386,24 @@ def import_lerobot_act(policy_dir: str | Path, out: str | Path, overwrite: bool 
     import torch
 
     kind = describe(policy_dir)
-    if kind is not None and kind.startswith(("an actlab", "a LeRobot dataset", "the output of")):
+    # an export that lost its actlab_export.json is still one (its output marker says "the output of
+    # actlab policy export"): it was refused as "an actlab bundle needs no import" (25th fault run)
+    exported = kind is not None and "actlab policy export" in kind
+    if (
+        kind is not None
+        and kind.startswith(("an actlab", "a LeRobot dataset", "the output of"))
+        and not exported
+    ):
         raise ActlabError(  # a bundle was "actlab's ACT has no counterpart for this LeRobot ACT setting"
             "not a LeRobot policy directory: nothing to import",
             file=policy_dir,
             expected="a LeRobot pretrained_model directory (config.json, model.safetensors, processors)",
             found=kind,
-            fix="an actlab bundle needs no import: pass it to actlab eval / train --init-from as it is",
+            # (a dataset was told "an actlab bundle needs no import": 25th fault run, imp_src_dataset)
+            fix="a dataset is not a policy: pass the pretrained_model directory lerobot-train saved (train "
+            "on the dataset with actlab train --dataset DIR)"
+            if kind.startswith("a LeRobot dataset")
+            else "an actlab bundle needs no import: pass it to actlab eval / train --init-from as it is",
         )
     if Path(policy_dir).is_dir() and _plugin_type(Path(policy_dir)) is not None:
         return import_plugin_policy(policy_dir, out, overwrite=overwrite)

@@ -394,6 +394,21 @@ def check_export_config(
                 + " (or restore train_config.json); to run other values, set them in actlab, train and "
                 "export that bundle",
             )
+    if changed and _bundle_config_edited(Path(file).parent):
+        # the bundle's own config.json is what changed (its recorded sha256 differs): the words blamed the
+        # export's config.json and named the edited value as the weights' (25th fault run)
+        inner_file = Path(file).parent / "actlab_bundle" / "config.json"
+        raise ActlabError(
+            "the export's actlab_bundle/config.json was edited after the export was written: it disagrees "
+            "with the export's config.json",
+            file=inner_file,
+            field=", ".join(changed),
+            expected="the exported values (the export's config.json holds them): "
+            + ", ".join(f"{k}={v!r}" for k, (v, _) in changed.items()),
+            found=", ".join(f"{k}={m!r}" for k, (_, m) in changed.items()),
+            fix=f"restore {inner_file} from a copy of the export, or export again (actlab policy export "
+            "BUNDLE --to lerobot); to run other values, set them in actlab and export that bundle",
+        )
     if changed:
         raise ActlabError(
             "the export's config.json disagrees with the model it ships",
@@ -405,6 +420,18 @@ def check_export_config(
             fix="restore config.json (or export again: actlab policy export BUNDLE --to lerobot); the "
             "weights cannot follow an edit: to run other values, set them in actlab and export that bundle",
         )
+
+
+def _bundle_config_edited(root: Path) -> bool:
+    """Whether ``root/actlab_bundle/config.json`` differs from the sha256 its actlab.json records."""
+    from actlab.datasets.checksums import sha256  # lazy: only a refusal reads it
+
+    bundle = root / "actlab_bundle"
+    try:
+        want = json.loads((bundle / "actlab.json").read_text()).get("sha256", {}).get("config.json")
+        return isinstance(want, str) and sha256(bundle / "config.json") != want
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 # The processor files of a plugin export or checkpoint, and the (un)normalizer step each must hold:
@@ -496,9 +523,10 @@ def check_plugin_bundle(root: Path, kind: str | None, what: str) -> None:
     found, fix: check the path" named a directory the user never made and a fix that could not work (the
     import since the 19th run; LeRobot's load of the export, lerobot-eval / lerobot-rollout and the
     bridge, until the 22nd). ``what``: what the caller cannot do without it."""
-    from actlab.lerobot.export import PLUGIN_BUNDLE  # lazy: export imports the policies
+    from actlab.lerobot.export import PLUGIN_BUNDLE, check_exported_bundle  # lazy: imports the policies
 
     if (root / PLUGIN_BUNDLE).is_dir():
+        check_exported_bundle(root, PLUGIN_BUNDLE)
         return
     raise ActlabError(
         f"a checkpoint of actlab's LeRobot plugin ({kind}) keeps its weights in {PLUGIN_BUNDLE}/, which "
@@ -563,6 +591,9 @@ class SimSignal:
 
     epoch: int = 0  # episode starts so far
     holding: bool = False  # the arm ignores actions (home-pose hold after a restart)
+    # the actlab bundle the plugin loaded (set at its load, before LeRobot connects the robot): the sim
+    # robot checks its --robot.task / --robot.units against what the bundle was trained on
+    policy_bundle: str | None = None
 
 
 # The one signal of this process: actlab_so101_sim writes it, the plugin's policies read it.
@@ -627,9 +658,16 @@ class SimEpisodes:
         self.seed = int(seed)
         self.hold_steps = int(hold_steps)
         # lazy: the plugin imports this module at LeRobot start; the env module with the first robot
-        from actlab.lerobot.sim_env import appendable, check_log_file
+        from actlab.lerobot.sim_env import (
+            appendable,
+            check_log_file,
+            check_policy_fits_robot,
+            refuse_log_inside_output,
+        )
 
         self.out_dir = Path(out_dir) if out_dir is not None else None
+        if self.out_dir is not None:
+            refuse_log_inside_output(self.out_dir, "--robot.output_dir")
         if log_file == "":
             self.log_file = None
         elif log_file is not None:
@@ -651,6 +689,8 @@ class SimEpisodes:
         self.stream = stream
         self.on_episode = on_episode
         self.signal = signal
+        if signal is not None and signal.policy_bundle is not None:
+            check_policy_fits_robot(signal.policy_bundle, task, units, stream)
         self.results: list[EpisodeResult] = []
         # (6,) joint target limits in the env's units (the gripper 0-100 in so101_follower units)
         self.low_deg = self.env.action_space.low.astype(np.float64)

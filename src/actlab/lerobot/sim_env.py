@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import TextIO
 
 import gymnasium as gym
 import numpy as np
@@ -35,6 +36,48 @@ GYM_NAMESPACE = "actlab_so101"
 LOG_KEYS = ("task", "seed", "outcome", "steps")
 
 
+def check_policy_fits_robot(bundle: str, task: str, units: str, stream: TextIO | None) -> None:
+    """The sim robot runs the plugin's policy as `actlab eval` would: a policy trained in other joint units
+    is refused, one trained on another task is said. Both ran without a word, a degrees policy read in
+    so101_follower units included (25th fault run, lr_robot_units_bad, lr_robot_task_other)."""
+    from types import SimpleNamespace
+
+    # lazy: the plugin imports this module at LeRobot start; the bundle's record only with a sim robot
+    from actlab.evaluation.seeds import check_trained_units, other_task_warnings
+
+    source = SimpleNamespace(name=Path(bundle).parent.name or bundle, path=bundle)
+    try:
+        check_trained_units([source], units, option="--robot.units")
+    except ActlabError as e:
+        raise ActlabError(
+            e.problem, file=e.file, field="--robot.units", expected=e.expected, found=e.found,
+            fix=f"--robot.units={e.expected} (the units the policy was trained in)",
+        ) from None  # fmt: skip
+    for line in other_task_warnings([source], task):
+        print(
+            f"note: {line.replace('(--task ', '(--robot.task=').replace(' evaluates', ' runs')}", file=stream
+        )
+
+
+def refuse_log_inside_output(directory: str | Path, field: str) -> None:
+    """Refuse episode logs written into a directory another command wrote (a dataset, a policy export or
+    bundle, an evaluation; a training run's directory is allowed): `--robot.output_dir=` the export it
+    ran or the dataset it was trained on got episodes.jsonl and episodes.log added, exit 0 (25th fault
+    run, lr_robot_outdir_px / _ds)."""
+    from actlab.utils.kinds import enclosing_kind  # lazy: the plugin imports this module at LeRobot start
+
+    found = enclosing_kind(directory)
+    if found is not None and not found[1].startswith("an actlab training run"):  # (RUN/rollout: allowed)
+        raise ActlabError(
+            f"{field} lies inside a directory another command wrote: the episode logs would be added to it",
+            file=str(directory),
+            field=field,
+            expected="a directory of its own (LeRobot's outputs/, or a new directory)",
+            found=f"{found[0]}: {found[1]}",
+            fix=f"choose another {field} (nothing was run or written)",
+        )
+
+
 def check_log_file(
     log_file: str | Path, field: str = "log_file", keys: tuple[str, ...] = LOG_KEYS, create: bool = False
 ) -> None:
@@ -48,6 +91,7 @@ def check_log_file(
     run); a config's check at parse time leaves this to the constructor."""
     path = Path(log_file)
     fix = f"pass {field}=<a new .jsonl file> (or an episode log this env wrote, to add to it)"
+    refuse_log_inside_output(path.parent, field)
     if path.is_dir():
         raise ActlabError(
             "the episode log is a directory", file=path, field=field, expected="a JSONL file", fix=fix
@@ -190,6 +234,13 @@ class LeRobotSimEnv(gym.Env):
     @property
     def task_description(self) -> str:
         """The task's instruction (LeRobot hands it to language-conditioned policies)."""
+        return self.env.task
+
+    @property
+    def task(self) -> str:
+        """The same instruction under LeRobot's other name: lerobot-eval asks every env for both, and in
+        an AsyncVectorEnv (--eval.batch_size > 1) the missing one was an AttributeError that shut the
+        workers down, a traceback (25th fault run, le_exec_async)."""
         return self.env.task
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:

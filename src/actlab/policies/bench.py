@@ -20,7 +20,7 @@ from actlab.errors import ActlabError
 from actlab.policies.contract import FEATURES_SUFFIX, FUTURE_STATE, PAST_CHUNKS
 from actlab.policies.info import synthetic_features, unit_stats
 from actlab.policies.registry import apply_config_overrides, get_config_class, make_policy
-from actlab.utils.config import comma_items
+from actlab.utils.config import comma_items, refuse_repeated
 from actlab.utils.device import resolve_device
 from actlab.utils.threads import load_1m, torch_threads, usable_cpus
 
@@ -31,6 +31,9 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
     """``"name:key=value,key=value"`` -> (name, overrides); ``"name:"`` is the base config."""
     name, _, rest = text.partition(":")
     items = comma_items(rest, "--variant", "NAME:dim_model=64,n_heads=4") if rest.strip() else []
+    # a key given twice ran the later value under a header naming both, without a word (25th fault run)
+    keys = [item.partition("=")[0].strip() for item in items]
+    refuse_repeated(keys, items, "--variant", text, "NAME:dim_model=64,n_heads=4")
     return name.strip() or "base", items
 
 

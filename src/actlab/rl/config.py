@@ -404,6 +404,40 @@ class RLConfig:
                 field="obs.encoder",
                 fix="pass --base BUNDLE, or use obs.encoder=cnn",
             )
+        self._check_confirm_seeds()
+
+    def _check_confirm_seeds(self) -> None:
+        """The confirmation's seeds are fresh: apart from the evaluation seeds the residual was picked on
+        and from the training episodes. `residual.confirm_seed=100000` confirmed on the evaluation seeds,
+        said as "2 fresh seeds 100000..100001", exit 0 (25th fault run, rr_residual_confirm_seed_100000):
+        the selection bias the confirmation exists to remove."""
+        r, e = self.residual, self.eval
+        if self.base is None or r.confirm_episodes == 0:
+            return
+        confirm = (r.confirm_seed, r.confirm_seed + r.confirm_episodes)
+        train0 = TRAIN_SEED_BASE * (self.seed + 1)
+        for name, lo, hi in (
+            (
+                f"the evaluation seeds (eval.seed {e.seed} + eval.episodes {e.episodes})",
+                e.seed,
+                e.seed + e.episodes,
+            ),
+            (
+                f"the training episodes' seeds (from {train0}: seed {self.seed})",
+                train0,
+                train0 + TRAIN_SEED_BASE,
+            ),
+        ):
+            if confirm[0] < hi and lo < confirm[1]:
+                raise ActlabError(
+                    "the confirmation's seeds are not fresh: they overlap " + name,
+                    field="residual.confirm_seed",
+                    expected=f"confirm_seed .. confirm_seed + confirm_episodes apart from {lo}..{hi - 1}",
+                    found=f"{confirm[0]}..{confirm[1] - 1} (residual.confirm_seed {r.confirm_seed}, "
+                    f"residual.confirm_episodes {r.confirm_episodes})",
+                    fix=f"--set residual.confirm_seed={hi} (past them; the default 300000 is apart from the "
+                    "defaults of both), or residual.confirm_episodes=0 for no confirmation (nothing was run)",
+                )
 
     @property
     def residual_rl(self) -> bool:

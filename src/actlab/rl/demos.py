@@ -24,6 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from actlab.datasets import open_dataset
+from actlab.datasets.framestore import source_record, sources_changed
 from actlab.errors import ActlabError
 from actlab.rl.replay import ReplayBuffer, nstep_transitions
 from actlab.utils.say import say
@@ -92,6 +93,51 @@ def check_demo_image_size(agent: Any, ds: Any, demos: Any) -> None:
                 fix=f"record the demonstrations at that size (actlab sim record --image-size {need[0]}), "
                 f"or {other} (nothing was trained)",
             )
+
+
+def demos_record(path: Any, image_keys: list[str]) -> dict[str, Any]:
+    """What a resume compares of the demonstrations: their identity (counts, meta/ and rows hashed) and
+    the videos of the cameras the agent reads (sha256 with inode and ctime)."""
+    ds = open_dataset(path)
+    try:
+        return {
+            "identity": ds.identity,
+            "videos": source_record(ds, [k for k in image_keys if k in ds.video_keys]),
+        }
+    finally:
+        ds.close()
+
+
+def check_demos_unchanged(path: Any, record: Any, ckpt: Path) -> None:
+    """Refuse a resume whose demonstrations changed since checkpoint ``ckpt`` recorded them: they are read
+    again at each resume, and a dataset edited, replaced or with a video edited in its middle (size and
+    mtime kept) was read into the replay without a word (25th fault run). A checkpoint written before the
+    record is said and resumed."""
+    if not isinstance(record, dict):
+        say(f"note: {ckpt} predates the record of its demonstrations: {path} is not compared with them")
+        return
+    ds = open_dataset(path)
+    try:
+        now = ds.identity
+        was = record.get("identity") or {}
+        changed = [f"{k}: {was[k]} -> {now.get(k)}" for k in was if was[k] != now.get(k)]
+        if not changed and isinstance(record.get("videos"), dict):
+            video = sources_changed(ds, {"sources": record["videos"]})
+            changed = (
+                [video.replace("since the store was built", f"since {ckpt.name} read it")] if video else []
+            )
+    finally:
+        ds.close()
+    if changed:
+        raise ActlabError(
+            "the demonstrations are not the ones the run was trained on (edited or replaced since)",
+            file=path,
+            field="demos",
+            expected=f"the demonstrations {ckpt.name} recorded (its training_state/state.json)",
+            found="; ".join(changed),
+            fix="resume with the original demonstrations (--demos PATH; a copy of them is fine), or start a "
+            "new --out on these (nothing was trained)",
+        )
 
 
 def say_fewer_demos(path: Any, held: int, asked: int, key: str) -> None:

@@ -29,10 +29,32 @@ def check_inputs(cfg: Any, base_copied: bool) -> None:
     """Refuse a base that is no loadable bundle (unless the run already holds its copy: a resume), and a
     base or demonstrations recorded on another sim task."""
     check_encoder_task(cfg)
+    policy = None
     if cfg.base is not None and not base_copied:
-        check_base(Path(cfg.base), cfg)
+        policy = check_base(Path(cfg.base), cfg)
     if cfg.demos is not None:
         check_demos(Path(cfg.demos))
+        if cfg.base is None or policy is not None:  # (a resume's base is its copy in the run: later)
+            check_demos_size(cfg, policy)
+
+
+def check_demos_size(cfg: Any, base: Any) -> None:
+    """Demonstrations of another image size than the agent reads, refused before the run directory is
+    made: the refusal came after the base was copied into it (RUN/base left, and taken by the next start;
+    24th fault run's leftover). The agent's own image keys and features decide, as demo_buffer's check."""
+    from actlab.datasets import open_dataset  # lazy: only demos are read here
+    from actlab.rl.agent import Agent  # lazy: imports torch (the base was just loaded with it)
+    from actlab.rl.demos import check_demo_image_size  # lazy: imports torch
+
+    view = SimpleNamespace(cfg=cfg, base=base)
+    view.image_keys = Agent.image_keys.fget(view)  # type: ignore[attr-defined]
+    view.features = Agent.features.fget(view)  # type: ignore[attr-defined]
+    ds = open_dataset(cfg.demos)
+    try:
+        if all(k in ds.features for k in view.image_keys):  # (a missing camera: demo_buffer names it)
+            check_demo_image_size(view, ds, cfg.demos)
+    finally:
+        ds.close()
 
 
 def check_encoder_task(cfg: Any) -> None:
@@ -50,8 +72,9 @@ def check_encoder_task(cfg: Any) -> None:
         )
 
 
-def check_base(path: Path, cfg: Any = None) -> None:
-    """The bundle ``--base`` names, loaded once as it is (every check of load_policy names ``path``)."""
+def check_base(path: Path, cfg: Any = None) -> Any:
+    """The bundle ``--base`` names, loaded once as it is (every check of load_policy names ``path``);
+    returns the policy."""
     if not path.is_dir():
         raise ActlabError("base policy bundle not found", file=path, field="base", fix="check the path")
     from actlab.policies import load_policy  # lazy: imports torch
@@ -60,6 +83,7 @@ def check_base(path: Path, cfg: Any = None) -> None:
     check_base_task(path)
     if cfg is not None:
         check_base_cameras(path, list(getattr(policy, "camera_keys", None) or []), cfg)
+    return policy
 
 
 def check_base_cameras(path: Path, cameras: list[str], cfg: Any) -> None:
@@ -131,6 +155,7 @@ __all__ = [
     "check_base_cameras",
     "check_base_task",
     "check_demos",
+    "check_demos_size",
     "check_encoder_task",
     "check_inputs",
 ]

@@ -223,12 +223,18 @@ class _Trainer:
         self.sac.generator = self.gen
         self.buffer = ReplayBuffer(cfg.sac.buffer_size, cfg.device)
         self.demos = None
+        # the demonstrations' identity and videos, recorded in each checkpoint for a resume to compare
+        self.demos_record: dict[str, Any] | None = None
         # (a checkpoint's step is its env steps) A resume of a run that has its steps trains nothing:
         # the demonstrations (minutes of the base on every frame for 100 episodes) are not prepared.
         if cfg.demos is not None and (last is None or last < cfg.total_env_steps):
-            from actlab.rl.demos import demo_buffer  # lazy: reads a LeRobot dataset only when demos are given
+            # lazy: reads a LeRobot dataset only when demos are given
+            from actlab.rl.demos import check_demos_unchanged, demo_buffer, demos_record
 
+            if last is not None:  # before minutes of the base on every frame
+                check_demos_unchanged(cfg.demos, self.ckpt.meta(last).get("demos"), self.ckpt.path(last))
             self.demos = demo_buffer(cfg, self.agent, progress=progress)
+            self.demos_record = demos_record(cfg.demos, self.agent.image_keys)
         self.reward_model = None
         if cfg.env.reward == "classifier":
             from actlab.rl.reward_model import load_reward_model  # lazy: only reward=classifier needs it
@@ -296,6 +302,8 @@ class _Trainer:
         }
         if self.base_digest is not None:
             meta["base_sha256"] = self.base_digest
+        if self.demos_record is not None:
+            meta["demos"] = self.demos_record
         guard = None
         if self.guard is not None:
             guard = {"good_actor": self.good_actor or {}}
@@ -729,6 +737,20 @@ def _load_base(cfg: RLConfig, run_dir: Path | None, check: bool = True, recorded
             with atomic_dir(copy) as tmp:
                 shutil.copytree(path, tmp, dirs_exist_ok=True)
         elif check and path.is_dir() and path.resolve() != copy.resolve() and _differ(path, copy):
+            if recorded is not None and bundle_digest(path) == recorded:
+                # the copy is what changed (edited, damaged): its words sent the user to resume on it, fix
+                # "pass --base COPY" (25th fault run, rr_base_mid_edit_resume)
+                raise ActlabError(
+                    "the run directory's copy of the base policy changed since its checkpoints were trained "
+                    f"on it (edited or damaged); --base {path} is still that base",
+                    file=copy,
+                    field="base",
+                    expected=f"the bundle of sha256 {recorded[:16]}... (recorded in each checkpoint's "
+                    f"state.json; {path} has it)",
+                    found=f"sha256 {bundle_digest(copy)[:16]}...",
+                    fix=f"remove the damaged copy (rm -r {copy}) and resume with --base {path}: it is copied "
+                    "again (nothing was trained)",
+                )
             raise ActlabError(
                 "the run directory's copy of the base policy differs from --base",
                 file=copy,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.datasets.format import sim_seeds
+from actlab.datasets.framestore import source_record
 from actlab.errors import ActlabError
 from actlab.lifecycle.metrics_log import METRICS_FILE, MetricsLog, check_sinks, read_metrics
 from actlab.lifecycle.rundir import (
@@ -559,6 +560,10 @@ class Loop:
     ):
         self.run, self.ckpts, self.log, self.out, self.stop = run, ckpts, log, out, stop
         self.cfg = run.cfg
+        # the videos the run's frames come from, as its start found them (sha256 with inode and ctime,
+        # the frame store's record, hashed once per process): each checkpoint records them and a resume
+        # compares (25th fault run: a video edited in its middle with its size and mtime kept resumed)
+        self.videos = source_record(run.dataset, [k for k in run.image_keys if k in run.dataset.video_keys])
         self.timer = PhaseTimer(run.device)
         # metric sums on the device and the number of steps they cover, since the last training row
         # (restored from the checkpoint on resume: `window`)
@@ -850,6 +855,7 @@ class Loop:
                                 "fingerprint": run.dataset.fingerprint,
                                 # what a resume compares: the same data, wherever it lies
                                 "identity": run.dataset.identity,
+                                "videos": self.videos,
                                 "episodes": len(run.dataset.episodes),
                                 "frames": len(run.dataset),
                                 # the sim scenes its episodes start from (sim-recorded data only):

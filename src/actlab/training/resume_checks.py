@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from actlab.datasets import open_dataset
+from actlab.datasets.framestore import sources_changed
 from actlab.errors import ActlabError
 from actlab.training.checkpoint import CheckpointManager
 from actlab.training.config import TrainConfig, config_hash
@@ -68,6 +70,25 @@ def check_dataset_present(cfg: TrainConfig) -> None:
         )
 
 
+def _videos_changed(saved: dict[str, Any], cfg: TrainConfig, ckpt: Path) -> str | None:
+    """What changed in the videos the checkpoint recorded (None: nothing). The identity hashes meta/ and
+    the rows, not the videos: a video replaced or edited in its middle with its size and mtime kept
+    resumed on other frames, exit 0 (the frame store then rebuilt from it, with a word at best; 25th fault
+    run). A file with the recorded inode and ctime costs a stat; any other (a copy) is hashed once. A
+    checkpoint written before this record is said and resumed: its videos cannot be compared."""
+    record = saved.get("videos")
+    ds = open_dataset(cfg.data.path)
+    try:
+        if not isinstance(record, dict):
+            if ds.video_keys:
+                print(f"{ckpt} predates the record of its videos: they are not compared (a frame store "
+                      "rebuilds from a video that changed, and says so)", file=sys.stderr)  # fmt: skip
+            return None
+        return sources_changed(ds, {"sources": record})
+    finally:
+        ds.close()
+
+
 def check_same_dataset(
     cfg: TrainConfig, ckpt: Path, problem: str | None = None, fix: str | None = None
 ) -> None:
@@ -95,6 +116,12 @@ def check_same_dataset(
         print(f"{ckpt} predates dataset identities: the dataset is compared by its episode and frame counts "
               "only", file=sys.stderr)  # fmt: skip
     changed = [f"{k}: {expected[k]} -> {now.get(k)}" for k in expected if expected[k] != now.get(k)]
+    if not changed:
+        changed_video = _videos_changed(saved, cfg, ckpt)
+        if changed_video:
+            changed = [
+                changed_video.replace("since the store was built", f"since {ckpt.name} was trained on it")
+            ]
     if changed:
         raise ActlabError(
             problem or "the dataset is not the one the run was trained on",

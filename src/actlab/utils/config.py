@@ -499,4 +499,27 @@ def comma_items(text: str, field: str, example: str) -> list[str]:
             found=repr(text),
             fix=f"write every item, e.g. {field} {example} (nothing was run)",
         )
+    refuse_repeated(items, items, field, text, example)
     return items
+
+
+def refuse_repeated(values: list[Any], items: list[str], field: str, text: str, example: str) -> None:
+    """Refuse a comma list whose ``values`` (its ``items`` as the command reads them: a latency in steps,
+    an episode of a range) hold one twice. Every list option follows this one rule (25th fault run):
+    `bench threads --threads 1,1` measured 1 twice and reported it once, `--execution sync,sync` and
+    `--latency 3,100ms` (3 steps at 30 fps) were merged without a word, `--drop-episodes 0-3,2` dropped 2
+    once, `--perturb noise=0,0.0` evaluated one level twice; `--cameras top,top` was refused already."""
+    seen: dict[Any, str] = {}
+    for value, item in zip(values, items, strict=False):
+        if value in seen:
+            same = item if seen[value] == item else f"{seen[value]} and {item} (both {value})"
+            raise ActlabError(
+                "a comma list names one item twice",
+                field=field,
+                expected=f"each item once, e.g. {example}",
+                found=f"{same} in {text!r}",
+                fix=f"write each item once: {field} {','.join(dict.fromkeys(items))} (nothing was run)"
+                if seen[value] == item
+                else f"keep one of {seen[value]} and {item} (nothing was run)",
+            )
+        seen[value] = item

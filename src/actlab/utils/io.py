@@ -744,7 +744,7 @@ def read_json(path: str | Path, what: str = "JSON file", obj: bool = True, fix: 
         raise ActlabError(
             f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}",
             file=path,
-            fix=fix or "repair or regenerate the file",
+            fix=fix or "restore the file from a copy, or write it again with the command that made it",
         ) from e
     except UnicodeDecodeError as e:  # bytes overwritten, or a binary file where JSON belongs
         raise ActlabError(

@@ -27,6 +27,12 @@ BUNDLE_DAMAGED_FIX = (
     "the bundle is damaged or incomplete (an interrupted copy, a bad disk, an edit): use another checkpoint "
     "of its run, or copy the bundle again from its source"
 )
+# a LeRobot policy directory's config.json that cannot be read (cut short, emptied, edited): the generic
+# "repair or regenerate the file" named no command that writes one (25th fault run, imp_cfg_empty)
+LEROBOT_CONFIG_FIX = (
+    "restore config.json from a copy of the directory; an actlab export is written again by actlab policy "
+    "export BUNDLE --to lerobot --out DIR, a lerobot-train checkpoint by its run"
+)
 # a LeRobot v3 dataset (actlab.datasets.format.INFO_PATH)
 _DATASET = "meta/info.json"
 # actlab.utils.io.OUTPUT_MARKER: the command that wrote an output directory

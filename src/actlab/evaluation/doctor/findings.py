@@ -15,7 +15,7 @@ from actlab.evaluation.compare import check_checkpoint_entries, read_checkpoint_
 from actlab.evaluation.replay import (
     EpisodeReplay,
 )
-from actlab.evaluation.results import best_index
+from actlab.evaluation.results import best_index, recorded_weights
 from actlab.utils.stats import paired_compare
 
 SEVERITIES = ("ok", "warning", "error")
@@ -294,6 +294,18 @@ def find_sweep(bundle: Path) -> Path | None:
     return path if path.is_file() else None
 
 
+def _measured_other_weights(checkpoints: list) -> list[str]:
+    """The swept checkpoints whose recorded weights (results.json's weights_sha256, from actlab eval) are not
+    the ones their bundle holds now; a sweep written before the record is taken as it is."""
+    out = []
+    for c in checkpoints:
+        was, path = c.get("weights_sha256"), c.get("path")
+        now = recorded_weights(path)
+        if isinstance(was, str) and now is not None and now != was:
+            out.append(f"{c.get('name')}: sha256 {was[:12]}... measured, {now[:12]}... now")
+    return out
+
+
 def _sweep_comparison(here: Path, sweep: str | Path | None) -> Finding | None:
     """The success-based finding when a sweep holds this checkpoint; None when there is no such sweep.
     A ``sweep`` given by the user that cannot be read, or that lacks the checkpoint, is an ActlabError."""
@@ -326,6 +338,21 @@ def _sweep_comparison(here: Path, sweep: str | Path | None) -> Finding | None:
             found=f"{type(e).__name__}: {e}",
             fix="pass the results.json of a sweep of this checkpoint's run, or leave --sweep out",
         ) from e
+    stale = _measured_other_weights(checkpoints)
+    if stale and mine is not None:
+        if not given:  # (the demo's own sweep of a run changed since: judged by validation loss instead)
+            return None
+        # a run trained again under the same directory kept its sweep's success rates for new weights:
+        # "ok ... 0/2 on the sweep's seeds", exit 0 (25th fault run, doctor_sweep_stale)
+        raise ActlabError(
+            "the checkpoint sweep measured other weights than the run's checkpoints now hold (trained "
+            "again, or replaced, since the sweep)",
+            file=path,
+            field="--sweep",
+            expected="weights_sha256 of each swept checkpoint as its actlab.json records it now",
+            found=", ".join(stale),
+            fix="sweep the run again (actlab eval RUN --out NEW_DIR) and pass that, or leave --sweep out",
+        )
     if mine is None:
         if not given:
             return None
