@@ -885,6 +885,15 @@ def sources_changed(ds: LeRobotV3Dataset, meta: dict[str, Any]) -> str | None:
         try:
             st = p.stat()
             if [st.st_ino, st.st_ctime_ns] == [was.get("ino"), was.get("ctime_ns")]:
+                # unchanged since it was hashed: the record's sha256 serves this process's later records
+                # (a training's checkpoints record its videos) without reading the file again
+                if isinstance(was.get("sha256"), str) and [st.st_size, st.st_mtime_ns] == [
+                    was.get("size"),
+                    was.get("mtime_ns"),
+                ]:
+                    _HASHED.setdefault(
+                        (str(p), st.st_ino, st.st_ctime_ns, st.st_size, st.st_mtime_ns), was["sha256"]
+                    )
                 continue
             now = _sha256(p, st)
         except OSError as e:
