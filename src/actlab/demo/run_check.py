@@ -149,6 +149,18 @@ def check_data_sources(entry: Any, data: Path) -> None:
     record = entry.get("sources") if isinstance(entry, dict) else None
     if not isinstance(record, dict):
         return
+    bad = next(((k, v) for k, v in record.items() if not isinstance(v, dict)), None)
+    if bad is not None:  # (was.get's AttributeError traceback: 26th fault run, dm_rec_sources_entry_str)
+        state_file = data.parent / "demo_state.json"
+        raise ActlabError(
+            "the demo's record of its dataset's files is damaged",
+            file=state_file,
+            field=f"record.sources[{bad[0]!r}]",
+            expected="the file's sha256, size, inode and ctime, as the demo wrote them",
+            found=repr(bad[1])[:120],
+            fix=f"restore {state_file} from a copy, or run the demo again with --fresh (it records and "
+            "trains anew)",
+        )
     ds = open_dataset(data)
     try:
         changed = sources_changed(ds, {"sources": record})
