@@ -511,7 +511,7 @@ def check_exported_bundle(root: Path, bundle: str) -> None:
         marker = read_output_marker(root)
         if marker is not None and marker.get("kind") == EXPORT_KIND:
             print(f"note: {root} is an export without its actlab_export.json: its {bundle}/ cannot be "
-                  f"compared with the bundle it exported ({redo})", file=sys.stderr)  # fmt: skip
+                  f"compared with the bundle it exported: {redo}", file=sys.stderr)  # fmt: skip
         return
     summary = read_json(summary_file, "the export's record (actlab_export.json)", fix=redo)
     if "bundle_sha256" not in summary:
