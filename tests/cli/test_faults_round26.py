@@ -101,6 +101,12 @@ def test_an_export_without_the_record_of_its_bundle_says_so(removed, export, tmp
     err = capsys.readouterr().err
     words = "predates the record of its bundle" if removed == "record" else "without its actlab_export.json"
     assert words in err and "compared" in err, err
+    # eval --lerobot-policy says it too: the bridge checks the export where its notes reach the user (the
+    # child's stderr is read only when it fails)
+    from actlab.lerobot.bridge import LeRobotBridgePolicy
+
+    LeRobotBridgePolicy(swapped, sys.executable)  # (no child started)
+    assert words in capsys.readouterr().err
 
 
 def test_a_bundles_damaged_record_of_its_digests_is_refused(export, tmp_path, capsys):
