@@ -43,6 +43,8 @@ from actlab.demo.run_check import (
     data_sources,
     evaluation_outdated,
     run_checkpoints,
+    stage_markers,
+    stage_rewritten,
 )
 from actlab.errors import ActlabError, Terminated
 from actlab.evaluation import EnvSpec, EvalConfig, run_eval, wilson_interval
@@ -379,17 +381,10 @@ def _stage_current(state: dict, stage: str, settings: dict, outputs: list[Path],
             flush=True,
         )
         return False
-    markers, now = entry.get("markers"), _stage_markers(out, stage)
-    if markers is None and stage in STAGE_DIRS:  # an entry written before the record: taken as it is, and
-        entry["markers"] = now  # recorded from here on (saved with the state at the next finished stage)
-    elif isinstance(markers, dict) and markers != now:
-        changed = ", ".join(sorted(k for k in set(markers) | set(now) if markers.get(k) != now.get(k)))
-        print(
-            f"      {changed}: written again since the {stage} stage wrote it (by another command?): running "
-            "the stage again",
-            file=sys.stderr,
-            flush=True,
-        )
+    changed = stage_rewritten(entry, out, stage)
+    if changed:
+        print(f"      {changed}: written again since the {stage} stage wrote it (by another command?): "
+              "running the stage again", file=sys.stderr, flush=True)  # fmt: skip
         return False
     old = entry.get("out") or _legacy_out(state)
     if old and old != str(out.resolve()):  # a moved or copied demo: paths into the old directory follow it
@@ -421,24 +416,6 @@ def _rebased(value: Any, old: str, new: str) -> Any:
     return value
 
 
-# The directories each stage writes whole (each with its output marker): a stage is reused only while they
-# hold what it wrote. `actlab eval --out DIR/eval/best --overwrite` replaced the demo's confirmation with
-# another evaluation (eval's own kind), and the next demo reused the stage: its report linked videos and
-# whiskers no longer there, its numbers of an evaluation gone, exit 0 (26th fault run,
-# dm_best_dir_overwritten_by_eval).
-STAGE_DIRS = {"eval": ("eval/sweep", "eval/best"), "realtime": (REALTIME_DIR,)}
-
-
-def _stage_markers(out: Path, stage: str) -> dict[str, Any]:
-    """The output markers' tokens of the directories ``stage`` wrote (those that have one)."""
-    tokens = {}
-    for rel in STAGE_DIRS.get(stage, ()):
-        marker = read_output_marker(out / rel)
-        if marker is not None:
-            tokens[rel] = marker.get("token")
-    return tokens
-
-
 def _finish_stage(
     out: Path, state: dict, stage: str, settings: dict, result: dict, seconds: float, **extra: Any
 ) -> None:
@@ -449,7 +426,7 @@ def _finish_stage(
         "seconds": seconds,
         "out": str(out.resolve()),
         "digest": _digest(result),
-        **({"markers": _stage_markers(out, stage)} if stage in STAGE_DIRS else {}),
+        **stage_markers(out, stage),
         **extra,
     }
     # Later stages depended on this one: forget them so they run again.

@@ -20,6 +20,7 @@ from actlab.datasets.framestore import source_record, sources_changed
 from actlab.errors import ActlabError
 from actlab.training.checkpoint import CheckpointManager
 from actlab.training.resume_checks import check_same_dataset
+from actlab.utils.io import read_output_marker
 
 # the key of the evaluation stage's result that records the checkpoints it measured
 CHECKPOINTS = "checkpoints"
@@ -175,3 +176,40 @@ def check_data_sources(entry: Any, data: Path) -> None:
             fix=f"keep your dataset: move {data} aside and run the demo again (it records and trains anew), "
             f"or train on the dataset as it is now: actlab train --dataset {data} --out NEW_RUN",
         )
+
+
+# The directories each stage writes whole (each with its output marker): a stage is reused only while they
+# hold what it wrote. `actlab eval --out DIR/eval/best --overwrite` replaced the demo's confirmation with
+# another evaluation (eval's own kind), and the next demo reused the stage: its report linked videos and
+# whiskers no longer there, its numbers of an evaluation gone, exit 0 (26th fault run,
+# dm_best_dir_overwritten_by_eval).
+STAGE_DIRS = {"eval": ("eval/sweep", "eval/best"), "realtime": ("eval/realtime",)}
+
+
+def stage_markers(out: Path, stage: str) -> dict[str, Any]:
+    """``{"markers": {dir: token}}``: the output markers' tokens of the directories ``stage`` wrote, for its
+    demo_state.json entry; ``{}`` for a stage without such directories."""
+    if stage not in STAGE_DIRS:
+        return {}
+    tokens = {}
+    for rel in STAGE_DIRS[stage]:
+        marker = read_output_marker(out / rel)
+        if marker is not None:
+            tokens[rel] = marker.get("token")
+    return {"markers": tokens}
+
+
+def stage_rewritten(entry: dict[str, Any], out: Path, stage: str) -> str | None:
+    """The directories of ``stage`` another command wrote again since the stage recorded their markers
+    (None: none). An entry written before the record is taken as it is, and records them from now on
+    (saved with the state at the next finished stage)."""
+    now = stage_markers(out, stage).get("markers")
+    markers = entry.get("markers")
+    if now is None:
+        return None
+    if markers is None:
+        entry["markers"] = now
+        return None
+    if not isinstance(markers, dict) or markers == now:
+        return None if isinstance(markers, dict) else "demo_state.json's markers (damaged)"
+    return ", ".join(sorted(k for k in set(markers) | set(now) if markers.get(k) != now.get(k)))

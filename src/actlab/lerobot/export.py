@@ -36,6 +36,7 @@ Numbers that must agree and why they do (checked by the slow parity test in test
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,14 @@ from actlab.policies import load_policy
 from actlab.policies.bundle import training_record, write_bundle
 from actlab.policies.configs import VIT_BACKBONES
 from actlab.utils import config as cfgutil
-from actlab.utils.io import atomic_dir, atomic_write_bytes, atomic_write_json, check_out_dir
+from actlab.utils.io import (
+    atomic_dir,
+    atomic_write_bytes,
+    atomic_write_json,
+    check_out_dir,
+    read_json,
+    read_output_marker,
+)
 from actlab.utils.kinds import EXPORT_BUNDLE
 
 # The LeRobot release whose format this writes (and whose source the tests run against).
@@ -498,10 +506,6 @@ def check_exported_bundle(root: Path, bundle: str) -> None:
     the digests (actlab_export.json not JSON, not an object, ``bundle_sha256`` not an object of strings) is
     refused: each of those was taken as "no record", a swapped bundle ran and was imported without a word
     (26th fault run, imp_swap_rec_str, imp_swap_exportjson_empty)."""
-    import sys
-
-    from actlab.utils.io import read_json, read_output_marker
-
     summary_file = root / "actlab_export.json"
     redo = (
         f"restore {summary_file.name} from a copy of the export, or export again (actlab policy export "
