@@ -201,14 +201,21 @@ def stage_markers(out: Path, stage: str) -> dict[str, Any]:
 
 def stage_rewritten(entry: dict[str, Any], out: Path, stage: str) -> str | None:
     """The directories of ``stage`` another command wrote again since the stage recorded their markers
-    (None: none). An entry written before the record is taken as it is, and records them from now on
-    (saved with the state at the next finished stage)."""
+    (None: none). An entry written before the record is said and taken as it is, and records them from
+    now on (saved with the state at the next finished stage)."""
     now = stage_markers(out, stage).get("markers")
     markers = entry.get("markers")
     if now is None:
         return None
     if markers is None:
         entry["markers"] = now
+        if now:
+            print(
+                f"      the {stage} stage's entry predates the record of its directories ({', '.join(now)}): "
+                "taken as they are (--fresh starts over)",
+                file=sys.stderr,
+                flush=True,
+            )
         return None
     if not isinstance(markers, dict) or markers == now:
         return None if isinstance(markers, dict) else "demo_state.json's markers (damaged)"
