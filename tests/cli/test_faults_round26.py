@@ -324,7 +324,7 @@ def test_a_demo_stage_whose_directory_another_command_wrote_again_runs_again(tmp
     # a demo written before the record: said, taken as it is, and compared from then on
     state["eval"].pop("markers")
     assert _stage_current(state, "eval", settings, outputs, out)
-    assert "predates the record of its directories (eval/best, eval/sweep)" in capsys.readouterr().err
+    assert "predates the record of its directories (eval/sweep, eval/best)" in capsys.readouterr().err
     with atomic_dir(out / "eval" / "sweep", overwrite=True, kind="actlab eval") as tmp:
         (tmp / "results.json").write_text("{}")
     assert not _stage_current(state, "eval", settings, outputs, out)
