@@ -471,7 +471,14 @@ def _run_view(args) -> int:
     view = episode_view(ds, args.episode)  # (reads only: a wrong --episode is refused before any write)
     # --out gathers the pages of several episodes, but never over a user's files or into the dataset; a
     # page that fails (a full disk) leaves nothing of an --out this run made
-    with claimed_out_dir(args.out, VIEW_KIND, inputs=(ds.root,)) as out:
+    # the dataset's identity and its videos' sizes and times: an --out of another recording under the
+    # same name, or of this one before its files changed, is not added to (26th fault run)
+    videos = {
+        p.relative_to(ds.root).as_posix(): [p.stat().st_size, p.stat().st_mtime_ns]
+        for p in sorted((ds.root / "videos").rglob("*.mp4"))
+    }
+    identity = {**ds.identity, "videos": videos}
+    with claimed_out_dir(args.out, VIEW_KIND, inputs=(ds.root,), identity=identity) as out:
         page = write_episode_page(view, out)
     print(f"wrote {page} (open it in a browser; .md beside it)")
     return 0

@@ -225,4 +225,10 @@ def _reward_model(args: argparse.Namespace) -> int:
     else:
         print(f"held-out accuracy {result['heldout_accuracy']:.3f} at threshold {result['threshold']:.2f} "
               f"({result['heldout_n']} frames); model in {args.out}")  # fmt: skip
+        if result["heldout_positives"] in (0, result["heldout_n"]):  # (an accuracy of one class's frames)
+            one = "successes" if result["heldout_positives"] else "failures"
+            print(f"note: the held-out frames are all {one}: the accuracy says nothing of telling the two "
+                  f"apart (balanced accuracy {result['heldout_balanced_accuracy']:.3f}); more rollouts or "
+                  "episodes split them better",
+                  file=sys.stderr)  # fmt: skip
     return 0

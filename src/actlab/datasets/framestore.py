@@ -882,6 +882,8 @@ def sources_changed(ds: LeRobotV3Dataset, meta: dict[str, Any]) -> str | None:
         return None
     for rel, was in sorted(record.items()):
         p = ds.root / rel
+        if not isinstance(was, dict):  # (a damaged record: was.get's AttributeError, 26th fault run)
+            return f"{rel}: its record is damaged (found {was!r:.60}, not its sha256, size, inode and ctime)"
         try:
             st = p.stat()
             if [st.st_ino, st.st_ctime_ns] == [was.get("ino"), was.get("ctime_ns")]:

@@ -43,6 +43,8 @@ from actlab.demo.run_check import (
     data_sources,
     evaluation_outdated,
     run_checkpoints,
+    stage_markers,
+    stage_rewritten,
 )
 from actlab.errors import ActlabError, Terminated
 from actlab.evaluation import EnvSpec, EvalConfig, run_eval, wilson_interval
@@ -379,6 +381,11 @@ def _stage_current(state: dict, stage: str, settings: dict, outputs: list[Path],
             flush=True,
         )
         return False
+    changed = stage_rewritten(entry, out, stage)
+    if changed:
+        print(f"      {changed}: written again since the {stage} stage wrote it (by another command?): "
+              "running the stage again", file=sys.stderr, flush=True)  # fmt: skip
+        return False
     old = entry.get("out") or _legacy_out(state)
     if old and old != str(out.resolve()):  # a moved or copied demo: paths into the old directory follow it
         entry["result"] = _rebased(result, old, str(out.resolve()))
@@ -419,6 +426,7 @@ def _finish_stage(
         "seconds": seconds,
         "out": str(out.resolve()),
         "digest": _digest(result),
+        **stage_markers(out, stage),
         **extra,
     }
     # Later stages depended on this one: forget them so they run again.

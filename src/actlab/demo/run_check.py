@@ -20,6 +20,7 @@ from actlab.datasets.framestore import source_record, sources_changed
 from actlab.errors import ActlabError
 from actlab.training.checkpoint import CheckpointManager
 from actlab.training.resume_checks import check_same_dataset
+from actlab.utils.io import read_output_marker
 
 # the key of the evaluation stage's result that records the checkpoints it measured
 CHECKPOINTS = "checkpoints"
@@ -149,6 +150,18 @@ def check_data_sources(entry: Any, data: Path) -> None:
     record = entry.get("sources") if isinstance(entry, dict) else None
     if not isinstance(record, dict):
         return
+    bad = next(((k, v) for k, v in record.items() if not isinstance(v, dict)), None)
+    if bad is not None:  # (was.get's AttributeError traceback: 26th fault run, dm_rec_sources_entry_str)
+        state_file = data.parent / "demo_state.json"
+        raise ActlabError(
+            "the demo's record of its dataset's files is damaged",
+            file=state_file,
+            field=f"record.sources[{bad[0]!r}]",
+            expected="the file's sha256, size, inode and ctime, as the demo wrote them",
+            found=repr(bad[1])[:120],
+            fix=f"restore {state_file} from a copy, or run the demo again with --fresh (it records and "
+            "trains anew)",
+        )
     ds = open_dataset(data)
     try:
         changed = sources_changed(ds, {"sources": record})
@@ -163,3 +176,47 @@ def check_data_sources(entry: Any, data: Path) -> None:
             fix=f"keep your dataset: move {data} aside and run the demo again (it records and trains anew), "
             f"or train on the dataset as it is now: actlab train --dataset {data} --out NEW_RUN",
         )
+
+
+# The directories each stage writes whole (each with its output marker): a stage is reused only while they
+# hold what it wrote. `actlab eval --out DIR/eval/best --overwrite` replaced the demo's confirmation with
+# another evaluation (eval's own kind), and the next demo reused the stage: its report linked videos and
+# whiskers no longer there, its numbers of an evaluation gone, exit 0 (26th fault run,
+# dm_best_dir_overwritten_by_eval).
+STAGE_DIRS = {"eval": ("eval/sweep", "eval/best"), "realtime": ("eval/realtime",)}
+
+
+def stage_markers(out: Path, stage: str) -> dict[str, Any]:
+    """``{"markers": {dir: token}}``: the output markers' tokens of the directories ``stage`` wrote, for its
+    demo_state.json entry; ``{}`` for a stage without such directories."""
+    if stage not in STAGE_DIRS:
+        return {}
+    tokens = {}
+    for rel in STAGE_DIRS[stage]:
+        marker = read_output_marker(out / rel)
+        if marker is not None:
+            tokens[rel] = marker.get("token")
+    return {"markers": tokens}
+
+
+def stage_rewritten(entry: dict[str, Any], out: Path, stage: str) -> str | None:
+    """The directories of ``stage`` another command wrote again since the stage recorded their markers
+    (None: none). An entry written before the record is said and taken as it is, and records them from
+    now on (saved with the state at the next finished stage)."""
+    now = stage_markers(out, stage).get("markers")
+    markers = entry.get("markers")
+    if now is None:
+        return None
+    if markers is None:
+        entry["markers"] = now
+        if now:
+            print(
+                f"      the {stage} stage's entry predates the record of its directories ({', '.join(now)}): "
+                "taken as they are (--fresh starts over)",
+                file=sys.stderr,
+                flush=True,
+            )
+        return None
+    if not isinstance(markers, dict) or markers == now:
+        return None if isinstance(markers, dict) else "demo_state.json's markers (damaged)"
+    return ", ".join(sorted(k for k in set(markers) | set(now) if markers.get(k) != now.get(k)))

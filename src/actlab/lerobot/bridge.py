@@ -252,6 +252,13 @@ class LeRobotBridgePolicy:
                 fix="pass the python of the environment lerobot is installed in (docs/lerobot.md)",
             )
         self.type, self.input_features, self.output_features = read_policy_features(self.policy_dir)
+        if (self.policy_dir / "actlab_bundle").is_dir():
+            # the plugin's export: its bundle's record checked here too, where its notes reach the user
+            # (the child's stderr is read only when it fails: an export without the record was run with
+            # the note unsaid, 26th fault run, ev_swap_rec_removed2)
+            from actlab.lerobot.export import PLUGIN_BUNDLE, check_exported_bundle
+
+            check_exported_bundle(self.policy_dir, PLUGIN_BUNDLE)
         pairs = [tuple(p) for p in rename if not isinstance(p, str)]
         pairs += parse_rename([p for p in rename if isinstance(p, str)])
         obs_keys = [k for k, v in self.input_features.items() if v.get("type") in ("VISUAL", "STATE", "ENV")]

@@ -36,6 +36,7 @@ Numbers that must agree and why they do (checked by the slow parity test in test
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,14 @@ from actlab.policies import load_policy
 from actlab.policies.bundle import training_record, write_bundle
 from actlab.policies.configs import VIT_BACKBONES
 from actlab.utils import config as cfgutil
-from actlab.utils.io import atomic_dir, atomic_write_bytes, atomic_write_json, check_out_dir
+from actlab.utils.io import (
+    atomic_dir,
+    atomic_write_bytes,
+    atomic_write_json,
+    check_out_dir,
+    read_json,
+    read_output_marker,
+)
 from actlab.utils.kinds import EXPORT_BUNDLE
 
 # The LeRobot release whose format this writes (and whose source the tests run against).
@@ -492,15 +500,48 @@ def check_exported_bundle(root: Path, bundle: str) -> None:
     """Refuse an export whose ``actlab_bundle/`` is not the bundle it exported: another export's whole
     bundle copied in (self-consistent, so its own digests pass) ran, was imported and fine-tuned under this
     export's name and record, exit 0 (25th fault run, lr_bundle_swap_px2). actlab_export.json records the
-    bundle's file digests (its actlab.json ``sha256``); an export written before the record, or a
-    lerobot-train checkpoint (no actlab_export.json), is taken as it is."""
-    try:
-        record = json.loads((root / "actlab_export.json").read_text()).get("bundle_sha256")
-        now = json.loads((root / bundle / "actlab.json").read_text()).get("sha256")
-    except (OSError, ValueError, AttributeError):  # (no record, or a damaged file: the loader names it)
+    bundle's file digests (its actlab.json ``sha256``). A lerobot-train checkpoint (no actlab_export.json
+    and no export marker) is taken as it is. An export written before the record, or one that lost
+    actlab_export.json, is said and taken as it is (its bundle cannot be compared); a record that is not
+    the digests (actlab_export.json not JSON, not an object, ``bundle_sha256`` not an object of strings) is
+    refused: each of those was taken as "no record", a swapped bundle ran and was imported without a word
+    (26th fault run, imp_swap_rec_str, imp_swap_exportjson_empty)."""
+    summary_file = root / "actlab_export.json"
+    redo = (
+        f"restore {summary_file.name} from a copy of the export, or export again (actlab policy export "
+        "BUNDLE --to lerobot --out DIR)"
+    )
+    if not summary_file.exists():
+        marker = read_output_marker(root)
+        if marker is not None and marker.get("kind") == EXPORT_KIND:
+            print(f"note: {root} is an export without its actlab_export.json: its {bundle}/ cannot be "
+                  f"compared with the bundle it exported: {redo}", file=sys.stderr)  # fmt: skip
         return
-    if isinstance(record, dict) and record != now:
-        differ = sorted(k for k in set(record) | set(now or {}) if record.get(k) != (now or {}).get(k))
+    summary = read_json(summary_file, "the export's record (actlab_export.json)", fix=redo)
+    if "bundle_sha256" not in summary:
+        print(f"note: {root} predates the record of its bundle (actlab_export.json has no bundle_sha256): "
+              f"its {bundle}/ is not compared with the bundle it exported (export again to get the record)",
+              file=sys.stderr)  # fmt: skip
+        return
+    record = summary["bundle_sha256"]
+    if not (isinstance(record, dict) and all(isinstance(v, str) for v in record.values())):
+        raise ActlabError(
+            "the export's record of its bundle is damaged",
+            file=summary_file,
+            field="bundle_sha256",
+            expected=f"the sha256 of each file of {bundle}/ as actlab policy export wrote them (an object "
+            "of file name: hex digest)",
+            found=repr(record)[:120],
+            fix=redo,
+        )
+    try:
+        now = json.loads((root / bundle / "actlab.json").read_text()).get("sha256")
+    except (OSError, ValueError, AttributeError):  # (a damaged file: the loader names it)
+        return
+    if not isinstance(now, dict):  # (the loader refuses a damaged record of its digests, naming it)
+        return
+    if record != now:
+        differ = sorted(k for k in set(record) | set(now) if record.get(k) != now.get(k))
         raise ActlabError(
             f"the export's {bundle}/ is not the bundle it exported (replaced by another bundle?)",
             file=root / bundle,

@@ -101,12 +101,28 @@ def verify_bundle(path: Path, meta: dict[str, Any]) -> None:
 
     The weights are binary and never edited by hand: a mismatch is an ActlabError (a damaged file would
     otherwise be evaluated as if intact). The JSON files are human-readable and may be edited on purpose;
-    their content is validated when read, so a mismatch there is a warning. Bundles without checksums
-    (saved before they were recorded) pass.
+    their content is validated when read, so a mismatch there is a warning. A bundle without checksums
+    (saved before they were recorded) is loaded with a warning: its files cannot be verified (a removed
+    record let damaged weights train on, unsaid: 26th fault run, lt_resume_actlabjson_sha_rm). A record
+    that is not an object of digests is refused (a string was a traceback of the export's check).
     """
     recorded = meta.get("sha256")
-    if not isinstance(recorded, dict):
+    if recorded is None:
+        warnings.warn(
+            f"{path} records no sha256 of its files (saved by an actlab older than the record, or the record "
+            "was removed from actlab.json): they are not verified",
+            stacklevel=3,
+        )
         return
+    if not (isinstance(recorded, dict) and all(isinstance(v, str) for v in recorded.values())):
+        raise ActlabError(
+            "the bundle's record of its files' sha256 is damaged",
+            file=path / "actlab.json",
+            field="sha256",
+            expected="an object of file name: hex sha256, as actlab wrote it",
+            found=repr(recorded)[:120],
+            fix="restore actlab.json from a copy of the bundle, or use another checkpoint of the run",
+        )
     for name in CHECKSUMMED:
         want = recorded.get(name)
         if not isinstance(want, str):

@@ -49,7 +49,10 @@ def check_ranges(cfg: Any, limits: Limits, prefix: str = "") -> None:
         below = value < hi if hi_open else value <= hi
         if not (above and below):
             key = prefix + name
-            span = f"{lo} {'<' if lo_open else '<='} {key} {'<' if hi_open else '<='} {hi:g}"
+            # a whole limit written whole: "seed <= 2.14748e+09" refused 2147483648, which %g prints as
+            # that very number (26th fault run, rm_seed_2147483648)
+            high = str(int(hi)) if float(hi).is_integer() and abs(hi) < 1e15 else f"{hi:g}"
+            span = f"{lo} {'<' if lo_open else '<='} {key} {'<' if hi_open else '<='} {high}"
             raise ActlabError(
                 f"invalid RL config value for {key}",
                 field=key,

@@ -257,7 +257,21 @@ def _check_episode_count(cfg: RewardModelConfig, demos: str | Path) -> int:
 
     ds = open_dataset(demos)
     n_demos = min(cfg.episodes, len(ds.episodes))
+    lengths = [ep.stop - ep.start for ep in ds.episodes[:n_demos]]
     ds.close()
+    if lengths and cfg.success_frames >= min(lengths):
+        # every frame of a demonstration was labelled success, its first included: "held-out accuracy
+        # 1.000" on held-out frames that were all positives, exit 0 (26th fault run, rm_success_frames_200)
+        shortest = min(lengths)
+        raise ActlabError(
+            "success_frames labels every frame of a demonstration episode a success",
+            field="success_frames",
+            expected=f"fewer than the shortest demonstration episode's {shortest} frames (the last frames of "
+            f"each episode, where the cube is in the bowl; default {RewardModelConfig.success_frames})",
+            found=f"{cfg.success_frames} (the first {n_demos} episode(s) of {demos}: {min(lengths)} to "
+            f"{max(lengths)} frames)",
+            fix=f"--set success_frames=N with N < {shortest} (nothing was run)",
+        )
     n_rollouts = -(-cfg.rollouts // cfg.rollout_envs) * cfg.rollout_envs  # whole rounds of rollout_envs
     n = n_demos + n_rollouts
     n_val, n_test = _split_sizes(n, cfg)

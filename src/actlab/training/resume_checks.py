@@ -77,6 +77,20 @@ def _videos_changed(saved: dict[str, Any], cfg: TrainConfig, ckpt: Path) -> str 
     run). A file with the recorded inode and ctime costs a stat; any other (a copy) is hashed once. A
     checkpoint written before this record is said and resumed: its videos cannot be compared."""
     record = saved.get("videos")
+    if isinstance(record, dict):
+        # an entry that is not a file's record was a traceback of the comparison (`'str' object has no
+        # attribute 'get'`, 26th fault run, rs_vid_entry_str): the checkpoint's record is named
+        bad = next(((k, v) for k, v in record.items() if not isinstance(v, dict)), None)
+        if bad is not None:
+            raise ActlabError(
+                f"{ckpt.name}'s record of the videos its run reads is damaged",
+                file=ckpt / "actlab.json",
+                field=f"extra.train.dataset.videos[{bad[0]!r}]",
+                expected="the video's sha256, size, inode and ctime, as the training wrote them",
+                found=repr(bad[1])[:120],
+                fix=f"restore {ckpt / 'actlab.json'} from a copy, or resume from another checkpoint of the "
+                "run (move this one away); the weights are not affected",
+            )
     ds = open_dataset(cfg.data.path)
     try:
         if not isinstance(record, dict):

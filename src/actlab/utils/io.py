@@ -500,7 +500,11 @@ def _sources(inputs: Sequence[str | Path | None]) -> list[str]:
 
 
 def claim_out_dir(
-    path: str | Path, kind: str, inputs: Sequence[str | Path] = (), option: str = "--out"
+    path: str | Path,
+    kind: str,
+    inputs: Sequence[str | Path] = (),
+    option: str = "--out",
+    identity: dict[str, Any] | None = None,
 ) -> Path:
     """Claim an output directory that a command adds files to run after run (``data view`` writes one
     page per episode into the same ``--out``), by the same marker rule as :func:`atomic_dir`: a new or
@@ -509,7 +513,10 @@ def claim_out_dir(
     before a file is written: a directory holding files ``kind`` did not write (a user's report.md was
     overwritten), another command's output or ``kind``'s output for other inputs, a file, or an ``--out``
     that is, holds or lies inside one of ``inputs``. ``option`` is the flag that named ``path`` (for the
-    fix). Returns ``path``."""
+    fix). ``identity``: what the inputs hold (a dataset's identity), recorded in the marker; a directory
+    is then reused only for inputs that still hold it: `data view A` of episode 0, A replaced by another
+    recording under its name, then episode 1 into the same --out gathered two datasets' pages under one
+    name, exit 0 (26th fault run, view_reuse_after_replace). Returns ``path``."""
     path = Path(path)
     src = related_input(path, inputs)
     if src is not None:
@@ -521,10 +528,17 @@ def claim_out_dir(
     # into one --out wrote B's episode_000.html over A's, `rl report` B's report.md over A's. A marker
     # written before the inputs were recorded in it cannot say whose pages it holds: refused too (it was
     # reused, and `data view B` wrote over A's pages of a directory an older actlab made)
-    if marker is not None and marker["kind"] == kind and marker.get("inputs") == sources:
+    # (a marker written before it recorded the identity is taken as it is, as before)
+    same_inputs = marker is not None and marker["kind"] == kind and marker.get("inputs") == sources
+    if same_inputs and (identity is None or marker.get("identity", identity) == identity):
         return path
     if state not in (None, "empty"):
-        if marker is not None and marker["kind"] == kind and "inputs" not in marker:
+        if marker is not None and marker["kind"] == kind and marker.get("inputs") == sources:
+            found = (
+                f"the output of {kind} for {', '.join(sources)} as it was: it changed since (another "
+                "recording under that name, or files edited)"
+            )
+        elif marker is not None and marker["kind"] == kind and "inputs" not in marker:
             found = (
                 f"the output of an older {kind}, which did not record its input: whose files it holds "
                 "cannot be told"
@@ -548,7 +562,10 @@ def claim_out_dir(
             found=found,
             fix=f"choose another {option} "
             + (
-                f"for this input (nothing was written: {kind} never writes over its output for another)"
+                f"(nothing was written: its pages are of the input as it was), or remove {path} yourself "
+                "and run the command again"
+                if marker is not None and marker["kind"] == kind and marker.get("inputs") == sources
+                else f"for this input (nothing was written: {kind} never writes over its output for another)"
                 if marker is not None and marker["kind"] == kind
                 else f"(nothing was written: {kind} never writes over files it did not make)"
             ),
@@ -558,13 +575,20 @@ def claim_out_dir(
     except OSError as e:  # name the directory the user asked for
         raise OSError(e.errno, e.strerror, str(path)) from e
     marker = {"kind": kind, "token": secrets.token_hex(8), "pid": os.getpid(), "written": time.time()}
-    atomic_write_json(path / OUTPUT_MARKER, {**marker, "inputs": sources})
+    atomic_write_json(
+        path / OUTPUT_MARKER,
+        {**marker, "inputs": sources, **({} if identity is None else {"identity": identity})},
+    )
     return path
 
 
 @contextlib.contextmanager
 def claimed_out_dir(
-    path: str | Path, kind: str, inputs: Sequence[str | Path] = (), option: str = "--out"
+    path: str | Path,
+    kind: str,
+    inputs: Sequence[str | Path] = (),
+    option: str = "--out",
+    identity: dict[str, Any] | None = None,
 ) -> Iterator[Path]:
     """:func:`claim_out_dir` for the length of a block that writes into it: when the block fails, a
     directory this call created is removed again and one it found empty is emptied again, so a refused or
@@ -573,7 +597,7 @@ def claimed_out_dir(
     ``kind`` keeps its files: they are that run's output."""
     path = Path(path)
     before = _state(path)
-    claim_out_dir(path, kind, inputs, option)
+    claim_out_dir(path, kind, inputs, option, identity)
     # one writer at a time: two `data view`s (or `rl report`s) into one --out both exited 0 with one
     # page (report) over the other's. The loser is refused here and removes nothing: the directory is
     # the winner's now. A SIGTERM ends the block as an error does (the claim was left behind before).
@@ -582,7 +606,12 @@ def claimed_out_dir(
     )
     lock.acquire()
     now = read_output_marker(path)
-    if now is None or now["kind"] != kind or now.get("inputs") != _sources(inputs):
+    if (
+        now is None
+        or now["kind"] != kind
+        or now.get("inputs") != _sources(inputs)
+        or (identity is not None and now.get("identity", identity) != identity)
+    ):
         lock.release()  # claimed for other inputs by a command that started with this one and finished
         raise _changed_error(path, kind)
     try:

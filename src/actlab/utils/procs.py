@@ -100,7 +100,10 @@ def sigterm_deferred() -> Iterator[None]:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists on this machine (a zombie counts, as does another user's)."""
+    """Whether a process with this pid runs on this machine (another user's counts). A zombie does not: it
+    writes nothing more, and under a container's init that reaps late a SIGKILLed command stayed one for
+    seconds, its rerun refused as "another actlab process (pid N) is writing this output directory now"
+    (26th fault run, kc_0_70_rerun). A zombie leader whose other threads still run counts as alive."""
     if pid <= 0:
         return False
     try:
@@ -109,7 +112,17 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` is a zombie with no thread left (Linux /proc; False where it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]  # (the command name may hold spaces and ")")
+        return state == b"Z" and len(os.listdir(f"/proc/{pid}/task")) <= 1
+    except (OSError, IndexError):
+        return False
 
 
 def host_tag() -> str:

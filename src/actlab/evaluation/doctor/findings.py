@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -294,15 +295,34 @@ def find_sweep(bundle: Path) -> Path | None:
     return path if path.is_file() else None
 
 
-def _measured_other_weights(checkpoints: list) -> list[str]:
+def _measured_other_weights(checkpoints: list, results: Path | str = "results.json") -> list[str]:
     """The swept checkpoints whose recorded weights (results.json's weights_sha256, from actlab eval) are not
-    the ones their bundle holds now; a sweep written before the record is taken as it is."""
-    out = []
-    for c in checkpoints:
-        was, path = c.get("weights_sha256"), c.get("path")
+    the ones their bundle holds now. A sweep written before the record is said and taken as it is; a
+    record that is not a digest is refused: a number, null or a record removed from the file judged a run
+    trained again by the old weights' success, "ok", without a word (26th fault run,
+    ds_wsha_num_retrained)."""
+    out, unrecorded = [], []
+    for i, c in enumerate(checkpoints):
+        if "weights_sha256" not in c:
+            unrecorded.append(str(c.get("name")))
+            continue
+        was, path = c["weights_sha256"], c.get("path")
+        if not (isinstance(was, str) and was):
+            raise ActlabError(
+                "the checkpoint sweep's record of the weights it measured is damaged",
+                file=results,
+                field=f"checkpoints[{i}].weights_sha256",
+                expected="the sha256 of the checkpoint's model.safetensors, as actlab eval wrote it",
+                found=repr(was)[:80],
+                fix="sweep the run again (actlab eval RUN --out NEW_DIR) and pass that, or leave --sweep out",
+            )
         now = recorded_weights(path)
-        if isinstance(was, str) and now is not None and now != was:
+        if now is not None and now != was:
             out.append(f"{c.get('name')}: sha256 {was[:12]}... measured, {now[:12]}... now")
+    if unrecorded:
+        print(f"note: {results} predates the record of the weights it measured (no weights_sha256 for "
+              f"{', '.join(unrecorded)}): its success rates are taken as those of the checkpoints there now "
+              "(sweep the run again to have them compared)", file=sys.stderr)  # fmt: skip
     return out
 
 
@@ -338,7 +358,12 @@ def _sweep_comparison(here: Path, sweep: str | Path | None) -> Finding | None:
             found=f"{type(e).__name__}: {e}",
             fix="pass the results.json of a sweep of this checkpoint's run, or leave --sweep out",
         ) from e
-    stale = _measured_other_weights(checkpoints)
+    try:
+        stale = _measured_other_weights(checkpoints, path)
+    except ActlabError:
+        if not given:  # (the demo's own sweep, damaged: judged by validation loss instead)
+            return None
+        raise
     if stale and mine is not None:
         if not given:  # (the demo's own sweep of a run changed since: judged by validation loss instead)
             return None
