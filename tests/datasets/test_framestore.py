@@ -258,16 +258,16 @@ def test_a_store_of_the_same_fingerprint_elsewhere_is_reused_not_decoded_again(
 def test_a_reused_store_lends_its_recorded_hashes_to_later_records(tiny_dataset, tmp_path, monkeypatch):
     """A training's checkpoints record the videos they read; on a reused store whose files are unchanged
     (same inode and ctime), that record takes the store's sha256 and reads no video again."""
-    from actlab.datasets import checksums, framestore
+    from actlab.datasets import checksums, sources
 
     ds = open_dataset(tiny_dataset)
     store = FrameStore.build(ds, cache_dir=tmp_path, progress=False)
     keys = list(ds.video_keys)
-    framestore._HASHED.clear()  # another process: nothing hashed yet
+    sources._HASHED.clear()  # another process: nothing hashed yet
     read = []
     monkeypatch.setattr(checksums, "sha256", lambda p: read.append(p) or "x" * 64)
-    assert framestore.sources_changed(ds, store.meta) is None
-    record = framestore.source_record(ds, keys)
+    assert sources.sources_changed(ds, store.meta) is None
+    record = sources.source_record(ds, keys)
     assert read == []
     assert {rel: e["sha256"] for rel, e in record.items()} == {
         rel: e["sha256"] for rel, e in store.meta["sources"].items() if rel in record
@@ -275,5 +275,5 @@ def test_a_reused_store_lends_its_recorded_hashes_to_later_records(tiny_dataset,
     # a file whose ctime changed (touched, even with its bytes kept) is read again
     video = ds.root / next(iter(record))
     os.utime(video, ns=(video.stat().st_atime_ns, video.stat().st_mtime_ns))
-    framestore.source_record(ds, keys)
+    sources.source_record(ds, keys)
     assert read == [video]

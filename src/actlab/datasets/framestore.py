@@ -37,6 +37,7 @@ import numpy as np
 
 from actlab.datasets import checksums
 from actlab.datasets import format as fmt
+from actlab.datasets.sources import source_record, sources_changed
 from actlab.errors import ActlabError
 from actlab.utils.disk import WRITE_ERRNOS, write_error
 from actlab.utils.io import atomic_write_json, read_json
@@ -830,79 +831,3 @@ def _write_verified(path: Path, meta: dict) -> None:
     """Record the files' stat after a full check (atomic; skipped when the store is read-only)."""
     with contextlib.suppress(OSError):
         atomic_write_json(path / _VERIFIED, _file_stats(path, meta))
-
-
-# A store's name holds the dataset's fingerprint, which hashes each source file's size, mtime and only its
-# first and last 64 KiB: a video edited in the middle with its size kept and its mtime restored (`touch
-# -r`, a copy tool keeping times) kept the store, whose frames were no longer the video's (23rd fault
-# run). The store records each source file's sha256 with its inode and ctime: a write changes the ctime
-# (no user call sets it), so a file whose inode and ctime are the recorded ones is unchanged and costs a
-# stat; any other (edited, touched, or a copy: cp -a keeps mtimes, not ctimes) is hashed whole once per
-# process that reuses the store (about 1 GB/s, far below decoding it again).
-def _source_files(ds: LeRobotV3Dataset, keys: Sequence[str], data: bool = False) -> list[Path]:
-    tops = {ds.root / ("videos/" + key if key in ds.video_keys else "data") for key in keys}
-    tops |= {ds.root / "data"} if data else set()
-    return sorted({p for top in tops for p in top.rglob("*") if p.is_file() and not p.name.startswith(".")})
-
-
-# sha256 by (path, inode, ctime, size, mtime): a file with the same inode and ctime was not written since,
-# so one process hashes a copied dataset's videos once, not at each check of a store, the stats cache and
-# the demo's recording
-_HASHED: dict[tuple[str, int, int, int, int], str] = {}
-
-
-def _sha256(p: Path, st: os.stat_result) -> str:
-    key = (str(p), st.st_ino, st.st_ctime_ns, st.st_size, st.st_mtime_ns)
-    if key not in _HASHED:
-        _HASHED[key] = checksums.sha256(p)
-    return _HASHED[key]
-
-
-def source_record(ds: LeRobotV3Dataset, keys: Sequence[str], data: bool = False) -> dict[str, dict[str, Any]]:
-    """Each file the frames of ``keys`` are decoded from (and with ``data`` every data file): size,
-    mtime, inode, ctime and sha256."""
-    out = {}
-    for p in _source_files(ds, keys, data):
-        st = p.stat()
-        out[p.relative_to(ds.root).as_posix()] = {
-            "size": st.st_size,
-            "mtime_ns": st.st_mtime_ns,
-            "ino": st.st_ino,
-            "ctime_ns": st.st_ctime_ns,
-            "sha256": _sha256(p, st),
-        }
-    return out
-
-
-def sources_changed(ds: LeRobotV3Dataset, meta: dict[str, Any]) -> str | None:
-    """What changed in the store's source files since it was built, or None (a store built before the
-    record, without ``sources``, is taken as it is)."""
-    record = meta.get("sources")
-    if not isinstance(record, dict):
-        return None
-    for rel, was in sorted(record.items()):
-        p = ds.root / rel
-        if not isinstance(was, dict):  # (a damaged record: was.get's AttributeError, 26th fault run)
-            return f"{rel}: its record is damaged (found {was!r:.60}, not its sha256, size, inode and ctime)"
-        try:
-            st = p.stat()
-            if [st.st_ino, st.st_ctime_ns] == [was.get("ino"), was.get("ctime_ns")]:
-                # unchanged since it was hashed: the record's sha256 serves this process's later records
-                # (a training's checkpoints record its videos) without reading the file again
-                if isinstance(was.get("sha256"), str) and [st.st_size, st.st_mtime_ns] == [
-                    was.get("size"),
-                    was.get("mtime_ns"),
-                ]:
-                    _HASHED.setdefault(
-                        (str(p), st.st_ino, st.st_ctime_ns, st.st_size, st.st_mtime_ns), was["sha256"]
-                    )
-                continue
-            now = _sha256(p, st)
-        except OSError as e:
-            return f"{rel}: {e.strerror or type(e).__name__}"
-        if now != was.get("sha256"):
-            return (
-                f"the dataset's {rel} changed since the store was built ({st.st_size} bytes, sha256 "
-                f"{str(was.get('sha256'))[:16]} -> {now[:16]}; its size and mtime may be the same)"
-            )
-    return None

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from actlab.datasets.format import QUANTILES
-from actlab.datasets.framestore import cache_root, source_record, sources_changed
+from actlab.datasets.framestore import cache_root
+from actlab.datasets.sources import source_record, sources_changed
 from actlab.errors import ActlabError
 from actlab.utils.io import atomic_write_json, atomic_write_text, read_json
 

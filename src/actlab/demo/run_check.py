@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 from actlab.datasets import open_dataset
 from actlab.datasets.checksums import sha256
-from actlab.datasets.framestore import source_record, sources_changed
+from actlab.datasets.sources import source_record, sources_changed
 from actlab.errors import ActlabError
 from actlab.training.checkpoint import CheckpointManager
 from actlab.training.resume_checks import check_same_dataset

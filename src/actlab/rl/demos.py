@@ -24,7 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from actlab.datasets import open_dataset
-from actlab.datasets.framestore import source_record, sources_changed
+from actlab.datasets.sources import source_record, sources_changed
 from actlab.errors import ActlabError
 from actlab.rl.replay import ReplayBuffer, nstep_transitions
 from actlab.utils.say import say

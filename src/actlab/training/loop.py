@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.datasets.format import sim_seeds
-from actlab.datasets.framestore import source_record
+from actlab.datasets.sources import source_record
 from actlab.errors import ActlabError
 from actlab.lifecycle.metrics_log import METRICS_FILE, MetricsLog, check_sinks, read_metrics
 from actlab.lifecycle.rundir import (

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.datasets import open_dataset
-from actlab.datasets.framestore import sources_changed
+from actlab.datasets.sources import sources_changed
 from actlab.errors import ActlabError
 from actlab.training.checkpoint import CheckpointManager
 from actlab.training.config import TrainConfig, config_hash
