@@ -266,7 +266,7 @@ def test_a_reused_store_lends_its_recorded_hashes_to_later_records(tiny_dataset,
     sources._HASHED.clear()  # another process: nothing hashed yet
     read = []
     monkeypatch.setattr(checksums, "sha256", lambda p: read.append(p) or "x" * 64)
-    assert sources.sources_changed(ds, store.meta) is None
+    assert sources.sources_changed(ds, store.meta["sources"]) is None
     record = sources.source_record(ds, keys)
     assert read == []
     assert {rel: e["sha256"] for rel, e in record.items()} == {

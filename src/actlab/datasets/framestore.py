@@ -440,7 +440,7 @@ class FrameStore:
                     f"store.json lacks camera(s) {', '.join(missing)} the store was built for "
                     f"({path / _META}: {sorted(store.frames)})"
                 )
-            if ds is not None and (changed := sources_changed(ds, store.meta)):
+            if ds is not None and (changed := sources_changed(ds, store.meta.get("sources"))):
                 return None, changed
             return store, None
         except ActlabError as e:
@@ -635,7 +635,7 @@ def verify_stores(
         except ActlabError as e:
             out.append(VerifyResult(path, False, f"{e.problem}: {e.found}", e))
             continue
-        if changed := sources_changed(ds, store.meta):
+        if changed := sources_changed(ds, store.meta.get("sources")):
             size = store.meta.get("image_size")
             flags = "" if size is None else f" --image-size {size}"
             flags += "" if cache_dir is None else f" --cache-dir {cache_dir}"

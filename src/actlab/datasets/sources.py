@@ -57,16 +57,26 @@ def source_record(ds: LeRobotV3Dataset, keys: Sequence[str], data: bool = False)
     return out
 
 
-def sources_changed(ds: LeRobotV3Dataset, meta: dict[str, Any]) -> str | None:
-    """What changed in the store's source files since it was built, or None (a store built before the
-    record, without ``sources``, is taken as it is)."""
-    record = meta.get("sources")
+def damaged_entry(record: dict[str, Any]) -> tuple[str, Any] | None:
+    """The first entry of a :func:`source_record` that is not a file's record (a damaged or hand-edited
+    record: its comparison was an AttributeError traceback, 26th fault run), or None."""
+    return next(((rel, was) for rel, was in sorted(record.items()) if not isinstance(was, dict)), None)
+
+
+def sources_changed(
+    ds: LeRobotV3Dataset, record: Any, since: str = "since the store was built"
+) -> str | None:
+    """What changed in the files ``record`` (a :func:`source_record`) names, or None (no record: a store,
+    cache entry or run from before it, taken as it is). ``since``: when the record was made, in the words
+    of its caller."""
     if not isinstance(record, dict):
         return None
+    if (bad := damaged_entry(record)) is not None:
+        return (
+            f"{bad[0]}: its record is damaged (found {bad[1]!r:.60}, not its sha256, size, inode and ctime)"
+        )
     for rel, was in sorted(record.items()):
         p = ds.root / rel
-        if not isinstance(was, dict):  # (a damaged record: was.get's AttributeError, 26th fault run)
-            return f"{rel}: its record is damaged (found {was!r:.60}, not its sha256, size, inode and ctime)"
         try:
             st = p.stat()
             if [st.st_ino, st.st_ctime_ns] == [was.get("ino"), was.get("ctime_ns")]:
@@ -85,7 +95,7 @@ def sources_changed(ds: LeRobotV3Dataset, meta: dict[str, Any]) -> str | None:
             return f"{rel}: {e.strerror or type(e).__name__}"
         if now != was.get("sha256"):
             return (
-                f"the dataset's {rel} changed since the store was built ({st.st_size} bytes, sha256 "
+                f"the dataset's {rel} changed {since} ({st.st_size} bytes, sha256 "
                 f"{str(was.get('sha256'))[:16]} -> {now[:16]}; its size and mtime may be the same)"
             )
     return None

@@ -352,7 +352,7 @@ def _sources_moved(ds: LeRobotV3Dataset, sources: Path) -> bool:
         record = read_json(sources, "stats cache sources")
     except ActlabError:
         return False
-    return sources_changed(ds, {"sources": record}) is not None
+    return sources_changed(ds, record) is not None
 
 
 def _digest_path(path: Path) -> Path:

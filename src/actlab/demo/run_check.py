@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 from actlab.datasets import open_dataset
 from actlab.datasets.checksums import sha256
-from actlab.datasets.sources import source_record, sources_changed
+from actlab.datasets.sources import damaged_entry, source_record, sources_changed
 from actlab.errors import ActlabError
 from actlab.training.checkpoint import CheckpointManager
 from actlab.training.resume_checks import check_same_dataset
@@ -150,8 +150,9 @@ def check_data_sources(entry: Any, data: Path) -> None:
     record = entry.get("sources") if isinstance(entry, dict) else None
     if not isinstance(record, dict):
         return
-    bad = next(((k, v) for k, v in record.items() if not isinstance(v, dict)), None)
-    if bad is not None:  # (was.get's AttributeError traceback: 26th fault run, dm_rec_sources_entry_str)
+    if (
+        bad := damaged_entry(record)
+    ) is not None:  # (was.get's AttributeError traceback: 26th fault run, dm_rec_sources_entry_str)
         state_file = data.parent / "demo_state.json"
         raise ActlabError(
             "the demo's record of its dataset's files is damaged",
@@ -164,7 +165,7 @@ def check_data_sources(entry: Any, data: Path) -> None:
         )
     ds = open_dataset(data)
     try:
-        changed = sources_changed(ds, {"sources": record})
+        changed = sources_changed(ds, record, since="since the demo recorded it")
     finally:
         ds.close()
     if changed:
@@ -172,7 +173,7 @@ def check_data_sources(entry: Any, data: Path) -> None:
             "the demo's dataset changed since the demo recorded it: its run was trained on the files as "
             "they were, and the run, its evaluation and the report would describe other data",
             file=data,
-            found=changed.replace("since the store was built", "since the demo recorded it"),
+            found=changed,
             fix=f"keep your dataset: move {data} aside and run the demo again (it records and trains anew), "
             f"or train on the dataset as it is now: actlab train --dataset {data} --out NEW_RUN",
         )

@@ -122,10 +122,8 @@ def check_demos_unchanged(path: Any, record: Any, ckpt: Path) -> None:
         was = record.get("identity") or {}
         changed = [f"{k}: {was[k]} -> {now.get(k)}" for k in was if was[k] != now.get(k)]
         if not changed and isinstance(record.get("videos"), dict):
-            video = sources_changed(ds, {"sources": record["videos"]})
-            changed = (
-                [video.replace("since the store was built", f"since {ckpt.name} read it")] if video else []
-            )
+            video = sources_changed(ds, record["videos"], since=f"since {ckpt.name} read it")
+            changed = [video] if video else []
     finally:
         ds.close()
     if changed:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.datasets import open_dataset
-from actlab.datasets.sources import sources_changed
+from actlab.datasets.sources import damaged_entry, sources_changed
 from actlab.errors import ActlabError
 from actlab.training.checkpoint import CheckpointManager
 from actlab.training.config import TrainConfig, config_hash
@@ -70,37 +70,31 @@ def check_dataset_present(cfg: TrainConfig) -> None:
         )
 
 
-def _videos_changed(saved: dict[str, Any], cfg: TrainConfig, ckpt: Path) -> str | None:
+def _videos_changed(saved: dict[str, Any], ds: Any, ckpt: Path) -> str | None:
     """What changed in the videos the checkpoint recorded (None: nothing). The identity hashes meta/ and
     the rows, not the videos: a video replaced or edited in its middle with its size and mtime kept
     resumed on other frames, exit 0 (the frame store then rebuilt from it, with a word at best; 25th fault
     run). A file with the recorded inode and ctime costs a stat; any other (a copy) is hashed once. A
     checkpoint written before this record is said and resumed: its videos cannot be compared."""
     record = saved.get("videos")
-    if isinstance(record, dict):
-        # an entry that is not a file's record was a traceback of the comparison (`'str' object has no
-        # attribute 'get'`, 26th fault run, rs_vid_entry_str): the checkpoint's record is named
-        bad = next(((k, v) for k, v in record.items() if not isinstance(v, dict)), None)
-        if bad is not None:
-            raise ActlabError(
-                f"{ckpt.name}'s record of the videos its run reads is damaged",
-                file=ckpt / "actlab.json",
-                field=f"extra.train.dataset.videos[{bad[0]!r}]",
-                expected="the video's sha256, size, inode and ctime, as the training wrote them",
-                found=repr(bad[1])[:120],
-                fix=f"restore {ckpt / 'actlab.json'} from a copy, or resume from another checkpoint of the "
-                "run (move this one away); the weights are not affected",
-            )
-    ds = open_dataset(cfg.data.path)
-    try:
-        if not isinstance(record, dict):
-            if ds.video_keys:
-                print(f"{ckpt} predates the record of its videos: they are not compared (a frame store "
-                      "rebuilds from a video that changed, and says so)", file=sys.stderr)  # fmt: skip
-            return None
-        return sources_changed(ds, {"sources": record})
-    finally:
-        ds.close()
+    if not isinstance(record, dict):
+        if ds.video_keys:
+            print(f"{ckpt} predates the record of its videos: they are not compared (a frame store "
+                  "rebuilds from a video that changed, and says so)", file=sys.stderr)  # fmt: skip
+        return None
+    # an entry that is not a file's record was a traceback of the comparison (`'str' object has no
+    # attribute 'get'`, 26th fault run, rs_vid_entry_str): the checkpoint's record is named
+    if (bad := damaged_entry(record)) is not None:
+        raise ActlabError(
+            f"{ckpt.name}'s record of the videos its run reads is damaged",
+            file=ckpt / "actlab.json",
+            field=f"extra.train.dataset.videos[{bad[0]!r}]",
+            expected="the video's sha256, size, inode and ctime, as the training wrote them",
+            found=repr(bad[1])[:120],
+            fix=f"restore {ckpt / 'actlab.json'} from a copy, or resume from another checkpoint of the "
+            "run (move this one away); the weights are not affected",
+        )
+    return sources_changed(ds, record, since=f"since {ckpt.name} was trained on it")
 
 
 def check_same_dataset(
@@ -123,19 +117,19 @@ def check_same_dataset(
             fix="leave --preset out (a resume takes the run's saved config, its dataset included), or pass "
             "--dataset PATH",
         )
-    now = open_dataset(cfg.data.path).identity
-    expected = saved.get("identity")
-    if not isinstance(expected, dict):
-        expected = {k: saved[k] for k in ("episodes", "frames") if k in saved}
-        print(f"{ckpt} predates dataset identities: the dataset is compared by its episode and frame counts "
-              "only", file=sys.stderr)  # fmt: skip
-    changed = [f"{k}: {expected[k]} -> {now.get(k)}" for k in expected if expected[k] != now.get(k)]
-    if not changed:
-        changed_video = _videos_changed(saved, cfg, ckpt)
-        if changed_video:
-            changed = [
-                changed_video.replace("since the store was built", f"since {ckpt.name} was trained on it")
-            ]
+    ds = open_dataset(cfg.data.path)
+    try:
+        now = ds.identity
+        expected = saved.get("identity")
+        if not isinstance(expected, dict):
+            expected = {k: saved[k] for k in ("episodes", "frames") if k in saved}
+            print(f"{ckpt} predates dataset identities: the dataset is compared by its episode and frame "
+                  "counts only", file=sys.stderr)  # fmt: skip
+        changed = [f"{k}: {expected[k]} -> {now.get(k)}" for k in expected if expected[k] != now.get(k)]
+        if not changed and (changed_video := _videos_changed(saved, ds, ckpt)):
+            changed = [changed_video]
+    finally:
+        ds.close()
     if changed:
         raise ActlabError(
             problem or "the dataset is not the one the run was trained on",
