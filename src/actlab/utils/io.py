@@ -533,7 +533,7 @@ def claim_out_dir(
     if same_inputs and (identity is None or marker.get("identity", identity) == identity):
         return path
     if state not in (None, "empty"):
-        if marker is not None and marker["kind"] == kind and marker.get("inputs") == sources:
+        if same_inputs:  # (its identity differs: the same inputs returned above)
             found = (
                 f"the output of {kind} for {', '.join(sources)} as it was: it changed since (another "
                 "recording under that name, or files edited)"
@@ -564,7 +564,7 @@ def claim_out_dir(
             + (
                 f"(nothing was written: its pages are of the input as it was), or remove {path} yourself "
                 "and run the command again"
-                if marker is not None and marker["kind"] == kind and marker.get("inputs") == sources
+                if same_inputs
                 else f"for this input (nothing was written: {kind} never writes over its output for another)"
                 if marker is not None and marker["kind"] == kind
                 else f"(nothing was written: {kind} never writes over files it did not make)"
