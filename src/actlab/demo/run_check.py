@@ -9,7 +9,6 @@ the report of weights no longer there, exit 0.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -21,6 +20,7 @@ from actlab.errors import ActlabError
 from actlab.training.checkpoint import CheckpointManager
 from actlab.training.resume_checks import check_same_dataset
 from actlab.utils.io import read_output_marker
+from actlab.utils.kinds import recorded_digests
 
 # the key of the evaluation stage's result that records the checkpoints it measured
 CHECKPOINTS = "checkpoints"
@@ -53,10 +53,7 @@ def run_checkpoints(run: Path) -> dict[str, str]:
 
 
 def _edited_files(ckpt: Path) -> str:
-    try:
-        recorded = json.loads((ckpt / "actlab.json").read_text()).get("sha256") or {}
-    except (OSError, ValueError, AttributeError):  # (the bundle's loader names a damaged actlab.json)
-        return ""
+    recorded = recorded_digests(ckpt) or {}  # (the bundle's loader names a damaged actlab.json)
     edited = []
     for name in ("config.json", "stats.json", "features.json"):
         want, path = recorded.get(name), ckpt / name

@@ -3,13 +3,13 @@ drop rates, lift heights) and the JSON / markdown forms of one evaluation or a c
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from actlab.evaluation.taxonomy import FAILURES, OUTCOMES
+from actlab.utils.kinds import recorded_digests
 from actlab.utils.table import table
 
 
@@ -197,12 +197,7 @@ class CheckpointEval:
 def recorded_weights(bundle: str | Path | None) -> str | None:
     """The sha256 of a bundle's model.safetensors as its actlab.json records it (the loader checks the
     file against it), or None (no bundle, an older or damaged actlab.json)."""
-    if bundle is None:
-        return None
-    try:
-        found = json.loads((Path(bundle) / "actlab.json").read_text())["sha256"]["model.safetensors"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    found = None if bundle is None else (recorded_digests(bundle) or {}).get("model.safetensors")
     return found if isinstance(found, str) else None
 
 

@@ -425,12 +425,13 @@ def check_export_config(
 def _bundle_config_edited(root: Path) -> bool:
     """Whether ``root/actlab_bundle/config.json`` differs from the sha256 its actlab.json records."""
     from actlab.datasets.checksums import sha256  # lazy: only a refusal reads it
+    from actlab.utils.kinds import recorded_digests  # lazy: the plugin imports this module at LeRobot start
 
     bundle = root / "actlab_bundle"
+    want = (recorded_digests(bundle) or {}).get("config.json")
     try:
-        want = json.loads((bundle / "actlab.json").read_text()).get("sha256", {}).get("config.json")
         return isinstance(want, str) and sha256(bundle / "config.json") != want
-    except (OSError, ValueError, AttributeError):
+    except OSError:
         return False
 
 

@@ -137,3 +137,15 @@ def refuse_cache_inside_output(cache_dir: str | Path | None, field: str, own: Pa
         found=f"{found[0]}: {found[1]}",
         fix=f"choose another {field}, e.g. {example} (nothing was run or written)",
     )
+
+
+def recorded_digests(bundle: str | Path) -> dict | None:
+    """The sha256 of its files a bundle's actlab.json records (file name: hex digest), or None: no
+    actlab.json, not JSON, or no such record (the bundle's loader names a damaged one). Read by the checks
+    that compare a bundle with what was measured or exported from it: the doctor's sweep, the demo's
+    evaluation record, an export's record and its config check."""
+    try:
+        found = json.loads((Path(bundle) / _BUNDLE).read_text()).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, dict) else None
