@@ -77,7 +77,7 @@ def _guard_numbers(parser: argparse.ArgumentParser) -> None:
                 _FLOORS.get(action.dest, min(_negatives(action.default), default=0)),
             )
             ceiling = _CEILINGS.get(action.dest, _CEILING)
-            action.type = _bounded(action.type, floor, ceiling, _CEILING_WHY.get(action.dest, _MACHINE))
+            action.type = bounded(action.type, floor, ceiling, _CEILING_WHY.get(action.dest, _MACHINE))
         elif action.dest.endswith("_python") and action.type in (None, str):
             action.type = _non_empty(_python_program)  # a directory failed as "permission denied"
         elif _takes_text(action):
@@ -269,7 +269,7 @@ def _negatives(default: object) -> list[float]:
     return [v for v in values if isinstance(v, (int, float)) and v < 0]
 
 
-def _bounded(kind: type, floor: float, ceiling: float, why: str = _MACHINE) -> object:
+def bounded(kind: type, floor: float, ceiling: float, why: str = _MACHINE) -> object:
     def parse(text: str) -> int | float:
         value = kind(text)  # ValueError: argparse says "invalid int value"
         if value != value or value in (float("inf"), float("-inf")):

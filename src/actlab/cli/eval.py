@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from actlab.cli import _options, add_json_flag, add_lerobot_timeout, subcommand
+from actlab.cli import _options, add_json_flag, add_lerobot_timeout, bounded, subcommand
 
 ORDER = 30
 
@@ -326,20 +326,42 @@ def _add_realtime_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--horizon",
-        type=int,
+        type=_horizon_items,
         metavar="S",
         help="actions executed per chunk (steps between inference starts); default: the policy's "
-        "n_action_steps (ensemble: max(1, delay))",
+        "n_action_steps (ensemble: max(1, delay)); a comma list, e.g. 8,10, makes a sweep that measures "
+        "each (a pair that cannot run with a delay of the sweep is left out and said)",
     )
+
+
+def _horizon_items(text: str) -> str:
+    """--horizon's items checked at parse time, each as every count option is (a whole number >= 1 and
+    within the ceiling, named in argparse's usage error); the list itself (empty or repeated items) is
+    read by parse_horizons after parsing, as every comma list is."""
+    check = bounded(int, 1, 100_000)  # the ceiling of --horizon as an int option had it
+    if text == "":
+        raise argparse.ArgumentTypeError(
+            "expected a value, found '' (an empty string: an unset shell variable?)"
+        )
+    for item in text.split(","):
+        if item.strip():
+            try:
+                check(item.strip())
+            except ValueError:  # argparse would name the function: "invalid _horizon_items value"
+                raise argparse.ArgumentTypeError(
+                    f"expected a whole number of actions (or a comma list of them), found {item.strip()!r}"
+                ) from None
+    return text
 
 
 def _realtime_plan(args: argparse.Namespace, spec) -> dict:
     """Parsed --execution/--latency/--horizon: one ExecutionSpec, or a grid for the sweep."""
     # lazily, like every actlab import in cli: `actlab --help` never imports torch
-    from actlab.evaluation.realtime import MEASURED, parse_latencies, parse_modes
+    from actlab.evaluation.realtime import MEASURED, parse_horizons, parse_latencies, parse_modes
     from actlab.policies.execution import ExecutionSpec
 
     modes = parse_modes(args.execution)
+    horizons = parse_horizons(args.horizon)
     text = str(args.latency)
     fps = _task_fps(spec) if ("ms" in text or MEASURED in text or len(modes) > 1 or "," in text) else 30
     latencies = parse_latencies(text, fps)
@@ -356,12 +378,12 @@ def _realtime_plan(args: argparse.Namespace, spec) -> dict:
             fix="add a real-time mode, e.g. --execution sync,async (sync is then the reference), "
             "or leave --latency out (nothing was run)",
         )
-    if len(modes) * len(latencies) > 1 or MEASURED in latencies:
-        return {"grid": True, "modes": modes, "latencies": latencies, "fps": fps}
-    (mode,), (d,) = modes, latencies
-    if mode == "sync" and d == 0 and args.horizon is None:
+    if len(modes) * len(latencies) * len(horizons) > 1 or MEASURED in latencies:
+        return {"grid": True, "modes": modes, "latencies": latencies, "horizons": horizons, "fps": fps}
+    (mode,), (d,), (h,) = modes, latencies, horizons
+    if mode == "sync" and d == 0 and h is None:
         return {}
-    return {"execution": ExecutionSpec(mode=mode, latency=int(d), horizon=args.horizon)}
+    return {"execution": ExecutionSpec(mode=mode, latency=int(d), horizon=h)}
 
 
 def _task_fps(spec) -> int:
@@ -399,7 +421,7 @@ def _run_sweep(args: argparse.Namespace, sources, spec, cfg, plan: dict) -> int:
 
     # lazily, like every actlab import in cli: `actlab --help` never imports torch
     from actlab.errors import ActlabError
-    from actlab.evaluation.realtime import SWEEP_FILES, delay_sweep, sweep_table
+    from actlab.evaluation.realtime import SWEEP_FILES, delay_sweep, skipped_text, sweep_table
 
     if cfg.videos or args.whiskers:
         raise ActlabError(
@@ -412,20 +434,32 @@ def _run_sweep(args: argparse.Namespace, sources, spec, cfg, plan: dict) -> int:
     def say(cell) -> None:
         if not args.json:
             s = cell.summary
+            h = f" horizon {cell.horizon}" if len(plan["horizons"]) > 1 and cell.mode != "sync" else ""
             print(
-                f"  {cell.policy} {cell.mode} delay {cell.latency}: {s.successes}/{s.episodes} "
+                f"  {cell.policy} {cell.mode} delay {cell.latency}{h}: {s.successes}/{s.episodes} "
                 f"({cell.seconds:.1f} s)",
                 file=sys.stderr,
             )
 
     cells, record = delay_sweep(
-        sources, spec, cfg, plan["modes"], plan["latencies"], args.horizon, fps, args.out, args.overwrite, say
+        sources,
+        spec,
+        cfg,
+        plan["modes"],
+        plan["latencies"],
+        plan["horizons"],
+        fps,
+        args.out,
+        args.overwrite,
+        say,
     )
     if args.json:
         json.dump(record, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
     print(sweep_table(cells, fps, markdown=args.markdown))
+    for k in record["skipped"]:
+        print(f"left out (the horizon and the delay cannot run together): {skipped_text(k)}")
     for name, m in (record["measured_inference"] or {}).items():
         print(
             f"\n{name}: inference {m['median_ms']:.1f} ms median, {m['p99_ms']:.1f} ms p99 per chunk "

@@ -665,7 +665,7 @@ def _realtime(cfg: DemoConfig, out: Path, state: dict, evaluation: dict, log: St
 
     cells = []
     for mode, delays in grid:  # run_sweep plans and checks its cells again: one planner for eval and demo
-        cells += run_sweep([src], spec, eval_cfg, [mode], delays, None, FPS, on_cell=say)[0]
+        cells += run_sweep([src], spec, eval_cfg, [mode], delays, [None], FPS, on_cell=say)[0]
     mark_vs_sync(cells)  # McNemar against the sync cell, as actlab eval's sweep marks them
     last = CONFIRM_SEED + cfg.eval_episodes - 1
     result = {
@@ -703,7 +703,7 @@ def _realtime_grid(src: Any, delays: tuple[int, ...]) -> tuple[list[tuple[str, l
         ok = []
         for d in [0] if mode == "sync" else list(dict.fromkeys(delays)):
             try:
-                plan_cells([src], [mode], [d], None)
+                plan_cells([src], [mode], [d])
             except ActlabError as e:
                 skipped.append({"mode": mode, "latency_steps": d, "reason": e.problem})
                 continue

@@ -438,10 +438,20 @@ def load_outcomes(spec: str | Path) -> Outcomes:
 
 
 def cell_name(cell: dict, cells: Sequence[dict]) -> str:
-    """``async@4`` (or ``POLICY/async@4`` when the sweep holds several policies)."""
+    """``async@4`` (or ``POLICY/async@4`` when the sweep holds several policies; ``async@4/h8`` when it
+    measured several horizons at that delay, ``--horizon 8,10``)."""
     short = f"{cell['mode']}@{cell['latency_steps']}"
+    if cell["mode"] != "sync" and several_horizons(cells):
+        short += f"/h{cell.get('horizon')}"
     many = len({c["policy"] for c in cells}) > 1
     return f"{cell['policy']}/{short}" if many else short
+
+
+def several_horizons(cells: Sequence[dict]) -> bool:
+    """A sweep that measured one policy's mode at one delay with more than one horizon (``--horizon
+    8,10``): its cells are named and drawn with their horizon."""
+    keys = [(c.get("policy"), c.get("mode"), c.get("latency_steps")) for c in cells]
+    return len(set(keys)) < len(keys)
 
 
 def paired_interval(n: int, gained: int, lost: int, z: float = 1.959964) -> tuple[float, float]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from actlab.errors import ActlabError
+from actlab.evaluation.compare import several_horizons
 from actlab.evaluation.envs import make_eval_env
 from actlab.evaluation.harness import evaluate_many
 from actlab.evaluation.policy_io import ObsAdapter, policy_inputs
@@ -111,6 +112,17 @@ def parse_latencies(text: str, fps: int) -> list[int | str]:
             ) from None
     refuse_repeated(out, raws, "--latency", text, "0,2,4")  # 3,100ms at 30 fps: one delay twice
     return out
+
+
+def parse_horizons(text: str | None) -> list[int | None]:
+    """``--horizon``: None (the policy's n_action_steps) or a comma list of actions executed per chunk
+    (each a whole number >= 1, checked when the command line was read), each once."""
+    if text is None:
+        return [None]
+    raws = comma_items(str(text), "--horizon", "8,10")
+    values: list[int | None] = [int(x) for x in raws]
+    refuse_repeated(values, raws, "--horizon", str(text), "8,10")  # 8,08: one horizon twice
+    return values
 
 
 def measure_inference(src: PolicySource, spec: Any, cfg: Any, fps: int) -> dict[str, float | int]:
@@ -208,20 +220,50 @@ class Cell:
 
 
 def plan_cells(
-    sources: Sequence[PolicySource], modes: Sequence[str], latencies: Sequence[int], horizon: int | None
+    sources: Sequence[PolicySource],
+    modes: Sequence[str],
+    latencies: Sequence[int],
+    horizons: Sequence[int | None] = (None,),
+    skipped: list[dict] | None = None,
 ) -> list[tuple[PolicySource, ExecutionSpec, int]]:
     """Every cell of the grid, each checked against its policy (so a bad one fails before any episode).
-    ``sync`` runs once per policy, at delay 0 (the sim waits for it, whatever the delay)."""
+    ``sync`` runs once per policy, at delay 0 (the sim waits for it, whatever the delay); every other mode
+    at each delay with each of ``horizons`` (None: the policy's n_action_steps).
+
+    With several horizons a (delay, horizon) pair that cannot run (the horizon shorter than the delay, or
+    the two past the chunk) is left out and recorded in ``skipped`` (mode, latency_steps, horizon,
+    reason): `--latency 4,8 --horizon 4,8` measures h4 at delay 4 and h8 at both. A horizon that fits
+    none of the delays is refused, as every other fault of a cell is."""
     cells = []
+    many = len(horizons) > 1
     for src in sources:
         for mode in modes:
-            for d in [0] if mode == "sync" else latencies:
-                spec = ExecutionSpec(mode=mode, latency=d, horizon=None if mode == "sync" else horizon)
-                check_sources_execution([src], spec)
-                limits = source_limits(src)
-                s = check_execution(spec, limits) if limits is not None else 1
-                cells.append((src, spec, s))
+            if mode == "sync":
+                cells.append(_plan_cell(src, ExecutionSpec(mode="sync", latency=0)))
+                continue
+            first: dict[int | None, ActlabError] = {}  # per horizon: why it cannot run at a delay
+            fits: set[int | None] = set()
+            for d in latencies:
+                for h in horizons:
+                    try:
+                        cells.append(_plan_cell(src, ExecutionSpec(mode=mode, latency=d, horizon=h)))
+                        fits.add(h)
+                    except ActlabError as e:
+                        if not many or skipped is None or e.field != "--horizon":
+                            raise
+                        first.setdefault(h, e)
+                        k = {"policy": src.name, "mode": mode, "latency_steps": d, "horizon": h}
+                        skipped.append({**k, "reason": e.problem.removeprefix(f"{src.name}: ")})
+            for h, e in first.items():
+                if h not in fits:  # a horizon that fits no delay of the sweep is a mistake, not a gap
+                    raise e
     return cells
+
+
+def _plan_cell(src: PolicySource, spec: ExecutionSpec) -> tuple[PolicySource, ExecutionSpec, int]:
+    check_sources_execution([src], spec)
+    limits = source_limits(src)
+    return src, spec, check_execution(spec, limits, where=src.name) if limits is not None else 1
 
 
 def run_sweep(
@@ -230,11 +272,13 @@ def run_sweep(
     cfg: Any,
     modes: Sequence[str],
     latencies: Sequence[int | str],
-    horizon: int | None,
+    horizons: Sequence[int | None],
     fps: int,
     on_cell: Callable[[Cell], None] | None = None,
+    skipped: list[dict] | None = None,
 ) -> tuple[list[Cell], dict[str, dict]]:
-    """Evaluate every cell on the same seeds; returns the cells and the measured latencies per policy."""
+    """Evaluate every cell on the same seeds; returns the cells and the measured latencies per policy.
+    ``skipped`` collects the (delay, horizon) pairs of several horizons that cannot run (plan_cells)."""
     measured: dict[str, dict] = {}
     if MEASURED in latencies:
         for src in sources:
@@ -243,7 +287,7 @@ def run_sweep(
     for src in sources:  # every cell checked (measured delays included) before any episode runs
         steps = [measured[src.name]["steps"] if d == MEASURED else d for d in latencies]
         try:
-            planned += plan_cells([src], modes, list(dict.fromkeys(int(d) for d in steps)), horizon)
+            planned += plan_cells([src], modes, list(dict.fromkeys(int(d) for d in steps)), horizons, skipped)
         except ActlabError as e:
             if src.name not in measured:
                 raise
@@ -335,22 +379,24 @@ def delay_sweep(
     cfg: Any,
     modes: Sequence[str],
     latencies: Sequence[int | str],
-    horizon: int | None,
+    horizons: Sequence[int | None],
     fps: int,
     out: str | Path | None = None,
     overwrite: bool = False,
     on_cell: Callable[[Cell], None] | None = None,
 ) -> tuple[list[Cell], dict]:
-    """``actlab eval --execution A,B --latency X,Y``: every cell checked against every policy (and ``out``
-    against the output rules) before any episode runs, then run; returns the cells and the sweep's record
-    (what sweep.json holds), written to ``out`` when given."""
+    """``actlab eval --execution A,B --latency X,Y [--horizon S,T]``: every cell checked against every
+    policy (and ``out`` against the output rules) before any episode runs, then run; returns the cells and
+    the sweep's record (what sweep.json holds: its ``skipped`` the (delay, horizon) pairs of several
+    horizons that cannot run), written to ``out`` when given."""
     fixed = [d for d in latencies if d != MEASURED]  # a measured delay is checked once it is timed
-    plan_cells(sources, modes, [int(d) for d in fixed], horizon)
+    plan_cells(sources, modes, [int(d) for d in fixed], horizons, [])
     inputs = [source_dir(s) for s in sources]
     if out is not None:  # an input is never an output, checked before the sweep runs
         check_out_dir(Path(out), EVAL_KIND, overwrite, inputs)
     t0 = time.perf_counter()
-    cells, measured = run_sweep(sources, env_spec, cfg, modes, latencies, horizon, fps, on_cell=on_cell)
+    skipped: list[dict] = []
+    cells, measured = run_sweep(sources, env_spec, cfg, modes, latencies, horizons, fps, on_cell, skipped)
     mark_vs_sync(cells)
     record = {
         "task": env_spec.task,
@@ -360,6 +406,7 @@ def delay_sweep(
         "seconds": round(time.perf_counter() - t0, 2),
         "measured_inference": measured or None,
         "cells": [c.to_dict(fps) for c in cells],
+        "skipped": skipped,
         "recommendations": [r.to_dict() for r in sweep_recommendations(sources, cells, measured, env_spec)],
     }
     if out is not None:
@@ -388,9 +435,16 @@ def write_sweep(
         atomic_write_json(tmp / "sweep.json", record)
         md = sweep_table(cells, fps, markdown=True)
         recs = "".join(f"\n{recommendation_markdown(r)}\n" for r in record.get("recommendations") or [])
-        atomic_write_text(tmp / "sweep.md", f"# {heading}\n\n{md}\n\n{VS_SYNC_LEGEND}\n{recs}")
+        left = "".join(f"- {skipped_text(k)}\n" for k in record.get("skipped") or [])
+        left = f"\nLeft out (the horizon and the delay cannot run together):\n\n{left}" if left else ""
+        atomic_write_text(tmp / "sweep.md", f"# {heading}\n\n{md}\n\n{VS_SYNC_LEGEND}\n{left}{recs}")
         plot_sweep(record["cells"], tmp / "sweep.png", title=title)
     return [out / f for f in SWEEP_FILES]
+
+
+def skipped_text(k: dict) -> str:
+    """A left-out cell of a sweep of several horizons (plan_cells): ``rel: async@8 h4: REASON``."""
+    return f"{k['policy']}: {k['mode']}@{k['latency_steps']} h{k['horizon']}: {k['reason']}"
 
 
 def recommendation_markdown(r: dict) -> str:
@@ -469,15 +523,17 @@ def sweep_figure(records: Sequence[dict], title: str | None = None) -> Any:
     """The matplotlib figure :func:`plot_sweep` writes (open: the caller closes it)."""
     plt = figure()
     fig, (ax_s, ax_j) = plt.subplots(1, 2, figsize=(11, 4.2))
-    groups: dict[tuple[str, str], list[dict]] = {}
+    groups: dict[tuple[str, str, int | None], list[dict]] = {}
+    by_horizon = several_horizons(records)  # --horizon 8,10: one line per mode and horizon
     for r in records:
-        groups.setdefault((r["policy"], r["mode"]), []).append(r)
+        h = r.get("horizon") if by_horizon and r["mode"] != "sync" else None
+        groups.setdefault((r["policy"], r["mode"], h), []).append(r)
     many = len({r["policy"] for r in records}) > 1
     delays = sorted({r["latency_steps"] for r in records})
     marked: set[str] = set()
-    for (policy, mode), rs in groups.items():
+    for (policy, mode, h), rs in groups.items():
         rs = sorted(rs, key=lambda r: r["latency_steps"])
-        label = f"{policy}: {mode}" if many else mode
+        label = (f"{policy}: {mode}" if many else mode) + ("" if h is None else f" h{h}")
         x = [r["latency_steps"] for r in rs]
         y = [100 * r["success_rate"] for r in rs]
         err = [

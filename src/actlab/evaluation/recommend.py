@@ -119,6 +119,10 @@ def recommend(
             f"(measure it beside others: --execution {','.join(dict.fromkeys(['sync', 'async', best.mode]))} "
             f"--latency {delay})"
         )
+    horizons = sorted({c.horizon for c in at if c.mode == best.mode})
+    if len(horizons) > 1:  # --horizon 8,10: the horizon was chosen too, the same way
+        listed = ", ".join(map(str, horizons))
+        said.append(f"horizon {best.horizon}: the best of {listed} measured for {best.mode} at delay {delay}")
     if (
         sync is not None
         and best is not sync
