@@ -46,6 +46,7 @@ from actlab.training.init_from import (
     bundle_policy_config,
     bundle_stats,
     check_same_features,
+    held_out_episodes,
     load_initial_weights,
 )
 from actlab.training.schedule import build_scheduler
@@ -325,7 +326,15 @@ def build_run(
     store = store if store is not None else _build_store(ds, cfg, dist)
     check_store_matches(store, features)
     seed_streams(cfg.seed, dist.rank)
-    return _assemble(cfg, device, dist, ds, store, stats, features, policy, graphs)
+    held = held_out_episodes(source, ds) if source and cfg.data.val_fraction > 0 else None
+    if held and dist.is_main and resume_from is None:
+        print(
+            f"note: validating on the {len(held)} episodes {source} held out (the same dataset): a "
+            "fine-tune keeps its base's validation episodes out of training (data.val_fraction's draw is "
+            "not used)",
+            file=sys.stderr,
+        )
+    return _assemble(cfg, device, dist, ds, store, stats, features, policy, graphs, held)
 
 
 def _say_chunk_past_episodes(chunk: int | None, split: Any, where: str) -> None:
@@ -342,10 +351,12 @@ def _say_chunk_past_episodes(chunk: int | None, split: Any, where: str) -> None:
         )
 
 
-def _assemble(cfg, device, dist, ds, store, stats, features, policy, graphs: GraphPlan) -> TrainRun:
+def _assemble(
+    cfg, device, dist, ds, store, stats, features, policy, graphs: GraphPlan, held: tuple[int, ...] | None
+) -> TrainRun:
     import torch
 
-    split = split_episodes(ds.episodes, cfg.data, cfg.seed, where=str(ds.root))
+    split = split_episodes(ds.episodes, cfg.data, cfg.seed, where=str(ds.root), held_out=held)
     _say_chunk_past_episodes(getattr(policy.config, "chunk_size", None), split, str(ds.root))
     train_ranges = list(split.train_ranges)
     if cfg.overfit.samples:

@@ -59,10 +59,19 @@ class Split:
         return sum(b - a for a, b in self.val_ranges)
 
 
-def split_episodes(episodes: Sequence[Any], cfg: DataConfig, seed: int, where: str = "dataset") -> Split:
+def split_episodes(
+    episodes: Sequence[Any],
+    cfg: DataConfig,
+    seed: int,
+    where: str = "dataset",
+    held_out: Sequence[int] | None = None,
+) -> Split:
     """Choose validation episodes (seeded, by episode) and apply ``episodes`` / ``max_samples``.
 
-    ``episodes`` are objects with ``index``, ``start`` and ``stop`` (EpisodeInfo).
+    ``episodes`` are objects with ``index``, ``start`` and ``stop`` (EpisodeInfo). ``held_out``: the
+    validation episodes themselves (a fine-tune's, its base's held-out episodes: init_from.held_out_episodes),
+    used instead of the seeded draw when validation is asked for, every episode is trained on (no
+    ``episodes`` list) and at least one is left to train on.
     """
     by_index = {int(e.index): e for e in episodes}
     if cfg.episodes:
@@ -98,6 +107,10 @@ def split_episodes(episodes: Sequence[Any], cfg: DataConfig, seed: int, where: s
             )
     order = np.random.default_rng(seed).permutation(len(chosen))
     val_set = set(order[:n_val].tolist())
+    if held_out and n_val and not cfg.episodes:
+        given = {i for i, e in enumerate(chosen) if int(e.index) in set(held_out)}
+        if 0 < len(given) < len(chosen):
+            val_set = given
     train = [e for i, e in enumerate(chosen) if i not in val_set]
     val = [e for i, e in enumerate(chosen) if i in val_set]
     train_ranges = _cap([(int(e.start), int(e.stop)) for e in train], cfg.max_samples)

@@ -193,3 +193,25 @@ def load_initial_weights(policy: Any, bundle: str | Path) -> None:
     with torch.no_grad():
         for name, tensor in mine.items():
             tensor.copy_(theirs[name].to(tensor.device, tensor.dtype))
+
+
+def held_out_episodes(bundle: str | Path, dataset: Any) -> tuple[int, ...] | None:
+    """The episodes ``bundle``'s own training held out for its validation loss, when ``dataset`` is the one
+    it was trained on (by identity: a copy is the same dataset); None otherwise (another dataset, a
+    bundle that records none, a record damaged or naming episodes ``dataset`` lacks).
+
+    Why: a fine-tune drew its own validation episodes with its own seed, so a fine-tune of a policy on its
+    own dataset validated on episodes the policy had trained on, and trained on episodes it never had:
+    four correction heads trained on one frozen policy with seeds 0-3 held out four different sets of 15,
+    three of them overlapping the frozen policy's training episodes."""
+    meta = read_json(Path(bundle) / "actlab.json", "checkpoint bundle metadata", fix=_damaged_fix())
+    train = (meta.get("extra") or {}).get("train") if isinstance(meta, dict) else None
+    if not isinstance(train, dict) or not isinstance(train.get("dataset"), dict):
+        return None
+    held = train.get("val_episodes")
+    if train["dataset"].get("identity") != dataset.identity or not isinstance(held, list) or not held:
+        return None
+    have = {int(e.index) for e in dataset.episodes}
+    if not all(type(e) is int and e in have for e in held) or len(set(held)) != len(held):
+        return None
+    return tuple(held)
