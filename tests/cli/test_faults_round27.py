@@ -197,3 +197,12 @@ def test_a_leftover_whose_pid_a_later_process_took_does_not_hold_its_output(rec2
         assert not leftover.exists()
         return
     pytest.skip("the next pid was taken by other processes 20 times")
+
+
+def test_bench_threads_refuses_a_thread_count_past_the_ceiling_of_every_threads_option():
+    """HANG before (bench_threads_999): `bench threads --threads 999` (a comma list: the parser's ceiling
+    of 256 for --threads never saw it) started 999 torch threads on 2 CPUs and had not ended after 200 s.
+    Now refused before any work, as eval's --threads 999 is."""
+    res = run_cli("bench", "threads", "--preset", "tiny", "--threads", "1,999", "--rounds", "1", timeout=60)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "thread counts are <= 256" in res.stderr, res.stderr[-2000:]
