@@ -206,3 +206,21 @@ def test_bench_threads_refuses_a_thread_count_past_the_ceiling_of_every_threads_
     res = run_cli("bench", "threads", "--preset", "tiny", "--threads", "1,999", "--rounds", "1", timeout=60)
     assert res.returncode == 2, res.stderr[-2000:]
     assert "thread counts are <= 256" in res.stderr, res.stderr[-2000:]
+
+
+def test_a_demo_checkpoint_edited_with_its_record_removed_is_evaluated_again(run_dir, tmp_path, capsys):
+    """SILENT before (dm_ckpt_cfg_edit_sha_key_rm2): a demo checkpoint's config.json edited
+    (n_action_steps 8 -> 2: another policy at run time) with its entry removed from actlab.json's sha256:
+    the next demo reused the unedited bundle's evaluation ("reusing the evaluation"), exit 0. A file the
+    bundle records no digest of now enters the evaluation record by its own digest."""
+    from actlab.demo.run_check import CHECKPOINTS, evaluation_outdated, run_checkpoints
+
+    run = shutil.copytree(run_dir, tmp_path / "run")
+    entry = {"result": {CHECKPOINTS: run_checkpoints(run)}}
+    assert not evaluation_outdated(entry, run)
+    ckpt = sorted((run / "checkpoints").glob("step_*"))[-1]
+    _edit_json(ckpt / "actlab.json", lambda meta: meta["sha256"].pop("config.json"))
+    _edit_json(ckpt / "config.json", lambda cfg: cfg.update(n_action_steps=1))
+    capsys.readouterr()
+    assert evaluation_outdated(entry, run)
+    assert f"{ckpt.name}'s files were edited" in capsys.readouterr().err
