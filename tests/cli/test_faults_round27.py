@@ -224,3 +224,21 @@ def test_a_demo_checkpoint_edited_with_its_record_removed_is_evaluated_again(run
     capsys.readouterr()
     assert evaluation_outdated(entry, run)
     assert f"{ckpt.name}'s files were edited" in capsys.readouterr().err
+
+
+def test_a_weights_write_on_a_full_disk_is_said_to_be_a_full_disk(small_fs):
+    """UNCLEAR before (full_disk_reward_model2): `rl reward-model --out` on a full disk: safetensors'
+    "Error while serializing: I/O error: No space left on device (os error 28)" was "a weights file cannot
+    be read: it is damaged or not that kind of file", fix "restore the file ... actlab data doctor". The
+    write of real weights onto a real full tmpfs, through the CLI's translation of the error."""
+    import torch
+    from safetensors.torch import save_file
+
+    from actlab.errors import from_environment
+
+    disk = small_fs(64 * 1024)
+    with pytest.raises(Exception) as caught:
+        save_file({"w": torch.zeros(256 * 1024)}, str(disk / "model.safetensors"))
+    err = from_environment(caught.value)
+    assert err is not None and err.problem == "the disk is full", err
+    assert "df -h" in err.fix
