@@ -242,3 +242,26 @@ def test_a_weights_write_on_a_full_disk_is_said_to_be_a_full_disk(small_fs):
     err = from_environment(caught.value)
     assert err is not None and err.problem == "the disk is full", err
     assert "df -h" in err.fix
+
+
+@pytest.mark.parametrize("record", ["emptied", "weights_entry_removed"])
+def test_an_export_whose_records_both_lack_the_weights_is_refused(record, export, tmp_path):
+    """SILENT before (evlp_sha_empty_wzero; UNCLEAR evlp_sha_empty_wmid, NaN blamed on the policy):
+    actlab_export.json's bundle_sha256 and the bundle's actlab.json sha256 both emptied (or both without
+    model.safetensors), the weights damaged: the export's check compared nothing, and eval --lerobot-policy
+    ran the damaged weights, the loader's warning in the bridge's child unseen, exit 0. An export records
+    all four files: a record without one is refused as damaged, in eval's parent."""
+    copy = shutil.copytree(export, tmp_path / "x")
+    _edit_json(copy / "actlab_bundle" / "actlab.json", _drop_weights_digest(record))
+
+    def drop(summary: dict) -> None:
+        if record == "emptied":
+            summary["bundle_sha256"] = {}
+        else:
+            del summary["bundle_sha256"]["model.safetensors"]
+
+    _edit_json(copy / "actlab_export.json", drop)
+    _zero_middle(copy / "actlab_bundle" / "model.safetensors")
+    res = run_cli("eval", "--lerobot-policy", copy, "--lerobot-python", sys.executable, *EVAL, timeout=300)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "the export's record of its bundle is damaged" in res.stderr, res.stderr[-2000:]

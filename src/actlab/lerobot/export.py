@@ -43,7 +43,7 @@ from typing import Any
 
 from actlab.errors import ActlabError
 from actlab.policies import load_policy
-from actlab.policies.bundle import training_record, write_bundle
+from actlab.policies.bundle import CHECKSUMMED, training_record, write_bundle
 from actlab.policies.configs import VIT_BACKBONES
 from actlab.utils import config as cfgutil
 from actlab.utils.io import (
@@ -525,13 +525,20 @@ def check_exported_bundle(root: Path, bundle: str) -> None:
               file=sys.stderr)  # fmt: skip
         return
     record = summary["bundle_sha256"]
-    if not (isinstance(record, dict) and all(isinstance(v, str) for v in record.values())):
+    # every export records the four files: one emptied or without an entry compared nothing, and with the
+    # bundle's own record emptied too the damaged weights ran in eval --lerobot-policy's child, unsaid
+    # (27th fault run, evlp_sha_empty_wzero)
+    if not (
+        isinstance(record, dict)
+        and all(isinstance(v, str) for v in record.values())
+        and set(CHECKSUMMED) <= set(record)
+    ):
         raise ActlabError(
             "the export's record of its bundle is damaged",
             file=summary_file,
             field="bundle_sha256",
             expected=f"the sha256 of each file of {bundle}/ as actlab policy export wrote them (an object "
-            "of file name: hex digest)",
+            f"of file name: hex digest, for {', '.join(CHECKSUMMED)})",
             found=repr(record)[:120],
             fix=redo,
         )
