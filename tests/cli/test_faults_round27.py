@@ -5,6 +5,7 @@ again and what happened before its fix.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -208,7 +209,7 @@ def test_bench_threads_refuses_a_thread_count_past_the_ceiling_of_every_threads_
     assert "thread counts are <= 256" in res.stderr, res.stderr[-2000:]
 
 
-def test_a_demo_checkpoint_edited_with_its_record_removed_is_evaluated_again(run_dir, tmp_path, capsys):
+def test_a_demo_checkpoint_edited_with_its_record_removed_is_evaluated_again(run_dir, tmp_path):
     """SILENT before (dm_ckpt_cfg_edit_sha_key_rm2): a demo checkpoint's config.json edited
     (n_action_steps 8 -> 2: another policy at run time) with its entry removed from actlab.json's sha256:
     the next demo reused the unedited bundle's evaluation ("reusing the evaluation"), exit 0. A file the
@@ -217,13 +218,13 @@ def test_a_demo_checkpoint_edited_with_its_record_removed_is_evaluated_again(run
 
     run = shutil.copytree(run_dir, tmp_path / "run")
     entry = {"result": {CHECKPOINTS: run_checkpoints(run)}}
-    assert not evaluation_outdated(entry, run)
+    assert not evaluation_outdated(entry, run, stream=io.StringIO())
     ckpt = sorted((run / "checkpoints").glob("step_*"))[-1]
     _edit_json(ckpt / "actlab.json", lambda meta: meta["sha256"].pop("config.json"))
     _edit_json(ckpt / "config.json", lambda cfg: cfg.update(n_action_steps=1))
-    capsys.readouterr()
-    assert evaluation_outdated(entry, run)
-    assert f"{ckpt.name}'s files were edited" in capsys.readouterr().err
+    said = io.StringIO()
+    assert evaluation_outdated(entry, run, stream=said)
+    assert f"{ckpt.name}'s files were edited" in said.getvalue()
 
 
 def test_a_weights_write_on_a_full_disk_is_said_to_be_a_full_disk(small_fs):
