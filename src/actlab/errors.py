@@ -7,6 +7,7 @@ The CLI prints these without a traceback and exits with status 2.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +150,11 @@ def from_environment(e: BaseException) -> ActlabError | None:
     kinds = {"safetensors": "weights", "pyarrow": "parquet", "av": "video"}
     kind = next((k for m, k in kinds.items() if module == m or module.startswith(m + ".")), None)
     if kind is not None:
+        # a library's write or read that failed in the OS: safetensors' "I/O error: No space left on device
+        # (os error 28)" writing the reward model on a full disk was "a weights file cannot be read: it is
+        # damaged", fix "actlab data doctor" (27th fault run, full_disk_reward_model2)
+        if (code := _os_error_code(str(e))) is not None:
+            return _os_error(OSError(code, os.strerror(code), file))
         return ActlabError(
             f"a {kind} file cannot be read: it is damaged or not that kind of file",
             file=file,
@@ -157,6 +163,12 @@ def from_environment(e: BaseException) -> ActlabError | None:
             "dataset's damaged files)",
         )
     return None
+
+
+def _os_error_code(message: str) -> int | None:
+    """The errno a library's message carries as Rust's io::Error prints it ("... (os error 28)"), or None."""
+    m = re.search(r"\(os error (\d+)\)", message)
+    return int(m[1]) if m else None
 
 
 def _stdout_file_on_full_disk() -> str | None:

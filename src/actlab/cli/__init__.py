@@ -269,6 +269,12 @@ def _negatives(default: object) -> list[float]:
     return [v for v in values if isinstance(v, (int, float)) and v < 0]
 
 
+def option_ceiling(dest: str) -> tuple[float, str]:
+    """The parse-time ceiling of the options named ``dest`` and why, for a command that reads numbers out of
+    a comma list the parser sees as text (``bench threads --threads 1,999`` escaped it)."""
+    return _CEILINGS.get(dest, _CEILING), _CEILING_WHY.get(dest, _MACHINE)
+
+
 def bounded(kind: type, floor: float, ceiling: float, why: str = _MACHINE) -> object:
     def parse(text: str) -> int | float:
         value = kind(text)  # ValueError: argparse says "invalid int value"

@@ -311,6 +311,7 @@ def _register_threads(g) -> None:
 def _run_threads(args) -> int:
     import sys
 
+    from actlab.cli import option_ceiling
     from actlab.errors import ActlabError
     from actlab.policies.bench import bench_threads
     from actlab.profiling.report import emit
@@ -329,6 +330,15 @@ def _run_threads(args) -> int:
         refuse_repeated(list(counts), items, "--threads", args.threads, "1,2")
     if min(counts) < 1:
         raise ActlabError("thread counts are >= 1", field="--threads", found=args.threads)
+    ceiling, why = option_ceiling("threads")
+    if max(counts) > ceiling:  # (a list escapes the parser's ceilings: 999 ran for minutes)
+        raise ActlabError(
+            f"thread counts are <= {ceiling:g} ({why}), as every --threads option's",
+            field="--threads",
+            expected=f"counts from 1 to {ceiling:g}, e.g. 1,2",
+            found=args.threads,
+            fix="leave --threads out to compare 1 thread with every CPU (nothing was run)",
+        )
     result = bench_threads(
         get_preset(args.preset).policy,
         counts,

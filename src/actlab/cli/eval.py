@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from actlab.cli import _options, add_json_flag, add_lerobot_timeout, bounded, subcommand
+from actlab.cli import _options, add_json_flag, add_lerobot_timeout, bounded, option_ceiling, subcommand
 
 ORDER = 30
 
@@ -338,7 +338,7 @@ def _horizon_items(text: str) -> str:
     """--horizon's items checked at parse time, each as every count option is (a whole number >= 1 and
     within the ceiling, named in argparse's usage error); the list itself (empty or repeated items) is
     read by parse_horizons after parsing, as every comma list is."""
-    check = bounded(int, 1, 100_000)  # the ceiling of --horizon as an int option had it
+    check = bounded(int, 1, *option_ceiling("horizon"))  # as an int option's: floor 1, its ceiling
     if text == "":
         raise argparse.ArgumentTypeError(
             "expected a value, found '' (an empty string: an unset shell variable?)"

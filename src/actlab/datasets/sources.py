@@ -59,8 +59,17 @@ def source_record(ds: LeRobotV3Dataset, keys: Sequence[str], data: bool = False)
 
 def damaged_entry(record: dict[str, Any]) -> tuple[str, Any] | None:
     """The first entry of a :func:`source_record` that is not a file's record (a damaged or hand-edited
-    record: its comparison was an AttributeError traceback, 26th fault run), or None."""
-    return next(((rel, was) for rel, was in sorted(record.items()) if not isinstance(was, dict)), None)
+    record: its comparison was an AttributeError traceback, 26th fault run), or None. An object without
+    the file's sha256 is one too: its comparison blamed the dataset, "changed ... sha256 None -> ...", and
+    sent the user to find "the original dataset" they had given (27th fault run, rs_vid_entry_empty_dict)."""
+    return next(
+        (
+            (rel, was)
+            for rel, was in sorted(record.items())
+            if not (isinstance(was, dict) and isinstance(was.get("sha256"), str))
+        ),
+        None,
+    )
 
 
 def sources_changed(

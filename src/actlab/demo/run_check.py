@@ -42,9 +42,10 @@ def check_run_data(train_cfg: Any, run: Path) -> None:
 def run_checkpoints(run: Path) -> dict[str, str]:
     """Each checkpoint of ``run`` by name: the sha256 of its weights (missing weights: ""), followed by
     ``+edited:FILE=SHA`` for a config.json, stats.json or features.json that differs from the sha256 its
-    actlab.json records (an n_action_steps or a stats edit changes what the checkpoint does: the
-    evaluation of the unedited bundle was reused, exit 0; 25th fault run, dm_ckpt_cfg_edit). An unedited
-    bundle's entry is its weights' sha256 alone, as evaluations recorded before."""
+    actlab.json records, or that it records none of (``FILE=unrecorded:SHA``) (an n_action_steps or a
+    stats edit changes what the checkpoint does: the evaluation of the unedited bundle was reused, exit 0;
+    25th fault run, dm_ckpt_cfg_edit). An unedited bundle's entry is its weights' sha256 alone, as
+    evaluations recorded before."""
     out = {}
     for ckpt in sorted((run / "checkpoints").glob("step_*")):
         weights = ckpt / "model.safetensors"
@@ -57,7 +58,13 @@ def _edited_files(ckpt: Path) -> str:
     edited = []
     for name in ("config.json", "stats.json", "features.json"):
         want, path = recorded.get(name), ckpt / name
-        if isinstance(want, str) and path.is_file() and (now := sha256(path)) != want:
+        if not path.is_file():
+            continue
+        # a file actlab.json records no digest of is entered by its own: its record removed and the file
+        # edited, the unedited bundle's evaluation was reused (27th fault run, dm_ckpt_cfg_edit_sha_key_rm2)
+        if not isinstance(want, str):
+            edited.append(f"{name}=unrecorded:{sha256(path)[:16]}")
+        elif (now := sha256(path)) != want:
             edited.append(f"{name}={now[:16]}")
     return "+edited:" + ",".join(edited) if edited else ""
 

@@ -123,6 +123,14 @@ def verify_bundle(path: Path, meta: dict[str, Any]) -> None:
             found=repr(recorded)[:120],
             fix="restore actlab.json from a copy of the bundle, or use another checkpoint of the run",
         )
+    if unrecorded := [name for name in CHECKSUMMED if name not in recorded]:
+        # every actlab records all four: an entry removed (or the record emptied) left that file unverified,
+        # unsaid: damaged weights were evaluated, trained on and exported, exit 0 (27th fault run)
+        warnings.warn(
+            f"{path / 'actlab.json'} records no sha256 of {', '.join(unrecorded)} (the record was edited?): "
+            f"{'it is' if len(unrecorded) == 1 else 'they are'} not verified",
+            stacklevel=3,
+        )
     for name in CHECKSUMMED:
         want = recorded.get(name)
         if not isinstance(want, str):

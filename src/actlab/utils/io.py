@@ -29,8 +29,8 @@ from actlab.utils.procs import (
     exit_on_sigterm,
     owned_by_host,
     owned_name,
-    pid_alive,
     sigterm_deferred,
+    writer_alive,
 )
 
 
@@ -233,7 +233,7 @@ def _reclaim_tmp_files(path: Path) -> None:
     """Remove the temporary files :func:`atomic_file` made for ``path`` in processes of this host that no
     longer run (a live writer's, another host's and any other file are left alone)."""
     for entry, pid, what in owned_by_host(path.parent, _tmp_prefix(path), _TMP_TAIL, is_dir=False):
-        if what == "tmp" and dead_pid(pid):
+        if what == "tmp" and dead_pid(pid, entry):
             with contextlib.suppress(OSError):
                 os.unlink(entry)
 
@@ -254,7 +254,7 @@ def reclaim_leftovers(path: str | Path) -> list[int]:
     path = Path(path)
     live = []
     for entry, pid, what in _our_leftovers(path):
-        if pid == os.getpid() or pid_alive(pid):
+        if pid == os.getpid() or writer_alive(pid, entry):
             if pid != os.getpid():
                 live.append(pid)
             continue
@@ -279,7 +279,7 @@ def reclaim_scratch(prefix: str, parent: str | Path | None = None) -> list[Path]
     parent = Path(parent if parent is not None else tempfile.gettempdir())
     removed = []
     for entry, pid, _ in owned_by_host(parent, prefix, _SCRATCH_TAIL, is_dir=True):
-        if dead_pid(pid):
+        if dead_pid(pid, entry):
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(Path(entry))
     return removed

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from actlab.errors import ActlabError
-from actlab.utils.procs import host_tag, pid_alive
+from actlab.utils.procs import host_tag, writer_alive
 
 # The marker files, by who writes them:
 # actlab.policies.bundle.save_policy: actlab.json beside config.json and model.safetensors
@@ -77,7 +77,7 @@ def describe(path: str | Path) -> str | None:
                 f"{m['pid']} there; it becomes {final} when that command ends): pass that directory once "
                 "it is there, or run the command again if it was stopped"
             )
-        if pid_alive(int(m["pid"])):
+        if writer_alive(int(m["pid"]), p):
             return (
                 f"the unfinished output of {kind}, in its temporary directory (pid {m['pid']} is still "
                 f"writing it; it becomes {final} when the command ends): pass that directory once it is there"

@@ -160,9 +160,42 @@ def owned_by_host(
     return found
 
 
-def dead_pid(pid: int) -> bool:
-    """True for a pid that is not this process and runs no longer (its temporaries are safe to remove)."""
-    return pid != os.getpid() and not pid_alive(pid)
+def dead_pid(pid: int, entry: str | os.PathLike[str] | None = None) -> bool:
+    """True for a pid that is not this process and runs no longer (its temporaries are safe to remove).
+    With ``entry`` (the temporary the pid is named in): also when the process of that pid now is not its
+    writer (:func:`writer_alive`)."""
+    if pid == os.getpid():
+        return False
+    return not (writer_alive(pid, entry) if entry is not None else pid_alive(pid))
+
+
+def writer_alive(pid: int, entry: str | os.PathLike[str]) -> bool:
+    """Whether the process that wrote ``entry`` (a temporary named with its ``pid``) still runs: a process
+    of that pid that started after ``entry`` last changed is another one, the pid reused after the writer
+    died (a reboot, or a long uptime's wrap of the pid counter): its rerun was refused as "another actlab
+    process (pid N) is writing this output directory now", fix "stop it", of a shell or any other process
+    (27th fault run, pid_reuse_tmp_live_sleep). The entry's ctime, which no user call sets back, is at or
+    after its writer's start."""
+    if not pid_alive(pid):
+        return False
+    try:
+        changed = os.lstat(entry).st_ctime
+    except OSError:
+        return True
+    started = _start_time(pid)
+    return started is None or started <= changed + 1.0  # (the boot time is whole seconds)
+
+
+def _start_time(pid: int) -> float | None:
+    """When ``pid`` started, in seconds since the epoch (Linux /proc; None where it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 # multiprocessing's named semaphores (the queues and locks of a spawn or forkserver pool) live in /dev/shm
@@ -181,7 +214,7 @@ def reclaim_semaphores(sem_dir: str = _SEM_DIR) -> list[str]:
     host's are left alone). Returns the names removed."""
     removed = []
     for path, pid, _ in owned_by_host(sem_dir, f"sem.{_SEM_PREFIX}", _SEM_TAIL, is_dir=False):
-        if dead_pid(pid):
+        if dead_pid(pid, path):
             with contextlib.suppress(OSError):
                 os.unlink(path)
                 removed.append(os.path.basename(path))
@@ -244,7 +277,7 @@ def reclaim_mp_tempdirs(parent: str) -> list[str]:
 
     removed = []
     for path, pid, _ in owned_by_host(parent, _MP_TMP_PREFIX, _SEM_TAIL, is_dir=True):
-        if dead_pid(pid):
+        if dead_pid(pid, path):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed

@@ -17,6 +17,7 @@ from actlab.evaluation.replay import (
     EpisodeReplay,
 )
 from actlab.evaluation.results import best_index, recorded_weights
+from actlab.utils.io import file_sha256
 from actlab.utils.stats import paired_compare
 
 SEVERITIES = ("ok", "warning", "error")
@@ -316,7 +317,7 @@ def _measured_other_weights(checkpoints: list, results: Path | str = "results.js
                 found=repr(was)[:80],
                 fix="sweep the run again (actlab eval RUN --out NEW_DIR) and pass that, or leave --sweep out",
             )
-        now = recorded_weights(path)
+        now = _weights_now(path)
         if now is not None and now != was:
             out.append(f"{c.get('name')}: sha256 {was[:12]}... measured, {now[:12]}... now")
     if unrecorded:
@@ -324,6 +325,20 @@ def _measured_other_weights(checkpoints: list, results: Path | str = "results.js
               f"{', '.join(unrecorded)}): its success rates are taken as those of the checkpoints there now "
               "(sweep the run again to have them compared)", file=sys.stderr)  # fmt: skip
     return out
+
+
+def _weights_now(bundle: Any) -> str | None:
+    """The sha256 of ``bundle``'s weights as its actlab.json records it, else the file's own; None when the
+    checkpoint is not there. A checkpoint whose record was removed was skipped: a run trained again kept
+    the old weights' success, "ok", exit 0 (27th fault run, ds_retrain_newsha_rm)."""
+    if not isinstance(bundle, (str, Path)):
+        return None
+    if (found := recorded_weights(bundle)) is not None:
+        return found
+    try:
+        return file_sha256(Path(bundle) / "model.safetensors")
+    except OSError:
+        return None
 
 
 def _sweep_comparison(here: Path, sweep: str | Path | None) -> Finding | None:
