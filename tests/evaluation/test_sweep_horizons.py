@@ -53,9 +53,10 @@ def test_a_sweep_measures_each_horizon_names_its_cells_and_leaves_out_a_pair_tha
     assert (left["mode"], left["latency_steps"], left["horizon"]) == ("async", 4, 2)
     assert left["reason"].startswith("the latency (4) is longer than the execution horizon (2)")
     md = (out / "sweep.md").read_text()
-    assert "Left out (the horizon and the delay cannot run together)" in md and "async@4 h2" in md
+    assert "Left out (cells this policy cannot run)" in md and ": async@4 h2: the latency (4)" in md
     # cells are named with their horizon, and `eval compare` reads them by that name
-    assert [cell_name(c, cells) for c in cells] == [
+    assert record["horizons"] == [2, 4, 6]
+    assert [cell_name(c, cells, by_horizon=True) for c in cells] == [
         "sync@0",
         "async@2/h2",
         "async@2/h4",
@@ -74,7 +75,7 @@ def test_a_sweep_measures_each_horizon_names_its_cells_and_leaves_out_a_pair_tha
     assert f"--policy.execution_horizon={best['horizon']}" in rec["flags"]
     assert f"horizon {best['horizon']}: the best of 4, 6 measured for async at delay 4" in rec["note"]
     # one line per mode and horizon in the figure
-    fig = sweep_figure(cells)
+    fig = sweep_figure(cells, by_horizon=True)
     labels = {t.get_text() for t in fig.axes[0].get_legend().get_texts()}
     figure().close(fig)
     assert {"async h2", "async h4", "async h6", "sync (no delay)"} <= labels

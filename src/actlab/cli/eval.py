@@ -459,7 +459,7 @@ def _run_sweep(args: argparse.Namespace, sources, spec, cfg, plan: dict) -> int:
         return 0
     print(sweep_table(cells, fps, markdown=args.markdown))
     for k in record["skipped"]:
-        print(f"left out (the horizon and the delay cannot run together): {skipped_text(k)}")
+        print(f"left out (a cell this policy cannot run): {skipped_text(k)}")
     for name, m in (record["measured_inference"] or {}).items():
         print(
             f"\n{name}: inference {m['median_ms']:.1f} ms median, {m['p99_ms']:.1f} ms p99 per chunk "

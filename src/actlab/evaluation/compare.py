@@ -423,7 +423,7 @@ def load_outcomes(spec: str | Path) -> Outcomes:
         return Outcomes(str(spec), str(ckpts[i].get("name")), success, where, task, steps)
     if isinstance(data, dict) and isinstance(data.get("cells"), list):
         cells = _entries(data, "cells", file)
-        names = [cell_name(c, cells) for c in cells]
+        names = [cell_name(c, cells, several_horizons(data)) for c in cells]
         i = _pick(names, name, file, "cell")
         success = _cell_outcomes(cells[i], i, file)
         _check_total(data, success, file)
@@ -437,21 +437,22 @@ def load_outcomes(spec: str | Path) -> Outcomes:
     )
 
 
-def cell_name(cell: dict, cells: Sequence[dict]) -> str:
+def cell_name(cell: dict, cells: Sequence[dict], by_horizon: bool = False) -> str:
     """``async@4`` (or ``POLICY/async@4`` when the sweep holds several policies; ``async@4/h8`` when it
-    measured several horizons at that delay, ``--horizon 8,10``)."""
+    measured several horizons, ``by_horizon``: :func:`several_horizons` of its record)."""
     short = f"{cell['mode']}@{cell['latency_steps']}"
-    if cell["mode"] != "sync" and several_horizons(cells):
+    if by_horizon and cell["mode"] != "sync":
         short += f"/h{cell.get('horizon')}"
     many = len({c["policy"] for c in cells}) > 1
     return f"{cell['policy']}/{short}" if many else short
 
 
-def several_horizons(cells: Sequence[dict]) -> bool:
-    """A sweep that measured one policy's mode at one delay with more than one horizon (``--horizon
-    8,10``): its cells are named and drawn with their horizon."""
-    keys = [(c.get("policy"), c.get("mode"), c.get("latency_steps")) for c in cells]
-    return len(set(keys)) < len(keys)
+def several_horizons(record: dict) -> bool:
+    """A delay sweep's record (sweep.json) that measured more than one horizon (``--horizon 8,10``, its
+    ``horizons``): its cells are named and drawn with their horizon. Read from the record, not guessed from
+    its cells: two cells of one mode and delay in a sweep of one horizon are a damaged record."""
+    horizons = record.get("horizons")
+    return isinstance(horizons, list) and len(horizons) > 1
 
 
 def paired_interval(n: int, gained: int, lost: int, z: float = 1.959964) -> tuple[float, float]:

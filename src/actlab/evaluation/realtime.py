@@ -406,6 +406,7 @@ def delay_sweep(
         "seconds": round(time.perf_counter() - t0, 2),
         "measured_inference": measured or None,
         "cells": [c.to_dict(fps) for c in cells],
+        "horizons": list(horizons),  # as asked (null: the policy's own); several name the cells by horizon
         "skipped": skipped,
         "recommendations": [r.to_dict() for r in sweep_recommendations(sources, cells, measured, env_spec)],
     }
@@ -436,15 +437,18 @@ def write_sweep(
         md = sweep_table(cells, fps, markdown=True)
         recs = "".join(f"\n{recommendation_markdown(r)}\n" for r in record.get("recommendations") or [])
         left = "".join(f"- {skipped_text(k)}\n" for k in record.get("skipped") or [])
-        left = f"\nLeft out (the horizon and the delay cannot run together):\n\n{left}" if left else ""
+        left = f"\nLeft out (cells this policy cannot run):\n\n{left}" if left else ""
         atomic_write_text(tmp / "sweep.md", f"# {heading}\n\n{md}\n\n{VS_SYNC_LEGEND}\n{left}{recs}")
-        plot_sweep(record["cells"], tmp / "sweep.png", title=title)
+        plot_sweep(record["cells"], tmp / "sweep.png", title=title, by_horizon=several_horizons(record))
     return [out / f for f in SWEEP_FILES]
 
 
 def skipped_text(k: dict) -> str:
-    """A left-out cell of a sweep of several horizons (plan_cells): ``rel: async@8 h4: REASON``."""
-    return f"{k['policy']}: {k['mode']}@{k['latency_steps']} h{k['horizon']}: {k['reason']}"
+    """A left-out cell of a sweep: ``rel: async@8 h4: REASON`` (a horizon that cannot run at a delay,
+    plan_cells), ``rtc@None: REASON`` (a mode the demo's policy cannot run at any delay)."""
+    who = f"{k['policy']}: " if k.get("policy") else ""
+    horizon = f" h{k['horizon']}" if k.get("horizon") is not None else ""
+    return f"{who}{k.get('mode')}@{k.get('latency_steps')}{horizon}: {k.get('reason')}"
 
 
 def recommendation_markdown(r: dict) -> str:
@@ -508,10 +512,12 @@ def sweep_table(cells: Sequence[Cell], fps: int, markdown: bool = False) -> str:
     return table(rows, list(SWEEP_HEADERS), markdown=markdown)
 
 
-def plot_sweep(records: Sequence[dict], path: str | Path, title: str | None = None) -> Path:
-    """PNG: success (95% interval) and mean chunk-boundary jump against delay, one line per policy+mode.
-    ``sync`` (delay 0 only) is drawn as a dashed horizontal reference."""
-    fig = sweep_figure(records, title)
+def plot_sweep(
+    records: Sequence[dict], path: str | Path, title: str | None = None, by_horizon: bool = False
+) -> Path:
+    """PNG: success (95% interval) and mean chunk-boundary jump against delay, one line per policy+mode
+    (and horizon, ``by_horizon``). ``sync`` (delay 0 only) is drawn as a dashed horizontal reference."""
+    fig = sweep_figure(records, title, by_horizon)
     path = Path(path)
     with atomic_file(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
@@ -519,12 +525,11 @@ def plot_sweep(records: Sequence[dict], path: str | Path, title: str | None = No
     return path
 
 
-def sweep_figure(records: Sequence[dict], title: str | None = None) -> Any:
+def sweep_figure(records: Sequence[dict], title: str | None = None, by_horizon: bool = False) -> Any:
     """The matplotlib figure :func:`plot_sweep` writes (open: the caller closes it)."""
     plt = figure()
     fig, (ax_s, ax_j) = plt.subplots(1, 2, figsize=(11, 4.2))
     groups: dict[tuple[str, str, int | None], list[dict]] = {}
-    by_horizon = several_horizons(records)  # --horizon 8,10: one line per mode and horizon
     for r in records:
         h = r.get("horizon") if by_horizon and r["mode"] != "sync" else None
         groups.setdefault((r["policy"], r["mode"], h), []).append(r)
