@@ -96,3 +96,16 @@ def test_ddp_ranks_get_disjoint_equal_shares():
     assert len(np.unique(union)) == len(union)
     with pytest.raises(ActlabError):
         EpisodeSampler([0], [10], seed=1, rank=4, world_size=4)
+
+
+def test_an_episode_range_backwards_or_past_any_dataset_is_refused():
+    """`--drop-episodes 5-3` selected nothing without a word (curate dropped no episode, exit 0), and
+    `0-99999999` built a list of 10^8 indices for minutes before the dataset was read."""
+    from actlab.datasets.sampler import MAX_EPISODE_INDEX
+
+    with pytest.raises(ActlabError, match="backwards") as e:
+        parse_episodes("0,5-3", "--drop-episodes")
+    assert e.value.field == "--drop-episodes" and "write it as 3-5" in str(e.value)
+    with pytest.raises(ActlabError, match="reaches past any dataset"):
+        parse_episodes(f"0-{MAX_EPISODE_INDEX + 1}")
+    assert parse_episodes("3-3,7") == [3, 7]

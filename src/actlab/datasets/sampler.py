@@ -49,6 +49,11 @@ def delta_timestamps_to_indices(
     return out
 
 
+# The largest episode index a list may name: more than any dataset holds (the CLI's --episode ceiling), and
+# the bound on what a range expands to before the dataset is read.
+MAX_EPISODE_INDEX = 10**7
+
+
 def parse_episodes(spec: str | Sequence[int] | None, field: str = "--episodes") -> list[int] | None:
     """``"0,3,5"`` or ``"0-9,12"`` (or a list) -> episode indices; None means all. ``field``: the option
     that gave ``spec`` (`--drop-episodes -1` was refused as --episodes, an option curate does not have)."""
@@ -61,8 +66,19 @@ def parse_episodes(spec: str | Sequence[int] | None, field: str = "--episodes") 
     for part in comma_items(spec, field, "0,3,5 or 0-9"):
         try:
             if "-" in part:
-                a, b = part.split("-", 1)
-                out.extend(range(int(a), int(b) + 1))
+                a, b = (int(x) for x in part.split("-", 1))
+                if not a <= b <= MAX_EPISODE_INDEX:
+                    raise ActlabError(
+                        "an episode range is backwards"
+                        if a > b
+                        else "an episode range reaches past any dataset",
+                        field=field,
+                        expected=f"FIRST-LAST with FIRST <= LAST <= {MAX_EPISODE_INDEX}, e.g. 0-9",
+                        found=f"{part} in {spec!r}",
+                        # (5-3 selected nothing without a word; 0-99999999 built a list for minutes)
+                        fix=f"write it as {b}-{a}" if a > b else "name the episodes the dataset has",
+                    )
+                out.extend(range(a, b + 1))
             else:
                 out.append(int(part))
             items += [part] * (len(out) - len(items))
