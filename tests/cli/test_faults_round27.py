@@ -36,12 +36,14 @@ def _zero_middle(path: Path, nbytes: int = 4096) -> None:
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-def _drop_weights_digest(record: str):
+def _drop_digest(record: str, key: str = "sha256", name: str = "model.safetensors"):
+    """An edit of a JSON record of digests ``key``: emptied, or without ``name``'s entry."""
+
     def edit(meta: dict) -> None:
         if record == "emptied":
-            meta["sha256"] = {}
+            meta[key] = {}
         else:
-            del meta["sha256"]["model.safetensors"]
+            del meta[key][name]
 
     return edit
 
@@ -56,7 +58,7 @@ def test_a_bundle_whose_record_lacks_its_weights_digest_says_they_are_not_verifi
     run by the plugin, exit 0 (or, where the damage made NaN, blamed on the policy's output or the learning
     rate: UNCLEAR, ev_sha_empty_wmid, rs_sha_empty_wmid). Now loaded with a warning naming the files."""
     copy = shutil.copytree(bundle, tmp_path / "b")
-    _edit_json(copy / "actlab.json", _drop_weights_digest(record))
+    _edit_json(copy / "actlab.json", _drop_digest(record))
     _zero_middle(copy / "model.safetensors")
     res = run_cli("eval", copy, *EVAL, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -123,13 +125,7 @@ def test_a_training_state_file_its_checkpoint_does_not_record_is_said_unverified
     run = shutil.copytree(run_dir, tmp_path / "run")
     state_dir = sorted((run / "checkpoints").glob("step_*"))[-1] / "training_state"
 
-    def edit(state: dict) -> None:
-        if record == "emptied":
-            state["sha256"] = {}
-        else:
-            del state["sha256"]["optimizer.pt"]
-
-    _edit_json(state_dir / "state.json", edit)
+    _edit_json(state_dir / "state.json", _drop_digest(record, name="optimizer.pt"))
     _zero_middle(state_dir / "optimizer.pt", 256)
     res = run_cli(
         "train", "--resume", "--out", run, "--set", "steps=3", "--set", "log.progress=false", timeout=300
@@ -253,15 +249,9 @@ def test_an_export_whose_records_both_lack_the_weights_is_refused(record, export
     ran the damaged weights, the loader's warning in the bridge's child unseen, exit 0. An export records
     all four files: a record without one is refused as damaged, in eval's parent."""
     copy = shutil.copytree(export, tmp_path / "x")
-    _edit_json(copy / "actlab_bundle" / "actlab.json", _drop_weights_digest(record))
+    _edit_json(copy / "actlab_bundle" / "actlab.json", _drop_digest(record))
 
-    def drop(summary: dict) -> None:
-        if record == "emptied":
-            summary["bundle_sha256"] = {}
-        else:
-            del summary["bundle_sha256"]["model.safetensors"]
-
-    _edit_json(copy / "actlab_export.json", drop)
+    _edit_json(copy / "actlab_export.json", _drop_digest(record, key="bundle_sha256"))
     _zero_middle(copy / "actlab_bundle" / "model.safetensors")
     res = run_cli("eval", "--lerobot-policy", copy, "--lerobot-python", sys.executable, *EVAL, timeout=300)
     assert res.returncode == 2, res.stderr[-2000:]
