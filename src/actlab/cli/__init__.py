@@ -79,9 +79,9 @@ def _guard_numbers(parser: argparse.ArgumentParser) -> None:
             ceiling = _CEILINGS.get(action.dest, _CEILING)
             action.type = bounded(action.type, floor, ceiling, _CEILING_WHY.get(action.dest, _MACHINE))
         elif action.dest.endswith("_python") and action.type in (None, str):
-            action.type = _non_empty(_python_program)  # a directory failed as "permission denied"
+            action.type = non_empty(_python_program)  # a directory failed as "permission denied"
         elif _takes_text(action):
-            action.type = _non_empty(action.type)
+            action.type = non_empty(action.type)
     nested = getattr(parser, "compare_parser", None)  # `actlab eval compare`'s own parser
     if nested is not None:
         _guard_numbers(nested)
@@ -107,7 +107,7 @@ def _takes_text(action: argparse.Action) -> bool:
     )
 
 
-def _non_empty(kind: Any) -> object:
+def non_empty(kind: Any) -> object:
     def parse(text: str) -> Any:
         if text == "":
             raise argparse.ArgumentTypeError(

@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import argparse
 
-from actlab.cli import _options, add_json_flag, add_lerobot_timeout, bounded, option_ceiling, subcommand
+from actlab.cli import (
+    _options,
+    add_json_flag,
+    add_lerobot_timeout,
+    bounded,
+    non_empty,
+    option_ceiling,
+    subcommand,
+)
 
 ORDER = 30
 
@@ -326,7 +334,7 @@ def _add_realtime_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--horizon",
-        type=_horizon_items,
+        type=non_empty(_horizon_items),  # '' refused as every text option's is
         metavar="S",
         help="actions executed per chunk (steps between inference starts); default: the policy's "
         "n_action_steps (ensemble: max(1, delay)); a comma list, e.g. 8,10, makes a sweep that measures "
@@ -339,10 +347,6 @@ def _horizon_items(text: str) -> str:
     within the ceiling, named in argparse's usage error); the list itself (empty or repeated items) is
     read by parse_horizons after parsing, as every comma list is."""
     check = bounded(int, 1, *option_ceiling("horizon"))  # as an int option's: floor 1, its ceiling
-    if text == "":
-        raise argparse.ArgumentTypeError(
-            "expected a value, found '' (an empty string: an unset shell variable?)"
-        )
     for item in text.split(","):
         if item.strip():
             try:
